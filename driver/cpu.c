@@ -1,0 +1,432 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#include "config.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "driver/devices.h"
+#include "driver/jsonattr.h"
+#include "nrm/cleanup.h"
+
+/* At most this many L3 ids or PCIe roots go into one list attribute, well
+ * inside the 48 values a device may carry. */
+#define MAX_LIST 16
+
+struct cpu_stats
+{
+  size_t cpus, full_cores, threads, isolated, reserved;
+  size_t perf, eff;
+  size_t n_l3;
+  int64_t l3[MAX_LIST];
+  int package;
+};
+
+/* Summarises the CPUs "set" (a subset of the node's allocatable CPUs). */
+static void
+cpu_stats (const struct nrm_topology *t, hwloc_const_bitmap_t set, hwloc_const_bitmap_t node_cpus,
+           struct cpu_stats *st)
+{
+  memset (st, 0, sizeof (*st));
+  st->package = -1;
+  st->cpus = (size_t) hwloc_bitmap_weight (set);
+  for (size_t c = 0; c < t->n_cores; c++)
+    {
+      const struct nrm_core *core = &t->cores[c];
+      if (!hwloc_bitmap_intersects (core->cpus, set))
+        continue;
+      size_t w = (size_t) hwloc_bitmap_weight (core->cpus);
+      if (w > st->threads)
+        st->threads = w;
+      if (hwloc_bitmap_isincluded (core->cpus, set))
+        st->full_cores++;
+    }
+  for (size_t l = 0; l < t->n_l3 && st->n_l3 < MAX_LIST; l++)
+    if (hwloc_bitmap_intersects (t->l3[l].cpus, set))
+      st->l3[st->n_l3++] = t->l3[l].os_index;
+  int cpu;
+  hwloc_bitmap_foreach_begin (cpu, set)
+  {
+    int pi = nrm_topology_pu_index (t, (unsigned) cpu);
+    if (pi < 0)
+      continue;
+    const struct nrm_pu *pu = &t->pus[pi];
+    if (pu->isolated)
+      st->isolated++;
+    if (st->package < 0 && pu->package >= 0)
+      st->package = (int) t->packages[pu->package].os_index;
+    if (pu->kind >= 0 && strcmp (t->kinds[pu->kind].name, "efficiency") == 0)
+      st->eff++;
+    else
+      st->perf++;
+  }
+  hwloc_bitmap_foreach_end ();
+  if (node_cpus != NULL)
+    {
+      hwloc_bitmap_foreach_begin (cpu, node_cpus)
+      {
+        if (hwloc_bitmap_isset (t->reserved, (unsigned) cpu))
+          st->reserved++;
+      }
+      hwloc_bitmap_foreach_end ();
+    }
+}
+
+static bool
+hybrid (const struct nrm_topology *t)
+{
+  return t->n_kinds > 1;
+}
+
+/* Attributes every CPU device carries. nodes[] are the NUMA positions the
+ * device's CPUs belong to (one, or two for an L3 group split by nodes). */
+static void
+cpu_attributes (const struct nrm_topology *t, const struct nrm_publish_options *o, json_t *attrs,
+                const size_t *nodes, size_t n_nodes, const struct cpu_stats *st)
+{
+  int64_t near[MAX_LIST];
+  size_t n_near = 0;
+
+  jattr_int (attrs, "numaNode", t->numa[nodes[0]].os_index);
+  if (o->list_attributes)
+    {
+      /* Own node(s) first, then same-socket nodes at the minimum distance. */
+      for (size_t k = 0; k < n_nodes; k++)
+        near[n_near++] = t->numa[nodes[k]].os_index;
+      int64_t more[MAX_LIST];
+      size_t nm = nrm_topology_near_nodes (t, nodes[0], more, MAX_LIST);
+      for (size_t k = 0; k < nm && n_near < MAX_LIST; k++)
+        {
+          bool dup = false;
+          for (size_t j = 0; j < n_near; j++)
+            dup |= near[j] == more[k];
+          if (!dup)
+            near[n_near++] = more[k];
+        }
+      jattr_ints (attrs, NRM_STD_NUMA_ATTR, near, n_near);
+    }
+  else
+    jattr_int (attrs, NRM_STD_NUMA_ATTR, t->numa[nodes[0]].os_index);
+  if (st->package >= 0)
+    jattr_int (attrs, "socket", st->package);
+  jattr_int (attrs, "l3CacheCount", (int64_t) st->n_l3);
+  if (o->list_attributes && st->n_l3 > 0)
+    jattr_ints (attrs, "l3CacheIDs", st->l3, st->n_l3);
+  if (!hybrid (t))
+    jattr_str (attrs, "cpuKind", "performance");
+  else
+    {
+      jattr_str (attrs, "cpuKind", st->eff == 0 ? "performance" : st->perf == 0 ? "efficiency" : "mixed");
+      jattr_int (attrs, "performanceCPUs", (int64_t) st->perf);
+      jattr_int (attrs, "efficiencyCPUs", (int64_t) st->eff);
+    }
+  jattr_bool (attrs, "smt", st->threads > 1);
+  jattr_int (attrs, "threadsPerCore", (int64_t) st->threads);
+  jattr_int (attrs, "fullCores", (int64_t) st->full_cores);
+  jattr_int (attrs, "isolatedCPUs", (int64_t) st->isolated);
+  if (o->list_attributes)
+    {
+      /* PCIe roots local to the node, so CPUs can match a GPU or NIC by root. */
+      const char *roots[MAX_LIST];
+      size_t n_roots = 0;
+      for (size_t p = 0; p < t->n_pci && n_roots < MAX_LIST; p++)
+        {
+          const struct nrm_pci_device *d = &t->pci[p];
+          bool local = false, dup = false;
+          for (size_t k = 0; k < n_nodes; k++)
+            local |= d->numa == (int) nodes[k];
+          if (!local || d->pcie_root[0] == '\0')
+            continue;
+          for (size_t j = 0; j < n_roots; j++)
+            dup |= strcmp (roots[j], d->pcie_root) == 0;
+          if (!dup)
+            roots[n_roots++] = d->pcie_root;
+        }
+      if (n_roots > 0)
+        jattr_strs (attrs, NRM_STD_PCIE_ROOT_ATTR, roots, n_roots);
+    }
+}
+
+static json_t *
+cpu_count (size_t n)
+{
+  char buf[32];
+  snprintf (buf, sizeof (buf), "%zu", n);
+  return json_string (buf);
+}
+
+/* NRM_CPU_MODE_NUMA: one shared device per node, consumed by CPU count. */
+static int
+numa_device (const struct nrm_topology *t, const struct nrm_publish_options *o, size_t i, json_t *devices,
+             nrm_error_t *err)
+{
+  cleanup_bitmap hwloc_bitmap_t alloc = nrm_topology_node_allocatable (t, i);
+  struct cpu_stats st;
+  char name[32];
+
+  if (alloc == NULL)
+    return nrm_error_set (err, ENOMEM, "out of memory");
+  if (hwloc_bitmap_iszero (alloc))
+    return 0;
+  cpu_stats (t, alloc, t->numa[i].cpus, &st);
+  snprintf (name, sizeof (name), "numa%u", t->numa[i].os_index);
+  json_t *attrs = json_object ();
+  cpu_attributes (t, o, attrs, &i, 1, &st);
+  jattr_int (attrs, "reservedCPUs", (int64_t) st.reserved);
+
+  json_t *policy;
+  if (st.cpus >= 2)
+    policy = json_pack ("{s:s, s:{s:s, s:s}}", "default", "1", "validRange", "min", "1", "step", "1");
+  else
+    policy = json_pack ("{s:s, s:[s]}", "default", "1", "validValues", "1");
+  json_t *dev = json_pack ("{s:s, s:o, s:{s:{s:o, s:o}}, s:b}", "name", name, "attributes", attrs, "capacity",
+                           "cpus", "value", cpu_count (st.cpus), "requestPolicy", policy,
+                           "allowMultipleAllocations", 1);
+  if (o->node_allocatable)
+    json_object_set_new (dev, "nodeAllocatableResourceMappings",
+                         json_pack ("{s:{s:s}}", "cpu", "capacityKey", "cpus"));
+  json_array_append_new (devices, dev);
+  return 0;
+}
+
+/* NRM_CPU_MODE_PARTITIONED. Every node gets a counter set "numa<N>" with one
+ * counter per cell (the node's CPUs in one L3 group), so a whole-node, a
+ * whole-L3 and a whole-core device can never hold the same CPUs twice. */
+struct cell
+{
+  int l3;        /* position in t->l3, or -1 */
+  size_t cpus;   /* allocatable CPUs in the cell */
+};
+
+static void
+cell_name (const struct nrm_topology *t, int l3, bool merged, char *buf, size_t len)
+{
+  if (merged || l3 < 0)
+    snprintf (buf, len, "cpus");
+  else
+    snprintf (buf, len, "l3-%u", t->l3[l3].os_index);
+}
+
+static int
+node_cells (const struct nrm_topology *t, hwloc_const_bitmap_t alloc, struct cell *cells, size_t *n_cells,
+            size_t max)
+{
+  size_t n = 0;
+  int cpu;
+  hwloc_bitmap_foreach_begin (cpu, alloc)
+  {
+    int pi = nrm_topology_pu_index (t, (unsigned) cpu);
+    int l3 = pi >= 0 ? t->pus[pi].l3 : -1;
+    size_t k;
+    for (k = 0; k < n; k++)
+      if (cells[k].l3 == l3)
+        break;
+    if (k == n)
+      {
+        if (n == max)
+          return -1;
+        cells[n].l3 = l3;
+        cells[n].cpus = 0;
+        n++;
+      }
+    cells[k].cpus++;
+  }
+  hwloc_bitmap_foreach_end ();
+  *n_cells = n;
+  return 0;
+}
+
+static json_t *
+partitioned_device (const char *name, const char *granularity, json_t *attrs, size_t cpus, json_t *consumes,
+                    const struct nrm_publish_options *o)
+{
+  jattr_str (attrs, "granularity", granularity);
+  json_t *dev = json_pack ("{s:s, s:o, s:{s:{s:o}}, s:o}", "name", name, "attributes", attrs, "capacity", "cpus",
+                           "value", cpu_count (cpus), "consumesCounters", consumes);
+  if (o->node_allocatable)
+    json_object_set_new (dev, "nodeAllocatableResourceMappings",
+                         json_pack ("{s:{s:o}}", "cpu", "allocationMultiplier", cpu_count (cpus)));
+  return dev;
+}
+
+static json_t *
+consumption (const char *set, const char *counter, size_t value)
+{
+  return json_pack ("{s:s, s:{s:{s:o}}}", "counterSet", set, "counters", counter, "value", cpu_count (value));
+}
+
+static int
+partitioned_devices (const struct nrm_topology *t, const struct nrm_publish_options *o, const size_t *order,
+                     json_t *devices, json_t *sets, nrm_error_t *err)
+{
+  const size_t max_cells = 32; /* counters per counter set */
+  struct cell cells[32];
+  bool *merged = calloc (t->n_numa ? t->n_numa : 1, sizeof (bool));
+  hwloc_bitmap_t *allocs = calloc (t->n_numa ? t->n_numa : 1, sizeof (hwloc_bitmap_t));
+  int ret = -1;
+
+  if (merged == NULL || allocs == NULL)
+    {
+      nrm_error_set (err, ENOMEM, "out of memory");
+      goto out;
+    }
+  for (size_t i = 0; i < t->n_numa; i++)
+    if ((allocs[i] = nrm_topology_node_allocatable (t, i)) == NULL)
+      {
+        nrm_error_set (err, ENOMEM, "out of memory");
+        goto out;
+      }
+
+  /* Counter sets and whole-node devices. */
+  for (size_t oi = 0; oi < t->n_numa; oi++)
+    {
+      size_t i = order[oi], n_cells = 0;
+      char setname[32], cname[32], name[32];
+      struct cpu_stats st;
+      if (hwloc_bitmap_iszero (allocs[i]))
+        continue;
+      /* More cells than counters: one counter for the node, no L3 devices. */
+      if (node_cells (t, allocs[i], cells, &n_cells, max_cells) < 0)
+        merged[i] = true;
+      snprintf (setname, sizeof (setname), "numa%u", t->numa[i].os_index);
+      json_t *counters = json_object ();
+      json_t *use = json_object ();
+      if (merged[i])
+        {
+          size_t total = (size_t) hwloc_bitmap_weight (allocs[i]);
+          json_object_set_new (counters, "cpus", json_pack ("{s:o}", "value", cpu_count (total)));
+          json_object_set_new (use, "cpus", json_pack ("{s:o}", "value", cpu_count (total)));
+        }
+      else
+        for (size_t k = 0; k < n_cells; k++)
+          {
+            cell_name (t, cells[k].l3, false, cname, sizeof (cname));
+            json_object_set_new (counters, cname, json_pack ("{s:o}", "value", cpu_count (cells[k].cpus)));
+            json_object_set_new (use, cname, json_pack ("{s:o}", "value", cpu_count (cells[k].cpus)));
+          }
+      json_array_append_new (sets, json_pack ("{s:s, s:o}", "name", setname, "counters", counters));
+
+      cpu_stats (t, allocs[i], t->numa[i].cpus, &st);
+      json_t *attrs = json_object ();
+      cpu_attributes (t, o, attrs, &i, 1, &st);
+      snprintf (name, sizeof (name), "numa%u", t->numa[i].os_index);
+      json_array_append_new (devices,
+                             partitioned_device (name, "numa", attrs, st.cpus,
+                                                 json_pack ("[{s:s, s:o}]", "counterSet", setname, "counters", use),
+                                                 o));
+    }
+
+  /* Whole L3 groups, in the order of their first node; an L3 group split
+   * over more than two nodes cannot be expressed (two consumptions at most). */
+  for (size_t oi = 0; oi < t->n_numa; oi++)
+    {
+      size_t i = order[oi];
+      for (size_t l = 0; l < t->n_l3; l++)
+        {
+          size_t nodes[2], n_nodes = 0;
+          bool skip = false;
+          cleanup_bitmap hwloc_bitmap_t set = hwloc_bitmap_alloc ();
+          if (set == NULL)
+            {
+              nrm_error_set (err, ENOMEM, "out of memory");
+              goto out;
+            }
+          for (size_t oj = 0; oj < t->n_numa; oj++)
+            {
+              size_t j = order[oj];
+              if (!hwloc_bitmap_intersects (t->l3[l].cpus, allocs[j]))
+                continue;
+              if (n_nodes == 2 || merged[j])
+                skip = true;
+              else
+                nodes[n_nodes++] = j;
+            }
+          /* Emit once, with the node that comes first in preference order. */
+          if (skip || n_nodes == 0 || nodes[0] != i)
+            continue;
+          json_t *consumes = json_array ();
+          for (size_t k = 0; k < n_nodes; k++)
+            {
+              cleanup_bitmap hwloc_bitmap_t part = hwloc_bitmap_dup (t->l3[l].cpus);
+              char setname[32], cname[32];
+              hwloc_bitmap_and (part, part, allocs[nodes[k]]);
+              hwloc_bitmap_or (set, set, part);
+              snprintf (setname, sizeof (setname), "numa%u", t->numa[nodes[k]].os_index);
+              cell_name (t, (int) l, false, cname, sizeof (cname));
+              json_array_append_new (consumes,
+                                     consumption (setname, cname, (size_t) hwloc_bitmap_weight (part)));
+            }
+          struct cpu_stats st;
+          char name[32];
+          cpu_stats (t, set, NULL, &st);
+          json_t *attrs = json_object ();
+          cpu_attributes (t, o, attrs, nodes, n_nodes, &st);
+          jattr_int (attrs, "l3CacheID", t->l3[l].os_index);
+          snprintf (name, sizeof (name), "l3-%u", t->l3[l].os_index);
+          json_array_append_new (devices, partitioned_device (name, "l3", attrs, st.cpus, consumes, o));
+        }
+    }
+
+  /* Whole cores whose every thread is allocatable. */
+  for (size_t oi = 0; oi < t->n_numa; oi++)
+    {
+      size_t i = order[oi];
+      for (size_t c = 0; c < t->n_cores; c++)
+        {
+          const struct nrm_core *core = &t->cores[c];
+          char setname[32], cname[32], name[32];
+          struct cpu_stats st;
+          if (core->numa != (int) i || hwloc_bitmap_iszero (core->cpus)
+              || !hwloc_bitmap_isincluded (core->cpus, allocs[i]))
+            continue;
+          cpu_stats (t, core->cpus, NULL, &st);
+          json_t *attrs = json_object ();
+          cpu_attributes (t, o, attrs, &i, 1, &st);
+          jattr_int (attrs, "coreID", hwloc_bitmap_first (core->cpus));
+          if (core->l3 >= 0)
+            jattr_int (attrs, "l3CacheID", t->l3[core->l3].os_index);
+          snprintf (setname, sizeof (setname), "numa%u", t->numa[i].os_index);
+          cell_name (t, core->l3, merged[i], cname, sizeof (cname));
+          snprintf (name, sizeof (name), "core%d", hwloc_bitmap_first (core->cpus));
+          json_array_append_new (devices,
+                                 partitioned_device (name, "core", attrs, st.cpus,
+                                                     json_pack ("[o]", consumption (setname, cname, st.cpus)), o));
+        }
+    }
+  ret = 0;
+out:
+  if (allocs != NULL)
+    for (size_t i = 0; i < t->n_numa; i++)
+      hwloc_bitmap_free (allocs[i]);
+  free (allocs);
+  free (merged);
+  return ret;
+}
+
+int
+nrm_cpu_pool (const struct nrm_topology *t, const struct nrm_publish_options *o, struct nrm_pool *ret,
+              nrm_error_t *err)
+{
+  cleanup_free size_t *order = nrm_numa_preference (t);
+  struct nrm_pool p = { .driver = strdup (o->cpu_driver), .devices = json_array (), .counter_sets = json_array () };
+  int r = 0;
+
+  if (order == NULL || p.driver == NULL || p.devices == NULL || p.counter_sets == NULL)
+    {
+      nrm_pool_done (&p);
+      return nrm_error_set (err, ENOMEM, "out of memory");
+    }
+  if (o->cpu_mode == NRM_CPU_MODE_NUMA)
+    for (size_t k = 0; k < t->n_numa && r == 0; k++)
+      r = numa_device (t, o, order[k], p.devices, err);
+  else
+    r = partitioned_devices (t, o, order, p.devices, p.counter_sets, err);
+  if (r < 0)
+    {
+      nrm_pool_done (&p);
+      return -1;
+    }
+  *ret = p;
+  return 0;
+}

@@ -1,0 +1,76 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#ifndef NRM_DEVICES_H
+#define NRM_DEVICES_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "nrm/error.h"
+#include "topology/topology.h"
+
+#define NRM_DEFAULT_DOMAIN "nrm.io"
+#define NRM_STD_NUMA_ATTR "resource.kubernetes.io/numaNode"
+#define NRM_STD_PCIE_ROOT_ATTR "resource.kubernetes.io/pcieRoot"
+
+/* How CPUs are published. */
+enum nrm_cpu_mode
+{
+  /* One device per NUMA node with consumable capacity "cpus". */
+  NRM_CPU_MODE_NUMA,
+  /* Exclusive whole-node, whole-L3 and whole-core devices over shared counters. */
+  NRM_CPU_MODE_PARTITIONED,
+};
+
+struct nrm_publish_options
+{
+  const char *node_name;
+  const char *cpu_driver;
+  const char *memory_driver;
+  enum nrm_cpu_mode cpu_mode;
+  uint64_t memory_granularity; /* bytes; the step of consumable memory */
+  /* API server feature gates the output may rely on (alpha in 1.36, off by default). */
+  bool list_attributes;      /* DRAListTypeAttributes */
+  bool node_allocatable;     /* DRANodeAllocatableResources (KEP-5517) */
+};
+
+/* The devices of one driver's pool on this node, in preference order, and
+ * the counter sets they consume. */
+struct nrm_pool
+{
+  char *driver;
+  json_t *devices;      /* array of resource.k8s.io/v1 Device objects */
+  json_t *counter_sets; /* array of CounterSet objects */
+};
+
+void nrm_publish_options_init (struct nrm_publish_options *o);
+
+int nrm_cpu_pool (const struct nrm_topology *t, const struct nrm_publish_options *o, struct nrm_pool *ret,
+                  nrm_error_t *err);
+int nrm_memory_pool (const struct nrm_topology *t, const struct nrm_publish_options *o, struct nrm_pool *ret,
+                     nrm_error_t *err);
+void nrm_pool_done (struct nrm_pool *p);
+
+/* NUMA node positions in the order devices are offered: nodes without
+ * reserved CPUs and without local accelerators first, then by id. The
+ * caller frees. */
+size_t *nrm_numa_preference (const struct nrm_topology *t);
+
+/* Splits the pools into ResourceSlices within the API limits and returns
+ * them as one {"apiVersion":"v1","kind":"List","items":[...]} document. */
+int nrm_slices_build (const struct nrm_pool *pools, size_t n_pools, const struct nrm_publish_options *o,
+                      json_t **ret, nrm_error_t *err);
+
+/* Whether the device lowers its slice's limit to 64 devices (taints,
+ * counter consumption or list-typed attributes). */
+bool nrm_device_is_advanced (json_t *dev);
+
+/* Checks a List of ResourceSlices against every resource.k8s.io/v1 limit
+ * and rule nrm relies on; the error names the slice, device and field. */
+int nrm_slices_validate (json_t *list, nrm_error_t *err);
+
+/* Builds every pool for the node and returns the List. */
+int nrm_node_slices (const struct nrm_topology *t, const struct nrm_publish_options *o, json_t **ret,
+                     nrm_error_t *err);
+
+#endif

@@ -1,0 +1,153 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#include "config.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "driver/devices.h"
+#include "driver/jsonattr.h"
+#include "driver/quantity.h"
+#include "nrm/cleanup.h"
+
+static json_t *
+qbytes (uint64_t v)
+{
+  char buf[32];
+  return json_string (nrm_quantity_format (v, 1, buf, sizeof (buf)));
+}
+
+/* Consumable in steps of "step" bytes; NULL when less than one step fits. */
+static json_t *
+consumable (uint64_t value, uint64_t step)
+{
+  if (value < step)
+    return NULL;
+  if (value < 2 * step)
+    /* min + step must fit in the capacity: a single valid value instead. */
+    return json_pack ("{s:o, s:{s:o, s:[o]}}", "value", qbytes (value), "requestPolicy", "default", qbytes (step),
+                      "validValues", qbytes (step));
+  return json_pack ("{s:o, s:{s:o, s:{s:o, s:o}}}", "value", qbytes (value), "requestPolicy", "default",
+                    qbytes (step), "validRange", "min", qbytes (step), "step", qbytes (step));
+}
+
+static void
+memory_attributes (const struct nrm_topology *t, const struct nrm_publish_options *o, size_t i, json_t *attrs)
+{
+  const struct nrm_numa_node *n = &t->numa[i];
+  jattr_int (attrs, "numaNode", n->os_index);
+  if (o->list_attributes)
+    {
+      int64_t near[16];
+      size_t nn = nrm_topology_near_nodes (t, i, near, 16);
+      jattr_ints (attrs, NRM_STD_NUMA_ATTR, near, nn);
+    }
+  else
+    jattr_int (attrs, NRM_STD_NUMA_ATTR, n->os_index);
+  if (n->package >= 0)
+    jattr_int (attrs, "socket", t->packages[n->package].os_index);
+  jattr_str (attrs, "memoryKind", n->kind);
+  jattr_int (attrs, "memoryTier", n->tier);
+  jattr_bool (attrs, "hasCPUs", !hwloc_bitmap_iszero (n->cpus));
+}
+
+static int
+cmp_memory_order (const void *a, const void *b, void *arg)
+{
+  const struct nrm_topology *t = arg;
+  const size_t *x = a, *y = b;
+  const struct nrm_numa_node *nx = &t->numa[x[0]], *ny = &t->numa[y[0]];
+  bool cx = hwloc_bitmap_iszero (nx->cpus), cy = hwloc_bitmap_iszero (ny->cpus);
+  if (nx->tier != ny->tier)
+    return nx->tier - ny->tier;
+  if (cx != cy)
+    return cx - cy;
+  return (x[1] > y[1]) - (x[1] < y[1]);
+}
+
+int
+nrm_memory_pool (const struct nrm_topology *t, const struct nrm_publish_options *o, struct nrm_pool *ret,
+                 nrm_error_t *err)
+{
+  cleanup_free size_t *pref = nrm_numa_preference (t);
+  cleanup_free size_t *order = calloc (2 * (t->n_numa ? t->n_numa : 1), sizeof (size_t));
+  struct nrm_pool p = { .driver = strdup (o->memory_driver), .devices = json_array (), .counter_sets = json_array () };
+
+  if (pref == NULL || order == NULL || p.driver == NULL || p.devices == NULL || p.counter_sets == NULL)
+    {
+      nrm_pool_done (&p);
+      return nrm_error_set (err, ENOMEM, "out of memory");
+    }
+  /* Fastest memory first, nodes with CPUs before CPU-less ones, then the
+   * general node preference. */
+  for (size_t k = 0; k < t->n_numa; k++)
+    {
+      order[2 * k] = pref[k];
+      order[2 * k + 1] = k;
+    }
+  qsort_r (order, t->n_numa, 2 * sizeof (size_t), cmp_memory_order, (void *) t);
+
+  for (size_t k = 0; k < t->n_numa; k++)
+    {
+      size_t i = order[2 * k];
+      const struct nrm_numa_node *n = &t->numa[i];
+      uint64_t avail = nrm_topology_node_allocatable_memory (t, i);
+      json_t *cap = consumable (avail - avail % o->memory_granularity, o->memory_granularity);
+      char name[32];
+      if (cap == NULL)
+        continue;
+      json_t *attrs = json_object ();
+      memory_attributes (t, o, i, attrs);
+      if (n->base_page)
+        {
+          cleanup_free char *ps = nrm_pagesize_name (n->base_page);
+          jattr_str (attrs, "pageSize", ps ? ps : "?");
+        }
+      jattr_bool (attrs, "hugeTLB", false);
+      snprintf (name, sizeof (name), "numa%u", n->os_index);
+      json_t *dev = json_pack ("{s:s, s:o, s:{s:o}, s:b}", "name", name, "attributes", attrs, "capacity", "memory",
+                               cap, "allowMultipleAllocations", 1);
+      if (o->node_allocatable)
+        json_object_set_new (dev, "nodeAllocatableResourceMappings",
+                             json_pack ("{s:{s:s}}", "memory", "capacityKey", "memory"));
+      json_array_append_new (p.devices, dev);
+    }
+
+  for (size_t k = 0; k < t->n_numa; k++)
+    {
+      size_t i = order[2 * k];
+      const struct nrm_numa_node *n = &t->numa[i];
+      if (!n->allowed)
+        continue;
+      for (size_t h = 0; h < n->n_hugepages; h++)
+        {
+          uint64_t size = n->hugepages[h].size, total = n->hugepages[h].count * size;
+          json_t *cap = consumable (total - n->reserved_hugepages[h], size);
+          cleanup_free char *ps = nrm_pagesize_name (size);
+          char name[64], lower[32], resource[48];
+          if (cap == NULL || ps == NULL)
+            {
+              json_decref (cap);
+              continue;
+            }
+          snprintf (lower, sizeof (lower), "%s", ps);
+          for (char *c = lower; *c; c++)
+            *c = (char) (*c >= 'A' && *c <= 'Z' ? *c - 'A' + 'a' : *c);
+          snprintf (name, sizeof (name), "numa%u-hugepages-%s", n->os_index, lower);
+          snprintf (resource, sizeof (resource), "hugepages-%s", ps);
+          json_t *attrs = json_object ();
+          memory_attributes (t, o, i, attrs);
+          jattr_str (attrs, "pageSize", ps);
+          jattr_bool (attrs, "hugeTLB", true);
+          json_t *dev = json_pack ("{s:s, s:o, s:{s:o}, s:b}", "name", name, "attributes", attrs, "capacity",
+                                   "hugepages", cap, "allowMultipleAllocations", 1);
+          if (o->node_allocatable)
+            json_object_set_new (dev, "nodeAllocatableResourceMappings",
+                                 json_pack ("{s:{s:s}}", resource, "capacityKey", "hugepages"));
+          json_array_append_new (p.devices, dev);
+        }
+    }
+  *ret = p;
+  return 0;
+}

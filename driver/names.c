@@ -1,0 +1,78 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#include "config.h"
+
+#include <ctype.h>
+#include <string.h>
+
+#include "driver/names.h"
+
+static bool
+label_ok (const char *s, size_t n)
+{
+  if (n == 0 || n > 63)
+    return false;
+  for (size_t i = 0; i < n; i++)
+    {
+      char c = s[i];
+      bool alnum = (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9');
+      if (!alnum && !(c == '-' && i > 0 && i + 1 < n))
+        return false;
+    }
+  return true;
+}
+
+bool
+nrm_is_dns_label (const char *s)
+{
+  return s != NULL && label_ok (s, strlen (s));
+}
+
+bool
+nrm_is_dns_subdomain (const char *s, int max)
+{
+  if (s == NULL)
+    return false;
+  size_t len = strlen (s);
+  if (len == 0 || len > (size_t) max)
+    return false;
+  for (const char *p = s;;)
+    {
+      const char *dot = strchr (p, '.');
+      size_t n = dot ? (size_t) (dot - p) : strlen (p);
+      if (!label_ok (p, n))
+        return false;
+      if (dot == NULL)
+        return true;
+      p = dot + 1;
+    }
+}
+
+bool
+nrm_is_c_identifier (const char *s, int max)
+{
+  if (s == NULL || *s == '\0' || strlen (s) > (size_t) max)
+    return false;
+  if (!(isalpha ((unsigned char) *s) || *s == '_'))
+    return false;
+  for (const char *p = s + 1; *p; p++)
+    if (!(isalnum ((unsigned char) *p) || *p == '_'))
+      return false;
+  return true;
+}
+
+bool
+nrm_is_qualified_name (const char *s)
+{
+  if (s == NULL)
+    return false;
+  const char *slash = strchr (s, '/');
+  if (slash == NULL)
+    return nrm_is_c_identifier (s, 32);
+  char domain[64];
+  size_t n = (size_t) (slash - s);
+  if (n == 0 || n > 63)
+    return false;
+  memcpy (domain, s, n);
+  domain[n] = '\0';
+  return nrm_is_dns_subdomain (domain, 63) && nrm_is_c_identifier (slash + 1, 32);
+}

@@ -1,0 +1,129 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#include "config.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "driver/quantity.h"
+
+/* Anything larger cannot be a resource amount and would overflow. */
+#define QUANTITY_MAX ((nrm_quantity_t) 1 << 120)
+
+int
+nrm_quantity_parse (const char *text, nrm_quantity_t *ret, nrm_error_t *err)
+{
+  const char *p = text;
+  nrm_quantity_t whole = 0, frac = 0, frac_scale = 1, mult = 1, div = 1;
+  int sign = 1, digits = 0;
+
+  if (text == NULL || *text == '\0')
+    return nrm_error_set (err, EINVAL, "empty quantity");
+  if (*p == '+' || *p == '-')
+    sign = *p++ == '-' ? -1 : 1;
+  for (; isdigit ((unsigned char) *p); p++, digits++)
+    {
+      whole = whole * 10 + (*p - '0');
+      if (whole > QUANTITY_MAX)
+        return nrm_error_set (err, ERANGE, "quantity `%s` is too large", text);
+    }
+  if (*p == '.')
+    {
+      p++;
+      for (; isdigit ((unsigned char) *p); p++, digits++)
+        if (frac_scale < (nrm_quantity_t) 1000000000000000000LL)
+          {
+            frac = frac * 10 + (*p - '0');
+            frac_scale *= 10;
+          }
+    }
+  if (digits == 0)
+    return nrm_error_set (err, EINVAL, "quantity `%s` has no number", text);
+
+  static const struct
+  {
+    const char *s;
+    int base, exp;
+  } suffixes[] = { { "Ki", 2, 10 }, { "Mi", 2, 20 }, { "Gi", 2, 30 }, { "Ti", 2, 40 }, { "Pi", 2, 50 },
+                   { "Ei", 2, 60 }, { "n", 10, -9 }, { "u", 10, -6 }, { "m", 10, -3 }, { "k", 10, 3 },
+                   { "M", 10, 6 },  { "G", 10, 9 },  { "T", 10, 12 }, { "P", 10, 15 }, { "E", 10, 18 } };
+  int exp10 = 0;
+  if (*p == 'e' || *p == 'E')
+    {
+      /* "E" alone is exa; "e3"/"E-3" is an exponent. */
+      const char *q = p + 1;
+      int esign = 1, e = 0, ed = 0;
+      if (*q == '+' || *q == '-')
+        esign = *q++ == '-' ? -1 : 1;
+      for (; isdigit ((unsigned char) *q) && ed < 4; q++, ed++)
+        e = e * 10 + (*q - '0');
+      if (ed > 0 && *q == '\0')
+        {
+          exp10 = esign * e;
+          p = q;
+        }
+    }
+  if (*p != '\0')
+    {
+      size_t i;
+      for (i = 0; i < sizeof (suffixes) / sizeof (suffixes[0]); i++)
+        if (strcmp (p, suffixes[i].s) == 0)
+          break;
+      if (i == sizeof (suffixes) / sizeof (suffixes[0]))
+        return nrm_error_set (err, EINVAL, "quantity `%s` has an unknown suffix `%s`", text, p);
+      if (suffixes[i].base == 2)
+        mult = (nrm_quantity_t) 1 << suffixes[i].exp;
+      else
+        exp10 = suffixes[i].exp;
+    }
+  if (exp10 > 27 || exp10 < -27)
+    return nrm_error_set (err, ERANGE, "quantity `%s` is out of range", text);
+  /* value = (whole + frac/frac_scale) * mult * 10^exp10, in nano-units. */
+  int e = exp10 + 9;
+  for (; e > 0; e--)
+    mult *= 10;
+  for (; e < 0; e++)
+    div *= 10;
+  nrm_quantity_t v = whole * mult;
+  if (whole != 0 && v / whole != mult)
+    return nrm_error_set (err, ERANGE, "quantity `%s` is too large", text);
+  /* Round up a remainder below one nano-unit, as Kubernetes does. */
+  nrm_quantity_t f = frac * mult;
+  v = (v + div - 1) / div + (f + frac_scale * div - 1) / (frac_scale * div);
+  if (v > QUANTITY_MAX)
+    return nrm_error_set (err, ERANGE, "quantity `%s` is too large", text);
+  *ret = sign * v;
+  return 0;
+}
+
+int
+nrm_quantity_parse_bytes (const char *text, uint64_t *ret, nrm_error_t *err)
+{
+  nrm_quantity_t q;
+  if (nrm_quantity_parse (text, &q, err) < 0)
+    return -1;
+  if (q < 0 || q % NRM_QUANTITY_ONE != 0)
+    return nrm_error_set (err, EINVAL, "quantity `%s` is not a whole, non-negative number of bytes", text);
+  q /= NRM_QUANTITY_ONE;
+  if (q > (nrm_quantity_t) UINT64_MAX)
+    return nrm_error_set (err, ERANGE, "quantity `%s` is too large", text);
+  *ret = (uint64_t) q;
+  return 0;
+}
+
+char *
+nrm_quantity_format (uint64_t value, int binary, char *buf, unsigned len)
+{
+  static const char *const units[] = { "", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei" };
+  unsigned u = 0;
+  if (binary)
+    while (value != 0 && value % 1024 == 0 && u + 1 < sizeof (units) / sizeof (units[0]))
+      {
+        value /= 1024;
+        u++;
+      }
+  snprintf (buf, len, "%" PRIu64 "%s", value, units[u]);
+  return buf;
+}

@@ -1,0 +1,203 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#include "config.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "driver/devices.h"
+#include "nrm/cleanup.h"
+
+#define MAX_DEVICES 128
+#define MAX_DEVICES_ADVANCED 64
+#define MAX_COUNTER_SETS 8
+
+void
+nrm_publish_options_init (struct nrm_publish_options *o)
+{
+  memset (o, 0, sizeof (*o));
+  o->cpu_driver = "cpu." NRM_DEFAULT_DOMAIN;
+  o->memory_driver = "memory." NRM_DEFAULT_DOMAIN;
+  o->cpu_mode = NRM_CPU_MODE_NUMA;
+  o->memory_granularity = 1024 * 1024;
+}
+
+void
+nrm_pool_done (struct nrm_pool *p)
+{
+  free (p->driver);
+  json_decref (p->devices);
+  json_decref (p->counter_sets);
+  memset (p, 0, sizeof (*p));
+}
+
+/* Accelerators (network, display, processing-accelerator and co-processor
+ * classes) make a node the place for workloads that use them: general CPU
+ * and memory requests are steered elsewhere first. */
+static bool
+is_accelerator (const struct nrm_pci_device *d)
+{
+  unsigned base = d->class_id >> 8;
+  return base == 0x02 || base == 0x03 || base == 0x12 || d->class_id == 0x0b40;
+}
+
+struct pref
+{
+  size_t index;
+  unsigned reserved, accelerators, os_index;
+};
+
+static int
+cmp_pref (const void *a, const void *b)
+{
+  const struct pref *x = a, *y = b;
+  if (x->reserved != y->reserved)
+    return x->reserved < y->reserved ? -1 : 1;
+  if (x->accelerators != y->accelerators)
+    return x->accelerators < y->accelerators ? -1 : 1;
+  return (x->os_index > y->os_index) - (x->os_index < y->os_index);
+}
+
+size_t *
+nrm_numa_preference (const struct nrm_topology *t)
+{
+  cleanup_free struct pref *p = calloc (t->n_numa ? t->n_numa : 1, sizeof (*p));
+  size_t *order = calloc (t->n_numa ? t->n_numa : 1, sizeof (size_t));
+  if (p == NULL || order == NULL)
+    {
+      free (order);
+      return NULL;
+    }
+  for (size_t i = 0; i < t->n_numa; i++)
+    {
+      p[i].index = i;
+      p[i].os_index = t->numa[i].os_index;
+      p[i].reserved = hwloc_bitmap_intersects (t->numa[i].cpus, t->reserved) ? 1 : 0;
+      for (size_t d = 0; d < t->n_pci; d++)
+        if (t->pci[d].numa == (int) i && is_accelerator (&t->pci[d]))
+          p[i].accelerators++;
+    }
+  qsort (p, t->n_numa, sizeof (*p), cmp_pref);
+  for (size_t i = 0; i < t->n_numa; i++)
+    order[i] = p[i].index;
+  return order;
+}
+
+/* Taints, counter consumption and list-typed attributes lower the slice
+ * limit to 64 devices. */
+bool
+nrm_device_is_advanced (json_t *dev)
+{
+  const char *key;
+  json_t *v;
+  if (json_array_size (json_object_get (dev, "taints")) || json_array_size (json_object_get (dev, "consumesCounters")))
+    return true;
+  json_object_foreach (json_object_get (dev, "attributes"), key, v)
+  {
+    if (json_object_get (v, "ints") || json_object_get (v, "bools") || json_object_get (v, "strings")
+        || json_object_get (v, "versions"))
+      return true;
+  }
+  return false;
+}
+
+static json_t *
+new_slice (const struct nrm_pool *p, const struct nrm_publish_options *o)
+{
+  return json_pack ("{s:s, s:s, s:{}, s:{s:s, s:{s:s, s:i, s:i}, s:s}}", "apiVersion", "resource.k8s.io/v1", "kind",
+                    "ResourceSlice", "metadata", "spec", "driver", p->driver, "pool", "name", o->node_name,
+                    "generation", 1, "resourceSliceCount", 0, "nodeName", o->node_name);
+}
+
+int
+nrm_slices_build (const struct nrm_pool *pools, size_t n_pools, const struct nrm_publish_options *o, json_t **ret,
+                  nrm_error_t *err)
+{
+  cleanup_json json_t *items = json_array ();
+  if (items == NULL)
+    return nrm_error_set (err, ENOMEM, "out of memory");
+
+  for (size_t pi = 0; pi < n_pools; pi++)
+    {
+      const struct nrm_pool *p = &pools[pi];
+      cleanup_json json_t *slices = json_array ();
+      json_t *cur = NULL, *devs = NULL;
+      bool adv = false;
+      size_t i;
+      json_t *dev;
+
+      /* Devices in preference order: a new slice when the next device would
+       * break the limit of the current one. */
+      json_array_foreach (p->devices, i, dev)
+      {
+        bool a = nrm_device_is_advanced (dev);
+        size_t limit = (adv || a) ? MAX_DEVICES_ADVANCED : MAX_DEVICES;
+        if (cur == NULL || json_array_size (devs) + 1 > limit)
+          {
+            cur = new_slice (p, o);
+            devs = json_array ();
+            json_object_set_new (json_object_get (cur, "spec"), "devices", devs);
+            json_array_append_new (slices, cur);
+            adv = false;
+          }
+        adv |= a;
+        json_array_append (devs, dev);
+      }
+      /* Counter sets go in slices of their own (1.36: devices or counters). */
+      json_array_foreach (p->counter_sets, i, dev)
+      {
+        if (i % MAX_COUNTER_SETS == 0)
+          {
+            cur = new_slice (p, o);
+            devs = json_array ();
+            json_object_set_new (json_object_get (cur, "spec"), "sharedCounters", devs);
+            json_array_append_new (slices, cur);
+          }
+        json_array_append (devs, dev);
+      }
+      /* An empty pool is still published, as one slice without devices. */
+      if (json_array_size (slices) == 0)
+        json_array_append_new (slices, new_slice (p, o));
+
+      json_array_foreach (slices, i, cur)
+      {
+        char name[300];
+        /* The index prefix keeps the preference order in lexicographic slice order. */
+        snprintf (name, sizeof (name), "%05zx-%s-%s", i, p->driver, o->node_name);
+        json_object_set_new (json_object_get (cur, "metadata"), "name", json_string (name));
+        json_object_set_new (json_object_get (json_object_get (cur, "spec"), "pool"), "resourceSliceCount",
+                             json_integer ((json_int_t) json_array_size (slices)));
+        json_array_append (items, cur);
+      }
+    }
+  *ret = json_pack ("{s:s, s:s, s:O}", "apiVersion", "v1", "kind", "List", "items", items);
+  if (*ret == NULL)
+    return nrm_error_set (err, ENOMEM, "out of memory");
+  return 0;
+}
+
+int
+nrm_node_slices (const struct nrm_topology *t, const struct nrm_publish_options *o, json_t **ret, nrm_error_t *err)
+{
+  struct nrm_pool pools[2] = { 0 };
+  int r = -1;
+
+  if (nrm_cpu_pool (t, o, &pools[0], err) < 0 || nrm_memory_pool (t, o, &pools[1], err) < 0)
+    goto out;
+  if (nrm_slices_build (pools, 2, o, ret, err) < 0)
+    goto out;
+  /* Never hand out a slice the API server would refuse. */
+  if (nrm_slices_validate (*ret, err) < 0)
+    {
+      json_decref (*ret);
+      *ret = NULL;
+      nrm_error_wrap (err, "internal error: generated ResourceSlices are invalid");
+      goto out;
+    }
+  r = 0;
+out:
+  nrm_pool_done (&pools[0]);
+  nrm_pool_done (&pools[1]);
+  return r;
+}

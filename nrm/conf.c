@@ -1,0 +1,455 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#include "config.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/utsname.h>
+
+#include "driver/names.h"
+#include "driver/quantity.h"
+#include "nrm/cleanup.h"
+#include "nrm/conf.h"
+
+void
+nrm_config_init (struct nrm_config *c)
+{
+  memset (c, 0, sizeof (*c));
+  nrm_publish_options_init (&c->publish);
+}
+
+static void
+clear_reserved_memory (struct nrm_config *c)
+{
+  for (size_t i = 0; i < c->node.n_reserved_memory; i++)
+    free (c->node.reserved_memory[i].resource);
+  free (c->node.reserved_memory);
+  c->node.reserved_memory = NULL;
+  c->node.n_reserved_memory = 0;
+}
+
+void
+nrm_config_done (struct nrm_config *c)
+{
+  free (c->node_name);
+  free (c->topology);
+  free (c->fsroot);
+  free (c->cpu_driver);
+  free (c->memory_driver);
+  hwloc_bitmap_free (c->node.reserved_cpus);
+  hwloc_bitmap_free (c->node.isolated_cpus);
+  clear_reserved_memory (c);
+  memset (c, 0, sizeof (*c));
+}
+
+int
+nrm_config_set_string (char **field, const char *value, nrm_error_t *err)
+{
+  char *s = strdup (value);
+  if (s == NULL)
+    return nrm_error_set (err, ENOMEM, "out of memory");
+  free (*field);
+  *field = s;
+  return 0;
+}
+
+static int
+set_cpus (hwloc_bitmap_t *field, const char *list, const char *what, nrm_error_t *err)
+{
+  hwloc_bitmap_t set = NULL;
+  if (nrm_cpulist_parse (list, &set, err) < 0)
+    return nrm_error_wrap (err, "%s", what);
+  hwloc_bitmap_free (*field);
+  *field = set;
+  return 0;
+}
+
+int
+nrm_config_set_reserved_cpus (struct nrm_config *c, const char *list, nrm_error_t *err)
+{
+  return set_cpus (&c->node.reserved_cpus, list, "reserved CPUs", err);
+}
+
+int
+nrm_config_set_isolated_cpus (struct nrm_config *c, const char *list, nrm_error_t *err)
+{
+  return set_cpus (&c->node.isolated_cpus, list, "isolated CPUs", err);
+}
+
+static bool
+memory_resource_ok (const char *r)
+{
+  return strcmp (r, "memory") == 0 || (strncmp (r, "hugepages-", 10) == 0 && r[10] != '\0');
+}
+
+static int
+add_reserved (struct nrm_config *c, unsigned node, const char *resource, const char *amount, nrm_error_t *err)
+{
+  uint64_t bytes;
+  if (!memory_resource_ok (resource))
+    return nrm_error_set (err, EINVAL, "reserved memory: unknown resource `%s` (memory or hugepages-<size>)",
+                          resource);
+  if (nrm_quantity_parse_bytes (amount, &bytes, err) < 0)
+    return nrm_error_wrap (err, "reserved memory: %s on NUMA node %u", resource, node);
+  struct nrm_reserved_memory *r
+      = realloc (c->node.reserved_memory, (c->node.n_reserved_memory + 1) * sizeof (*r));
+  if (r == NULL)
+    return nrm_error_set (err, ENOMEM, "out of memory");
+  c->node.reserved_memory = r;
+  r = &r[c->node.n_reserved_memory];
+  r->numa_node = node;
+  r->bytes = bytes;
+  r->resource = strdup (resource);
+  if (r->resource == NULL)
+    return nrm_error_set (err, ENOMEM, "out of memory");
+  c->node.n_reserved_memory++;
+  return 0;
+}
+
+static int
+parse_node (const char *text, size_t len, unsigned *ret, nrm_error_t *err)
+{
+  char buf[16];
+  char *end = NULL;
+  if (len == 0 || len >= sizeof (buf))
+    return nrm_error_set (err, EINVAL, "reserved memory: invalid NUMA node `%.*s`", (int) len, text);
+  memcpy (buf, text, len);
+  buf[len] = '\0';
+  errno = 0;
+  unsigned long v = strtoul (buf, &end, 10);
+  if (errno || *end || !isdigit ((unsigned char) buf[0]) || v > 65535)
+    return nrm_error_set (err, EINVAL, "reserved memory: invalid NUMA node `%s`", buf);
+  *ret = (unsigned) v;
+  return 0;
+}
+
+int
+nrm_config_add_reserved_memory (struct nrm_config *c, const char *spec, nrm_error_t *err)
+{
+  const char *colon = strchr (spec, ':');
+  unsigned node = 0;
+  if (colon == NULL)
+    return nrm_error_set (err, EINVAL, "reserved memory `%s`: expected <node>:<resource>=<amount>[,...]", spec);
+  if (parse_node (spec, (size_t) (colon - spec), &node, err) < 0)
+    return -1;
+  cleanup_free char *rest = strdup (colon + 1);
+  if (rest == NULL)
+    return nrm_error_set (err, ENOMEM, "out of memory");
+  char *save = NULL;
+  size_t n = 0;
+  for (char *tok = strtok_r (rest, ",", &save); tok; tok = strtok_r (NULL, ",", &save), n++)
+    {
+      char *eq = strchr (tok, '=');
+      if (eq == NULL)
+        return nrm_error_set (err, EINVAL, "reserved memory `%s`: `%s` is not <resource>=<amount>", spec, tok);
+      *eq = '\0';
+      if (add_reserved (c, node, tok, eq + 1, err) < 0)
+        return -1;
+    }
+  if (n == 0)
+    return nrm_error_set (err, EINVAL, "reserved memory `%s`: no amounts given", spec);
+  return 0;
+}
+
+static int
+set_gate (struct nrm_config *c, const char *name, bool value, nrm_error_t *err)
+{
+  if (strcmp (name, "DRAListTypeAttributes") == 0)
+    c->publish.list_attributes = value;
+  else if (strcmp (name, "DRANodeAllocatableResources") == 0)
+    c->publish.node_allocatable = value;
+  else
+    return nrm_error_set (err, EINVAL,
+                          "unknown feature gate `%s` (known: DRAListTypeAttributes, DRANodeAllocatableResources)",
+                          name);
+  return 0;
+}
+
+int
+nrm_config_set_feature_gates (struct nrm_config *c, const char *spec, nrm_error_t *err)
+{
+  cleanup_free char *copy = strdup (spec);
+  char *save = NULL;
+  if (copy == NULL)
+    return nrm_error_set (err, ENOMEM, "out of memory");
+  for (char *tok = strtok_r (copy, ",", &save); tok; tok = strtok_r (NULL, ",", &save))
+    {
+      char *eq = strchr (tok, '=');
+      if (eq == NULL || (strcmp (eq + 1, "true") && strcmp (eq + 1, "false")))
+        return nrm_error_set (err, EINVAL, "feature gates `%s`: expected <Gate>=true|false", spec);
+      *eq = '\0';
+      if (set_gate (c, tok, strcmp (eq + 1, "true") == 0, err) < 0)
+        return -1;
+    }
+  return 0;
+}
+
+int
+nrm_config_set_cpu_mode (struct nrm_config *c, const char *mode, nrm_error_t *err)
+{
+  if (strcmp (mode, "numa") == 0)
+    c->publish.cpu_mode = NRM_CPU_MODE_NUMA;
+  else if (strcmp (mode, "partitioned") == 0)
+    c->publish.cpu_mode = NRM_CPU_MODE_PARTITIONED;
+  else
+    return nrm_error_set (err, EINVAL, "unknown CPU device mode `%s` (numa or partitioned)", mode);
+  return 0;
+}
+
+/* --- config file --------------------------------------------------------- */
+
+static const char *
+type_name (json_t *v)
+{
+  switch (json_typeof (v))
+    {
+    case JSON_OBJECT:
+      return "an object";
+    case JSON_ARRAY:
+      return "a list";
+    case JSON_STRING:
+      return "a string";
+    case JSON_INTEGER:
+      return "an integer";
+    case JSON_REAL:
+      return "a number";
+    case JSON_TRUE:
+    case JSON_FALSE:
+      return "a boolean";
+    case JSON_NULL:
+      return "null";
+    }
+  return "?";
+}
+
+#define WANT(v, pred, key, what)                                                                          \
+  do                                                                                                       \
+    {                                                                                                      \
+      if (!pred (v))                                                                                       \
+        return nrm_error_set (err, EINVAL, "key `%s` must be %s, not %s", key, what, type_name (v));       \
+    }                                                                                                      \
+  while (0)
+
+static int
+load_reserved_memory (struct nrm_config *c, json_t *v, nrm_error_t *err)
+{
+  size_t i;
+  json_t *e;
+  WANT (v, json_is_array, "reservedMemory", "a list");
+  clear_reserved_memory (c);
+  json_array_foreach (v, i, e)
+  {
+    const char *key;
+    json_t *x;
+    char where[64];
+    snprintf (where, sizeof (where), "reservedMemory[%zu]", i);
+    WANT (e, json_is_object, where, "an object");
+    json_t *node = json_object_get (e, "numaNode"), *limits = json_object_get (e, "limits");
+    json_object_foreach (e, key, x)
+    {
+      if (strcmp (key, "numaNode") && strcmp (key, "limits"))
+        return nrm_error_set (err, EINVAL, "unknown key `%s.%s`", where, key);
+    }
+    if (!json_is_integer (node) || json_integer_value (node) < 0 || json_integer_value (node) > 65535)
+      return nrm_error_set (err, EINVAL, "key `%s.numaNode` must be a NUMA node number", where);
+    if (!json_is_object (limits))
+      return nrm_error_set (err, EINVAL, "key `%s.limits` must be an object of resource amounts", where);
+    json_object_foreach (limits, key, x)
+    {
+      if (!json_is_string (x))
+        return nrm_error_set (err, EINVAL, "key `%s.limits.%s` must be a quantity string, not %s", where, key,
+                              type_name (x));
+      if (add_reserved (c, (unsigned) json_integer_value (node), key, json_string_value (x), err) < 0)
+        return nrm_error_wrap (err, "key `%s`", where);
+    }
+  }
+  return 0;
+}
+
+static int
+load_section (json_t *v, const char *section, const char *const *keys, nrm_error_t *err)
+{
+  const char *key;
+  json_t *x;
+  WANT (v, json_is_object, section, "an object");
+  json_object_foreach (v, key, x)
+  {
+    bool ok = false;
+    for (const char *const *k = keys; *k; k++)
+      ok |= strcmp (*k, key) == 0;
+    if (!ok)
+      return nrm_error_set (err, EINVAL, "unknown key `%s.%s`", section, key);
+  }
+  return 0;
+}
+
+static int
+load_root (struct nrm_config *c, json_t *root, nrm_error_t *err)
+{
+  const char *key;
+  json_t *v;
+
+  if (!json_is_object (root))
+    return nrm_error_set (err, EINVAL, "the top level must be an object, not %s", type_name (root));
+  json_object_foreach (root, key, v)
+  {
+    if (strcmp (key, "nodeName") == 0)
+      {
+        WANT (v, json_is_string, key, "a string");
+        if (nrm_config_set_string (&c->node_name, json_string_value (v), err) < 0)
+          return -1;
+      }
+    else if (strcmp (key, "topology") == 0)
+      {
+        WANT (v, json_is_string, key, "a string");
+        if (nrm_config_set_string (&c->topology, json_string_value (v), err) < 0)
+          return -1;
+      }
+    else if (strcmp (key, "fsroot") == 0)
+      {
+        WANT (v, json_is_string, key, "a string");
+        if (nrm_config_set_string (&c->fsroot, json_string_value (v), err) < 0)
+          return -1;
+      }
+    else if (strcmp (key, "reservedCPUs") == 0)
+      {
+        WANT (v, json_is_string, key, "a CPU list string");
+        if (nrm_config_set_reserved_cpus (c, json_string_value (v), err) < 0)
+          return nrm_error_wrap (err, "key `%s`", key);
+      }
+    else if (strcmp (key, "isolatedCPUs") == 0)
+      {
+        WANT (v, json_is_string, key, "a CPU list string");
+        if (nrm_config_set_isolated_cpus (c, json_string_value (v), err) < 0)
+          return nrm_error_wrap (err, "key `%s`", key);
+      }
+    else if (strcmp (key, "reservedMemory") == 0)
+      {
+        if (load_reserved_memory (c, v, err) < 0)
+          return -1;
+      }
+    else if (strcmp (key, "cpu") == 0)
+      {
+        static const char *const keys[] = { "mode", "driverName", NULL };
+        json_t *mode = json_object_get (v, "mode"), *name = json_object_get (v, "driverName");
+        if (load_section (v, key, keys, err) < 0)
+          return -1;
+        if (mode)
+          {
+            WANT (mode, json_is_string, "cpu.mode", "a string");
+            if (nrm_config_set_cpu_mode (c, json_string_value (mode), err) < 0)
+              return nrm_error_wrap (err, "key `cpu.mode`");
+          }
+        if (name)
+          {
+            WANT (name, json_is_string, "cpu.driverName", "a string");
+            if (nrm_config_set_string (&c->cpu_driver, json_string_value (name), err) < 0)
+              return -1;
+          }
+      }
+    else if (strcmp (key, "memory") == 0)
+      {
+        static const char *const keys[] = { "granularity", "driverName", NULL };
+        json_t *g = json_object_get (v, "granularity"), *name = json_object_get (v, "driverName");
+        if (load_section (v, key, keys, err) < 0)
+          return -1;
+        if (g)
+          {
+            uint64_t bytes;
+            WANT (g, json_is_string, "memory.granularity", "a quantity string");
+            if (nrm_quantity_parse_bytes (json_string_value (g), &bytes, err) < 0)
+              return nrm_error_wrap (err, "key `memory.granularity`");
+            if (bytes == 0)
+              return nrm_error_set (err, EINVAL, "key `memory.granularity` must be positive");
+            c->publish.memory_granularity = bytes;
+          }
+        if (name)
+          {
+            WANT (name, json_is_string, "memory.driverName", "a string");
+            if (nrm_config_set_string (&c->memory_driver, json_string_value (name), err) < 0)
+              return -1;
+          }
+      }
+    else if (strcmp (key, "featureGates") == 0)
+      {
+        const char *gate;
+        json_t *g;
+        WANT (v, json_is_object, key, "an object");
+        json_object_foreach (v, gate, g)
+        {
+          char where[96];
+          snprintf (where, sizeof (where), "featureGates.%s", gate);
+          WANT (g, json_is_boolean, where, "a boolean");
+          if (set_gate (c, gate, json_is_true (g), err) < 0)
+            return nrm_error_wrap (err, "key `featureGates`");
+        }
+      }
+    else
+      return nrm_error_set (err, EINVAL, "unknown key `%s`", key);
+  }
+  return 0;
+}
+
+int
+nrm_config_load_file (struct nrm_config *c, const char *path, nrm_error_t *err)
+{
+  json_error_t jerr;
+  cleanup_json json_t *root = json_load_file (path, JSON_REJECT_DUPLICATES, &jerr);
+  if (root == NULL)
+    {
+      if (jerr.line < 0)
+        return nrm_error_set (err, EINVAL, "config `%s`: %s", path, jerr.text);
+      return nrm_error_set (err, EINVAL, "config `%s`: line %d, column %d: %s", path, jerr.line, jerr.column,
+                            jerr.text);
+    }
+  if (load_root (c, root, err) < 0)
+    return nrm_error_wrap (err, "config `%s`", path);
+  return 0;
+}
+
+int
+nrm_config_finish (struct nrm_config *c, nrm_error_t *err)
+{
+  if (c->node_name == NULL)
+    {
+      const char *env = getenv ("NODE_NAME");
+      struct utsname u;
+      if (env && *env)
+        {
+          if (nrm_config_set_string (&c->node_name, env, err) < 0)
+            return -1;
+        }
+      else if (uname (&u) == 0)
+        {
+          /* Kubernetes lower-cases host names for node names. */
+          for (char *p = u.nodename; *p; p++)
+            *p = (char) tolower ((unsigned char) *p);
+          if (nrm_config_set_string (&c->node_name, u.nodename, err) < 0)
+            return -1;
+        }
+      else
+        return nrm_error_errno (err, errno, "cannot read the host name; set --node-name");
+    }
+  if (!nrm_is_dns_subdomain (c->node_name, 253))
+    return nrm_error_set (err, EINVAL, "node name `%s` is not a valid Kubernetes node name (a DNS subdomain)",
+                          c->node_name);
+  if (c->cpu_driver)
+    c->publish.cpu_driver = c->cpu_driver;
+  if (c->memory_driver)
+    c->publish.memory_driver = c->memory_driver;
+  if (!nrm_is_dns_subdomain (c->publish.cpu_driver, 63))
+    return nrm_error_set (err, EINVAL, "CPU driver name `%s` is not a DNS subdomain of at most 63 characters",
+                          c->publish.cpu_driver);
+  if (!nrm_is_dns_subdomain (c->publish.memory_driver, 63))
+    return nrm_error_set (err, EINVAL, "memory driver name `%s` is not a DNS subdomain of at most 63 characters",
+                          c->publish.memory_driver);
+  if (strcmp (c->publish.cpu_driver, c->publish.memory_driver) == 0)
+    return nrm_error_set (err, EINVAL, "the CPU and memory drivers need different names");
+  c->publish.node_name = c->node_name;
+  if (c->fsroot == NULL && nrm_config_set_string (&c->fsroot, getenv ("NRM_FSROOT") ? getenv ("NRM_FSROOT") : "/",
+                                                  err) < 0)
+    return -1;
+  return 0;
+}

@@ -1,0 +1,44 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#ifndef NRM_CONF_H
+#define NRM_CONF_H
+
+#include <stdbool.h>
+
+#include "driver/devices.h"
+#include "nrm/error.h"
+#include "topology/topology.h"
+
+/* Everything a command needs, from the config file with flags on top. */
+struct nrm_config
+{
+  char *node_name;
+  char *topology; /* hwloc XML to serve instead of the live machine */
+  char *fsroot;   /* prefix of /sys and /proc; "/" by default */
+  struct nrm_node_settings node;
+  struct nrm_publish_options publish;
+  char *cpu_driver, *memory_driver; /* owned strings behind publish */
+};
+
+void nrm_config_init (struct nrm_config *c);
+void nrm_config_done (struct nrm_config *c);
+
+/* Reads a JSON config file; unknown keys and wrong types are errors that
+ * name the key. Values already set from the file are replaced. */
+int nrm_config_load_file (struct nrm_config *c, const char *path, nrm_error_t *err);
+
+/* The same settings as flags take them. */
+int nrm_config_set_reserved_cpus (struct nrm_config *c, const char *list, nrm_error_t *err);
+int nrm_config_set_isolated_cpus (struct nrm_config *c, const char *list, nrm_error_t *err);
+/* "0:memory=1Gi,hugepages-2Mi=64Mi" (the kubelet's --reserved-memory format);
+ * may be given several times. */
+int nrm_config_add_reserved_memory (struct nrm_config *c, const char *spec, nrm_error_t *err);
+/* "DRAListTypeAttributes=true,DRANodeAllocatableResources=false" */
+int nrm_config_set_feature_gates (struct nrm_config *c, const char *spec, nrm_error_t *err);
+int nrm_config_set_cpu_mode (struct nrm_config *c, const char *mode, nrm_error_t *err);
+int nrm_config_set_string (char **field, const char *value, nrm_error_t *err);
+
+/* Fills defaults (node name from $NODE_NAME or the host name) and checks
+ * names; call once all sources are read. */
+int nrm_config_finish (struct nrm_config *c, nrm_error_t *err);
+
+#endif

@@ -1,0 +1,106 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#include "config.h"
+
+#include "nrm/error.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int
+error_vset (nrm_error_t *err, int status, const char *suffix, const char *fmt, va_list ap)
+{
+  char *msg = NULL;
+  nrm_error_t e;
+
+  if (err == NULL)
+    return -1;
+  if (vasprintf (&msg, fmt, ap) < 0)
+    msg = NULL;
+  if (msg != NULL && suffix != NULL)
+    {
+      char *full = NULL;
+      if (asprintf (&full, "%s: %s", msg, suffix) >= 0)
+        {
+          free (msg);
+          msg = full;
+        }
+    }
+  e = calloc (1, sizeof (*e));
+  if (e == NULL)
+    {
+      free (msg);
+      return -1;
+    }
+  e->status = status;
+  e->msg = msg;
+  /* An earlier error would be lost: keep the first, it is the cause. */
+  if (*err != NULL)
+    {
+      free (e->msg);
+      free (e);
+      return -1;
+    }
+  *err = e;
+  return -1;
+}
+
+int
+nrm_error_set (nrm_error_t *err, int status, const char *fmt, ...)
+{
+  va_list ap;
+  va_start (ap, fmt);
+  error_vset (err, status, NULL, fmt, ap);
+  va_end (ap);
+  return -1;
+}
+
+int
+nrm_error_errno (nrm_error_t *err, int errnum, const char *fmt, ...)
+{
+  va_list ap;
+  va_start (ap, fmt);
+  error_vset (err, errnum, strerror (errnum), fmt, ap);
+  va_end (ap);
+  return -1;
+}
+
+int
+nrm_error_wrap (nrm_error_t *err, const char *fmt, ...)
+{
+  char *ctx = NULL, *full = NULL;
+  va_list ap;
+
+  if (err == NULL || *err == NULL)
+    return -1;
+  va_start (ap, fmt);
+  if (vasprintf (&ctx, fmt, ap) < 0)
+    ctx = NULL;
+  va_end (ap);
+  if (ctx != NULL && asprintf (&full, "%s: %s", ctx, (*err)->msg ? (*err)->msg : "unknown error") >= 0)
+    {
+      free ((*err)->msg);
+      (*err)->msg = full;
+    }
+  free (ctx);
+  return -1;
+}
+
+void
+nrm_error_release (nrm_error_t *err)
+{
+  if (err == NULL || *err == NULL)
+    return;
+  free ((*err)->msg);
+  free (*err);
+  *err = NULL;
+}
+
+const char *
+nrm_error_msg (nrm_error_t err)
+{
+  if (err == NULL)
+    return "no error";
+  return err->msg ? err->msg : "out of memory";
+}

@@ -1,0 +1,294 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#include "config.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "driver/devices.h"
+#include "nrm/cleanup.h"
+#include "nrm/conf.h"
+#include "topology/topology.h"
+
+#define EXIT_USAGE 2
+
+static const char usage_text[]
+    = "Usage: nrm COMMAND [OPTIONS]\n"
+      "\n"
+      "nrm publishes this node's CPUs and memory as NUMA-aware Kubernetes DRA devices.\n"
+      "\n"
+      "Commands:\n"
+      "  topology   show the machine as nrm models it (packages, NUMA nodes, caches, cores, PCI)\n"
+      "  slices     print the node's ResourceSlices (resource.k8s.io/v1) as one List document\n"
+      "  help       show this help\n"
+      "  version    show the version\n"
+      "\n"
+      "Options of every command:\n"
+      "  -c, --config FILE          JSON config file; flags override it (docs/configuration.md)\n"
+      "  -t, --topology FILE        read an hwloc XML export instead of this machine\n"
+      "      --node-name NAME       Kubernetes node name (default: $NODE_NAME, else the host name)\n"
+      "      --reserved-cpus LIST   CPUs never handed out, e.g. 0-1 (like reservedSystemCPUs)\n"
+      "      --isolated-cpus LIST   isolated CPUs (default: /sys/devices/system/cpu/isolated\n"
+      "                             on this machine, none for an XML file)\n"
+      "      --reserved-memory SPEC memory kept back on a NUMA node, in the kubelet's format:\n"
+      "                             NODE:memory=AMOUNT[,hugepages-SIZE=AMOUNT]; repeatable\n"
+      "      --cpu-mode MODE        numa (default): one consumable CPU device per NUMA node;\n"
+      "                             partitioned: exclusive node, L3-group and core devices\n"
+      "      --feature-gates LIST   API server gates the slices may use, e.g.\n"
+      "                             DRAListTypeAttributes=true,DRANodeAllocatableResources=true\n"
+      "      --fsroot DIR           prefix of /sys for the files nrm reads itself ($NRM_FSROOT)\n"
+      "  -h, --help                 show this help\n"
+      "\n"
+      "Options of topology:\n"
+      "      --json                 print the whole model as JSON\n"
+      "\n"
+      "Exit status: 0 on success, 1 when the machine or a setting is unusable, 2 for bad usage.\n";
+
+enum
+{
+  OPT_NODE_NAME = 256,
+  OPT_RESERVED_CPUS,
+  OPT_ISOLATED_CPUS,
+  OPT_RESERVED_MEMORY,
+  OPT_CPU_MODE,
+  OPT_FEATURE_GATES,
+  OPT_FSROOT,
+  OPT_JSON,
+};
+
+static const struct option long_options[] = {
+  { "config", required_argument, NULL, 'c' },
+  { "topology", required_argument, NULL, 't' },
+  { "node-name", required_argument, NULL, OPT_NODE_NAME },
+  { "reserved-cpus", required_argument, NULL, OPT_RESERVED_CPUS },
+  { "isolated-cpus", required_argument, NULL, OPT_ISOLATED_CPUS },
+  { "reserved-memory", required_argument, NULL, OPT_RESERVED_MEMORY },
+  { "cpu-mode", required_argument, NULL, OPT_CPU_MODE },
+  { "feature-gates", required_argument, NULL, OPT_FEATURE_GATES },
+  { "fsroot", required_argument, NULL, OPT_FSROOT },
+  { "json", no_argument, NULL, OPT_JSON },
+  { "help", no_argument, NULL, 'h' },
+  { NULL, 0, NULL, 0 },
+};
+
+struct cli
+{
+  struct nrm_config cfg;
+  bool json;
+};
+
+static int
+fail (nrm_error_t *err, int code)
+{
+  fprintf (stderr, "nrm: %s\n", nrm_error_msg (*err));
+  nrm_error_release (err);
+  return code;
+}
+
+/* Options are applied in two passes so that the config file is read first
+ * and every flag overrides it, wherever it stands on the command line. */
+static int
+parse_options (struct cli *cli, const char *cmd, int argc, char **argv, nrm_error_t *err)
+{
+  int c;
+
+  optind = 1;
+  opterr = 0;
+  while ((c = getopt_long (argc, argv, "+c:t:h", long_options, NULL)) != -1)
+    {
+      if (c == 'c' && nrm_config_load_file (&cli->cfg, optarg, err) < 0)
+        return -1;
+      if (c == '?')
+        {
+          if (optopt)
+            return nrm_error_set (err, EINVAL, "%s: option -%c needs an argument or is unknown", cmd, optopt);
+          return nrm_error_set (err, EINVAL, "%s: unknown option or missing argument in `%s`", cmd,
+                                argv[optind - 1]);
+        }
+      if (c == 'h')
+        return 1;
+    }
+  if (optind < argc)
+    return nrm_error_set (err, EINVAL, "%s: unexpected argument `%s`", cmd, argv[optind]);
+
+  optind = 1;
+  while ((c = getopt_long (argc, argv, "+c:t:h", long_options, NULL)) != -1)
+    {
+      int r = 0;
+      switch (c)
+        {
+        case 't':
+          r = nrm_config_set_string (&cli->cfg.topology, optarg, err);
+          break;
+        case OPT_NODE_NAME:
+          r = nrm_config_set_string (&cli->cfg.node_name, optarg, err);
+          break;
+        case OPT_RESERVED_CPUS:
+          r = nrm_config_set_reserved_cpus (&cli->cfg, optarg, err);
+          break;
+        case OPT_ISOLATED_CPUS:
+          r = nrm_config_set_isolated_cpus (&cli->cfg, optarg, err);
+          break;
+        case OPT_RESERVED_MEMORY:
+          r = nrm_config_add_reserved_memory (&cli->cfg, optarg, err);
+          break;
+        case OPT_CPU_MODE:
+          r = nrm_config_set_cpu_mode (&cli->cfg, optarg, err);
+          break;
+        case OPT_FEATURE_GATES:
+          r = nrm_config_set_feature_gates (&cli->cfg, optarg, err);
+          break;
+        case OPT_FSROOT:
+          r = nrm_config_set_string (&cli->cfg.fsroot, optarg, err);
+          break;
+        case OPT_JSON:
+          if (strcmp (cmd, "topology") != 0)
+            return nrm_error_set (err, EINVAL, "%s: --json is an option of `nrm topology`", cmd);
+          cli->json = true;
+          break;
+        default:
+          break;
+        }
+      if (r < 0)
+        return -1;
+    }
+  return nrm_config_finish (&cli->cfg, err);
+}
+
+static int
+load_machine (struct cli *cli, struct nrm_topology **ret, nrm_error_t *err)
+{
+  struct nrm_topology *t = NULL;
+  if (nrm_topology_load (cli->cfg.topology, cli->cfg.fsroot, &t, err) < 0)
+    return -1;
+  if (nrm_topology_apply_settings (t, &cli->cfg.node, cli->cfg.fsroot, err) < 0)
+    {
+      nrm_topology_free (t);
+      return -1;
+    }
+  *ret = t;
+  return 0;
+}
+
+/* Output is built in memory and written only on success: a failing command
+ * prints nothing on stdout. */
+static int
+emit (const char *buf, size_t len, nrm_error_t *err)
+{
+  if (fwrite (buf, 1, len, stdout) != len || fflush (stdout) != 0)
+    return nrm_error_errno (err, errno ? errno : EIO, "cannot write to stdout");
+  return 0;
+}
+
+static int
+emit_json (json_t *doc, nrm_error_t *err)
+{
+  cleanup_free char *s = json_dumps (doc, JSON_INDENT (2));
+  if (s == NULL)
+    return nrm_error_set (err, ENOMEM, "out of memory");
+  size_t len = strlen (s);
+  s[len] = '\n';
+  return emit (s, len + 1, err);
+}
+
+static int
+cmd_topology (struct cli *cli, nrm_error_t *err)
+{
+  struct nrm_topology *t = NULL;
+  int r;
+  if (load_machine (cli, &t, err) < 0)
+    return -1;
+  if (cli->json)
+    {
+      cleanup_json json_t *doc = nrm_topology_to_json (t);
+      r = doc ? emit_json (doc, err) : nrm_error_set (err, ENOMEM, "out of memory");
+    }
+  else
+    {
+      cleanup_free char *buf = NULL;
+      size_t len = 0;
+      FILE *f = open_memstream (&buf, &len);
+      if (f == NULL)
+        r = nrm_error_errno (err, errno, "open_memstream");
+      else
+        {
+          r = nrm_topology_print_summary (t, f, err);
+          fclose (f);
+          if (r == 0)
+            r = emit (buf, len, err);
+        }
+    }
+  nrm_topology_free (t);
+  return r;
+}
+
+static int
+cmd_slices (struct cli *cli, nrm_error_t *err)
+{
+  struct nrm_topology *t = NULL;
+  cleanup_json json_t *list = NULL;
+  int r;
+  if (load_machine (cli, &t, err) < 0)
+    return -1;
+  r = nrm_node_slices (t, &cli->cfg.publish, &list, err);
+  nrm_topology_free (t);
+  if (r < 0)
+    return -1;
+  return emit_json (list, err);
+}
+
+int
+main (int argc, char **argv)
+{
+  nrm_error_t err = NULL;
+  struct cli cli = { .json = false };
+  int r;
+
+  if (argc < 2)
+    {
+      fputs (usage_text, stderr);
+      return EXIT_USAGE;
+    }
+  const char *cmd = argv[1];
+  if (strcmp (cmd, "help") == 0 || strcmp (cmd, "--help") == 0 || strcmp (cmd, "-h") == 0)
+    {
+      fputs (usage_text, stdout);
+      return 0;
+    }
+  if (strcmp (cmd, "version") == 0 || strcmp (cmd, "--version") == 0)
+    {
+      printf ("nrm %s\n", PACKAGE_VERSION);
+      return 0;
+    }
+  int (*run) (struct cli *, nrm_error_t *) = NULL;
+  if (strcmp (cmd, "topology") == 0)
+    run = cmd_topology;
+  else if (strcmp (cmd, "slices") == 0)
+    run = cmd_slices;
+  else
+    {
+      fprintf (stderr, "nrm: unknown command `%s`; see `nrm --help`\n", cmd);
+      return EXIT_USAGE;
+    }
+
+  nrm_config_init (&cli.cfg);
+  r = parse_options (&cli, cmd, argc - 1, argv + 1, &err);
+  if (r == 1)
+    {
+      fputs (usage_text, stdout);
+      nrm_config_done (&cli.cfg);
+      return 0;
+    }
+  if (r < 0)
+    {
+      nrm_config_done (&cli.cfg);
+      return fail (&err, EXIT_USAGE);
+    }
+  r = run (&cli, &err);
+  nrm_config_done (&cli.cfg);
+  if (r < 0)
+    return fail (&err, EXIT_FAILURE);
+  return 0;
+}

@@ -1,0 +1,1 @@
+int corpus_dummy;

@@ -1,0 +1,282 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#include "config.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "nrm/cleanup.h"
+#include "topology/topology.h"
+
+char *
+nrm_cpulist_format (hwloc_const_bitmap_t set)
+{
+  char *s = NULL;
+  if (set == NULL || hwloc_bitmap_iszero (set))
+    return strdup ("");
+  if (hwloc_bitmap_list_asprintf (&s, set) < 0)
+    return NULL;
+  return s;
+}
+
+/* hwloc's own list parser accepts garbage such as "1-" or "x", so the syntax
+ * is checked here and the numbers are handed to hwloc one range at a time. */
+int
+nrm_cpulist_parse (const char *text, hwloc_bitmap_t *ret, nrm_error_t *err)
+{
+  cleanup_bitmap hwloc_bitmap_t set = hwloc_bitmap_alloc ();
+  const char *p = text;
+
+  if (set == NULL)
+    return nrm_error_set (err, ENOMEM, "out of memory");
+  while (*p && isspace ((unsigned char) *p))
+    p++;
+  while (*p && *p != '\n')
+    {
+      char *end = NULL;
+      unsigned long a, b;
+      if (!isdigit ((unsigned char) *p))
+        return nrm_error_set (err, EINVAL, "invalid CPU list `%s`: expected a number at `%s`", text, p);
+      errno = 0;
+      a = strtoul (p, &end, 10);
+      if (errno || a > 65535)
+        return nrm_error_set (err, EINVAL, "invalid CPU list `%s`: CPU number out of range", text);
+      b = a;
+      p = end;
+      if (*p == '-')
+        {
+          p++;
+          if (!isdigit ((unsigned char) *p))
+            return nrm_error_set (err, EINVAL, "invalid CPU list `%s`: incomplete range", text);
+          errno = 0;
+          b = strtoul (p, &end, 10);
+          if (errno || b > 65535)
+            return nrm_error_set (err, EINVAL, "invalid CPU list `%s`: CPU number out of range", text);
+          if (b < a)
+            return nrm_error_set (err, EINVAL, "invalid CPU list `%s`: range %lu-%lu is reversed", text, a, b);
+          p = end;
+        }
+      hwloc_bitmap_set_range (set, (unsigned) a, (int) b);
+      if (*p == ',')
+        {
+          p++;
+          if (!isdigit ((unsigned char) *p))
+            return nrm_error_set (err, EINVAL, "invalid CPU list `%s`: empty entry", text);
+        }
+      else if (*p && *p != '\n')
+        return nrm_error_set (err, EINVAL, "invalid CPU list `%s`: unexpected `%c`", text, *p);
+    }
+  *ret = TAKE_PTR (set);
+  return 0;
+}
+
+char *
+nrm_pagesize_name (uint64_t size)
+{
+  static const char *const units[] = { "", "Ki", "Mi", "Gi", "Ti" };
+  size_t u = 0;
+  char *s = NULL;
+  while (u + 1 < sizeof (units) / sizeof (units[0]) && size >= 1024 && size % 1024 == 0)
+    {
+      size /= 1024;
+      u++;
+    }
+  if (asprintf (&s, "%" PRIu64 "%s", size, units[u]) < 0)
+    return NULL;
+  return s;
+}
+
+hwloc_bitmap_t
+nrm_topology_node_allocatable (const struct nrm_topology *t, size_t numa)
+{
+  hwloc_bitmap_t set = hwloc_bitmap_dup (t->numa[numa].cpus);
+  if (set == NULL)
+    return NULL;
+  hwloc_bitmap_andnot (set, set, t->disallowed);
+  hwloc_bitmap_andnot (set, set, t->reserved);
+  return set;
+}
+
+uint64_t
+nrm_topology_node_allocatable_memory (const struct nrm_topology *t, size_t numa)
+{
+  const struct nrm_numa_node *n = &t->numa[numa];
+  if (!n->allowed || n->reserved_memory >= n->memory)
+    return 0;
+  return n->memory - n->reserved_memory;
+}
+
+uint64_t
+nrm_topology_distance (const struct nrm_topology *t, size_t a, size_t b)
+{
+  if (t->distances != NULL)
+    return t->distances[a * t->n_numa + b];
+  return a == b ? 10 : 20;
+}
+
+size_t
+nrm_topology_near_nodes (const struct nrm_topology *t, size_t numa, int64_t *out, size_t max)
+{
+  size_t n = 0;
+  uint64_t best = UINT64_MAX;
+  int pkg = t->numa[numa].package;
+
+  if (max == 0)
+    return 0;
+  out[n++] = t->numa[numa].os_index;
+  if (pkg < 0)
+    return n;
+  for (size_t i = 0; i < t->n_numa; i++)
+    if (i != numa && t->numa[i].package == pkg && nrm_topology_distance (t, numa, i) < best)
+      best = nrm_topology_distance (t, numa, i);
+  for (size_t i = 0; i < t->n_numa && n < max; i++)
+    if (i != numa && t->numa[i].package == pkg && nrm_topology_distance (t, numa, i) == best)
+      out[n++] = t->numa[i].os_index;
+  return n;
+}
+
+static int
+read_isolated (const char *fsroot, hwloc_bitmap_t *ret, nrm_error_t *err)
+{
+  cleanup_free char *path = NULL;
+  cleanup_fclose FILE *f = NULL;
+  char buf[4096];
+
+  if (asprintf (&path, "%s/sys/devices/system/cpu/isolated", fsroot && strcmp (fsroot, "/") ? fsroot : "") < 0)
+    return nrm_error_set (err, ENOMEM, "out of memory");
+  f = fopen (path, "re");
+  if (f == NULL)
+    {
+      /* Kernels without the file isolate nothing. */
+      if (errno == ENOENT)
+        {
+          *ret = hwloc_bitmap_alloc ();
+          return *ret ? 0 : nrm_error_set (err, ENOMEM, "out of memory");
+        }
+      return nrm_error_errno (err, errno, "cannot read `%s`", path);
+    }
+  if (fgets (buf, sizeof (buf), f) == NULL)
+    buf[0] = '\0';
+  if (nrm_cpulist_parse (buf, ret, err) < 0)
+    return nrm_error_wrap (err, "`%s`", path);
+  return 0;
+}
+
+int
+nrm_topology_apply_settings (struct nrm_topology *t, const struct nrm_node_settings *s, const char *fsroot,
+                             nrm_error_t *err)
+{
+  cleanup_bitmap hwloc_bitmap_t reserved = hwloc_bitmap_alloc ();
+  cleanup_bitmap hwloc_bitmap_t isolated = NULL;
+  cleanup_bitmap hwloc_bitmap_t bad = hwloc_bitmap_alloc ();
+  cleanup_free uint64_t *mem = calloc (t->n_numa ? t->n_numa : 1, sizeof (uint64_t));
+  cleanup_free char *badlist = NULL;
+
+  if (reserved == NULL || bad == NULL || mem == NULL)
+    return nrm_error_set (err, ENOMEM, "out of memory");
+  if (s->reserved_cpus != NULL)
+    {
+      hwloc_bitmap_copy (reserved, s->reserved_cpus);
+      hwloc_bitmap_andnot (bad, reserved, t->online);
+      if (!hwloc_bitmap_iszero (bad))
+        {
+          badlist = nrm_cpulist_format (bad);
+          return nrm_error_set (err, EINVAL, "reserved CPUs `%s` do not exist or are offline on this machine",
+                                badlist ? badlist : "?");
+        }
+    }
+  if (s->isolated_cpus != NULL)
+    {
+      isolated = hwloc_bitmap_dup (s->isolated_cpus);
+      if (isolated == NULL)
+        return nrm_error_set (err, ENOMEM, "out of memory");
+      hwloc_bitmap_andnot (bad, isolated, t->online);
+      if (!hwloc_bitmap_iszero (bad))
+        {
+          badlist = nrm_cpulist_format (bad);
+          return nrm_error_set (err, EINVAL, "isolated CPUs `%s` do not exist or are offline on this machine",
+                                badlist ? badlist : "?");
+        }
+    }
+  else if (strcmp (t->source, "live") == 0)
+    {
+      if (read_isolated (fsroot, &isolated, err) < 0)
+        return -1;
+      hwloc_bitmap_and (isolated, isolated, t->online);
+    }
+  else if ((isolated = hwloc_bitmap_alloc ()) == NULL)
+    return nrm_error_set (err, ENOMEM, "out of memory");
+
+  /* Reserved memory: validate everything before touching the model. */
+  cleanup_free uint64_t *hp = NULL;
+  size_t total_hp = 0;
+  for (size_t i = 0; i < t->n_numa; i++)
+    total_hp += t->numa[i].n_hugepages;
+  hp = calloc (total_hp ? total_hp : 1, sizeof (uint64_t));
+  if (hp == NULL)
+    return nrm_error_set (err, ENOMEM, "out of memory");
+  for (size_t r = 0; r < s->n_reserved_memory; r++)
+    {
+      const struct nrm_reserved_memory *rm = &s->reserved_memory[r];
+      int ni = nrm_topology_numa_index (t, rm->numa_node);
+      if (ni < 0)
+        return nrm_error_set (err, EINVAL, "reserved memory names NUMA node %u, which does not exist on this machine",
+                              rm->numa_node);
+      struct nrm_numa_node *n = &t->numa[ni];
+      if (strcmp (rm->resource, "memory") == 0)
+        {
+          mem[ni] += rm->bytes;
+          if (mem[ni] > n->memory)
+            return nrm_error_set (err, EINVAL,
+                                  "reserved memory on NUMA node %u (%" PRIu64 " bytes) exceeds its memory (%" PRIu64
+                                  " bytes)",
+                                  n->os_index, mem[ni], n->memory);
+          continue;
+        }
+      bool found = false;
+      size_t base = 0;
+      for (size_t k = 0; k < (size_t) ni; k++)
+        base += t->numa[k].n_hugepages;
+      for (size_t h = 0; h < n->n_hugepages; h++)
+        {
+          cleanup_free char *name = nrm_pagesize_name (n->hugepages[h].size);
+          char want[64];
+          snprintf (want, sizeof (want), "hugepages-%s", name ? name : "?");
+          if (strcmp (want, rm->resource) != 0)
+            continue;
+          found = true;
+          hp[base + h] += rm->bytes;
+          if (rm->bytes % n->hugepages[h].size)
+            return nrm_error_set (err, EINVAL, "reserved %s on NUMA node %u is not a multiple of the page size",
+                                  rm->resource, n->os_index);
+          if (hp[base + h] > n->hugepages[h].count * n->hugepages[h].size)
+            return nrm_error_set (err, EINVAL, "reserved %s on NUMA node %u exceeds the %" PRIu64 " pages configured",
+                                  rm->resource, n->os_index, n->hugepages[h].count);
+        }
+      if (!found)
+        return nrm_error_set (err, EINVAL, "reserved memory names `%s` on NUMA node %u, which has no such huge pages",
+                              rm->resource, n->os_index);
+    }
+
+  /* Commit. */
+  hwloc_bitmap_copy (t->reserved, reserved);
+  hwloc_bitmap_copy (t->isolated, isolated);
+  size_t k = 0;
+  for (size_t i = 0; i < t->n_numa; i++)
+    {
+      t->numa[i].reserved_memory = mem[i];
+      for (size_t h = 0; h < t->numa[i].n_hugepages; h++)
+        t->numa[i].reserved_hugepages[h] = hp[k++];
+    }
+  for (size_t i = 0; i < t->n_pus; i++)
+    {
+      t->pus[i].reserved = hwloc_bitmap_isset (reserved, t->pus[i].os_index);
+      t->pus[i].isolated = hwloc_bitmap_isset (isolated, t->pus[i].os_index);
+    }
+  return 0;
+}

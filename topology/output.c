@@ -1,0 +1,273 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#include "config.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "nrm/cleanup.h"
+#include "topology/topology.h"
+
+static json_t *
+jcpus (hwloc_const_bitmap_t set)
+{
+  cleanup_free char *s = nrm_cpulist_format (set);
+  return json_string (s ? s : "");
+}
+
+static json_t *
+jint_or_null (int v)
+{
+  return v >= 0 ? json_integer (v) : json_null ();
+}
+
+static json_t *
+numa_json (const struct nrm_topology *t, size_t i)
+{
+  const struct nrm_numa_node *n = &t->numa[i];
+  cleanup_bitmap hwloc_bitmap_t alloc = nrm_topology_node_allocatable (t, i);
+  json_t *hp = json_array ();
+  json_t *dist = json_array ();
+
+  for (size_t h = 0; h < n->n_hugepages; h++)
+    {
+      cleanup_free char *name = nrm_pagesize_name (n->hugepages[h].size);
+      json_array_append_new (hp, json_pack ("{s:s?, s:I, s:I, s:I}", "pageSize", name, "pageSizeBytes",
+                                            (json_int_t) n->hugepages[h].size, "count",
+                                            (json_int_t) n->hugepages[h].count, "reservedBytes",
+                                            (json_int_t) n->reserved_hugepages[h]));
+    }
+  for (size_t j = 0; j < t->n_numa; j++)
+    json_array_append_new (dist, json_integer ((json_int_t) nrm_topology_distance (t, i, j)));
+  return json_pack ("{s:I, s:o, s:b, s:s, s:i, s:I, s:I, s:I, s:o, s:o, s:o, s:b, s:o, s:o}", "id",
+                    (json_int_t) n->os_index, "package",
+                    jint_or_null (n->package >= 0 ? (int) t->packages[n->package].os_index : -1), "allowed",
+                    n->allowed, "memoryKind", n->kind, "memoryTier", n->tier, "memoryBytes",
+                    (json_int_t) n->memory, "reservedMemoryBytes", (json_int_t) n->reserved_memory,
+                    "allocatableMemoryBytes", (json_int_t) nrm_topology_node_allocatable_memory (t, i),
+                    "hugepages", hp, "cpus", jcpus (n->cpus), "allocatableCPUs", jcpus (alloc), "cpuless",
+                    hwloc_bitmap_iszero (n->cpus), "locality", jcpus (n->locality), "distances", dist);
+}
+
+json_t *
+nrm_topology_to_json (const struct nrm_topology *t)
+{
+  json_t *root = json_object ();
+  json_t *pkgs = json_array (), *numa = json_array (), *l3 = json_array (), *groups = json_array ();
+  json_t *cores = json_array (), *kinds = json_array (), *pci = json_array ();
+
+  for (size_t i = 0; i < t->n_packages; i++)
+    json_array_append_new (pkgs, json_pack ("{s:I, s:o}", "id", (json_int_t) t->packages[i].os_index, "cpus",
+                                            jcpus (t->packages[i].cpus)));
+  for (size_t i = 0; i < t->n_numa; i++)
+    json_array_append_new (numa, numa_json (t, i));
+  for (size_t i = 0; i < t->n_l3; i++)
+    json_array_append_new (l3, json_pack ("{s:I, s:I, s:o}", "id", (json_int_t) t->l3[i].os_index, "sizeBytes",
+                                          (json_int_t) t->l3[i].size, "cpus", jcpus (t->l3[i].cpus)));
+  for (size_t i = 0; i < t->n_groups; i++)
+    json_array_append_new (groups, json_pack ("{s:s, s:I, s:I, s:o}", "kind", t->groups[i].kind, "id",
+                                              (json_int_t) t->groups[i].os_index, "depth",
+                                              (json_int_t) t->groups[i].depth, "cpus", jcpus (t->groups[i].cpus)));
+  for (size_t i = 0; i < t->n_cores; i++)
+    {
+      const struct nrm_core *c = &t->cores[i];
+      json_array_append_new (
+          cores, json_pack ("{s:I, s:o, s:o, s:o, s:o, s:o}", "id", (json_int_t) c->os_index, "package",
+                            jint_or_null (c->package >= 0 ? (int) t->packages[c->package].os_index : -1),
+                            "numaNode", jint_or_null (c->numa >= 0 ? (int) t->numa[c->numa].os_index : -1),
+                            "l3Cache", jint_or_null (c->l3 >= 0 ? (int) t->l3[c->l3].os_index : -1), "cpuKind",
+                            c->kind >= 0 ? json_string (t->kinds[c->kind].name) : json_null (), "cpus",
+                            jcpus (c->cpus)));
+    }
+  for (size_t i = 0; i < t->n_kinds; i++)
+    json_array_append_new (kinds, json_pack ("{s:s, s:i, s:s?, s:o}", "name", t->kinds[i].name, "efficiency",
+                                             t->kinds[i].efficiency, "coreType", t->kinds[i].core_type, "cpus",
+                                             jcpus (t->kinds[i].cpus)));
+  for (size_t i = 0; i < t->n_pci; i++)
+    {
+      const struct nrm_pci_device *d = &t->pci[i];
+      char cls[8], vendor[8], device[8];
+      snprintf (cls, sizeof (cls), "%04x", d->class_id);
+      snprintf (vendor, sizeof (vendor), "%04x", d->vendor_id);
+      snprintf (device, sizeof (device), "%04x", d->device_id);
+      json_array_append_new (
+          pci, json_pack ("{s:s, s:o, s:s, s:s, s:s, s:o, s:o, s:s?, s:s?}", "busID", d->bus_id, "pcieRoot",
+                          d->pcie_root[0] ? json_string (d->pcie_root) : json_null (), "class", cls, "vendor",
+                          vendor, "device", device, "numaNode",
+                          jint_or_null (d->numa >= 0 ? (int) t->numa[d->numa].os_index : -1), "numaNodes",
+                          jcpus (d->nodes), "osKind", d->os_kind, "osDevices", d->os_names));
+    }
+  json_object_set_new (root, "source", json_string (t->source));
+  json_object_set_new (root, "architecture", json_string (t->arch));
+  json_object_set_new (root, "cpus", json_pack ("{s:o, s:o, s:o, s:o, s:o}", "online", jcpus (t->online),
+                                                "offline", jcpus (t->offline), "disallowed",
+                                                jcpus (t->disallowed), "reserved", jcpus (t->reserved),
+                                                "isolated", jcpus (t->isolated)));
+  json_object_set_new (root, "distancesFromOS", json_boolean (t->distances_from_os));
+  json_object_set_new (root, "packages", pkgs);
+  json_object_set_new (root, "numaNodes", numa);
+  json_object_set_new (root, "l3Caches", l3);
+  json_object_set_new (root, "groups", groups);
+  json_object_set_new (root, "cores", cores);
+  json_object_set_new (root, "cpuKinds", kinds);
+  json_object_set_new (root, "pciDevices", pci);
+  return root;
+}
+
+static void
+print_bytes (FILE *out, uint64_t b)
+{
+  static const char *const units[] = { "B", "KiB", "MiB", "GiB", "TiB" };
+  double v = (double) b;
+  size_t u = 0;
+  while (v >= 1024 && u + 1 < sizeof (units) / sizeof (units[0]))
+    {
+      v /= 1024;
+      u++;
+    }
+  if (u == 0)
+    fprintf (out, "%" PRIu64 " B", b);
+  else
+    fprintf (out, "%.1f %s", v, units[u]);
+}
+
+static const char *
+or_dash (const char *s)
+{
+  return s && *s ? s : "-";
+}
+
+int
+nrm_topology_print_summary (const struct nrm_topology *t, FILE *out, nrm_error_t *err)
+{
+  uint64_t total = 0;
+  for (size_t i = 0; i < t->n_numa; i++)
+    total += t->numa[i].memory;
+
+  fprintf (out, "Machine %s (%s): %zu package%s, %zu NUMA node%s, %zu L3 group%s, %zu cores, %zu CPUs, ", t->source,
+           t->arch, t->n_packages, t->n_packages == 1 ? "" : "s", t->n_numa, t->n_numa == 1 ? "" : "s", t->n_l3,
+           t->n_l3 == 1 ? "" : "s", t->n_cores, t->n_pus);
+  if (total)
+    print_bytes (out, total);
+  else
+    fputs ("memory size not recorded", out);
+  fputc ('\n', out);
+  {
+    cleanup_free char *on = nrm_cpulist_format (t->online), *off = nrm_cpulist_format (t->offline);
+    cleanup_free char *dis = nrm_cpulist_format (t->disallowed), *res = nrm_cpulist_format (t->reserved);
+    cleanup_free char *iso = nrm_cpulist_format (t->isolated);
+    fprintf (out, "CPUs: online %s; offline %s; disallowed %s; reserved %s; isolated %s\n", or_dash (on),
+             or_dash (off), or_dash (dis), or_dash (res), or_dash (iso));
+  }
+  if (t->n_kinds > 1)
+    for (size_t k = 0; k < t->n_kinds; k++)
+      {
+        cleanup_free char *c = nrm_cpulist_format (t->kinds[k].cpus);
+        fprintf (out, "CPU kind %s%s%s%s: %s\n", t->kinds[k].name, t->kinds[k].core_type ? " (" : "",
+                 t->kinds[k].core_type ? t->kinds[k].core_type : "", t->kinds[k].core_type ? ")" : "", or_dash (c));
+      }
+
+  for (size_t i = 0; i < t->n_numa; i++)
+    {
+      const struct nrm_numa_node *n = &t->numa[i];
+      cleanup_bitmap hwloc_bitmap_t alloc = nrm_topology_node_allocatable (t, i);
+      cleanup_bitmap hwloc_bitmap_t iso = hwloc_bitmap_dup (t->isolated);
+      cleanup_bitmap hwloc_bitmap_t res = hwloc_bitmap_dup (t->reserved);
+      if (alloc == NULL || iso == NULL || res == NULL)
+        return nrm_error_set (err, ENOMEM, "out of memory");
+      hwloc_bitmap_and (iso, iso, n->cpus);
+      hwloc_bitmap_and (res, res, n->cpus);
+      cleanup_free char *cpus = nrm_cpulist_format (n->cpus), *a = nrm_cpulist_format (alloc);
+      cleanup_free char *is = nrm_cpulist_format (iso), *rs = nrm_cpulist_format (res);
+      size_t ncores = 0, nthreads = 0;
+      for (size_t c = 0; c < t->n_cores; c++)
+        if (t->cores[c].numa == (int) i)
+          {
+            ncores++;
+            size_t w = (size_t) hwloc_bitmap_weight (t->cores[c].cpus);
+            if (w > nthreads)
+              nthreads = w;
+          }
+
+      fprintf (out, "\nNUMA node %u", n->os_index);
+      if (n->package >= 0)
+        fprintf (out, " (package %u)", t->packages[n->package].os_index);
+      fprintf (out, ": %s memory, tier %d%s\n", n->kind, n->tier, n->allowed ? "" : ", disallowed");
+      if (hwloc_bitmap_iszero (n->cpus))
+        fputs ("  CPUs: none (CPU-less node)\n", out);
+      else
+        fprintf (out, "  CPUs: %s (%zu cores, %zu thread%s per core); allocatable %s; reserved %s; isolated %s\n",
+                 cpus, ncores, nthreads, nthreads == 1 ? "" : "s", or_dash (a), or_dash (rs), or_dash (is));
+      fputs ("  memory: ", out);
+      if (n->memory)
+        {
+          print_bytes (out, n->memory);
+          fputs (", allocatable ", out);
+          print_bytes (out, nrm_topology_node_allocatable_memory (t, i));
+        }
+      else
+        fputs ("size not recorded", out);
+      fputc ('\n', out);
+      for (size_t h = 0; h < n->n_hugepages; h++)
+        {
+          cleanup_free char *ps = nrm_pagesize_name (n->hugepages[h].size);
+          fprintf (out, "  hugepages-%s: %" PRIu64 " pages", ps ? ps : "?", n->hugepages[h].count);
+          if (n->reserved_hugepages[h])
+            fprintf (out, " (%" PRIu64 " reserved)", n->reserved_hugepages[h] / n->hugepages[h].size);
+          fputc ('\n', out);
+        }
+      bool first = true;
+      for (size_t l = 0; l < t->n_l3; l++)
+        if (hwloc_bitmap_intersects (t->l3[l].cpus, n->cpus))
+          {
+            cleanup_free char *lc = nrm_cpulist_format (t->l3[l].cpus);
+            fprintf (out, "%s%u (", first ? "  L3 groups: " : ", ", t->l3[l].os_index);
+            print_bytes (out, t->l3[l].size);
+            fprintf (out, ", CPUs %s)", lc ? lc : "?");
+            first = false;
+          }
+      if (!first)
+        fputc ('\n', out);
+      for (size_t p = 0; p < t->n_pci; p++)
+        if (t->pci[p].numa == (int) i)
+          fprintf (out, "  PCI %s [%04x:%04x class %04x]%s%s%s%s\n", t->pci[p].bus_id, t->pci[p].vendor_id,
+                   t->pci[p].device_id, t->pci[p].class_id, t->pci[p].os_kind ? " " : "",
+                   t->pci[p].os_kind ? t->pci[p].os_kind : "", t->pci[p].os_names ? " " : "",
+                   t->pci[p].os_names ? t->pci[p].os_names : "");
+    }
+  size_t unattached = 0;
+  for (size_t p = 0; p < t->n_pci; p++)
+    if (t->pci[p].numa < 0)
+      unattached++;
+  if (unattached)
+    {
+      fputs ("\nPCI devices local to several NUMA nodes:\n", out);
+      for (size_t p = 0; p < t->n_pci; p++)
+        if (t->pci[p].numa < 0)
+          {
+            cleanup_free char *nodes = nrm_cpulist_format (t->pci[p].nodes);
+            fprintf (out, "  PCI %s [%04x:%04x class %04x] nodes %s%s%s\n", t->pci[p].bus_id, t->pci[p].vendor_id,
+                     t->pci[p].device_id, t->pci[p].class_id, or_dash (nodes), t->pci[p].os_names ? " " : "",
+                     t->pci[p].os_names ? t->pci[p].os_names : "");
+          }
+    }
+  if (t->n_numa > 1)
+    {
+      fprintf (out, "\nNUMA distances%s:\n     ", t->distances ? "" : " (not recorded; assumed 10/20)");
+      for (size_t j = 0; j < t->n_numa; j++)
+        fprintf (out, " %4u", t->numa[j].os_index);
+      fputc ('\n', out);
+      for (size_t i = 0; i < t->n_numa; i++)
+        {
+          fprintf (out, "%4u:", t->numa[i].os_index);
+          for (size_t j = 0; j < t->n_numa; j++)
+            fprintf (out, " %4" PRIu64, nrm_topology_distance (t, i, j));
+          fputc ('\n', out);
+        }
+    }
+  if (ferror (out))
+    return nrm_error_errno (err, EIO, "cannot write the summary");
+  return 0;
+}
