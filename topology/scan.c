@@ -86,16 +86,17 @@ index_of_set (hwloc_bitmap_t *sets, size_t n, size_t stride, unsigned cpu)
 #define FIND(arr, n, cpu) index_of_set (&(arr)[0].cpus, (n), sizeof ((arr)[0]), (cpu))
 
 /* The home node of a PU, as Linux assigns one node per CPU: among the nodes
- * that hwloc calls local, the one attached deepest (smallest locality), with
- * ordinary DRAM before other kinds, then the lowest os index. */
+ * hwloc calls local to it (its nodeset; the whole machine's for a CPU whose
+ * own node is offline), ordinary DRAM first, then the node attached deepest
+ * (smallest locality), then the lowest os index. */
 static int
-home_node (struct nrm_topology *t, unsigned cpu)
+home_node (struct nrm_topology *t, hwloc_const_nodeset_t local)
 {
   int best = -1;
   for (size_t i = 0; i < t->n_numa; i++)
     {
       struct nrm_numa_node *n = &t->numa[i];
-      if (!hwloc_bitmap_isset (n->locality, cpu))
+      if (!hwloc_bitmap_isset (local, n->os_index))
         continue;
       if (best < 0)
         {
@@ -332,6 +333,10 @@ scan_cpu_objects (hwloc_topology_t h, struct nrm_topology *t, nrm_error_t *err)
       pu->os_index = o->os_index;
       pu->allowed = hwloc_bitmap_isset (allowed, o->os_index);
       pu->core = -1;
+      pu->numa = home_node (t, o->nodeset);
+      /* Its own node is offline (no memory, no hwloc object): the machine's best node. */
+      if (pu->numa < 0)
+        pu->numa = home_node (t, hwloc_topology_get_topology_nodeset (h));
       hwloc_obj_t core = hwloc_get_ancestor_obj_by_type (h, HWLOC_OBJ_CORE, o);
       if (core != NULL)
         pu->core = (int) core->logical_index;
@@ -369,7 +374,6 @@ scan_cpu_objects (hwloc_topology_t h, struct nrm_topology *t, nrm_error_t *err)
       pu->package = FIND (t->packages, t->n_packages, pu->os_index);
       pu->l3 = FIND (t->l3, t->n_l3, pu->os_index);
       pu->kind = FIND (t->kinds, t->n_kinds, pu->os_index);
-      pu->numa = home_node (t, pu->os_index);
       if (pu->numa >= 0)
         hwloc_bitmap_set (t->numa[pu->numa].cpus, pu->os_index);
     }
@@ -383,22 +387,19 @@ scan_cpu_objects (hwloc_topology_t h, struct nrm_topology *t, nrm_error_t *err)
       c->l3 = pi >= 0 ? t->pus[pi].l3 : -1;
       c->kind = pi >= 0 ? t->pus[pi].kind : -1;
     }
+  /* A node belongs to the package its locality lies in; failing that (a
+   * node spanning packages), to the package of its first CPU. */
   for (size_t i = 0; i < t->n_numa; i++)
     {
+      for (size_t p = 0; p < t->n_packages; p++)
+        if (!hwloc_bitmap_iszero (t->numa[i].locality)
+            && hwloc_bitmap_isincluded (t->numa[i].locality, t->packages[p].cpus))
+          t->numa[i].package = (int) p;
       int first = hwloc_bitmap_first (t->numa[i].cpus);
       int pi = first >= 0 ? nrm_topology_pu_index (t, (unsigned) first) : -1;
-      if (pi >= 0)
+      if (t->numa[i].package < 0 && pi >= 0)
         t->numa[i].package = t->pus[pi].package;
-      else
-        {
-          /* A CPU-less node belongs to the package its locality falls in, if one. */
-          for (size_t p = 0; p < t->n_packages; p++)
-            if (!hwloc_bitmap_iszero (t->numa[i].locality)
-                && hwloc_bitmap_isincluded (t->numa[i].locality, t->packages[p].cpus))
-              t->numa[i].package = (int) p;
-        }
     }
-
   t->online = hwloc_bitmap_dup (hwloc_topology_get_topology_cpuset (h));
   t->offline = hwloc_bitmap_dup (hwloc_topology_get_complete_cpuset (h));
   t->disallowed = hwloc_bitmap_dup (t->online);
@@ -431,6 +432,16 @@ osdev_kind (hwloc_obj_osdev_type_t type)
       return "dma";
     }
   return NULL;
+}
+
+static int
+osdev_rank (const char *kind)
+{
+  static const char *const order[] = { "gpu", "coprocessor", "network", "openfabrics", "storage", "dma" };
+  for (size_t i = 0; i < sizeof (order) / sizeof (order[0]); i++)
+    if (strcmp (kind, order[i]) == 0)
+      return (int) i;
+  return 100;
 }
 
 static int
@@ -471,9 +482,13 @@ scan_pci (hwloc_topology_t h, struct nrm_topology *t, nrm_error_t *err)
             return nrm_error_set (err, ENOMEM, "out of memory");
           free (d->os_names);
           d->os_names = joined;
+          /* A GPU also shows as CUDA/OpenCL co-processors: the lowest rank names it. */
           const char *k = osdev_kind (c->attr->osdev.type);
-          if (d->os_kind == NULL && k != NULL)
-            d->os_kind = strdup (k);
+          if (k != NULL && (d->os_kind == NULL || osdev_rank (k) < osdev_rank (d->os_kind)))
+            {
+              free (d->os_kind);
+              d->os_kind = strdup (k);
+            }
         }
     }
   return 0;

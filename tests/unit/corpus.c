@@ -1,1 +1,78 @@
-int corpus_dummy;
+/* SPDX-License-Identifier: Apache-2.0 */
+#include "config.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tests/unit/corpus.h"
+
+size_t
+corpus_load (struct corpus_entry **ret)
+{
+  const char *dir = getenv ("NRM_TOPOLOGIES");
+  char path[4096], line[8192];
+  size_t n = 0;
+  struct corpus_entry *e = NULL;
+
+  if (dir == NULL || *dir == '\0')
+    {
+      fprintf (stderr, "SKIP: NRM_TOPOLOGIES is not set (run through make check)\n");
+      exit (77);
+    }
+  snprintf (path, sizeof (path), "%s/MANIFEST.tsv", dir);
+  FILE *f = fopen (path, "re");
+  if (f == NULL)
+    {
+      fprintf (stderr, "SKIP: no topology corpus at %s\n", path);
+      exit (77);
+    }
+  if (fgets (line, sizeof (line), f) == NULL) /* header */
+    {
+      fprintf (stderr, "ERROR: %s is empty\n", path);
+      exit (99);
+    }
+  while (fgets (line, sizeof (line), f))
+    {
+      char *save = NULL, *cols[9] = { NULL };
+      int k = 0;
+      for (char *tok = strtok_r (line, "\t", &save); tok && k < 9; tok = strtok_r (NULL, "\t", &save))
+        cols[k++] = tok;
+      if (k < 9)
+        {
+          fprintf (stderr, "ERROR: %s: a row has %d columns\n", path, k);
+          exit (99);
+        }
+      e = realloc (e, (n + 1) * sizeof (*e));
+      struct corpus_entry *c = &e[n++];
+      c->name = strdup (cols[0]);
+      if (asprintf (&c->file, "%s/%s", dir, cols[0]) < 0)
+        exit (99);
+      c->packages = (unsigned) strtoul (cols[2], NULL, 10);
+      c->numa_nodes = (unsigned) strtoul (cols[3], NULL, 10);
+      c->cores = (unsigned) strtoul (cols[4], NULL, 10);
+      c->pus = (unsigned) strtoul (cols[5], NULL, 10);
+      c->l3 = (unsigned) strtoul (cols[7], NULL, 10);
+      c->memory = strtoull (cols[8], NULL, 10);
+    }
+  fclose (f);
+  if (n == 0)
+    {
+      fprintf (stderr, "ERROR: %s lists no machines\n", path);
+      exit (99);
+    }
+  *ret = e;
+  return n;
+}
+
+void
+corpus_free (struct corpus_entry *e, size_t n)
+{
+  for (size_t i = 0; i < n; i++)
+    {
+      free (e[i].file);
+      free (e[i].name);
+    }
+  free (e);
+}
