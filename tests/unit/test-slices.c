@@ -1,1 +1,463 @@
-int main(void){return 0;}
+/* SPDX-License-Identifier: Apache-2.0 */
+/* ResourceSlices of every recorded machine: within every API limit, the
+ * capacities add up exactly, the output is byte-identical across runs; and
+ * the validator refuses each kind of broken slice. */
+#include "config.h"
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "driver/devices.h"
+#include "driver/quantity.h"
+#include "nrm/cleanup.h"
+#include "tests/unit/corpus.h"
+#include "topology/topology.h"
+
+#define MiB (1024ull * 1024)
+
+static struct nrm_topology *
+load_reserved (const char *file, bool reserve)
+{
+  nrm_error_t err = NULL;
+  struct nrm_topology *t = NULL;
+  struct nrm_node_settings s = { 0 };
+  struct nrm_reserved_memory rm[64];
+  char memory[] = "memory";
+
+  if (nrm_topology_load (file, NULL, &t, &err) < 0)
+    fail_msg ("%s: %s", file, nrm_error_msg (err));
+  if (!reserve)
+    return t;
+  /* The first CPU of every node and 64 MiB (plus one odd KiB) of every node with memory. */
+  s.reserved_cpus = hwloc_bitmap_alloc ();
+  s.reserved_memory = rm;
+  for (size_t i = 0; i < t->n_numa; i++)
+    {
+      if (!hwloc_bitmap_iszero (t->numa[i].cpus))
+        hwloc_bitmap_set (s.reserved_cpus, (unsigned) hwloc_bitmap_first (t->numa[i].cpus));
+      if (t->numa[i].memory >= 1024 * MiB && s.n_reserved_memory < 64)
+        rm[s.n_reserved_memory++]
+            = (struct nrm_reserved_memory){ .numa_node = t->numa[i].os_index, .resource = memory,
+                                            .bytes = 64 * MiB + 1024 };
+    }
+  if (nrm_topology_apply_settings (t, &s, NULL, &err) < 0)
+    fail_msg ("%s: %s", file, nrm_error_msg (err));
+  hwloc_bitmap_free (s.reserved_cpus);
+  return t;
+}
+
+static json_t *
+slices (const struct nrm_topology *t, const struct nrm_publish_options *o)
+{
+  nrm_error_t err = NULL;
+  json_t *list = NULL;
+  if (nrm_node_slices (t, o, &list, &err) < 0)
+    fail_msg ("%s: %s", t->source, nrm_error_msg (err));
+  return list;
+}
+
+static uint64_t
+qvalue (json_t *v)
+{
+  nrm_quantity_t q;
+  nrm_error_t err = NULL;
+  if (nrm_quantity_parse (json_string_value (v), &q, &err) < 0)
+    fail_msg ("%s", nrm_error_msg (err));
+  return (uint64_t) (q / NRM_QUANTITY_ONE);
+}
+
+/* Calls fn for every device of a driver. */
+#define FOREACH_DEVICE(list, drv, dev, body)                                                                    \
+  do                                                                                                            \
+    {                                                                                                           \
+      size_t _i, _j;                                                                                            \
+      json_t *_s;                                                                                               \
+      json_array_foreach (json_object_get (list, "items"), _i, _s)                                              \
+      {                                                                                                         \
+        json_t *_spec = json_object_get (_s, "spec");                                                           \
+        if (strcmp (json_string_value (json_object_get (_spec, "driver")), drv) != 0)                           \
+          continue;                                                                                             \
+        json_array_foreach (json_object_get (_spec, "devices"), _j, dev) { body; }                              \
+      }                                                                                                         \
+    }                                                                                                           \
+  while (0)
+
+static void
+check_numa_mode (const struct corpus_entry *c, bool reserve, bool gates)
+{
+  struct nrm_topology *t = load_reserved (c->file, reserve);
+  struct nrm_publish_options o;
+  nrm_publish_options_init (&o);
+  o.node_name = "node-1";
+  o.list_attributes = gates;
+  o.node_allocatable = gates;
+
+  cleanup_json json_t *a = slices (t, &o);
+  cleanup_json json_t *b = slices (t, &o);
+  cleanup_free char *sa = json_dumps (a, JSON_INDENT (2));
+  cleanup_free char *sb = json_dumps (b, JSON_INDENT (2));
+  assert_string_equal (sa, sb);
+
+  /* CPUs: allowed online PUs minus reserved, per node and in total. */
+  uint64_t cpus = 0, want_cpus = 0;
+  json_t *dev;
+  FOREACH_DEVICE (a, o.cpu_driver, dev, {
+    json_t *cap = json_object_get (json_object_get (dev, "capacity"), "cpus");
+    cpus += qvalue (json_object_get (cap, "value"));
+    assert_true (json_is_true (json_object_get (dev, "allowMultipleAllocations")));
+    assert_non_null (json_object_get (cap, "requestPolicy"));
+    assert_int_equal (gates, json_object_get (dev, "nodeAllocatableResourceMappings") != NULL);
+  });
+  for (size_t i = 0; i < t->n_pus; i++)
+    want_cpus += t->pus[i].allowed && !t->pus[i].reserved;
+  assert_int_equal (cpus, want_cpus);
+
+  /* Memory: node memory minus reserved, down to the granularity. */
+  uint64_t mem = 0, want_mem = 0;
+  FOREACH_DEVICE (a, o.memory_driver, dev, {
+    if (json_object_get (json_object_get (dev, "capacity"), "memory"))
+      mem += qvalue (json_object_get (json_object_get (json_object_get (dev, "capacity"), "memory"), "value"));
+  });
+  for (size_t i = 0; i < t->n_numa; i++)
+    {
+      uint64_t m = t->numa[i].memory - t->numa[i].reserved_memory;
+      m -= m % o.memory_granularity;
+      if (m >= o.memory_granularity)
+        want_mem += m;
+    }
+  assert_int_equal (mem, want_mem);
+  nrm_topology_free (t);
+}
+
+static void
+check_partitioned (const struct corpus_entry *c, bool reserve)
+{
+  struct nrm_topology *t = load_reserved (c->file, reserve);
+  struct nrm_publish_options o;
+  nrm_publish_options_init (&o);
+  o.node_name = "node-1";
+  o.cpu_mode = NRM_CPU_MODE_PARTITIONED;
+  o.list_attributes = true;
+
+  cleanup_json json_t *a = slices (t, &o);
+  cleanup_json json_t *b = slices (t, &o);
+  cleanup_free char *sa = json_dumps (a, JSON_COMPACT);
+  cleanup_free char *sb = json_dumps (b, JSON_COMPACT);
+  assert_string_equal (sa, sb);
+
+  /* The counter sets hold exactly the allocatable CPUs of their node. */
+  cleanup_json json_t *sets = json_object ();
+  size_t i;
+  json_t *s;
+  json_array_foreach (json_object_get (a, "items"), i, s)
+  {
+    size_t k;
+    json_t *cs;
+    json_array_foreach (json_object_get (json_object_get (s, "spec"), "sharedCounters"), k, cs)
+    {
+      const char *key;
+      json_t *v;
+      uint64_t total = 0;
+      json_object_foreach (json_object_get (cs, "counters"), key, v) total += qvalue (json_object_get (v, "value"));
+      json_object_set_new (sets, json_string_value (json_object_get (cs, "name")), json_integer ((json_int_t) total));
+    }
+  }
+  uint64_t all = 0, want = 0;
+  for (size_t n = 0; n < t->n_numa; n++)
+    {
+      cleanup_bitmap hwloc_bitmap_t alloc = nrm_topology_node_allocatable (t, n);
+      char name[32];
+      snprintf (name, sizeof (name), "numa%u", t->numa[n].os_index);
+      if (hwloc_bitmap_iszero (alloc))
+        continue;
+      assert_int_equal (json_integer_value (json_object_get (sets, name)), hwloc_bitmap_weight (alloc));
+      want += (uint64_t) hwloc_bitmap_weight (alloc);
+    }
+
+  /* Whole-node devices consume their whole set; every device consumes
+   * exactly its own CPU count; core devices never split a core. */
+  json_t *dev;
+  FOREACH_DEVICE (a, o.cpu_driver, dev, {
+    uint64_t value = qvalue (json_object_get (json_object_get (json_object_get (dev, "capacity"), "cpus"), "value"));
+    uint64_t used = 0;
+    size_t k;
+    json_t *u;
+    json_array_foreach (json_object_get (dev, "consumesCounters"), k, u)
+    {
+      const char *key;
+      json_t *v;
+      json_object_foreach (json_object_get (u, "counters"), key, v) used += qvalue (json_object_get (v, "value"));
+    }
+    assert_int_equal (used, value);
+    const char *g = json_string_value (json_object_get (json_object_get (json_object_get (dev, "attributes"),
+                                                                         "granularity"),
+                                                        "string"));
+    assert_non_null (g);
+    if (strcmp (g, "numa") == 0)
+      {
+        const char *set = json_string_value (
+            json_object_get (json_array_get (json_object_get (dev, "consumesCounters"), 0), "counterSet"));
+        assert_int_equal ((json_int_t) value, json_integer_value (json_object_get (sets, set)));
+        all += value;
+      }
+    if (strcmp (g, "core") == 0)
+      {
+        json_int_t id = json_integer_value (
+            json_object_get (json_object_get (json_object_get (dev, "attributes"), "coreID"), "int"));
+        int pi = nrm_topology_pu_index (t, (unsigned) id);
+        assert_true (pi >= 0);
+        assert_int_equal (value, hwloc_bitmap_weight (t->cores[t->pus[pi].core].cpus));
+      }
+    assert_null (json_object_get (dev, "allowMultipleAllocations"));
+  });
+  assert_int_equal (all, want);
+  nrm_topology_free (t);
+}
+
+static void
+test_machine (void **state)
+{
+  const struct corpus_entry *c = *state;
+  check_numa_mode (c, false, false);
+  check_numa_mode (c, true, false);
+  check_numa_mode (c, true, true);
+  check_partitioned (c, false);
+  check_partitioned (c, true);
+}
+
+/* --- validator: every rule can fail ---------------------------------------- */
+
+static json_t *
+base_list (void)
+{
+  const char *doc = "{\"apiVersion\":\"v1\",\"kind\":\"List\",\"items\":[{\"apiVersion\":\"resource.k8s.io/v1\","
+                    "\"kind\":\"ResourceSlice\",\"metadata\":{\"name\":\"00000-cpu.nrm.io-n\"},\"spec\":{"
+                    "\"driver\":\"cpu.nrm.io\",\"pool\":{\"name\":\"n\",\"generation\":1,\"resourceSliceCount\":1},"
+                    "\"nodeName\":\"n\",\"devices\":[{\"name\":\"numa0\",\"attributes\":{\"numaNode\":{\"int\":0}},"
+                    "\"capacity\":{\"cpus\":{\"value\":\"4\",\"requestPolicy\":{\"default\":\"1\",\"validRange\":{"
+                    "\"min\":\"1\",\"step\":\"1\"}}}},\"allowMultipleAllocations\":true}]}}]}";
+  json_error_t e;
+  json_t *j = json_loads (doc, 0, &e);
+  assert_non_null (j);
+  return j;
+}
+
+static json_t *
+spec0 (json_t *list)
+{
+  return json_object_get (json_array_get (json_object_get (list, "items"), 0), "spec");
+}
+
+static json_t *
+dev0 (json_t *list)
+{
+  return json_array_get (json_object_get (spec0 (list), "devices"), 0);
+}
+
+static void
+expect_invalid (json_t *list, const char *needle)
+{
+  nrm_error_t err = NULL;
+  assert_int_equal (nrm_slices_validate (list, &err), -1);
+  if (strstr (nrm_error_msg (err), needle) == NULL)
+    fail_msg ("error `%s` does not mention `%s`", nrm_error_msg (err), needle);
+  nrm_error_release (&err);
+  json_decref (list);
+}
+
+static void
+add_devices (json_t *list, size_t n, bool list_attr)
+{
+  json_t *devs = json_object_get (spec0 (list), "devices");
+  for (size_t i = 1; i <= n; i++)
+    {
+      json_t *d = json_deep_copy (dev0 (list));
+      char name[32];
+      snprintf (name, sizeof (name), "dev%zu", i);
+      json_object_set_new (d, "name", json_string (name));
+      if (list_attr)
+        json_object_set_new (json_object_get (d, "attributes"), "ids", json_pack ("{s:[i]}", "ints", 1));
+      json_array_append_new (devs, d);
+    }
+}
+
+static void
+test_validator (void **state)
+{
+  nrm_error_t err = NULL;
+  json_t *l;
+  (void) state;
+
+  l = base_list ();
+  assert_int_equal (nrm_slices_validate (l, &err), 0);
+  json_decref (l);
+
+  l = base_list ();
+  add_devices (l, 128, false);
+  expect_invalid (l, "more than 128");
+
+  l = base_list ();
+  add_devices (l, 64, true);
+  expect_invalid (l, "more than 64");
+
+  l = base_list ();
+  json_object_set_new (json_object_get (dev0 (l), "attributes"), "a23456789012345678901234567890123",
+                       json_pack ("{s:i}", "int", 1));
+  expect_invalid (l, "C identifier");
+
+  l = base_list ();
+  json_object_set_new (json_object_get (dev0 (l), "attributes"), "s",
+                       json_pack ("{s:s}", "string",
+                                  "12345678901234567890123456789012345678901234567890123456789012345"));
+  expect_invalid (l, "longer than 64");
+
+  l = base_list ();
+  {
+    json_t *ints = json_array ();
+    for (int i = 0; i < 48; i++)
+      json_array_append_new (ints, json_integer (i));
+    json_object_set_new (json_object_get (dev0 (l), "attributes"), "many", json_pack ("{s:o}", "ints", ints));
+  }
+  expect_invalid (l, "49 attribute values");
+
+  l = base_list ();
+  for (int i = 0; i < 32; i++)
+    {
+      char name[16];
+      snprintf (name, sizeof (name), "a%d", i);
+      json_object_set_new (json_object_get (dev0 (l), "attributes"), name, json_pack ("{s:i}", "int", i));
+    }
+  expect_invalid (l, "attributes and capacities");
+
+  l = base_list ();
+  json_object_set_new (json_object_get (dev0 (l), "attributes"), "two", json_pack ("{s:i, s:b}", "int", 1, "bool", 1));
+  expect_invalid (l, "exactly one value");
+
+  l = base_list ();
+  json_object_del (dev0 (l), "allowMultipleAllocations");
+  expect_invalid (l, "without allowMultipleAllocations");
+
+  l = base_list ();
+  json_object_set_new (json_object_get (json_object_get (dev0 (l), "capacity"), "cpus"), "value", json_string ("1"));
+  expect_invalid (l, "min + step");
+
+  l = base_list ();
+  json_object_set_new (json_object_get (json_object_get (dev0 (l), "capacity"), "cpus"), "value",
+                       json_string ("1.2.3"));
+  expect_invalid (l, "1.2.3");
+
+  l = base_list ();
+  json_object_set_new (dev0 (l), "consumesCounters",
+                       json_pack ("[{s:s, s:{s:{s:s}}}]", "counterSet", "numa9", "counters", "cpus", "value", "1"));
+  expect_invalid (l, "does not define");
+
+  l = base_list ();
+  {
+    json_t *sets = json_array ();
+    for (int i = 0; i < 9; i++)
+      json_array_append_new (sets, json_pack ("{s:s+, s:{s:{s:s}}}", "name", "set", i == 0 ? "a" : "b", "counters",
+                                              "c", "value", "1"));
+    json_object_set_new (spec0 (l), "sharedCounters", sets);
+  }
+  expect_invalid (l, "not both");
+
+  l = base_list ();
+  json_object_set_new (json_object_get (spec0 (l), "pool"), "resourceSliceCount", json_integer (2));
+  expect_invalid (l, "resourceSliceCount");
+
+  l = base_list ();
+  json_object_set_new (dev0 (l), "name", json_string ("Numa0"));
+  expect_invalid (l, "DNS label");
+
+  l = base_list ();
+  add_devices (l, 1, false);
+  json_object_set_new (json_array_get (json_object_get (spec0 (l), "devices"), 1), "name", json_string ("numa0"));
+  expect_invalid (l, "twice");
+
+  l = base_list ();
+  json_object_set_new (dev0 (l), "nodeAllocatableResourceMappings",
+                       json_pack ("{s:{s:s}}", "example.com/gpu", "capacityKey", "cpus"));
+  expect_invalid (l, "node-allocatable");
+
+  l = base_list ();
+  json_object_set_new (dev0 (l), "nodeAllocatableResourceMappings",
+                       json_pack ("{s:{s:s}}", "cpu", "capacityKey", "cores"));
+  expect_invalid (l, "does not have");
+
+  l = base_list ();
+  json_object_set_new (spec0 (l), "allNodes", json_true ());
+  expect_invalid (l, "exactly one of nodeName");
+
+  l = base_list ();
+  json_object_set_new (dev0 (l), "colour", json_string ("blue"));
+  expect_invalid (l, "unknown field `colour`");
+}
+
+static void
+test_counter_sets_split (void **state)
+{
+  /* 24 NUMA nodes: 24 counter sets need three slices of at most 8. */
+  const char *dir = getenv ("NRM_TOPOLOGIES");
+  char path[4096];
+  (void) state;
+  snprintf (path, sizeof (path), "%s/192em64t-24n8c2t.xml", dir);
+  struct nrm_topology *t = load_reserved (path, false);
+  struct nrm_publish_options o;
+  nrm_publish_options_init (&o);
+  o.node_name = "n";
+  o.cpu_mode = NRM_CPU_MODE_PARTITIONED;
+  cleanup_json json_t *l = slices (t, &o);
+  size_t i, counter_slices = 0, device_slices = 0;
+  json_int_t count = 0;
+  json_t *s;
+  json_array_foreach (json_object_get (l, "items"), i, s)
+  {
+    json_t *spec = json_object_get (s, "spec");
+    if (strcmp (json_string_value (json_object_get (spec, "driver")), o.cpu_driver))
+      continue;
+    if (json_object_get (spec, "sharedCounters"))
+      {
+        counter_slices++;
+        assert_true (json_array_size (json_object_get (spec, "sharedCounters")) <= 8);
+      }
+    else
+      {
+        device_slices++;
+        assert_true (json_array_size (json_object_get (spec, "devices")) <= 64);
+      }
+    count = json_integer_value (json_object_get (json_object_get (spec, "pool"), "resourceSliceCount"));
+  }
+  assert_int_equal (counter_slices, 3);
+  assert_true (device_slices >= 1);
+  assert_int_equal (count, (json_int_t) (counter_slices + device_slices));
+  nrm_topology_free (t);
+}
+
+int
+main (void)
+{
+  struct corpus_entry *c = NULL;
+  size_t n = corpus_load (&c);
+  struct CMUnitTest *tests = calloc (n + 2, sizeof (*tests));
+  for (size_t i = 0; i < n; i++)
+    {
+      char *name = NULL;
+      if (asprintf (&name, "slices %s", c[i].name) < 0)
+        return 99;
+      tests[i] = (struct CMUnitTest){ .name = name, .test_func = test_machine, .initial_state = &c[i] };
+    }
+  tests[n] = (struct CMUnitTest){ .name = "validator refuses broken slices", .test_func = test_validator };
+  tests[n + 1] = (struct CMUnitTest){ .name = "counter sets split", .test_func = test_counter_sets_split };
+  int r = _cmocka_run_group_tests ("slices", tests, n + 2, NULL, NULL);
+  for (size_t i = 0; i < n; i++)
+    free ((char *) tests[i].name);
+  free (tests);
+  corpus_free (c, n);
+  return r;
+}
