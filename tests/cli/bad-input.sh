@@ -1,2 +1,54 @@
 #!/bin/sh
-exit 0
+# Bad input: a clear error naming the problem on stderr, a non-zero exit,
+# nothing on stdout.
+. "${NRM_SRCDIR:-.}/tests/cli/lib.sh"
+X="$NRM_TOPOLOGIES/16amd64-8n2c.xml"
+
+printf '<?xml version="1.0"?>\n<topology version="2.0">\n  <object type="Machine"' >"$TMP/bad.xml"
+printf 'this is not xml' >"$TMP/junk.xml"
+: >"$TMP/empty.xml"
+cp "$X" "$TMP/unreadable.xml"; chmod 000 "$TMP/unreadable.xml"
+
+for cmd in topology slices; do
+  expect_error "$cmd missing file" "/nonexistent.xml" -- $cmd --topology /nonexistent.xml
+  expect_error "$cmd malformed xml" "$TMP/bad.xml" -- $cmd --topology "$TMP/bad.xml"
+  expect_error "$cmd junk xml" "$TMP/junk.xml" -- $cmd --topology "$TMP/junk.xml"
+  expect_error "$cmd empty xml" "$TMP/empty.xml" -- $cmd --topology "$TMP/empty.xml"
+  if [ "$(id -u)" != 0 ]; then
+    expect_error "$cmd unreadable xml" "$TMP/unreadable.xml" -- $cmd --topology "$TMP/unreadable.xml"
+  fi
+  expect_error "$cmd reserved CPUs that do not exist" "reserved CPUs \`16-17\` do not exist" -- \
+    $cmd --topology "$X" --reserved-cpus 0,16-17
+  expect_error "$cmd reserved CPU list syntax" "invalid CPU list" -- $cmd --topology "$X" --reserved-cpus 0-
+  expect_error "$cmd isolated CPUs that do not exist" "isolated CPUs \`99\`" -- $cmd --topology "$X" --isolated-cpus 99
+  expect_error "$cmd reserved memory on a missing node" "NUMA node 9" -- \
+    $cmd --topology "$X" --reserved-memory 9:memory=1Gi
+  expect_error "$cmd reserved memory too large" "exceeds its memory" -- \
+    $cmd --topology "$X" --reserved-memory 0:memory=1Ti
+  expect_error "$cmd reserved hugepages absent" "hugepages-1Gi" -- \
+    $cmd --topology "$X" --reserved-memory 0:hugepages-1Gi=1Gi
+  expect_error "$cmd bad node name" "Bad_Name" -- $cmd --topology "$X" --node-name Bad_Name
+  expect_error "$cmd unknown option" "--frobnicate" -- $cmd --topology "$X" --frobnicate
+  expect_error "$cmd bad cpu mode" "unknown CPU device mode" -- $cmd --topology "$X" --cpu-mode fast
+  expect_error "$cmd bad gate" "unknown feature gate" -- $cmd --topology "$X" --feature-gates Foo=true
+
+  echo '{"reservedCPUs": "0", "colour": "blue"}' >"$TMP/unknown.json"
+  expect_error "$cmd config unknown key" "unknown key \`colour\`" -- $cmd --topology "$X" --config "$TMP/unknown.json"
+  echo '{"reservedCPUs": 0}' >"$TMP/type.json"
+  expect_error "$cmd config wrong type" "must be a CPU list string, not an integer" -- \
+    $cmd --topology "$X" --config "$TMP/type.json"
+  echo '{"cpu": {"mode": 1}}' >"$TMP/type2.json"
+  expect_error "$cmd config nested wrong type" "cpu.mode" -- $cmd --topology "$X" --config "$TMP/type2.json"
+  echo '{"reservedCPUs": ' >"$TMP/broken.json"
+  expect_error "$cmd config not json" "$TMP/broken.json" -- $cmd --topology "$X" --config "$TMP/broken.json"
+  expect_error "$cmd config missing" "/nonexistent.json" -- $cmd --topology "$X" --config /nonexistent.json
+done
+expect_error "unknown command" "unknown command" -- frobnicate
+expect_error "--json on slices" "--json" -- slices --topology "$X" --json
+
+# Flags override the config file wherever they stand.
+echo '{"nodeName": "from-config", "reservedCPUs": "0-3"}' >"$TMP/good.json"
+"$NRM" slices --node-name from-flag --config "$TMP/good.json" --topology "$X" >"$TMP/out" 2>"$TMP/err" || fail "good config: $(cat "$TMP/err")"
+grep -q '"nodeName": "from-flag"' "$TMP/out" && ok || fail "flag did not override the config"
+grep -q '"value": "12"' "$TMP/out" || grep -q '"reservedCPUs"' "$TMP/out" && ok || fail "reserved CPUs from config not applied"
+finish

@@ -1,1 +1,142 @@
-int main(void){return 0;}
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The config file and the flag parsers: every mistake is named. */
+#include "config.h"
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "nrm/cleanup.h"
+#include "nrm/conf.h"
+
+static char *
+write_tmp (const char *text)
+{
+  char *path = strdup ("/tmp/nrm-config-XXXXXX");
+  int fd = mkstemp (path);
+  assert_true (fd >= 0);
+  assert_int_equal (write (fd, text, strlen (text)), (ssize_t) strlen (text));
+  close (fd);
+  return path;
+}
+
+static void
+expect_load_error (const char *text, const char *needle)
+{
+  struct nrm_config c;
+  nrm_error_t err = NULL;
+  cleanup_free char *path = write_tmp (text);
+  nrm_config_init (&c);
+  assert_int_equal (nrm_config_load_file (&c, path, &err), -1);
+  if (strstr (nrm_error_msg (err), needle) == NULL || strstr (nrm_error_msg (err), path) == NULL)
+    fail_msg ("error `%s` should name `%s` and the file", nrm_error_msg (err), needle);
+  nrm_error_release (&err);
+  nrm_config_done (&c);
+  unlink (path);
+}
+
+static void
+test_good_file (void **state)
+{
+  struct nrm_config c;
+  nrm_error_t err = NULL;
+  cleanup_free char *path
+      = write_tmp ("{\"nodeName\": \"worker-1\", \"reservedCPUs\": \"0-1\", \"isolatedCPUs\": \"6-7\","
+                   " \"reservedMemory\": [{\"numaNode\": 0, \"limits\": {\"memory\": \"1Gi\", \"hugepages-2Mi\": \"4Mi\"}}],"
+                   " \"cpu\": {\"mode\": \"partitioned\", \"driverName\": \"cpu.example.com\"},"
+                   " \"memory\": {\"granularity\": \"4Mi\"},"
+                   " \"featureGates\": {\"DRAListTypeAttributes\": true}}");
+  (void) state;
+  nrm_config_init (&c);
+  assert_int_equal (nrm_config_load_file (&c, path, &err), 0);
+  assert_int_equal (nrm_config_finish (&c, &err), 0);
+  assert_string_equal (c.node_name, "worker-1");
+  assert_string_equal (c.publish.node_name, "worker-1");
+  assert_string_equal (c.publish.cpu_driver, "cpu.example.com");
+  assert_int_equal (c.publish.cpu_mode, NRM_CPU_MODE_PARTITIONED);
+  assert_int_equal (c.publish.memory_granularity, 4 << 20);
+  assert_true (c.publish.list_attributes);
+  assert_false (c.publish.node_allocatable);
+  assert_int_equal (hwloc_bitmap_weight (c.node.reserved_cpus), 2);
+  assert_int_equal (hwloc_bitmap_first (c.node.isolated_cpus), 6);
+  assert_int_equal (c.node.n_reserved_memory, 2);
+  assert_int_equal (c.node.reserved_memory[0].bytes, 1 << 30);
+  assert_string_equal (c.node.reserved_memory[1].resource, "hugepages-2Mi");
+  nrm_config_done (&c);
+  unlink (path);
+}
+
+static void
+test_bad_files (void **state)
+{
+  (void) state;
+  expect_load_error ("{\"nodename\": \"x\"}", "unknown key `nodename`");
+  expect_load_error ("{\"reservedCPUs\": 3}", "key `reservedCPUs` must be a CPU list string, not an integer");
+  expect_load_error ("{\"reservedCPUs\": \"0-\"}", "reservedCPUs");
+  expect_load_error ("{\"cpu\": {\"mode\": \"fast\"}}", "unknown CPU device mode `fast`");
+  expect_load_error ("{\"cpu\": {\"colour\": 1}}", "unknown key `cpu.colour`");
+  expect_load_error ("{\"memory\": {\"granularity\": \"0\"}}", "must be positive");
+  expect_load_error ("{\"featureGates\": {\"DRAListTypeAttributes\": \"yes\"}}", "must be a boolean");
+  expect_load_error ("{\"featureGates\": {\"Nope\": true}}", "unknown feature gate `Nope`");
+  expect_load_error ("{\"reservedMemory\": [{\"numaNode\": -1, \"limits\": {}}]}", "numaNode");
+  expect_load_error ("{\"reservedMemory\": [{\"numaNode\": 0, \"limits\": {\"cpu\": \"1\"}}]}",
+                     "unknown resource `cpu`");
+  expect_load_error ("{\"reservedMemory\": [{\"numaNode\": 0, \"limits\": {\"memory\": \"lots\"}}]}", "lots");
+  expect_load_error ("{\"nodeName\": \"a\", \"nodeName\": \"b\"}", "duplicate");
+  expect_load_error ("{\"nodeName\": ", "line 1");
+  expect_load_error ("[1]", "top level must be an object");
+
+  struct nrm_config c;
+  nrm_error_t err = NULL;
+  nrm_config_init (&c);
+  assert_int_equal (nrm_config_load_file (&c, "/nonexistent/nrm.json", &err), -1);
+  assert_non_null (strstr (nrm_error_msg (err), "/nonexistent/nrm.json"));
+  nrm_error_release (&err);
+  nrm_config_done (&c);
+}
+
+static void
+test_flags (void **state)
+{
+  struct nrm_config c;
+  nrm_error_t err = NULL;
+  (void) state;
+  nrm_config_init (&c);
+  assert_int_equal (nrm_config_add_reserved_memory (&c, "1:memory=512Mi,hugepages-1Gi=2Gi", &err), 0);
+  assert_int_equal (c.node.n_reserved_memory, 2);
+  assert_int_equal (c.node.reserved_memory[0].numa_node, 1);
+  assert_int_equal (c.node.reserved_memory[1].bytes, 2ULL << 30);
+  static const char *const bad_mem[] = { "memory=1Gi", "x:memory=1Gi", "0:", "0:memory", "0:memory=1Q", "0:cpu=1" };
+  for (size_t i = 0; i < sizeof (bad_mem) / sizeof (bad_mem[0]); i++)
+    {
+      assert_int_equal (nrm_config_add_reserved_memory (&c, bad_mem[i], &err), -1);
+      nrm_error_release (&err);
+    }
+  assert_int_equal (nrm_config_set_feature_gates (&c, "DRANodeAllocatableResources=true", &err), 0);
+  assert_true (c.publish.node_allocatable);
+  assert_int_equal (nrm_config_set_feature_gates (&c, "DRANodeAllocatableResources", &err), -1);
+  nrm_error_release (&err);
+  assert_int_equal (nrm_config_set_string (&c.node_name, "Not_A_Node", &err), 0);
+  assert_int_equal (nrm_config_finish (&c, &err), -1);
+  assert_non_null (strstr (nrm_error_msg (err), "Not_A_Node"));
+  nrm_error_release (&err);
+  nrm_config_done (&c);
+}
+
+int
+main (void)
+{
+  const struct CMUnitTest tests[] = {
+    cmocka_unit_test (test_good_file),
+    cmocka_unit_test (test_bad_files),
+    cmocka_unit_test (test_flags),
+  };
+  return cmocka_run_group_tests (tests, NULL, NULL);
+}
