@@ -1,0 +1,18 @@
+#!/bin/sh
+# Installs the Debian 12 packages that nrm builds and tests with.
+set -eu
+PKGS="build-essential autoconf automake pkg-config
+ libhwloc-dev hwloc-nox libnuma-dev libcgroup-dev
+ libprotobuf-c-dev protobuf-c-compiler libgrpc-dev
+ libcurl4-openssl-dev libjansson-dev libcmocka-dev
+ valgrind"
+missing=""
+for p in $PKGS; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
+done
+[ -z "$missing" ] && exit 0
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO=sudo
+$SUDO apt-get update -q
+# shellcheck disable=SC2086
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends $missing
