@@ -38,6 +38,13 @@ nrm_config_done (struct nrm_config *c)
   free (c->fsroot);
   free (c->cpu_driver);
   free (c->memory_driver);
+  free (c->kubelet_dir);
+  free (c->cdi_dir);
+  free (c->state_dir);
+  free (c->claims_dir);
+  free (c->instance_uid);
+  free (c->log_level);
+  free (c->log_format);
   hwloc_bitmap_free (c->node.reserved_cpus);
   hwloc_bitmap_free (c->node.isolated_cpus);
   clear_reserved_memory (c);
@@ -285,6 +292,24 @@ load_section (json_t *v, const char *section, const char *const *keys, nrm_error
   return 0;
 }
 
+/* Keys whose value is a plain string. */
+static char **
+string_key (struct nrm_config *c, const char *key)
+{
+  const struct
+  {
+    const char *key;
+    char **field;
+  } keys[] = { { "nodeName", &c->node_name },   { "topology", &c->topology },
+               { "fsroot", &c->fsroot },         { "kubeletDir", &c->kubelet_dir }, { "cdiDir", &c->cdi_dir },
+               { "stateDir", &c->state_dir },    { "claimsDir", &c->claims_dir },   { "instanceUID", &c->instance_uid },
+               { "logLevel", &c->log_level },    { "logFormat", &c->log_format } };
+  for (size_t i = 0; i < sizeof (keys) / sizeof (keys[0]); i++)
+    if (strcmp (keys[i].key, key) == 0)
+      return keys[i].field;
+  return NULL;
+}
+
 static int
 load_root (struct nrm_config *c, json_t *root, nrm_error_t *err)
 {
@@ -295,22 +320,10 @@ load_root (struct nrm_config *c, json_t *root, nrm_error_t *err)
     return nrm_error_set (err, EINVAL, "the top level must be an object, not %s", type_name (root));
   json_object_foreach (root, key, v)
   {
-    if (strcmp (key, "nodeName") == 0)
+    if (string_key (c, key) != NULL)
       {
         WANT (v, json_is_string, key, "a string");
-        if (nrm_config_set_string (&c->node_name, json_string_value (v), err) < 0)
-          return -1;
-      }
-    else if (strcmp (key, "topology") == 0)
-      {
-        WANT (v, json_is_string, key, "a string");
-        if (nrm_config_set_string (&c->topology, json_string_value (v), err) < 0)
-          return -1;
-      }
-    else if (strcmp (key, "fsroot") == 0)
-      {
-        WANT (v, json_is_string, key, "a string");
-        if (nrm_config_set_string (&c->fsroot, json_string_value (v), err) < 0)
+        if (nrm_config_set_string (string_key (c, key), json_string_value (v), err) < 0)
           return -1;
       }
     else if (strcmp (key, "reservedCPUs") == 0)
@@ -448,6 +461,21 @@ nrm_config_finish (struct nrm_config *c, nrm_error_t *err)
   if (strcmp (c->publish.cpu_driver, c->publish.memory_driver) == 0)
     return nrm_error_set (err, EINVAL, "the CPU and memory drivers need different names");
   c->publish.node_name = c->node_name;
+  const struct
+  {
+    char **field;
+    const char *dflt;
+  } defaults[] = { { &c->kubelet_dir, "/var/lib/kubelet" }, { &c->cdi_dir, "/var/run/cdi" },
+                   { &c->state_dir, "/var/lib/nrm" },       { &c->log_level, "info" },
+                   { &c->log_format, "plain" } };
+  for (size_t i = 0; i < sizeof (defaults) / sizeof (defaults[0]); i++)
+    if (*defaults[i].field == NULL && nrm_config_set_string (defaults[i].field, defaults[i].dflt, err) < 0)
+      return -1;
+  if (strcmp (c->log_format, "plain") && strcmp (c->log_format, "json"))
+    return nrm_error_set (err, EINVAL, "log format `%s` is neither plain nor json", c->log_format);
+  if (strcmp (c->log_level, "error") && strcmp (c->log_level, "warning") && strcmp (c->log_level, "info")
+      && strcmp (c->log_level, "debug"))
+    return nrm_error_set (err, EINVAL, "log level `%s` is not one of error, warning, info, debug", c->log_level);
   if (c->fsroot == NULL && nrm_config_set_string (&c->fsroot, getenv ("NRM_FSROOT") ? getenv ("NRM_FSROOT") : "/",
                                                   err) < 0)
     return -1;

@@ -17,6 +17,15 @@ struct nrm_config
   struct nrm_node_settings node;
   struct nrm_publish_options publish;
   char *cpu_driver, *memory_driver; /* owned strings behind publish */
+
+  /* nrm plugin */
+  char *kubelet_dir;  /* /var/lib/kubelet */
+  char *cdi_dir;      /* /var/run/cdi */
+  char *state_dir;    /* /var/lib/nrm */
+  char *claims_dir;   /* ResourceClaim JSON files, or NULL */
+  char *instance_uid; /* rolling-update mode: pod UID in socket names */
+  char *log_level;    /* error, warning, info, debug */
+  char *log_format;   /* plain or json */
 };
 
 void nrm_config_init (struct nrm_config *c);

@@ -7,7 +7,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <pthread.h>
+#include <signal.h>
+
 #include "driver/devices.h"
+#include "driver/nodedrv.h"
+#include "driver/plugin.h"
+#include "nrm/log.h"
 #include "nrm/cleanup.h"
 #include "nrm/conf.h"
 #include "topology/topology.h"
@@ -22,6 +28,7 @@ static const char usage_text[]
       "Commands:\n"
       "  topology   show the machine as nrm models it (packages, NUMA nodes, caches, cores, PCI)\n"
       "  slices     print the node's ResourceSlices (resource.k8s.io/v1) as one List document\n"
+      "  plugin     serve the CPU and memory drivers to the kubelet (DRA kubelet plugin)\n"
       "  help       show this help\n"
       "  version    show the version\n"
       "\n"
@@ -44,6 +51,16 @@ static const char usage_text[]
       "Options of topology:\n"
       "      --json                 print the whole model as JSON\n"
       "\n"
+      "Options of plugin:\n"
+      "      --kubelet-dir DIR      kubelet root with plugins/ and plugins_registry/ (/var/lib/kubelet)\n"
+      "      --cdi-dir DIR          where CDI specs are written (/var/run/cdi)\n"
+      "      --state-dir DIR        checkpoints and locks (/var/lib/nrm)\n"
+      "      --claims-dir DIR       read ResourceClaims from the *.json files in DIR\n"
+      "      --instance-uid UID     rolling-update mode: UID in the socket names, so two\n"
+      "                             instances can serve side by side\n"
+      "      --log-level LEVEL      error, warning, info (default) or debug\n"
+      "      --log-format FORMAT    plain (default) or json\n"
+      "\n"
       "Exit status: 0 on success, 1 when the machine or a setting is unusable, 2 for bad usage.\n";
 
 enum
@@ -56,6 +73,13 @@ enum
   OPT_FEATURE_GATES,
   OPT_FSROOT,
   OPT_JSON,
+  OPT_KUBELET_DIR,
+  OPT_CDI_DIR,
+  OPT_STATE_DIR,
+  OPT_CLAIMS_DIR,
+  OPT_INSTANCE_UID,
+  OPT_LOG_LEVEL,
+  OPT_LOG_FORMAT,
 };
 
 static const struct option long_options[] = {
@@ -69,6 +93,13 @@ static const struct option long_options[] = {
   { "feature-gates", required_argument, NULL, OPT_FEATURE_GATES },
   { "fsroot", required_argument, NULL, OPT_FSROOT },
   { "json", no_argument, NULL, OPT_JSON },
+  { "kubelet-dir", required_argument, NULL, OPT_KUBELET_DIR },
+  { "cdi-dir", required_argument, NULL, OPT_CDI_DIR },
+  { "state-dir", required_argument, NULL, OPT_STATE_DIR },
+  { "claims-dir", required_argument, NULL, OPT_CLAIMS_DIR },
+  { "instance-uid", required_argument, NULL, OPT_INSTANCE_UID },
+  { "log-level", required_argument, NULL, OPT_LOG_LEVEL },
+  { "log-format", required_argument, NULL, OPT_LOG_FORMAT },
   { "help", no_argument, NULL, 'h' },
   { NULL, 0, NULL, 0 },
 };
@@ -142,6 +173,21 @@ parse_options (struct cli *cli, const char *cmd, int argc, char **argv, nrm_erro
           break;
         case OPT_FSROOT:
           r = nrm_config_set_string (&cli->cfg.fsroot, optarg, err);
+          break;
+        case OPT_KUBELET_DIR:
+        case OPT_CDI_DIR:
+        case OPT_STATE_DIR:
+        case OPT_CLAIMS_DIR:
+        case OPT_INSTANCE_UID:
+        case OPT_LOG_LEVEL:
+        case OPT_LOG_FORMAT:
+          if (strcmp (cmd, "plugin") != 0)
+            return nrm_error_set (err, EINVAL, "%s: `%s` is an option of `nrm plugin`", cmd, argv[optind - 1]);
+          {
+            char **field[] = { &cli->cfg.kubelet_dir, &cli->cfg.cdi_dir,      &cli->cfg.state_dir, &cli->cfg.claims_dir,
+                               &cli->cfg.instance_uid, &cli->cfg.log_level, &cli->cfg.log_format };
+            r = nrm_config_set_string (field[c - OPT_KUBELET_DIR], optarg, err);
+          }
           break;
         case OPT_JSON:
           if (strcmp (cmd, "topology") != 0)
@@ -239,6 +285,67 @@ cmd_slices (struct cli *cli, nrm_error_t *err)
   return emit_json (list, err);
 }
 
+/* Serves both drivers until SIGTERM or SIGINT. Signals are blocked before
+ * any thread starts (gRPC's own threads inherit the mask) and taken here
+ * with sigwait(): no gRPC call ever runs in a signal handler. */
+static int
+cmd_plugin (struct cli *cli, nrm_error_t *err)
+{
+  struct nrm_config *c = &cli->cfg;
+  struct nrm_topology *t = NULL;
+  struct nrm_node_driver *drv[2] = { NULL, NULL };
+  struct nrm_plugin *plugins[2] = { NULL, NULL };
+  enum nrm_log_level level = NRM_LOG_INFO;
+  sigset_t set;
+  int sig = 0, r = -1;
+
+  nrm_log_parse_level (c->log_level, &level);
+  nrm_log_setup (level, strcmp (c->log_format, "json") == 0);
+  if (c->claims_dir == NULL)
+    return nrm_error_set (err, EINVAL,
+                          "plugin: no claim source: give --claims-dir (the Kubernetes API source is not built yet)");
+  sigemptyset (&set);
+  sigaddset (&set, SIGTERM);
+  sigaddset (&set, SIGINT);
+  pthread_sigmask (SIG_BLOCK, &set, NULL);
+  signal (SIGPIPE, SIG_IGN);
+
+  if (load_machine (cli, &t, err) < 0)
+    return -1;
+  for (int i = 0; i < 2; i++)
+    {
+      struct nrm_plugin_config pc = {
+        .driver = i == 0 ? c->publish.cpu_driver : c->publish.memory_driver,
+        .node_name = c->node_name,
+        .kubelet_dir = c->kubelet_dir,
+        .cdi_dir = c->cdi_dir,
+        .state_dir = c->state_dir,
+        .instance_uid = c->instance_uid,
+        .health_interval_s = 10,
+        .threads = 2,
+        .log = nrm_log,
+      };
+      nrm_claim_source_dir (&pc.claims, c->claims_dir);
+      if (nrm_node_driver_new (t, &c->publish, i == 0, &drv[i], err) < 0
+          || nrm_plugin_start (&pc, &nrm_node_driver_ops, drv[i], &plugins[i], err) < 0)
+        goto out;
+      nrm_log (NULL, NRM_LOG_INFO, "%s: serving %s, registering at %s", pc.driver,
+               nrm_plugin_dra_socket (plugins[i]), nrm_plugin_registration_socket (plugins[i]));
+    }
+  while (sigwait (&set, &sig) != 0)
+    ;
+  nrm_log (NULL, NRM_LOG_INFO, "%s: finishing calls in flight and stopping", strsignal (sig));
+  r = 0;
+out:
+  for (int i = 1; i >= 0; i--)
+    {
+      nrm_plugin_stop (plugins[i]);
+      nrm_node_driver_free (drv[i]);
+    }
+  nrm_topology_free (t);
+  return r;
+}
+
 int
 main (int argc, char **argv)
 {
@@ -267,6 +374,8 @@ main (int argc, char **argv)
     run = cmd_topology;
   else if (strcmp (cmd, "slices") == 0)
     run = cmd_slices;
+  else if (strcmp (cmd, "plugin") == 0)
+    run = cmd_plugin;
   else
     {
       fprintf (stderr, "nrm: unknown command `%s`; see `nrm --help`\n", cmd);

@@ -1,0 +1,473 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The CPU and memory drivers: they turn allocated devices into concrete
+ * CPUs and memory nodes. CPUs are picked simply for now (whole free cores
+ * first, in order); the placement engine replaces that choice later. */
+#include "config.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "driver/devices.h"
+#include "driver/nodedrv.h"
+#include "driver/quantity.h"
+#include "nrm/cleanup.h"
+
+struct claim_entry
+{
+  char *uid;
+  hwloc_bitmap_t cpus;  /* CPU driver */
+  json_t *used;         /* memory driver: device -> bytes */
+  struct claim_entry *next;
+};
+
+struct nrm_node_driver
+{
+  bool cpu; /* the CPU driver, else memory */
+  const struct nrm_topology *t;
+  struct nrm_publish_options o;
+  json_t *devices; /* name -> Device, as published */
+  json_t *names;   /* device names in order */
+  hwloc_bitmap_t taken;
+  json_t *used; /* memory: device -> bytes in use */
+  struct claim_entry *claims;
+};
+
+static struct claim_entry *
+find_claim (struct nrm_node_driver *d, const char *uid)
+{
+  for (struct claim_entry *c = d->claims; c; c = c->next)
+    if (strcmp (c->uid, uid) == 0)
+      return c;
+  return NULL;
+}
+
+static void
+drop_claim (struct nrm_node_driver *d, const char *uid)
+{
+  for (struct claim_entry **p = &d->claims; *p; p = &(*p)->next)
+    if (strcmp ((*p)->uid, uid) == 0)
+      {
+        struct claim_entry *c = *p;
+        *p = c->next;
+        if (c->cpus)
+          hwloc_bitmap_andnot (d->taken, d->taken, c->cpus);
+        if (c->used)
+          {
+            const char *name;
+            json_t *v;
+            json_object_foreach (c->used, name, v)
+            {
+              json_int_t cur = json_integer_value (json_object_get (d->used, name));
+              json_object_set_new (d->used, name, json_integer (cur - json_integer_value (v)));
+            }
+          }
+        free (c->uid);
+        hwloc_bitmap_free (c->cpus);
+        json_decref (c->used);
+        free (c);
+        return;
+      }
+}
+
+static void
+nd_reset (void *self)
+{
+  struct nrm_node_driver *d = self;
+  while (d->claims)
+    drop_claim (d, d->claims->uid);
+  hwloc_bitmap_zero (d->taken);
+  json_object_clear (d->used);
+}
+
+static json_t *
+nd_devices (void *self)
+{
+  struct nrm_node_driver *d = self;
+  return json_incref (d->names);
+}
+
+/* --- CPU driver ------------------------------------------------------------- */
+
+/* The CPUs a device stands for: a NUMA node, an L3 group or a core. */
+static hwloc_bitmap_t
+device_cpus (struct nrm_node_driver *d, const char *name)
+{
+  const struct nrm_topology *t = d->t;
+  unsigned id;
+  char tail;
+  hwloc_bitmap_t set = hwloc_bitmap_alloc ();
+  if (set == NULL)
+    return NULL;
+  for (size_t i = 0; i < t->n_numa; i++)
+    {
+      cleanup_bitmap hwloc_bitmap_t a = nrm_topology_node_allocatable (t, i);
+      hwloc_bitmap_or (set, set, a);
+    }
+  if (sscanf (name, "numa%u%c", &id, &tail) == 1)
+    {
+      int i = nrm_topology_numa_index (t, id);
+      cleanup_bitmap hwloc_bitmap_t a = i >= 0 ? nrm_topology_node_allocatable (t, (size_t) i) : NULL;
+      if (a)
+        hwloc_bitmap_and (set, set, a);
+      else
+        hwloc_bitmap_zero (set);
+    }
+  else if (sscanf (name, "l3-%u%c", &id, &tail) == 1)
+    {
+      size_t l;
+      for (l = 0; l < t->n_l3 && t->l3[l].os_index != id; l++)
+        ;
+      if (l < t->n_l3)
+        hwloc_bitmap_and (set, set, t->l3[l].cpus);
+      else
+        hwloc_bitmap_zero (set);
+    }
+  else if (sscanf (name, "core%u%c", &id, &tail) == 1)
+    {
+      int pi = nrm_topology_pu_index (t, id);
+      if (pi >= 0 && t->pus[pi].core >= 0)
+        hwloc_bitmap_and (set, set, t->cores[t->pus[pi].core].cpus);
+      else
+        hwloc_bitmap_zero (set);
+    }
+  else
+    hwloc_bitmap_zero (set);
+  return set;
+}
+
+static int
+consumed_amount (const struct nrm_alloc_result *r, const char *key, nrm_quantity_t dflt, nrm_quantity_t *ret,
+                 nrm_error_t *err)
+{
+  json_t *v = json_object_get (r->consumed, key);
+  if (v == NULL)
+    {
+      *ret = dflt;
+      return 0;
+    }
+  if (!json_is_string (v) || nrm_quantity_parse (json_string_value (v), ret, err) < 0)
+    return nrm_error_set (err, EINVAL, "device %s: consumedCapacity `%s` is not a quantity", r->device, key);
+  if (*ret <= 0)
+    return nrm_error_set (err, EINVAL, "device %s: consumedCapacity `%s` must be positive", r->device, key);
+  return 0;
+}
+
+/* Whole free cores first, then single free threads, in CPU order; adds
+ * them to out only when all `want` were found. */
+static int
+pick_cpus (struct nrm_node_driver *d, hwloc_const_bitmap_t from, size_t want, hwloc_bitmap_t out)
+{
+  cleanup_bitmap hwloc_bitmap_t free_set = hwloc_bitmap_dup (from);
+  cleanup_bitmap hwloc_bitmap_t picked = hwloc_bitmap_alloc ();
+  hwloc_bitmap_andnot (free_set, free_set, d->taken);
+  hwloc_bitmap_andnot (free_set, free_set, out);
+  size_t got = 0;
+  for (size_t c = 0; c < d->t->n_cores && got < want; c++)
+    {
+      const struct nrm_core *core = &d->t->cores[c];
+      size_t w = (size_t) hwloc_bitmap_weight (core->cpus);
+      if (w == 0 || w > want - got || !hwloc_bitmap_isincluded (core->cpus, free_set))
+        continue;
+      hwloc_bitmap_or (picked, picked, core->cpus);
+      hwloc_bitmap_andnot (free_set, free_set, core->cpus);
+      got += w;
+    }
+  int cpu;
+  hwloc_bitmap_foreach_begin (cpu, free_set)
+  {
+    if (got == want)
+      break;
+    hwloc_bitmap_set (picked, (unsigned) cpu);
+    got++;
+  }
+  hwloc_bitmap_foreach_end ();
+  if (got != want)
+    return -1;
+  hwloc_bitmap_or (out, out, picked);
+  return 0;
+}
+
+static char *
+mems_of (const struct nrm_topology *t, hwloc_const_bitmap_t cpus)
+{
+  cleanup_bitmap hwloc_bitmap_t nodes = hwloc_bitmap_alloc ();
+  int cpu;
+  hwloc_bitmap_foreach_begin (cpu, cpus)
+  {
+    int pi = nrm_topology_pu_index (t, (unsigned) cpu);
+    if (pi >= 0 && t->pus[pi].numa >= 0)
+      hwloc_bitmap_set (nodes, t->numa[t->pus[pi].numa].os_index);
+  }
+  hwloc_bitmap_foreach_end ();
+  return nrm_cpulist_format (nodes);
+}
+
+static void
+env_var (json_t *env, const char *name, const char *uid, const char *value)
+{
+  char *s = NULL;
+  if (asprintf (&s, "%s=%s", name, value) >= 0)
+    json_array_append_new (env, json_string (s));
+  free (s);
+  /* A per-claim name too, for containers with several claims. */
+  char key[160];
+  snprintf (key, sizeof (key), "%s_%s", name, uid);
+  for (char *c = key; *c; c++)
+    *c = *c == '-' ? '_' : (char) (*c >= 'a' && *c <= 'z' ? *c - 'a' + 'A' : *c);
+  if (asprintf (&s, "%s=%s", key, value) >= 0)
+    json_array_append_new (env, json_string (s));
+  free (s);
+}
+
+static int
+cpu_prepare (struct nrm_node_driver *d, const char *uid, const struct nrm_alloc_result *r, size_t n,
+             struct nrm_prepared *out, nrm_error_t *err)
+{
+  cleanup_bitmap hwloc_bitmap_t claim = hwloc_bitmap_alloc ();
+  for (size_t i = 0; i < n; i++)
+    {
+      json_t *dev = json_object_get (d->devices, r[i].device);
+      if (dev == NULL)
+        return nrm_error_set (err, ENODEV, "unknown device `%s` in pool `%s`", r[i].device, r[i].pool);
+      cleanup_bitmap hwloc_bitmap_t cpus = device_cpus (d, r[i].device);
+      if (json_is_true (json_object_get (dev, "allowMultipleAllocations")))
+        {
+          nrm_quantity_t q;
+          if (consumed_amount (&r[i], "cpus", NRM_QUANTITY_ONE, &q, err) < 0)
+            return -1;
+          if (q % NRM_QUANTITY_ONE != 0)
+            return nrm_error_set (err, EINVAL, "device %s: a fraction of a CPU cannot be exclusive", r[i].device);
+          size_t want = (size_t) (q / NRM_QUANTITY_ONE);
+          if (pick_cpus (d, cpus, want, claim) < 0)
+            {
+              cleanup_bitmap hwloc_bitmap_t free_set = hwloc_bitmap_dup (cpus);
+              hwloc_bitmap_andnot (free_set, free_set, d->taken);
+              hwloc_bitmap_andnot (free_set, free_set, claim);
+              return nrm_error_set (err, ENOSPC, "device %s: %zu CPUs asked, %d free", r[i].device, want,
+                                    hwloc_bitmap_weight (free_set));
+            }
+        }
+      else
+        {
+          if (hwloc_bitmap_intersects (cpus, d->taken) || hwloc_bitmap_intersects (cpus, claim))
+            return nrm_error_set (err, EBUSY, "device %s: some of its CPUs are already in use", r[i].device);
+          hwloc_bitmap_or (claim, claim, cpus);
+        }
+    }
+  cleanup_free char *list = nrm_cpulist_format (claim), *mems = mems_of (d->t, claim);
+  struct claim_entry *c = calloc (1, sizeof (*c));
+  if (c == NULL || list == NULL || mems == NULL)
+    {
+      free (c);
+      return nrm_error_set (err, ENOMEM, "out of memory");
+    }
+  c->uid = strdup (uid);
+  c->cpus = hwloc_bitmap_dup (claim);
+  c->next = d->claims;
+  d->claims = c;
+  hwloc_bitmap_or (d->taken, d->taken, claim);
+  out->state = json_pack ("{s:s, s:s}", "cpus", list, "mems", mems);
+  out->env = json_array ();
+  env_var (out->env, "NRM_CPUS", uid, list);
+  env_var (out->env, "NRM_CPU_NODES", uid, mems);
+  return 0;
+}
+
+static int
+cpu_restore (struct nrm_node_driver *d, const char *uid, json_t *state, nrm_error_t *err)
+{
+  hwloc_bitmap_t cpus = NULL;
+  const char *list = json_string_value (json_object_get (state, "cpus"));
+  if (list == NULL || nrm_cpulist_parse (list, &cpus, err) < 0)
+    return nrm_error_set (err, EINVAL, "state has no valid `cpus`");
+  if (hwloc_bitmap_intersects (cpus, d->taken))
+    {
+      hwloc_bitmap_free (cpus);
+      return nrm_error_set (err, EEXIST, "CPUs %s are held by another claim", list);
+    }
+  struct claim_entry *c = calloc (1, sizeof (*c));
+  c->uid = strdup (uid);
+  c->cpus = cpus;
+  c->next = d->claims;
+  d->claims = c;
+  hwloc_bitmap_or (d->taken, d->taken, cpus);
+  return 0;
+}
+
+/* --- memory driver ------------------------------------------------------------ */
+
+static int
+device_capacity (json_t *dev, const char **key, nrm_quantity_t *cap)
+{
+  json_t *caps = json_object_get (dev, "capacity");
+  *key = json_object_get (caps, "memory") ? "memory" : "hugepages";
+  nrm_error_t e = NULL;
+  int r = nrm_quantity_parse (json_string_value (json_object_get (json_object_get (caps, *key), "value")), cap, &e);
+  nrm_error_release (&e);
+  return r;
+}
+
+static int
+mem_prepare (struct nrm_node_driver *d, const char *uid, const struct nrm_alloc_result *r, size_t n,
+             struct nrm_prepared *out, nrm_error_t *err)
+{
+  cleanup_json json_t *add = json_object ();
+  cleanup_bitmap hwloc_bitmap_t nodes = hwloc_bitmap_alloc ();
+  for (size_t i = 0; i < n; i++)
+    {
+      json_t *dev = json_object_get (d->devices, r[i].device);
+      const char *key;
+      nrm_quantity_t cap, q;
+      if (dev == NULL)
+        return nrm_error_set (err, ENODEV, "unknown device `%s` in pool `%s`", r[i].device, r[i].pool);
+      if (device_capacity (dev, &key, &cap) < 0)
+        return nrm_error_set (err, EINVAL, "device %s has no capacity", r[i].device);
+      /* Without a consumed amount the request took the default, one step. */
+      json_t *policy = json_object_get (json_object_get (json_object_get (dev, "capacity"), key), "requestPolicy");
+      nrm_quantity_t dflt;
+      nrm_error_t e = NULL;
+      if (nrm_quantity_parse (json_string_value (json_object_get (policy, "default")), &dflt, &e) < 0)
+        {
+          nrm_error_release (&e);
+          dflt = cap;
+        }
+      if (consumed_amount (&r[i], key, dflt, &q, err) < 0)
+        return -1;
+      json_int_t bytes = (json_int_t) (q / NRM_QUANTITY_ONE);
+      json_int_t used = json_integer_value (json_object_get (d->used, r[i].device))
+                        + json_integer_value (json_object_get (add, r[i].device));
+      if ((nrm_quantity_t) (used + bytes) * NRM_QUANTITY_ONE > cap)
+        return nrm_error_set (err, ENOSPC, "device %s: %" JSON_INTEGER_FORMAT " bytes asked, %" JSON_INTEGER_FORMAT
+                              " of %" JSON_INTEGER_FORMAT " free",
+                              r[i].device, bytes, (json_int_t) (cap / NRM_QUANTITY_ONE) - used,
+                              (json_int_t) (cap / NRM_QUANTITY_ONE));
+      json_object_set_new (add, r[i].device,
+                           json_integer (json_integer_value (json_object_get (add, r[i].device)) + bytes));
+      json_int_t node = json_integer_value (
+          json_object_get (json_object_get (json_object_get (dev, "attributes"), "numaNode"), "int"));
+      hwloc_bitmap_set (nodes, (unsigned) node);
+    }
+  const char *name;
+  json_t *v;
+  json_object_foreach (add, name, v)
+  {
+    json_int_t cur = json_integer_value (json_object_get (d->used, name));
+    json_object_set_new (d->used, name, json_integer (cur + json_integer_value (v)));
+  }
+  struct claim_entry *c = calloc (1, sizeof (*c));
+  c->uid = strdup (uid);
+  c->used = json_incref (add);
+  c->next = d->claims;
+  d->claims = c;
+  cleanup_free char *mems = nrm_cpulist_format (nodes);
+  out->state = json_pack ("{s:O, s:s}", "devices", add, "mems", mems);
+  out->env = json_array ();
+  env_var (out->env, "NRM_MEMS", uid, mems);
+  return 0;
+}
+
+static int
+mem_restore (struct nrm_node_driver *d, const char *uid, json_t *state, nrm_error_t *err)
+{
+  json_t *devs = json_object_get (state, "devices");
+  const char *name;
+  json_t *v;
+  if (!json_is_object (devs))
+    return nrm_error_set (err, EINVAL, "state has no `devices`");
+  json_object_foreach (devs, name, v)
+  {
+    json_int_t cur = json_integer_value (json_object_get (d->used, name));
+    json_object_set_new (d->used, name, json_integer (cur + json_integer_value (v)));
+  }
+  struct claim_entry *c = calloc (1, sizeof (*c));
+  c->uid = strdup (uid);
+  c->used = json_incref (devs);
+  c->next = d->claims;
+  d->claims = c;
+  return 0;
+}
+
+/* --- ops -------------------------------------------------------------------------- */
+
+static int
+nd_prepare (void *self, const char *uid, const struct nrm_alloc_result *r, size_t n, json_t *config,
+            struct nrm_prepared *out, nrm_error_t *err)
+{
+  struct nrm_node_driver *d = self;
+  (void) config;
+  if (find_claim (d, uid))
+    return nrm_error_set (err, EEXIST, "claim %s is already prepared", uid);
+  return d->cpu ? cpu_prepare (d, uid, r, n, out, err) : mem_prepare (d, uid, r, n, out, err);
+}
+
+static int
+nd_restore (void *self, const char *uid, json_t *state, nrm_error_t *err)
+{
+  struct nrm_node_driver *d = self;
+  if (find_claim (d, uid))
+    return 0;
+  return d->cpu ? cpu_restore (d, uid, state, err) : mem_restore (d, uid, state, err);
+}
+
+static void
+nd_unprepare (void *self, const char *uid, json_t *state)
+{
+  (void) state;
+  drop_claim (self, uid);
+}
+
+const struct nrm_driver_ops nrm_node_driver_ops = {
+  .devices = nd_devices,
+  .reset = nd_reset,
+  .prepare = nd_prepare,
+  .restore = nd_restore,
+  .unprepare = nd_unprepare,
+};
+
+int
+nrm_node_driver_new (const struct nrm_topology *t, const struct nrm_publish_options *o, bool cpu,
+                     struct nrm_node_driver **ret, nrm_error_t *err)
+{
+  struct nrm_pool pool = { 0 };
+  if ((cpu ? nrm_cpu_pool (t, o, &pool, err) : nrm_memory_pool (t, o, &pool, err)) < 0)
+    return -1;
+  struct nrm_node_driver *d = calloc (1, sizeof (*d));
+  if (d == NULL)
+    {
+      nrm_pool_done (&pool);
+      return nrm_error_set (err, ENOMEM, "out of memory");
+    }
+  d->cpu = cpu;
+  d->t = t;
+  d->o = *o;
+  d->devices = json_object ();
+  d->names = json_array ();
+  d->taken = hwloc_bitmap_alloc ();
+  d->used = json_object ();
+  size_t i;
+  json_t *dev;
+  json_array_foreach (pool.devices, i, dev)
+  {
+    const char *name = json_string_value (json_object_get (dev, "name"));
+    json_object_set (d->devices, name, dev);
+    json_array_append_new (d->names, json_string (name));
+  }
+  nrm_pool_done (&pool);
+  *ret = d;
+  return 0;
+}
+
+void
+nrm_node_driver_free (struct nrm_node_driver *d)
+{
+  if (d == NULL)
+    return;
+  nd_reset (d);
+  json_decref (d->devices);
+  json_decref (d->names);
+  json_decref (d->used);
+  hwloc_bitmap_free (d->taken);
+  free (d);
+}

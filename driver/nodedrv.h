@@ -1,0 +1,20 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#ifndef NRM_NODEDRV_H
+#define NRM_NODEDRV_H
+
+#include <stdbool.h>
+
+#include "driver/devices.h"
+#include "driver/plugin.h"
+
+/* The CPU (cpu == true) or memory driver of this node, over the devices
+ * nrm publishes for it. The topology must outlive the driver. */
+struct nrm_node_driver;
+
+extern const struct nrm_driver_ops nrm_node_driver_ops;
+
+int nrm_node_driver_new (const struct nrm_topology *t, const struct nrm_publish_options *o, bool cpu,
+                         struct nrm_node_driver **ret, nrm_error_t *err);
+void nrm_node_driver_free (struct nrm_node_driver *d);
+
+#endif

@@ -1,0 +1,1026 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#include "config.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "driver/grpc.h"
+#include "driver/names.h"
+#include "driver/plugin.h"
+#include "nrm/cleanup.h"
+#include "nrm/fs.h"
+#include "proto/dra_health_v1alpha1.pb-c.h"
+#include "proto/dra_v1.pb-c.h"
+#include "proto/pluginregistration.pb-c.h"
+
+#define CHECKPOINT_VERSION 1
+#define MAX_CHECKPOINT (64 << 20)
+#define HEALTH_TIMEOUT_S 30
+#define MAX_CLAIMS_PER_CALL 4096
+
+typedef K8s__Io__Kubelet__Pkg__Apis__Dra__V1__NodePrepareResourcesRequest PrepareRequest;
+typedef K8s__Io__Kubelet__Pkg__Apis__Dra__V1__NodePrepareResourcesResponse PrepareResponse;
+typedef K8s__Io__Kubelet__Pkg__Apis__Dra__V1__NodePrepareResourcesResponse__ClaimsEntry PrepareEntry;
+typedef K8s__Io__Kubelet__Pkg__Apis__Dra__V1__NodePrepareResourceResponse PrepareClaimResponse;
+typedef K8s__Io__Kubelet__Pkg__Apis__Dra__V1__Device Device;
+typedef K8s__Io__Kubelet__Pkg__Apis__Dra__V1__NodeUnprepareResourcesRequest UnprepareRequest;
+typedef K8s__Io__Kubelet__Pkg__Apis__Dra__V1__NodeUnprepareResourcesResponse UnprepareResponse;
+typedef K8s__Io__Kubelet__Pkg__Apis__Dra__V1__NodeUnprepareResourcesResponse__ClaimsEntry UnprepareEntry;
+typedef K8s__Io__Kubelet__Pkg__Apis__Dra__V1__NodeUnprepareResourceResponse UnprepareClaimResponse;
+typedef K8s__Io__Kubelet__Pkg__Apis__Dra__V1__Claim Claim;
+
+struct nrm_plugin
+{
+  struct nrm_plugin_config cfg;
+  const struct nrm_driver_ops *ops;
+  void *self;
+  char *driver, *node_name, *cdi_dir, *state_dir;
+  char *dra_sock, *reg_sock, *checkpoint, *serialize_lock, *instance_lock;
+  int instance_fd, serialize_fd;
+  struct nrm_grpc_server *dra, *reg;
+
+  pthread_mutex_t lock; /* serializes prepare/unprepare in this process */
+  json_t *cp;           /* the checkpoint as last read or written */
+  json_int_t cp_generation;
+  int registered;
+
+  /* Health streams and their thread. */
+  pthread_mutex_t hlock;
+  pthread_cond_t hcond;
+  pthread_t hthread;
+  bool hrunning, hstop, hchanged;
+  struct nrm_grpc_stream **streams;
+  size_t n_streams;
+};
+
+#define LOG(p, lvl, ...)                                                                                          \
+  do                                                                                                              \
+    {                                                                                                             \
+      if ((p)->cfg.log)                                                                                           \
+        (p)->cfg.log ((p)->cfg.log_ctx, lvl, __VA_ARGS__);                                                        \
+    }                                                                                                             \
+  while (0)
+
+/* --- checkpoint ------------------------------------------------------------ */
+
+static json_t *
+empty_checkpoint (struct nrm_plugin *p)
+{
+  return json_pack ("{s:i, s:s, s:I, s:{}}", "version", CHECKPOINT_VERSION, "driver", p->driver, "generation",
+                    (json_int_t) 0, "claims");
+}
+
+/* A missing file is an empty checkpoint; a corrupt one is an error that
+ * names it, and the file is left as it is for the operator. */
+static int
+checkpoint_read (struct nrm_plugin *p, json_t **ret, nrm_error_t *err)
+{
+  cleanup_free char *text = NULL;
+  json_error_t jerr;
+  nrm_error_t rerr = NULL;
+
+  if (nrm_read_file (p->checkpoint, MAX_CHECKPOINT, &text, NULL, &rerr) < 0)
+    {
+      if (rerr->status == ENOENT)
+        {
+          nrm_error_release (&rerr);
+          *ret = empty_checkpoint (p);
+          return 0;
+        }
+      *err = rerr;
+      return -1;
+    }
+  json_t *cp = json_loads (text, 0, &jerr);
+  const char *why = NULL;
+  if (cp == NULL)
+    why = jerr.text;
+  else if (json_integer_value (json_object_get (cp, "version")) != CHECKPOINT_VERSION)
+    why = "unsupported version";
+  else if (!json_is_string (json_object_get (cp, "driver"))
+           || strcmp (json_string_value (json_object_get (cp, "driver")), p->driver) != 0)
+    why = "it belongs to another driver";
+  else if (!json_is_object (json_object_get (cp, "claims")) || !json_is_integer (json_object_get (cp, "generation")))
+    why = "claims or generation missing";
+  if (why != NULL)
+    {
+      json_decref (cp);
+      return nrm_error_set (err, EINVAL,
+                            "checkpoint `%s` is corrupt (%s); it was left untouched: inspect it, move it away and "
+                            "restart to begin with no prepared claims",
+                            p->checkpoint, why);
+    }
+  *ret = cp;
+  return 0;
+}
+
+static int
+checkpoint_write (struct nrm_plugin *p, json_t *cp, nrm_error_t *err)
+{
+  json_int_t gen = json_integer_value (json_object_get (cp, "generation")) + 1;
+  json_object_set_new (cp, "generation", json_integer (gen));
+  cleanup_free char *text = json_dumps (cp, JSON_INDENT (1) | JSON_SORT_KEYS);
+  if (text == NULL)
+    return nrm_error_set (err, ENOMEM, "out of memory");
+  if (nrm_write_atomic (p->checkpoint, text, strlen (text), 0600, err) < 0)
+    {
+      json_object_set_new (cp, "generation", json_integer (gen - 1));
+      return -1;
+    }
+  p->cp_generation = gen;
+  return 0;
+}
+
+/* --- CDI --------------------------------------------------------------------- */
+
+static char *
+cdi_path (struct nrm_plugin *p, const char *uid)
+{
+  char *path = NULL;
+  if (asprintf (&path, "%s/%s-%s.json", p->cdi_dir, p->driver, uid) < 0)
+    return NULL;
+  return path;
+}
+
+static char *
+cdi_id (struct nrm_plugin *p, const char *uid)
+{
+  char *id = NULL;
+  if (asprintf (&id, "%s/claim=%s", p->driver, uid) < 0)
+    return NULL;
+  return id;
+}
+
+/* One spec per claim; 0.5.0 is the lowest version that allows a device name
+ * starting with a digit, as claim UIDs may. */
+static int
+cdi_write (struct nrm_plugin *p, const char *uid, json_t *env, nrm_error_t *err)
+{
+  cleanup_free char *path = cdi_path (p, uid), *kind = NULL;
+  if (path == NULL || asprintf (&kind, "%s/claim", p->driver) < 0)
+    return nrm_error_set (err, ENOMEM, "out of memory");
+  cleanup_json json_t *spec = json_pack ("{s:s, s:s, s:[{s:s, s:{s:O}}]}", "cdiVersion", "0.5.0", "kind", kind,
+                                         "devices", "name", uid, "containerEdits", "env", env);
+  cleanup_free char *text = json_dumps (spec, JSON_INDENT (2));
+  if (text == NULL)
+    return nrm_error_set (err, ENOMEM, "out of memory");
+  return nrm_write_atomic (path, text, strlen (text), 0644, err);
+}
+
+static void
+cdi_remove (struct nrm_plugin *p, const char *uid)
+{
+  cleanup_free char *path = cdi_path (p, uid);
+  if (path && unlink (path) < 0 && errno != ENOENT)
+    LOG (p, NRM_LOG_WARNING, "cannot remove CDI spec %s: %s", path, strerror (errno));
+}
+
+/* --- locking and state ------------------------------------------------------- */
+
+/* Takes the in-process mutex and the cross-process file lock (a
+ * rolling-update twin shares the state directory), and brings the driver's
+ * picture up to date with the checkpoint on disk. */
+static int
+lock_state (struct nrm_plugin *p, nrm_error_t *err)
+{
+  json_t *cp = NULL;
+  pthread_mutex_lock (&p->lock);
+  while (flock (p->serialize_fd, LOCK_EX) < 0)
+    if (errno != EINTR)
+      {
+        int e = errno;
+        pthread_mutex_unlock (&p->lock);
+        return nrm_error_errno (err, e, "cannot lock `%s`", p->serialize_lock);
+      }
+  if (checkpoint_read (p, &cp, err) < 0)
+    goto fail;
+  if (json_integer_value (json_object_get (cp, "generation")) != p->cp_generation || p->cp == NULL)
+    {
+      /* Someone else wrote it: rebuild from the file. */
+      const char *uid;
+      json_t *c;
+      p->ops->reset (p->self);
+      json_object_foreach (json_object_get (cp, "claims"), uid, c)
+      {
+        const char *phase = json_string_value (json_object_get (c, "phase"));
+        if (phase && strcmp (phase, "PrepareCompleted") == 0
+            && p->ops->restore (p->self, uid, json_object_get (c, "state"), err) < 0)
+          {
+            nrm_error_wrap (err, "checkpoint `%s`: claim %s", p->checkpoint, uid);
+            goto fail;
+          }
+      }
+      p->cp_generation = json_integer_value (json_object_get (cp, "generation"));
+    }
+  json_decref (p->cp);
+  p->cp = cp;
+  return 0;
+fail:
+  json_decref (cp);
+  flock (p->serialize_fd, LOCK_UN);
+  pthread_mutex_unlock (&p->lock);
+  return -1;
+}
+
+static void
+unlock_state (struct nrm_plugin *p)
+{
+  flock (p->serialize_fd, LOCK_UN);
+  pthread_mutex_unlock (&p->lock);
+}
+
+/* Claims left half-prepared by a crash are rolled back: the driver never
+ * recorded state for them, so only their CDI spec may be left over. */
+static int
+recover (struct nrm_plugin *p, nrm_error_t *err)
+{
+  const char *uid;
+  json_t *c;
+  void *tmp;
+  size_t rolled = 0;
+
+  if (lock_state (p, err) < 0)
+    return -1;
+  json_object_foreach_safe (json_object_get (p->cp, "claims"), tmp, uid, c)
+  {
+    const char *phase = json_string_value (json_object_get (c, "phase"));
+    if (phase == NULL || strcmp (phase, "PrepareCompleted") != 0)
+      {
+        LOG (p, NRM_LOG_WARNING, "claim %s was interrupted during prepare; rolling it back", uid);
+        cdi_remove (p, uid);
+        json_object_del (json_object_get (p->cp, "claims"), uid);
+        rolled++;
+      }
+  }
+  int r = rolled ? checkpoint_write (p, p->cp, err) : 0;
+  unlock_state (p);
+  return r;
+}
+
+/* --- prepare ----------------------------------------------------------------- */
+
+static char *
+strip_subrequest (const char *request)
+{
+  const char *slash = strchr (request, '/');
+  return slash ? strndup (request, (size_t) (slash - request)) : strdup (request);
+}
+
+/* The devices of a prepared claim as the kubelet wants them. */
+static json_t *
+response_devices (struct nrm_plugin *p, const char *uid, const struct nrm_alloc_result *r, size_t n)
+{
+  cleanup_free char *id = cdi_id (p, uid);
+  json_t *devs = json_array ();
+  for (size_t i = 0; i < n; i++)
+    {
+      cleanup_free char *req = strip_subrequest (r[i].request);
+      json_t *d = json_pack ("{s:[s], s:s, s:s, s:[s]}", "requestNames", req, "pool", r[i].pool, "device",
+                             r[i].device, "cdiDeviceIDs", id);
+      if (r[i].share_id)
+        json_object_set_new (d, "shareID", json_string (r[i].share_id));
+      json_array_append_new (devs, d);
+    }
+  return devs;
+}
+
+/* Checks a claim object and extracts this driver's results and config. */
+static int
+claim_allocation (struct nrm_plugin *p, json_t *claim, const char *uid, struct nrm_alloc_result **ret, size_t *n,
+                  json_t **config, nrm_error_t *err)
+{
+  const char *cuid = json_string_value (json_object_get (json_object_get (claim, "metadata"), "uid"));
+  json_t *alloc = json_object_get (json_object_get (claim, "status"), "allocation");
+  json_t *results = json_object_get (json_object_get (alloc, "devices"), "results");
+  size_t i, k = 0;
+  json_t *r;
+
+  if (cuid == NULL || strcmp (cuid, uid) != 0)
+    return nrm_error_set (err, ESTALE, "claim UID is %s, not %s: the claim was replaced", cuid ? cuid : "(none)",
+                          uid);
+  if (!json_is_object (alloc))
+    return nrm_error_set (err, EINVAL, "claim is not allocated");
+  if (!json_is_array (results))
+    return nrm_error_set (err, EINVAL, "claim allocation has no device results");
+  struct nrm_alloc_result *out = calloc (json_array_size (results) + 1, sizeof (*out));
+  if (out == NULL)
+    return nrm_error_set (err, ENOMEM, "out of memory");
+  json_array_foreach (results, i, r)
+  {
+    const char *driver = json_string_value (json_object_get (r, "driver"));
+    if (driver == NULL || strcmp (driver, p->driver) != 0)
+      continue;
+    struct nrm_alloc_result *o = &out[k];
+    o->request = json_string_value (json_object_get (r, "request"));
+    o->pool = json_string_value (json_object_get (r, "pool"));
+    o->device = json_string_value (json_object_get (r, "device"));
+    o->share_id = json_string_value (json_object_get (r, "shareID"));
+    o->consumed = json_object_get (r, "consumedCapacity");
+    int bad = 0;
+    if (o->request == NULL || o->pool == NULL || o->device == NULL)
+      bad = nrm_error_set (err, EINVAL, "allocation result %zu lacks request, pool or device", i);
+    else if (strcmp (o->pool, p->node_name) != 0)
+      bad = nrm_error_set (err, EINVAL, "device %s/%s is not in this node's pool `%s`", o->pool, o->device,
+                           p->node_name);
+    else if (o->consumed && !json_is_object (o->consumed))
+      bad = nrm_error_set (err, EINVAL, "consumedCapacity of device %s is not a map", o->device);
+    if (bad < 0)
+      {
+        free (out);
+        return -1;
+      }
+    k++;
+  }
+  if (k == 0)
+    {
+      free (out);
+      return nrm_error_set (err, EINVAL, "no device of driver %s is allocated to this claim", p->driver);
+    }
+  /* Opaque configuration meant for this driver. */
+  *config = json_array ();
+  json_array_foreach (json_object_get (json_object_get (alloc, "devices"), "config"), i, r)
+  {
+    json_t *opaque = json_object_get (r, "opaque");
+    const char *driver = json_string_value (json_object_get (opaque, "driver"));
+    if (driver && strcmp (driver, p->driver) == 0)
+      json_array_append (*config, r);
+  }
+  *ret = out;
+  *n = k;
+  return 0;
+}
+
+/* Prepares one claim; returns its devices (new reference) or an error. */
+static json_t *
+prepare_claim (struct nrm_plugin *p, const char *ns, const char *name, const char *uid, nrm_error_t *err)
+{
+  cleanup_json json_t *claim = NULL, *config = NULL;
+  cleanup_free struct nrm_alloc_result *results = NULL;
+  size_t n = 0;
+
+  if (!nrm_is_dns_subdomain (ns, 253) || !nrm_is_dns_subdomain (name, 253) || uid[0] == '\0' || strlen (uid) > 128)
+    {
+      nrm_error_set (err, EINVAL, "invalid claim reference %s/%s (uid %s)", ns, name, uid);
+      return NULL;
+    }
+  for (const char *c = uid; *c; c++)
+    if (!((*c >= 'a' && *c <= 'z') || (*c >= '0' && *c <= '9') || *c == '-'))
+      {
+        nrm_error_set (err, EINVAL, "invalid claim UID `%s`", uid);
+        return NULL;
+      }
+  /* The claim is read before the lock, as the kubelet's own helper does. */
+  if (p->cfg.claims.get (p->cfg.claims.self, ns, name, &claim, err) < 0)
+    return NULL;
+  if (claim_allocation (p, claim, uid, &results, &n, &config, err) < 0)
+    return NULL;
+
+  if (lock_state (p, err) < 0)
+    return NULL;
+  json_t *claims = json_object_get (p->cp, "claims");
+  json_t *entry = json_object_get (claims, uid);
+  if (entry != NULL)
+    {
+      /* Idempotent: the same claim gets the same answer. */
+      json_t *devs = json_incref (json_object_get (entry, "devices"));
+      unlock_state (p);
+      return devs;
+    }
+
+  struct nrm_prepared prep = { NULL, NULL };
+  json_t *devs = response_devices (p, uid, results, n);
+  json_object_set_new (claims, uid, json_pack ("{s:s, s:s, s:s, s:O}", "namespace", ns, "name", name, "phase",
+                                               "PrepareStarted", "devices", devs));
+  if (checkpoint_write (p, p->cp, err) < 0)
+    goto rollback_entry;
+  if (p->ops->prepare (p->self, uid, results, n, config, &prep, err) < 0)
+    goto rollback;
+  if (cdi_write (p, uid, prep.env, err) < 0)
+    {
+      p->ops->unprepare (p->self, uid, prep.state);
+      goto rollback;
+    }
+  entry = json_object_get (claims, uid);
+  json_object_set_new (entry, "phase", json_string ("PrepareCompleted"));
+  json_object_set (entry, "state", prep.state);
+  if (checkpoint_write (p, p->cp, err) < 0)
+    {
+      p->ops->unprepare (p->self, uid, prep.state);
+      cdi_remove (p, uid);
+      goto rollback;
+    }
+  json_decref (prep.state);
+  json_decref (prep.env);
+  unlock_state (p);
+  return devs;
+
+rollback:
+  json_decref (prep.state);
+  json_decref (prep.env);
+  json_object_del (claims, uid);
+  {
+    nrm_error_t werr = NULL;
+    if (checkpoint_write (p, p->cp, &werr) < 0)
+      {
+        /* The PrepareStarted entry stays on disk; the next start rolls it back. */
+        LOG (p, NRM_LOG_ERROR, "%s", nrm_error_msg (werr));
+        nrm_error_release (&werr);
+      }
+  }
+  json_decref (devs);
+  unlock_state (p);
+  return NULL;
+rollback_entry:
+  json_object_del (claims, uid);
+  json_decref (devs);
+  unlock_state (p);
+  return NULL;
+}
+
+static int
+unprepare_claim (struct nrm_plugin *p, const char *uid, nrm_error_t *err)
+{
+  if (lock_state (p, err) < 0)
+    return -1;
+  json_t *claims = json_object_get (p->cp, "claims");
+  json_t *entry = json_object_get (claims, uid);
+  if (entry == NULL)
+    {
+      /* Unknown (or already unprepared): nothing to do. */
+      unlock_state (p);
+      return 0;
+    }
+  const char *phase = json_string_value (json_object_get (entry, "phase"));
+  cleanup_json json_t *saved = json_incref (entry);
+  json_object_del (claims, uid);
+  if (checkpoint_write (p, p->cp, err) < 0)
+    {
+      json_object_set (claims, uid, saved);
+      unlock_state (p);
+      return -1;
+    }
+  if (phase && strcmp (phase, "PrepareCompleted") == 0)
+    p->ops->unprepare (p->self, uid, json_object_get (saved, "state"));
+  cdi_remove (p, uid);
+  unlock_state (p);
+  return 0;
+}
+
+/* --- gRPC handlers ------------------------------------------------------------ */
+
+static grpc_status_code
+bad_request (char **details, const char *what)
+{
+  *details = strdup (what);
+  return GRPC_STATUS_INVALID_ARGUMENT;
+}
+
+static grpc_status_code
+pack_reply (const ProtobufCMessage *m, uint8_t **resp, size_t *len)
+{
+  *len = protobuf_c_message_get_packed_size (m);
+  *resp = malloc (*len ? *len : 1);
+  if (*resp == NULL)
+    return GRPC_STATUS_RESOURCE_EXHAUSTED;
+  protobuf_c_message_pack (m, *resp);
+  return GRPC_STATUS_OK;
+}
+
+static int
+check_claims (Claim **claims, size_t n, char **details)
+{
+  if (n > MAX_CLAIMS_PER_CALL)
+    {
+      *details = strdup ("too many claims in one request");
+      return -1;
+    }
+  for (size_t i = 0; i < n; i++)
+    if (claims[i] == NULL || claims[i]->uid == NULL || claims[i]->uid[0] == '\0')
+      {
+        *details = strdup ("a claim has no uid");
+        return -1;
+      }
+  return 0;
+}
+
+/* Serves v1 and v1beta1: their messages differ only in Device.share_id. */
+static grpc_status_code
+prepare_common (struct nrm_plugin *p, const uint8_t *req, size_t len, uint8_t **resp, size_t *resp_len, char **details,
+                bool beta)
+{
+  PrepareRequest *in = k8s__io__kubelet__pkg__apis__dra__v1__node_prepare_resources_request__unpack (NULL, len, req);
+  if (in == NULL)
+    return bad_request (details, "NodePrepareResourcesRequest cannot be decoded");
+  if (check_claims (in->claims, in->n_claims, details) < 0)
+    {
+      k8s__io__kubelet__pkg__apis__dra__v1__node_prepare_resources_request__free_unpacked (in, NULL);
+      return GRPC_STATUS_INVALID_ARGUMENT;
+    }
+
+  size_t n = in->n_claims;
+  PrepareResponse out = K8S__IO__KUBELET__PKG__APIS__DRA__V1__NODE_PREPARE_RESOURCES_RESPONSE__INIT;
+  PrepareEntry *entries = calloc (n + 1, sizeof (*entries));
+  PrepareEntry **eptrs = calloc (n + 1, sizeof (*eptrs));
+  PrepareClaimResponse *cr = calloc (n + 1, sizeof (*cr));
+  json_t **keep = calloc (n + 1, sizeof (json_t *));
+  char **errors = calloc (n + 1, sizeof (char *));
+  size_t n_out = 0;
+
+  for (size_t i = 0; i < n; i++)
+    {
+      Claim *c = in->claims[i];
+      bool dup = false;
+      for (size_t j = 0; j < i; j++)
+        dup |= strcmp (in->claims[j]->uid, c->uid) == 0;
+      if (dup)
+        continue; /* one entry per UID */
+      nrm_error_t err = NULL;
+      PrepareEntry *e = &entries[n_out];
+      PrepareClaimResponse *r = &cr[n_out];
+      k8s__io__kubelet__pkg__apis__dra__v1__node_prepare_resources_response__claims_entry__init (e);
+      k8s__io__kubelet__pkg__apis__dra__v1__node_prepare_resource_response__init (r);
+      e->key = c->uid;
+      e->value = r;
+      eptrs[n_out] = e;
+      json_t *devs = prepare_claim (p, c->namespace_ ? c->namespace_ : "", c->name ? c->name : "", c->uid, &err);
+      if (devs == NULL)
+        {
+          if (asprintf (&errors[n_out], "%s: claim %s/%s: %s", p->driver, c->namespace_, c->name,
+                        nrm_error_msg (err))
+              < 0)
+            errors[n_out] = NULL;
+          r->error = errors[n_out] ? errors[n_out] : (char *) "error";
+          LOG (p, NRM_LOG_WARNING, "prepare: %s", r->error);
+          nrm_error_release (&err);
+        }
+      else
+        {
+          keep[n_out] = devs;
+          r->n_devices = json_array_size (devs);
+          r->devices = calloc (r->n_devices + 1, sizeof (Device *));
+          size_t k;
+          json_t *d;
+          json_array_foreach (devs, k, d)
+          {
+            Device *dv = calloc (1, sizeof (*dv));
+            k8s__io__kubelet__pkg__apis__dra__v1__device__init (dv);
+            json_t *rn = json_object_get (d, "requestNames"), *ids = json_object_get (d, "cdiDeviceIDs");
+            dv->n_request_names = json_array_size (rn);
+            dv->request_names = calloc (dv->n_request_names + 1, sizeof (char *));
+            for (size_t x = 0; x < dv->n_request_names; x++)
+              dv->request_names[x] = (char *) json_string_value (json_array_get (rn, x));
+            dv->n_cdi_device_ids = json_array_size (ids);
+            dv->cdi_device_ids = calloc (dv->n_cdi_device_ids + 1, sizeof (char *));
+            for (size_t x = 0; x < dv->n_cdi_device_ids; x++)
+              dv->cdi_device_ids[x] = (char *) json_string_value (json_array_get (ids, x));
+            dv->pool_name = (char *) json_string_value (json_object_get (d, "pool"));
+            dv->device_name = (char *) json_string_value (json_object_get (d, "device"));
+            if (!beta && json_object_get (d, "shareID"))
+              dv->share_id = (char *) json_string_value (json_object_get (d, "shareID"));
+            r->devices[k] = dv;
+          }
+        }
+      n_out++;
+    }
+  out.n_claims = n_out;
+  out.claims = eptrs;
+  grpc_status_code code = pack_reply (&out.base, resp, resp_len);
+
+  for (size_t i = 0; i < n_out; i++)
+    {
+      for (size_t k = 0; k < cr[i].n_devices; k++)
+        {
+          free (cr[i].devices[k]->request_names);
+          free (cr[i].devices[k]->cdi_device_ids);
+          free (cr[i].devices[k]);
+        }
+      free (cr[i].devices);
+      free (errors[i]);
+      json_decref (keep[i]);
+    }
+  free (entries);
+  free (eptrs);
+  free (cr);
+  free (keep);
+  free (errors);
+  k8s__io__kubelet__pkg__apis__dra__v1__node_prepare_resources_request__free_unpacked (in, NULL);
+  return code;
+}
+
+static grpc_status_code
+h_prepare (void *ctx, const uint8_t *req, size_t len, uint8_t **resp, size_t *resp_len, char **details)
+{
+  return prepare_common (ctx, req, len, resp, resp_len, details, false);
+}
+
+static grpc_status_code
+h_prepare_beta (void *ctx, const uint8_t *req, size_t len, uint8_t **resp, size_t *resp_len, char **details)
+{
+  return prepare_common (ctx, req, len, resp, resp_len, details, true);
+}
+
+static grpc_status_code
+h_unprepare (void *ctx, const uint8_t *req, size_t len, uint8_t **resp, size_t *resp_len, char **details)
+{
+  struct nrm_plugin *p = ctx;
+  UnprepareRequest *in
+      = k8s__io__kubelet__pkg__apis__dra__v1__node_unprepare_resources_request__unpack (NULL, len, req);
+  if (in == NULL)
+    return bad_request (details, "NodeUnprepareResourcesRequest cannot be decoded");
+  if (check_claims (in->claims, in->n_claims, details) < 0)
+    {
+      k8s__io__kubelet__pkg__apis__dra__v1__node_unprepare_resources_request__free_unpacked (in, NULL);
+      return GRPC_STATUS_INVALID_ARGUMENT;
+    }
+  size_t n = in->n_claims, n_out = 0;
+  UnprepareResponse out = K8S__IO__KUBELET__PKG__APIS__DRA__V1__NODE_UNPREPARE_RESOURCES_RESPONSE__INIT;
+  UnprepareEntry *entries = calloc (n + 1, sizeof (*entries));
+  UnprepareEntry **eptrs = calloc (n + 1, sizeof (*eptrs));
+  UnprepareClaimResponse *cr = calloc (n + 1, sizeof (*cr));
+  char **errors = calloc (n + 1, sizeof (char *));
+  for (size_t i = 0; i < n; i++)
+    {
+      bool dup = false;
+      for (size_t j = 0; j < i; j++)
+        dup |= strcmp (in->claims[j]->uid, in->claims[i]->uid) == 0;
+      if (dup)
+        continue;
+      nrm_error_t err = NULL;
+      k8s__io__kubelet__pkg__apis__dra__v1__node_unprepare_resources_response__claims_entry__init (&entries[n_out]);
+      k8s__io__kubelet__pkg__apis__dra__v1__node_unprepare_resource_response__init (&cr[n_out]);
+      entries[n_out].key = in->claims[i]->uid;
+      entries[n_out].value = &cr[n_out];
+      eptrs[n_out] = &entries[n_out];
+      if (unprepare_claim (p, in->claims[i]->uid, &err) < 0)
+        {
+          if (asprintf (&errors[n_out], "%s: claim %s: %s", p->driver, in->claims[i]->uid, nrm_error_msg (err)) < 0)
+            errors[n_out] = NULL;
+          cr[n_out].error = errors[n_out] ? errors[n_out] : (char *) "error";
+          LOG (p, NRM_LOG_WARNING, "unprepare: %s", cr[n_out].error);
+          nrm_error_release (&err);
+        }
+      n_out++;
+    }
+  out.n_claims = n_out;
+  out.claims = eptrs;
+  grpc_status_code code = pack_reply (&out.base, resp, resp_len);
+  for (size_t i = 0; i < n_out; i++)
+    free (errors[i]);
+  free (errors);
+  free (entries);
+  free (eptrs);
+  free (cr);
+  k8s__io__kubelet__pkg__apis__dra__v1__node_unprepare_resources_request__free_unpacked (in, NULL);
+  return code;
+}
+
+static grpc_status_code
+h_get_info (void *ctx, const uint8_t *req, size_t len, uint8_t **resp, size_t *resp_len, char **details)
+{
+  struct nrm_plugin *p = ctx;
+  static char *versions[] = { "v1.DRAPlugin", "v1beta1.DRAPlugin", "v1alpha1.DRAResourceHealth" };
+  Pluginregistration__InfoRequest *in = pluginregistration__info_request__unpack (NULL, len, req);
+  if (in == NULL)
+    return bad_request (details, "InfoRequest cannot be decoded");
+  pluginregistration__info_request__free_unpacked (in, NULL);
+  Pluginregistration__PluginInfo info = PLUGINREGISTRATION__PLUGIN_INFO__INIT;
+  info.type = "DRAPlugin";
+  info.name = p->driver;
+  info.endpoint = p->dra_sock;
+  info.n_supported_versions = 3;
+  info.supported_versions = versions;
+  return pack_reply (&info.base, resp, resp_len);
+}
+
+static grpc_status_code
+h_notify (void *ctx, const uint8_t *req, size_t len, uint8_t **resp, size_t *resp_len, char **details)
+{
+  struct nrm_plugin *p = ctx;
+  Pluginregistration__RegistrationStatus *in = pluginregistration__registration_status__unpack (NULL, len, req);
+  if (in == NULL)
+    return bad_request (details, "RegistrationStatus cannot be decoded");
+  __atomic_store_n (&p->registered, in->plugin_registered ? 1 : 0, __ATOMIC_SEQ_CST);
+  if (in->plugin_registered)
+    LOG (p, NRM_LOG_INFO, "%s: registered with the kubelet", p->driver);
+  else
+    LOG (p, NRM_LOG_ERROR, "%s: the kubelet refused the registration: %s", p->driver,
+         in->error && *in->error ? in->error : "(no reason given)");
+  pluginregistration__registration_status__free_unpacked (in, NULL);
+  Pluginregistration__RegistrationStatusResponse out = PLUGINREGISTRATION__REGISTRATION_STATUS_RESPONSE__INIT;
+  return pack_reply (&out.base, resp, resp_len);
+}
+
+/* --- health ------------------------------------------------------------------- */
+
+static uint8_t *
+health_message (struct nrm_plugin *p, size_t *len)
+{
+  cleanup_json json_t *names = p->ops->devices (p->self);
+  size_t n = json_array_size (names);
+  V1alpha1__NodeWatchResourcesResponse out = V1ALPHA1__NODE_WATCH_RESOURCES_RESPONSE__INIT;
+  V1alpha1__DeviceHealth *dh = calloc (n + 1, sizeof (*dh));
+  V1alpha1__DeviceHealth **ptrs = calloc (n + 1, sizeof (*ptrs));
+  V1alpha1__DeviceIdentifier *ids = calloc (n + 1, sizeof (*ids));
+  time_t now = time (NULL);
+  for (size_t i = 0; i < n; i++)
+    {
+      v1alpha1__device_health__init (&dh[i]);
+      v1alpha1__device_identifier__init (&ids[i]);
+      ids[i].pool_name = p->node_name;
+      ids[i].device_name = (char *) json_string_value (json_array_get (names, i));
+      dh[i].device = &ids[i];
+      dh[i].health = V1ALPHA1__HEALTH_STATUS__HEALTHY;
+      dh[i].last_updated_time = now;
+      dh[i].health_check_timeout_seconds = HEALTH_TIMEOUT_S;
+      dh[i].message = "";
+      ptrs[i] = &dh[i];
+    }
+  out.n_devices = n;
+  out.devices = ptrs;
+  *len = protobuf_c_message_get_packed_size (&out.base);
+  uint8_t *buf = malloc (*len ? *len : 1);
+  if (buf)
+    protobuf_c_message_pack (&out.base, buf);
+  free (dh);
+  free (ptrs);
+  free (ids);
+  return buf;
+}
+
+static void
+health_broadcast (struct nrm_plugin *p)
+{
+  size_t len = 0;
+  cleanup_free uint8_t *msg = health_message (p, &len);
+  if (msg == NULL)
+    return;
+  pthread_mutex_lock (&p->hlock);
+  for (size_t i = 0; i < p->n_streams;)
+    {
+      if (nrm_grpc_stream_send (p->streams[i], msg, len) < 0)
+        {
+          nrm_grpc_stream_unref (p->streams[i]);
+          p->streams[i] = p->streams[--p->n_streams];
+          continue;
+        }
+      i++;
+    }
+  pthread_mutex_unlock (&p->hlock);
+}
+
+static void *
+health_thread (void *arg)
+{
+  struct nrm_plugin *p = arg;
+  pthread_mutex_lock (&p->hlock);
+  while (!p->hstop)
+    {
+      struct timespec until;
+      clock_gettime (CLOCK_REALTIME, &until);
+      until.tv_sec += p->cfg.health_interval_s > 0 ? p->cfg.health_interval_s : 10;
+      while (!p->hstop && !p->hchanged)
+        if (pthread_cond_timedwait (&p->hcond, &p->hlock, &until) == ETIMEDOUT)
+          break;
+      if (p->hstop)
+        break;
+      p->hchanged = false;
+      pthread_mutex_unlock (&p->hlock);
+      health_broadcast (p);
+      pthread_mutex_lock (&p->hlock);
+    }
+  pthread_mutex_unlock (&p->hlock);
+  return NULL;
+}
+
+static grpc_status_code
+h_watch (void *ctx, const uint8_t *req, size_t len, struct nrm_grpc_stream *st, char **details)
+{
+  struct nrm_plugin *p = ctx;
+  V1alpha1__NodeWatchResourcesRequest *in = v1alpha1__node_watch_resources_request__unpack (NULL, len, req);
+  if (in == NULL)
+    return bad_request (details, "NodeWatchResourcesRequest cannot be decoded");
+  v1alpha1__node_watch_resources_request__free_unpacked (in, NULL);
+  pthread_mutex_lock (&p->hlock);
+  struct nrm_grpc_stream **s = realloc (p->streams, (p->n_streams + 1) * sizeof (*s));
+  if (s == NULL)
+    {
+      pthread_mutex_unlock (&p->hlock);
+      *details = strdup ("out of memory");
+      return GRPC_STATUS_RESOURCE_EXHAUSTED;
+    }
+  p->streams = s;
+  p->streams[p->n_streams++] = nrm_grpc_stream_ref (st);
+  pthread_mutex_unlock (&p->hlock);
+  /* The complete list right away, then on change and periodically. */
+  size_t mlen = 0;
+  cleanup_free uint8_t *msg = health_message (p, &mlen);
+  if (msg)
+    nrm_grpc_stream_send (st, msg, mlen);
+  return GRPC_STATUS_OK;
+}
+
+void
+nrm_plugin_health_changed (struct nrm_plugin *p)
+{
+  pthread_mutex_lock (&p->hlock);
+  p->hchanged = true;
+  pthread_cond_broadcast (&p->hcond);
+  pthread_mutex_unlock (&p->hlock);
+}
+
+/* --- lifecycle ------------------------------------------------------------------- */
+
+static int
+lock_file (const char *path, int how, int *ret, nrm_error_t *err)
+{
+  int fd = open (path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (fd < 0)
+    return nrm_error_errno (err, errno, "cannot open lock file `%s`", path);
+  if (how && flock (fd, how) < 0)
+    {
+      int e = errno;
+      close (fd);
+      if (e == EWOULDBLOCK)
+        return nrm_error_set (err, EBUSY, "another nrm instance holds `%s`", path);
+      return nrm_error_errno (err, e, "cannot lock `%s`", path);
+    }
+  *ret = fd;
+  return 0;
+}
+
+static void
+plugin_free (struct nrm_plugin *p)
+{
+  free (p->driver);
+  free (p->node_name);
+  free (p->cdi_dir);
+  free (p->state_dir);
+  free (p->dra_sock);
+  free (p->reg_sock);
+  free (p->checkpoint);
+  free (p->serialize_lock);
+  free (p->instance_lock);
+  json_decref (p->cp);
+  free (p->streams);
+  if (p->instance_fd >= 0)
+    close (p->instance_fd);
+  if (p->serialize_fd >= 0)
+    close (p->serialize_fd);
+  pthread_mutex_destroy (&p->lock);
+  pthread_mutex_destroy (&p->hlock);
+  pthread_cond_destroy (&p->hcond);
+  free (p);
+}
+
+int
+nrm_plugin_start (const struct nrm_plugin_config *cfg, const struct nrm_driver_ops *ops, void *self,
+                  struct nrm_plugin **ret, nrm_error_t *err)
+{
+  struct nrm_plugin *p = calloc (1, sizeof (*p));
+  cleanup_free char *plugin_dir = NULL, *reg_dir = NULL;
+  const char *uid = cfg->instance_uid;
+
+  if (p == NULL)
+    return nrm_error_set (err, ENOMEM, "out of memory");
+  p->cfg = *cfg;
+  p->ops = ops;
+  p->self = self;
+  p->instance_fd = p->serialize_fd = -1;
+  p->registered = -1;
+  pthread_mutex_init (&p->lock, NULL);
+  pthread_mutex_init (&p->hlock, NULL);
+  pthread_cond_init (&p->hcond, NULL);
+  if (!nrm_is_dns_subdomain (cfg->driver, 63))
+    {
+      plugin_free (p);
+      return nrm_error_set (err, EINVAL, "driver name `%s` is not a DNS subdomain", cfg->driver ? cfg->driver : "");
+    }
+  if (uid && !nrm_is_dns_label (uid))
+    {
+      plugin_free (p);
+      return nrm_error_set (err, EINVAL, "instance UID `%s` is not a DNS label", uid);
+    }
+  p->driver = strdup (cfg->driver);
+  p->node_name = strdup (cfg->node_name);
+  p->cdi_dir = strdup (cfg->cdi_dir);
+  p->state_dir = strdup (cfg->state_dir);
+  if (asprintf (&plugin_dir, "%s/plugins/%s", cfg->kubelet_dir, cfg->driver) < 0
+      || asprintf (&reg_dir, "%s/plugins_registry", cfg->kubelet_dir) < 0
+      || asprintf (&p->dra_sock, "%s/dra%s%s.sock", plugin_dir, uid ? "-" : "", uid ? uid : "") < 0
+      || asprintf (&p->reg_sock, "%s/%s%s%s-reg.sock", reg_dir, cfg->driver, uid ? "-" : "", uid ? uid : "") < 0
+      || asprintf (&p->checkpoint, "%s/%s.checkpoint.json", cfg->state_dir, cfg->driver) < 0
+      || asprintf (&p->serialize_lock, "%s/%s.serialize.lock", cfg->state_dir, cfg->driver) < 0
+      || asprintf (&p->instance_lock, "%s/%s%s%s.instance.lock", cfg->state_dir, cfg->driver, uid ? "-" : "",
+                   uid ? uid : "")
+             < 0)
+    {
+      plugin_free (p);
+      return nrm_error_set (err, ENOMEM, "out of memory");
+    }
+  if (nrm_mkdir_p (plugin_dir, 0750, err) < 0 || nrm_mkdir_p (reg_dir, 0750, err) < 0
+      || nrm_mkdir_p (cfg->state_dir, 0700, err) < 0 || nrm_mkdir_p (cfg->cdi_dir, 0755, err) < 0)
+    {
+      plugin_free (p);
+      return -1;
+    }
+  /* One instance per driver (per pod UID in rolling-update mode): binding
+   * would silently steal a running instance's socket. */
+  if (lock_file (p->instance_lock, LOCK_EX | LOCK_NB, &p->instance_fd, err) < 0)
+    {
+      plugin_free (p);
+      return nrm_error_wrap (err, "%s: refusing to start a second instance%s", cfg->driver,
+                             uid ? "" : " (set an instance UID for rolling updates)");
+    }
+  if (lock_file (p->serialize_lock, 0, &p->serialize_fd, err) < 0 || recover (p, err) < 0)
+    {
+      plugin_free (p);
+      return -1;
+    }
+
+  const struct nrm_grpc_method dra[] = {
+    { "/k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin/NodePrepareResources", h_prepare, NULL, p },
+    { "/k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin/NodeUnprepareResources", h_unprepare, NULL, p },
+    { "/k8s.io.kubelet.pkg.apis.dra.v1beta1.DRAPlugin/NodePrepareResources", h_prepare_beta, NULL, p },
+    { "/k8s.io.kubelet.pkg.apis.dra.v1beta1.DRAPlugin/NodeUnprepareResources", h_unprepare, NULL, p },
+    { "/v1alpha1.DRAResourceHealth/NodeWatchResources", NULL, h_watch, p },
+  };
+  const struct nrm_grpc_method reg[] = {
+    { "/pluginregistration.Registration/GetInfo", h_get_info, NULL, p },
+    { "/pluginregistration.Registration/NotifyRegistrationStatus", h_notify, NULL, p },
+  };
+  /* Our own stale sockets (a crash) are replaced; the instance lock proves
+   * nobody else serves them. */
+  unlink (p->dra_sock);
+  unlink (p->reg_sock);
+  if (nrm_grpc_server_start (p->dra_sock, dra, sizeof (dra) / sizeof (dra[0]), cfg->threads, &p->dra, err) < 0)
+    {
+      plugin_free (p);
+      return -1;
+    }
+  p->hrunning = pthread_create (&p->hthread, NULL, health_thread, p) == 0;
+  if (nrm_grpc_server_start (p->reg_sock, reg, sizeof (reg) / sizeof (reg[0]), 1, &p->reg, err) < 0)
+    {
+      p->reg = NULL;
+      nrm_plugin_stop (p);
+      return -1;
+    }
+  *ret = p;
+  return 0;
+}
+
+void
+nrm_plugin_stop (struct nrm_plugin *p)
+{
+  if (p == NULL)
+    return;
+  /* Deregister first: the kubelet stops calling once the socket is gone. */
+  if (p->reg)
+    {
+      unlink (p->reg_sock);
+      nrm_grpc_server_stop (p->reg);
+    }
+  if (p->hrunning)
+    {
+      pthread_mutex_lock (&p->hlock);
+      p->hstop = true;
+      pthread_cond_broadcast (&p->hcond);
+      pthread_mutex_unlock (&p->hlock);
+      pthread_join (p->hthread, NULL);
+    }
+  pthread_mutex_lock (&p->hlock);
+  for (size_t i = 0; i < p->n_streams; i++)
+    nrm_grpc_stream_unref (p->streams[i]);
+  p->n_streams = 0;
+  pthread_mutex_unlock (&p->hlock);
+  if (p->dra)
+    {
+      nrm_grpc_server_stop (p->dra);
+      unlink (p->dra_sock);
+    }
+  plugin_free (p);
+}
+
+int
+nrm_plugin_registered (struct nrm_plugin *p)
+{
+  return __atomic_load_n (&p->registered, __ATOMIC_SEQ_CST);
+}
+
+const char *
+nrm_plugin_dra_socket (struct nrm_plugin *p)
+{
+  return p->dra_sock;
+}
+
+const char *
+nrm_plugin_registration_socket (struct nrm_plugin *p)
+{
+  return p->reg_sock;
+}

@@ -1,0 +1,107 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#ifndef NRM_PLUGIN_H
+#define NRM_PLUGIN_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "nrm/error.h"
+
+/* The kubelet plugin framework. A driver implements nrm_driver_ops; the
+ * framework owns the sockets, registration, the DRA and health services,
+ * serialization, checkpoints, CDI specs and claim lookup. */
+
+/* One allocated device of a claim, for this driver. */
+struct nrm_alloc_result
+{
+  const char *request; /* as allocated, "req" or "req/subrequest" */
+  const char *pool;
+  const char *device;
+  const char *share_id;   /* or NULL */
+  json_t *consumed;       /* consumedCapacity: name -> quantity string, or NULL */
+};
+
+/* What a driver returns from prepare. */
+struct nrm_prepared
+{
+  json_t *state; /* driver-private, kept in the checkpoint; owned */
+  json_t *env;   /* array of "NAME=value" for the container; owned */
+};
+
+struct nrm_driver_ops
+{
+  /* Device names of the driver's pool, for health reports (new reference). */
+  json_t *(*devices) (void *self);
+  /* Forgets every claim: the framework then restores the completed ones. */
+  void (*reset) (void *self);
+  /* Takes resources for a claim; on error nothing is taken. config is the
+   * claim's opaque configuration for this driver (an array, maybe empty). */
+  int (*prepare) (void *self, const char *uid, const struct nrm_alloc_result *results, size_t n, json_t *config,
+                  struct nrm_prepared *out, nrm_error_t *err);
+  /* Takes again what a completed claim holds, after a restart. */
+  int (*restore) (void *self, const char *uid, json_t *state, nrm_error_t *err);
+  /* Gives back what prepare took. */
+  void (*unprepare) (void *self, const char *uid, json_t *state);
+};
+
+/* Where claims come from: the Kubernetes API or a directory of JSON files. */
+struct nrm_claim_source
+{
+  /* A new reference to the resource.k8s.io/v1 ResourceClaim, or an error. */
+  int (*get) (void *self, const char *ns, const char *name, json_t **ret, nrm_error_t *err);
+  void *self;
+};
+
+/* Reads ResourceClaims from *.json files in a directory. */
+void nrm_claim_source_dir (struct nrm_claim_source *src, const char *dir);
+
+enum nrm_log_level
+{
+  NRM_LOG_ERROR,
+  NRM_LOG_WARNING,
+  NRM_LOG_INFO,
+  NRM_LOG_DEBUG,
+};
+
+/* Library code never logs: it reports events through this callback. */
+typedef void (*nrm_log_fn) (void *ctx, enum nrm_log_level level, const char *fmt, ...)
+    __attribute__ ((format (printf, 3, 4)));
+
+struct nrm_plugin_config
+{
+  const char *driver;      /* driver name */
+  const char *node_name;   /* the pool name of node-local devices */
+  const char *kubelet_dir; /* /var/lib/kubelet */
+  const char *cdi_dir;     /* /var/run/cdi */
+  const char *state_dir;   /* checkpoints and locks */
+  const char *instance_uid; /* rolling-update mode: the pod UID in socket names, or NULL */
+  int health_interval_s;    /* complete device list at least this often (10) */
+  int threads;              /* gRPC polling threads */
+  struct nrm_claim_source claims;
+  nrm_log_fn log;
+  void *log_ctx;
+};
+
+struct nrm_plugin;
+
+/* Loads the checkpoint (completing or rolling back interrupted prepares),
+ * starts the DRA service and then the registration service. */
+int nrm_plugin_start (const struct nrm_plugin_config *cfg, const struct nrm_driver_ops *ops, void *self,
+                      struct nrm_plugin **ret, nrm_error_t *err);
+
+/* Deregisters (removes the registration socket), finishes calls in flight,
+ * removes this instance's own sockets. */
+void nrm_plugin_stop (struct nrm_plugin *p);
+
+/* Wakes the health streams: a device's health changed. */
+void nrm_plugin_health_changed (struct nrm_plugin *p);
+
+/* The last NotifyRegistrationStatus: 1 registered, 0 refused, -1 none yet. */
+int nrm_plugin_registered (struct nrm_plugin *p);
+
+/* Paths the plugin serves on, for tests and logs. */
+const char *nrm_plugin_dra_socket (struct nrm_plugin *p);
+const char *nrm_plugin_registration_socket (struct nrm_plugin *p);
+
+#endif

@@ -1,0 +1,122 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#include "config.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "nrm/cleanup.h"
+#include "nrm/fs.h"
+
+int
+nrm_write_atomic (const char *path, const void *data, size_t len, mode_t mode, nrm_error_t *err)
+{
+  cleanup_free char *tmp = NULL, *dircopy = strdup (path);
+  cleanup_close int fd = -1, dfd = -1;
+  const char *p = data;
+
+  if (dircopy == NULL || asprintf (&tmp, "%s.tmp.%d", path, (int) getpid ()) < 0)
+    return nrm_error_set (err, ENOMEM, "out of memory");
+  fd = open (tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, mode);
+  if (fd < 0)
+    return nrm_error_errno (err, errno, "cannot create `%s`", tmp);
+  while (len > 0)
+    {
+      ssize_t w = write (fd, p, len);
+      if (w < 0 && errno == EINTR)
+        continue;
+      if (w < 0)
+        {
+          int e = errno;
+          unlink (tmp);
+          return nrm_error_errno (err, e, "cannot write `%s`", tmp);
+        }
+      p += w;
+      len -= (size_t) w;
+    }
+  if (fchmod (fd, mode) < 0 || fsync (fd) < 0)
+    {
+      int e = errno;
+      unlink (tmp);
+      return nrm_error_errno (err, e, "cannot sync `%s`", tmp);
+    }
+  if (rename (tmp, path) < 0)
+    {
+      int e = errno;
+      unlink (tmp);
+      return nrm_error_errno (err, e, "cannot rename `%s` to `%s`", tmp, path);
+    }
+  dfd = open (dirname (dircopy), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd < 0 || fsync (dfd) < 0)
+    return nrm_error_errno (err, errno, "cannot sync the directory of `%s`", path);
+  return 0;
+}
+
+int
+nrm_read_file (const char *path, size_t max, char **ret, size_t *len, nrm_error_t *err)
+{
+  cleanup_close int fd = open (path, O_RDONLY | O_CLOEXEC);
+  cleanup_free char *buf = NULL;
+  size_t n = 0, cap = 0;
+
+  if (fd < 0)
+    return nrm_error_errno (err, errno, "cannot open `%s`", path);
+  for (;;)
+    {
+      if (n + 4096 + 1 > cap)
+        {
+          cap = cap ? cap * 2 : 8192;
+          char *nb = realloc (buf, cap);
+          if (nb == NULL)
+            return nrm_error_set (err, ENOMEM, "out of memory");
+          buf = nb;
+        }
+      ssize_t r = read (fd, buf + n, cap - n - 1);
+      if (r < 0 && errno == EINTR)
+        continue;
+      if (r < 0)
+        return nrm_error_errno (err, errno, "cannot read `%s`", path);
+      if (r == 0)
+        break;
+      n += (size_t) r;
+      if (n > max)
+        return nrm_error_set (err, EFBIG, "`%s` is larger than %zu bytes", path, max);
+    }
+  if (buf == NULL && (buf = malloc (1)) == NULL)
+    return nrm_error_set (err, ENOMEM, "out of memory");
+  buf[n] = '\0';
+  if (len)
+    *len = n;
+  *ret = TAKE_PTR (buf);
+  return 0;
+}
+
+int
+nrm_mkdir_p (const char *path, mode_t mode, nrm_error_t *err)
+{
+  cleanup_free char *copy = strdup (path);
+  if (copy == NULL)
+    return nrm_error_set (err, ENOMEM, "out of memory");
+  for (char *p = copy + 1;; p++)
+    {
+      if (*p == '/' || *p == '\0')
+        {
+          char c = *p;
+          *p = '\0';
+          if (mkdir (copy, mode) < 0 && errno != EEXIST)
+            return nrm_error_errno (err, errno, "cannot create directory `%s`", copy);
+          *p = c;
+          if (c == '\0')
+            break;
+        }
+    }
+  struct stat st;
+  if (stat (path, &st) < 0 || !S_ISDIR (st.st_mode))
+    return nrm_error_set (err, ENOTDIR, "`%s` is not a directory", path);
+  return 0;
+}

@@ -1,0 +1,21 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#ifndef NRM_FS_H
+#define NRM_FS_H
+
+#include <stddef.h>
+#include <sys/types.h>
+
+#include "nrm/error.h"
+
+/* Replaces path with data so that a crash at any point leaves either the old
+ * or the new file: a temporary file beside it, fsync, rename, fsync of the
+ * directory. */
+int nrm_write_atomic (const char *path, const void *data, size_t len, mode_t mode, nrm_error_t *err);
+
+/* Reads a whole file (at most max bytes) into a NUL-terminated buffer. */
+int nrm_read_file (const char *path, size_t max, char **ret, size_t *len, nrm_error_t *err);
+
+/* mkdir -p with the mode for each created directory. */
+int nrm_mkdir_p (const char *path, mode_t mode, nrm_error_t *err);
+
+#endif

@@ -1,0 +1,207 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#include "config.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <grpc/byte_buffer.h>
+#include <grpc/grpc_security.h>
+#include <grpc/slice.h>
+#include <grpc/support/time.h>
+
+#include "driver/grpc.h"
+#include "tests/plugin/kubelet.h"
+
+static gpr_timespec
+after_ms (int ms)
+{
+  return gpr_time_add (gpr_now (GPR_CLOCK_REALTIME), gpr_time_from_millis (ms, GPR_TIMESPAN));
+}
+
+grpc_channel *
+kc_connect (const char *socket_path)
+{
+  char target[4200];
+  snprintf (target, sizeof (target), "unix:%s", socket_path);
+  grpc_channel_credentials *creds = grpc_insecure_credentials_create ();
+  grpc_channel *ch = grpc_channel_create (target, creds, NULL);
+  grpc_channel_credentials_release (creds);
+  return ch;
+}
+
+void
+kc_close (grpc_channel *ch)
+{
+  if (ch)
+    grpc_channel_destroy (ch);
+}
+
+static grpc_byte_buffer *
+buffer (const uint8_t *req, size_t len)
+{
+  grpc_slice s = grpc_slice_from_copied_buffer ((const char *) req, len);
+  grpc_byte_buffer *bb = grpc_raw_byte_buffer_create (&s, 1);
+  grpc_slice_unref (s);
+  return bb;
+}
+
+int
+kc_unary (grpc_channel *ch, const char *method, const uint8_t *req, size_t len, int timeout_ms, struct kc_reply *out)
+{
+  grpc_completion_queue *cq = grpc_completion_queue_create_for_pluck (NULL);
+  grpc_slice m = grpc_slice_from_copied_string (method);
+  grpc_call *call = grpc_channel_create_call (ch, NULL, GRPC_PROPAGATE_DEFAULTS, cq, m, NULL, after_ms (timeout_ms),
+                                              NULL);
+  grpc_slice_unref (m);
+  grpc_metadata_array initial, trailing;
+  grpc_metadata_array_init (&initial);
+  grpc_metadata_array_init (&trailing);
+  grpc_byte_buffer *send = buffer (req, len), *recv = NULL;
+  grpc_slice details = grpc_empty_slice ();
+  grpc_op ops[6];
+  memset (ops, 0, sizeof (ops));
+  memset (out, 0, sizeof (*out));
+  ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
+  ops[1].op = GRPC_OP_SEND_MESSAGE;
+  ops[1].data.send_message.send_message = send;
+  ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
+  ops[3].op = GRPC_OP_RECV_INITIAL_METADATA;
+  ops[3].data.recv_initial_metadata.recv_initial_metadata = &initial;
+  ops[4].op = GRPC_OP_RECV_MESSAGE;
+  ops[4].data.recv_message.recv_message = &recv;
+  ops[5].op = GRPC_OP_RECV_STATUS_ON_CLIENT;
+  ops[5].data.recv_status_on_client.trailing_metadata = &trailing;
+  ops[5].data.recv_status_on_client.status = &out->status;
+  ops[5].data.recv_status_on_client.status_details = &details;
+  int tag = 0, r = -1;
+  if (grpc_call_start_batch (call, ops, 6, &tag, NULL) == GRPC_CALL_OK)
+    {
+      grpc_event ev = grpc_completion_queue_pluck (cq, &tag, after_ms (timeout_ms + 5000), NULL);
+      if (ev.type == GRPC_OP_COMPLETE)
+        {
+          r = 0;
+          out->details = strndup ((const char *) GRPC_SLICE_START_PTR (details), GRPC_SLICE_LENGTH (details));
+          if (recv)
+            out->data = nrm_grpc_read_buffer (recv, &out->len);
+        }
+    }
+  if (recv)
+    grpc_byte_buffer_destroy (recv);
+  grpc_byte_buffer_destroy (send);
+  grpc_slice_unref (details);
+  grpc_metadata_array_destroy (&initial);
+  grpc_metadata_array_destroy (&trailing);
+  grpc_call_unref (call);
+  grpc_completion_queue_shutdown (cq);
+  while (grpc_completion_queue_pluck (cq, NULL, gpr_inf_future (GPR_CLOCK_REALTIME), NULL).type
+         != GRPC_QUEUE_SHUTDOWN)
+    ;
+  grpc_completion_queue_destroy (cq);
+  return r;
+}
+
+void
+kc_reply_done (struct kc_reply *r)
+{
+  free (r->details);
+  free (r->data);
+  memset (r, 0, sizeof (*r));
+}
+
+struct kc_stream
+{
+  grpc_completion_queue *cq;
+  grpc_call *call;
+  grpc_metadata_array initial, trailing;
+  grpc_status_code status;
+  grpc_slice details;
+  int status_tag;
+  int got_initial;
+};
+
+struct kc_stream *
+kc_stream_open (grpc_channel *ch, const char *method, const uint8_t *req, size_t len, int timeout_ms)
+{
+  struct kc_stream *s = calloc (1, sizeof (*s));
+  s->cq = grpc_completion_queue_create_for_pluck (NULL);
+  grpc_slice m = grpc_slice_from_copied_string (method);
+  s->call = grpc_channel_create_call (ch, NULL, GRPC_PROPAGATE_DEFAULTS, s->cq, m, NULL, after_ms (timeout_ms), NULL);
+  grpc_slice_unref (m);
+  grpc_metadata_array_init (&s->initial);
+  grpc_metadata_array_init (&s->trailing);
+  s->details = grpc_empty_slice ();
+  grpc_byte_buffer *send = buffer (req, len);
+  grpc_op ops[4];
+  memset (ops, 0, sizeof (ops));
+  ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
+  ops[1].op = GRPC_OP_SEND_MESSAGE;
+  ops[1].data.send_message.send_message = send;
+  ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
+  int tag = 0;
+  grpc_call_start_batch (s->call, ops, 3, &tag, NULL);
+  grpc_completion_queue_pluck (s->cq, &tag, after_ms (timeout_ms), NULL);
+  grpc_byte_buffer_destroy (send);
+  memset (ops, 0, sizeof (ops));
+  ops[0].op = GRPC_OP_RECV_STATUS_ON_CLIENT;
+  ops[0].data.recv_status_on_client.trailing_metadata = &s->trailing;
+  ops[0].data.recv_status_on_client.status = &s->status;
+  ops[0].data.recv_status_on_client.status_details = &s->details;
+  grpc_call_start_batch (s->call, ops, 1, &s->status_tag, NULL);
+  return s;
+}
+
+int
+kc_stream_read (struct kc_stream *s, int timeout_ms, uint8_t **data, size_t *len)
+{
+  grpc_byte_buffer *recv = NULL;
+  grpc_op ops[2];
+  size_t n = 0;
+  int tag = 0;
+  memset (ops, 0, sizeof (ops));
+  if (!s->got_initial)
+    {
+      /* Messages arrive only after the initial metadata is asked for. */
+      ops[n].op = GRPC_OP_RECV_INITIAL_METADATA;
+      ops[n++].data.recv_initial_metadata.recv_initial_metadata = &s->initial;
+      s->got_initial = 1;
+    }
+  ops[n].op = GRPC_OP_RECV_MESSAGE;
+  ops[n++].data.recv_message.recv_message = &recv;
+  if (grpc_call_start_batch (s->call, ops, n, &tag, NULL) != GRPC_CALL_OK)
+    return -1;
+  grpc_event ev = grpc_completion_queue_pluck (s->cq, &tag, after_ms (timeout_ms), NULL);
+  if (ev.type != GRPC_OP_COMPLETE)
+    {
+      /* Cancel so that the pending receive completes, then collect it. */
+      grpc_call_cancel (s->call, NULL);
+      grpc_completion_queue_pluck (s->cq, &tag, gpr_inf_future (GPR_CLOCK_REALTIME), NULL);
+      if (recv)
+        grpc_byte_buffer_destroy (recv);
+      return -1;
+    }
+  if (recv == NULL)
+    return 0;
+  *data = nrm_grpc_read_buffer (recv, len);
+  grpc_byte_buffer_destroy (recv);
+  return 1;
+}
+
+grpc_status_code
+kc_stream_close (struct kc_stream *s)
+{
+  grpc_call_cancel (s->call, NULL);
+  grpc_completion_queue_pluck (s->cq, &s->status_tag, gpr_inf_future (GPR_CLOCK_REALTIME), NULL);
+  grpc_status_code st = s->status;
+  grpc_call_unref (s->call);
+  grpc_metadata_array_destroy (&s->initial);
+  grpc_metadata_array_destroy (&s->trailing);
+  grpc_slice_unref (s->details);
+  grpc_completion_queue_shutdown (s->cq);
+  while (grpc_completion_queue_pluck (s->cq, NULL, gpr_inf_future (GPR_CLOCK_REALTIME), NULL).type
+         != GRPC_QUEUE_SHUTDOWN)
+    ;
+  grpc_completion_queue_destroy (s->cq);
+  free (s);
+  return st;
+}

@@ -1,0 +1,39 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#ifndef NRM_TEST_KUBELET_H
+#define NRM_TEST_KUBELET_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <grpc/grpc.h>
+
+/* A gRPC core client that calls a plugin's sockets as the kubelet does:
+ * insecure credentials over unix:<path>, a deadline per call. */
+
+struct kc_reply
+{
+  grpc_status_code status;
+  char *details;
+  uint8_t *data; /* the reply message, or NULL */
+  size_t len;
+};
+
+grpc_channel *kc_connect (const char *socket_path);
+void kc_close (grpc_channel *ch);
+
+/* One unary call; timeout in milliseconds. Returns 0 when the call
+ * completed (whatever its status), -1 when it could not be made. */
+int kc_unary (grpc_channel *ch, const char *method, const uint8_t *req, size_t len, int timeout_ms,
+              struct kc_reply *out);
+void kc_reply_done (struct kc_reply *r);
+
+/* A server-streaming call. */
+struct kc_stream;
+struct kc_stream *kc_stream_open (grpc_channel *ch, const char *method, const uint8_t *req, size_t len,
+                                  int timeout_ms);
+/* Next message within timeout_ms: 1 got one, 0 end of stream, -1 timeout or error. */
+int kc_stream_read (struct kc_stream *s, int timeout_ms, uint8_t **data, size_t *len);
+/* Cancels and frees; returns the final status. */
+grpc_status_code kc_stream_close (struct kc_stream *s);
+
+#endif

@@ -1,0 +1,709 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Protocol tests: `nrm plugin` runs as its own process and is called over
+ * its unix sockets exactly as the kubelet calls it. */
+#include "config.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <hwloc.h>
+#include <jansson.h>
+
+#include "proto/dra_health_v1alpha1.pb-c.h"
+#include "proto/dra_v1.pb-c.h"
+#include "proto/pluginregistration.pb-c.h"
+#include "tests/plugin/kubelet.h"
+
+#define CPU_DRIVER "cpu.nrm.io"
+#define MEM_DRIVER "memory.nrm.io"
+#define NODE "node-1"
+#define PREPARE "/k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin/NodePrepareResources"
+#define UNPREPARE "/k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin/NodeUnprepareResources"
+#define PREPARE_BETA "/k8s.io.kubelet.pkg.apis.dra.v1beta1.DRAPlugin/NodePrepareResources"
+
+typedef K8s__Io__Kubelet__Pkg__Apis__Dra__V1__Claim Claim;
+typedef K8s__Io__Kubelet__Pkg__Apis__Dra__V1__NodePrepareResourcesResponse PrepareResponse;
+typedef K8s__Io__Kubelet__Pkg__Apis__Dra__V1__NodePrepareResourceResponse PrepareClaimResponse;
+typedef K8s__Io__Kubelet__Pkg__Apis__Dra__V1__NodeUnprepareResourcesResponse UnprepareResponse;
+
+static char root[256], kubelet_dir[300], cdi_dir[300], state_dir[300], claims_dir[300], log_path[300];
+static char cpu_sock[512], cpu_reg[512], mem_sock[512];
+static pid_t plugin_pid = -1;
+static grpc_channel *cpu_ch, *mem_ch;
+
+/* --- the plugin process -------------------------------------------------------- */
+
+static pid_t
+spawn_plugin (const char *extra)
+{
+  const char *nrm = getenv ("NRM");
+  char topo[4096];
+  snprintf (topo, sizeof (topo), "%s/24em64t-2n6c2t-pci.xml", getenv ("NRM_TOPOLOGIES"));
+  pid_t pid = fork ();
+  if (pid == 0)
+    {
+      int fd = open (log_path, O_WRONLY | O_CREAT | O_APPEND, 0600);
+      dup2 (fd, 2);
+      dup2 (fd, 1);
+      execl (nrm, nrm, "plugin", "--topology", topo, "--node-name", NODE, "--kubelet-dir", kubelet_dir, "--cdi-dir",
+             cdi_dir, "--state-dir", state_dir, "--claims-dir", claims_dir, "--reserved-cpus", "0",
+             extra ? "--instance-uid" : NULL, extra, NULL);
+      _exit (127);
+    }
+  return pid;
+}
+
+static int
+wait_exit (pid_t pid, int ms)
+{
+  int status;
+  for (int i = 0; i < ms / 10; i++)
+    {
+      if (waitpid (pid, &status, WNOHANG) == pid)
+        return WIFEXITED (status) ? WEXITSTATUS (status) : 128 + WTERMSIG (status);
+      usleep (10000);
+    }
+  return -1;
+}
+
+/* Serving means answering: a socket file may be left over from a crash. */
+static bool
+answers (const char *reg_socket)
+{
+  Pluginregistration__InfoRequest in = PLUGINREGISTRATION__INFO_REQUEST__INIT;
+  uint8_t buf[16];
+  size_t len = protobuf_c_message_pack (&in.base, buf);
+  grpc_channel *ch = kc_connect (reg_socket);
+  struct kc_reply r;
+  bool ok = kc_unary (ch, "/pluginregistration.Registration/GetInfo", buf, len, 200, &r) == 0
+            && r.status == GRPC_STATUS_OK;
+  kc_reply_done (&r);
+  kc_close (ch);
+  return ok;
+}
+
+static void
+start_plugin (void)
+{
+  char mem_reg[600];
+  snprintf (mem_reg, sizeof (mem_reg), "%s/plugins_registry/" MEM_DRIVER "-reg.sock", kubelet_dir);
+  plugin_pid = spawn_plugin (NULL);
+  int i;
+  for (i = 0; i < 150 && !(answers (cpu_reg) && answers (mem_reg)); i++)
+    usleep (100000);
+  assert_true (i < 150);
+  cpu_ch = kc_connect (cpu_sock);
+  mem_ch = kc_connect (mem_sock);
+}
+
+static void
+stop_plugin (int sig)
+{
+  kc_close (cpu_ch);
+  kc_close (mem_ch);
+  cpu_ch = mem_ch = NULL;
+  kill (plugin_pid, sig);
+  int rc = wait_exit (plugin_pid, 15000);
+  if (sig == SIGTERM)
+    assert_int_equal (rc, 0);
+  plugin_pid = -1;
+}
+
+static bool
+log_contains (const char *needle)
+{
+  char buf[65536];
+  int fd = open (log_path, O_RDONLY);
+  ssize_t n = fd >= 0 ? read (fd, buf, sizeof (buf) - 1) : -1;
+  if (fd >= 0)
+    close (fd);
+  if (n < 0)
+    return false;
+  buf[n] = '\0';
+  return strstr (buf, needle) != NULL;
+}
+
+/* --- claims -------------------------------------------------------------------- */
+
+/* Writes a ResourceClaim file; results is a JSON array text. */
+static void
+write_claim (const char *name, const char *uid, const char *results)
+{
+  char path[600], text[8192];
+  snprintf (path, sizeof (path), "%s/%s.json", claims_dir, name);
+  if (results == NULL)
+    snprintf (text, sizeof (text),
+              "{\"apiVersion\":\"resource.k8s.io/v1\",\"kind\":\"ResourceClaim\",\"metadata\":{\"name\":\"%s\","
+              "\"namespace\":\"default\",\"uid\":\"%s\"},\"spec\":{},\"status\":{}}",
+              name, uid);
+  else
+    snprintf (text, sizeof (text),
+              "{\"apiVersion\":\"resource.k8s.io/v1\",\"kind\":\"ResourceClaim\",\"metadata\":{\"name\":\"%s\","
+              "\"namespace\":\"default\",\"uid\":\"%s\"},\"spec\":{},\"status\":{\"allocation\":{\"devices\":{"
+              "\"results\":%s}}}}",
+              name, uid, results);
+  FILE *f = fopen (path, "w");
+  assert_non_null (f);
+  fputs (text, f);
+  fclose (f);
+}
+
+static char *
+cpu_result (const char *request, const char *device, int cpus)
+{
+  char *s = NULL;
+  assert_true (asprintf (&s,
+                         "{\"request\":\"%s\",\"driver\":\"" CPU_DRIVER "\",\"pool\":\"" NODE "\",\"device\":\"%s\","
+                         "\"shareID\":\"%08x-0000-4000-8000-000000000000\",\"consumedCapacity\":{\"cpus\":\"%d\"}}",
+                         request, device, (unsigned) rand (), cpus)
+               >= 0);
+  return s;
+}
+
+static void
+claim_cpus (const char *name, const char *uid, const char *device, int cpus)
+{
+  char *r = cpu_result ("cpus", device, cpus), *arr = NULL;
+  assert_true (asprintf (&arr, "[%s]", r) >= 0);
+  write_claim (name, uid, arr);
+  free (r);
+  free (arr);
+}
+
+static uint8_t *
+pack_claims (const char *const *names, const char *const *uids, size_t n, size_t *len, bool unprepare)
+{
+  Claim *c = calloc (n, sizeof (*c));
+  Claim **ptrs = calloc (n, sizeof (*ptrs));
+  for (size_t i = 0; i < n; i++)
+    {
+      k8s__io__kubelet__pkg__apis__dra__v1__claim__init (&c[i]);
+      c[i].namespace_ = "default";
+      c[i].name = (char *) names[i];
+      c[i].uid = (char *) uids[i];
+      ptrs[i] = &c[i];
+    }
+  uint8_t *buf;
+  if (unprepare)
+    {
+      K8s__Io__Kubelet__Pkg__Apis__Dra__V1__NodeUnprepareResourcesRequest req
+          = K8S__IO__KUBELET__PKG__APIS__DRA__V1__NODE_UNPREPARE_RESOURCES_REQUEST__INIT;
+      req.n_claims = n;
+      req.claims = ptrs;
+      *len = protobuf_c_message_get_packed_size (&req.base);
+      buf = malloc (*len + 1);
+      protobuf_c_message_pack (&req.base, buf);
+    }
+  else
+    {
+      K8s__Io__Kubelet__Pkg__Apis__Dra__V1__NodePrepareResourcesRequest req
+          = K8S__IO__KUBELET__PKG__APIS__DRA__V1__NODE_PREPARE_RESOURCES_REQUEST__INIT;
+      req.n_claims = n;
+      req.claims = ptrs;
+      *len = protobuf_c_message_get_packed_size (&req.base);
+      buf = malloc (*len + 1);
+      protobuf_c_message_pack (&req.base, buf);
+    }
+  free (c);
+  free (ptrs);
+  return buf;
+}
+
+static PrepareResponse *
+prepare (grpc_channel *ch, const char *method, const char *const *names, const char *const *uids, size_t n)
+{
+  size_t len;
+  uint8_t *req = pack_claims (names, uids, n, &len, false);
+  struct kc_reply r;
+  assert_int_equal (kc_unary (ch, method, req, len, 10000, &r), 0);
+  free (req);
+  if (r.status != GRPC_STATUS_OK)
+    fail_msg ("prepare: status %d: %s", r.status, r.details);
+  PrepareResponse *resp
+      = k8s__io__kubelet__pkg__apis__dra__v1__node_prepare_resources_response__unpack (NULL, r.len, r.data);
+  assert_non_null (resp);
+  kc_reply_done (&r);
+  return resp;
+}
+
+static PrepareClaimResponse *
+entry (PrepareResponse *r, const char *uid)
+{
+  for (size_t i = 0; i < r->n_claims; i++)
+    if (strcmp (r->claims[i]->key, uid) == 0)
+      return r->claims[i]->value;
+  fail_msg ("no entry for claim %s", uid);
+  return NULL;
+}
+
+static void
+unprepare (grpc_channel *ch, const char *const *uids, size_t n)
+{
+  static const char *names[16] = { "x", "x", "x", "x", "x", "x", "x", "x", "x", "x", "x", "x", "x", "x", "x", "x" };
+  size_t len;
+  uint8_t *req = pack_claims (names, uids, n, &len, true);
+  struct kc_reply r;
+  assert_int_equal (kc_unary (ch, UNPREPARE, req, len, 10000, &r), 0);
+  free (req);
+  assert_int_equal (r.status, GRPC_STATUS_OK);
+  UnprepareResponse *resp
+      = k8s__io__kubelet__pkg__apis__dra__v1__node_unprepare_resources_response__unpack (NULL, r.len, r.data);
+  assert_non_null (resp);
+  assert_int_equal (resp->n_claims, n);
+  for (size_t i = 0; i < resp->n_claims; i++)
+    assert_string_equal (resp->claims[i]->value->error, "");
+  k8s__io__kubelet__pkg__apis__dra__v1__node_unprepare_resources_response__free_unpacked (resp, NULL);
+  kc_reply_done (&r);
+}
+
+/* The CPUs a prepared claim got, from its CDI spec. */
+static hwloc_bitmap_t
+cdi_cpus (const char *uid)
+{
+  char path[600];
+  json_error_t e;
+  snprintf (path, sizeof (path), "%s/" CPU_DRIVER "-%s.json", cdi_dir, uid);
+  json_t *spec = json_load_file (path, 0, &e);
+  if (spec == NULL)
+    return NULL;
+  assert_string_equal (json_string_value (json_object_get (spec, "cdiVersion")), "0.5.0");
+  assert_string_equal (json_string_value (json_object_get (spec, "kind")), CPU_DRIVER "/claim");
+  json_t *env = json_object_get (json_object_get (json_array_get (json_object_get (spec, "devices"), 0),
+                                                  "containerEdits"),
+                                 "env");
+  hwloc_bitmap_t set = NULL;
+  for (size_t i = 0; i < json_array_size (env); i++)
+    {
+      const char *kv = json_string_value (json_array_get (env, i));
+      if (strncmp (kv, "NRM_CPUS=", 9) == 0)
+        {
+          set = hwloc_bitmap_alloc ();
+          assert_int_equal (hwloc_bitmap_list_sscanf (set, kv + 9), 0);
+        }
+    }
+  json_decref (spec);
+  return set;
+}
+
+/* --- tests ---------------------------------------------------------------------- */
+
+static void
+test_registration (void **state)
+{
+  (void) state;
+  grpc_channel *reg = kc_connect (cpu_reg);
+  Pluginregistration__InfoRequest in = PLUGINREGISTRATION__INFO_REQUEST__INIT;
+  uint8_t buf[16];
+  size_t len = protobuf_c_message_pack (&in.base, buf);
+  struct kc_reply r;
+  assert_int_equal (kc_unary (reg, "/pluginregistration.Registration/GetInfo", buf, len, 5000, &r), 0);
+  assert_int_equal (r.status, GRPC_STATUS_OK);
+  Pluginregistration__PluginInfo *info = pluginregistration__plugin_info__unpack (NULL, r.len, r.data);
+  assert_non_null (info);
+  assert_string_equal (info->type, "DRAPlugin");
+  assert_string_equal (info->name, CPU_DRIVER);
+  assert_string_equal (info->endpoint, cpu_sock);
+  assert_true (info->n_supported_versions >= 2);
+  assert_string_equal (info->supported_versions[0], "v1.DRAPlugin");
+  assert_string_equal (info->supported_versions[1], "v1beta1.DRAPlugin");
+  assert_string_equal (info->supported_versions[2], "v1alpha1.DRAResourceHealth");
+  pluginregistration__plugin_info__free_unpacked (info, NULL);
+  kc_reply_done (&r);
+
+  /* Accepted, then refused with a reason: both are answered and logged. */
+  for (int ok = 1; ok >= 0; ok--)
+    {
+      Pluginregistration__RegistrationStatus st = PLUGINREGISTRATION__REGISTRATION_STATUS__INIT;
+      uint8_t sb[256];
+      st.plugin_registered = ok;
+      st.error = ok ? "" : "version skew: test refusal";
+      len = protobuf_c_message_pack (&st.base, sb);
+      assert_int_equal (kc_unary (reg, "/pluginregistration.Registration/NotifyRegistrationStatus", sb, len, 5000, &r),
+                        0);
+      assert_int_equal (r.status, GRPC_STATUS_OK);
+      kc_reply_done (&r);
+    }
+  assert_true (log_contains ("registered with the kubelet"));
+  assert_true (log_contains ("refused the registration: version skew: test refusal"));
+
+  /* An unknown method and undecodable bytes. */
+  assert_int_equal (kc_unary (reg, "/pluginregistration.Registration/Frobnicate", buf, 0, 5000, &r), 0);
+  assert_int_equal (r.status, GRPC_STATUS_UNIMPLEMENTED);
+  kc_reply_done (&r);
+  const uint8_t junk[] = { 0xff, 0xff, 0xff, 0xff, 0x0f, 0x12 };
+  assert_int_equal (kc_unary (cpu_ch, PREPARE, junk, sizeof (junk), 5000, &r), 0);
+  assert_int_equal (r.status, GRPC_STATUS_INVALID_ARGUMENT);
+  kc_reply_done (&r);
+  kc_close (reg);
+}
+
+static void
+test_prepare_mixed (void **state)
+{
+  (void) state;
+  char *other = NULL;
+  claim_cpus ("good", "00000000-0000-4000-8000-000000000001", "numa1", 4);
+  write_claim ("unallocated", "00000000-0000-4000-8000-000000000002", NULL);
+  claim_cpus ("replaced", "00000000-0000-4000-8000-999999999999", "numa1", 1);
+  assert_true (asprintf (&other, "[{\"request\":\"gpu\",\"driver\":\"gpu.example.com\",\"pool\":\"" NODE "\","
+                                 "\"device\":\"gpu0\"}]")
+               >= 0);
+  write_claim ("othersdriver", "00000000-0000-4000-8000-000000000004", other);
+  free (other);
+  claim_cpus ("toolarge", "00000000-0000-4000-8000-000000000005", "numa1", 100);
+  claim_cpus ("nosuchdevice", "00000000-0000-4000-8000-000000000006", "numa9", 1);
+
+  const char *names[] = { "good", "missing", "unallocated", "replaced", "othersdriver", "toolarge", "nosuchdevice" };
+  const char *uids[] = { "00000000-0000-4000-8000-000000000001", "00000000-0000-4000-8000-000000000007",
+                         "00000000-0000-4000-8000-000000000002", "00000000-0000-4000-8000-000000000003",
+                         "00000000-0000-4000-8000-000000000004", "00000000-0000-4000-8000-000000000005",
+                         "00000000-0000-4000-8000-000000000006" };
+  const char *want[] = { NULL, "not found", "not allocated", "replaced", "no device of driver", "CPUs asked",
+                         "unknown device" };
+  PrepareResponse *resp = prepare (cpu_ch, PREPARE, names, uids, 7);
+  assert_int_equal (resp->n_claims, 7);
+  for (size_t i = 0; i < 7; i++)
+    {
+      PrepareClaimResponse *e = entry (resp, uids[i]);
+      if (want[i] == NULL)
+        {
+          assert_string_equal (e->error, "");
+          assert_int_equal (e->n_devices, 1);
+          assert_string_equal (e->devices[0]->pool_name, NODE);
+          assert_string_equal (e->devices[0]->device_name, "numa1");
+          assert_string_equal (e->devices[0]->request_names[0], "cpus");
+          assert_int_equal (e->devices[0]->n_cdi_device_ids, 1);
+          assert_string_equal (e->devices[0]->cdi_device_ids[0], CPU_DRIVER "/claim=" "00000000-0000-4000-8000-000000000001");
+          assert_true (strlen (e->devices[0]->share_id) > 0);
+        }
+      else if (strstr (e->error, want[i]) == NULL)
+        fail_msg ("claim %s: error `%s` lacks `%s`", names[i], e->error, want[i]);
+    }
+  k8s__io__kubelet__pkg__apis__dra__v1__node_prepare_resources_response__free_unpacked (resp, NULL);
+
+  /* Four CPUs of node 1, two whole cores. */
+  hwloc_bitmap_t cpus = cdi_cpus ("00000000-0000-4000-8000-000000000001");
+  assert_non_null (cpus);
+  assert_int_equal (hwloc_bitmap_weight (cpus), 4);
+  hwloc_bitmap_t node1 = hwloc_bitmap_alloc ();
+  for (unsigned c = 1; c < 24; c += 2) /* node 1 holds the odd CPUs here */
+    hwloc_bitmap_set (node1, c);
+  assert_true (hwloc_bitmap_isincluded (cpus, node1));
+
+  /* Idempotent: the same answer, the same CPUs. */
+  resp = prepare (cpu_ch, PREPARE, names, uids, 1);
+  assert_string_equal (entry (resp, uids[0])->error, "");
+  k8s__io__kubelet__pkg__apis__dra__v1__node_prepare_resources_response__free_unpacked (resp, NULL);
+  hwloc_bitmap_t again = cdi_cpus (uids[0]);
+  assert_true (hwloc_bitmap_isequal (cpus, again));
+
+  /* Unprepare: the spec goes; unknown and repeated unprepares succeed. */
+  const char *un[] = { uids[0], "00000000-0000-4000-8000-00000000dead" };
+  unprepare (cpu_ch, un, 2);
+  assert_null (cdi_cpus (uids[0]));
+  unprepare (cpu_ch, un, 2);
+  hwloc_bitmap_free (cpus);
+  hwloc_bitmap_free (again);
+  hwloc_bitmap_free (node1);
+}
+
+static void
+test_memory_and_beta (void **state)
+{
+  (void) state;
+  write_claim ("mem", "00000000-0000-4000-8000-0000000000a1",
+               "[{\"request\":\"mem/big\",\"driver\":\"" MEM_DRIVER "\",\"pool\":\"" NODE "\",\"device\":\"numa0\","
+               "\"consumedCapacity\":{\"memory\":\"1Gi\"}}]");
+  const char *names[] = { "mem" };
+  const char *uids[] = { "00000000-0000-4000-8000-0000000000a1" };
+  PrepareResponse *resp = prepare (mem_ch, PREPARE_BETA, names, uids, 1);
+  PrepareClaimResponse *e = entry (resp, uids[0]);
+  assert_string_equal (e->error, "");
+  assert_string_equal (e->devices[0]->request_names[0], "mem"); /* subrequest stripped */
+  k8s__io__kubelet__pkg__apis__dra__v1__node_prepare_resources_response__free_unpacked (resp, NULL);
+  char path[600];
+  snprintf (path, sizeof (path), "%s/" MEM_DRIVER "-%s.json", cdi_dir, uids[0]);
+  json_error_t je;
+  json_t *spec = json_load_file (path, 0, &je);
+  assert_non_null (spec);
+  assert_non_null (strstr (json_dumps (spec, 0), "NRM_MEMS=0"));
+  json_decref (spec);
+  unprepare (mem_ch, uids, 1);
+}
+
+static void
+test_health (void **state)
+{
+  (void) state;
+  V1alpha1__NodeWatchResourcesRequest in = V1ALPHA1__NODE_WATCH_RESOURCES_REQUEST__INIT;
+  uint8_t buf[8];
+  size_t len = protobuf_c_message_pack (&in.base, buf);
+  struct kc_stream *s = kc_stream_open (cpu_ch, "/v1alpha1.DRAResourceHealth/NodeWatchResources", buf, len, 60000);
+  uint8_t *data = NULL;
+  size_t dlen = 0;
+  assert_int_equal (kc_stream_read (s, 5000, &data, &dlen), 1);
+  V1alpha1__NodeWatchResourcesResponse *r = v1alpha1__node_watch_resources_response__unpack (NULL, dlen, data);
+  assert_non_null (r);
+  assert_int_equal (r->n_devices, 2); /* numa0 and numa1 */
+  for (size_t i = 0; i < r->n_devices; i++)
+    {
+      assert_int_equal (r->devices[i]->health, V1ALPHA1__HEALTH_STATUS__HEALTHY);
+      assert_string_equal (r->devices[i]->device->pool_name, NODE);
+      assert_true (r->devices[i]->health_check_timeout_seconds > 10);
+      assert_true (r->devices[i]->last_updated_time > 0);
+    }
+  v1alpha1__node_watch_resources_response__free_unpacked (r, NULL);
+  free (data);
+  kc_stream_close (s);
+}
+
+struct worker
+{
+  int id;
+  int failures;
+};
+
+static void *
+worker (void *arg)
+{
+  struct worker *w = arg;
+  grpc_channel *ch = kc_connect (cpu_sock);
+  char name[32], uid[64];
+  snprintf (name, sizeof (name), "par%d", w->id);
+  snprintf (uid, sizeof (uid), "00000000-0000-4000-8000-0000000001%02d", w->id);
+  const char *names[] = { name }, *uids[] = { uid };
+  for (int round = 0; round < 5; round++)
+    {
+      size_t len;
+      uint8_t *req = pack_claims (names, uids, 1, &len, false);
+      struct kc_reply r;
+      if (kc_unary (ch, PREPARE, req, len, 20000, &r) < 0 || r.status != GRPC_STATUS_OK)
+        w->failures++;
+      else
+        {
+          PrepareResponse *resp
+              = k8s__io__kubelet__pkg__apis__dra__v1__node_prepare_resources_response__unpack (NULL, r.len, r.data);
+          if (resp == NULL || resp->n_claims != 1 || strcmp (resp->claims[0]->value->error, "") != 0)
+            w->failures++;
+          if (resp)
+            k8s__io__kubelet__pkg__apis__dra__v1__node_prepare_resources_response__free_unpacked (resp, NULL);
+        }
+      kc_reply_done (&r);
+      free (req);
+      if (round < 4)
+        {
+          req = pack_claims (names, uids, 1, &len, true);
+          if (kc_unary (ch, UNPREPARE, req, len, 20000, &r) < 0 || r.status != GRPC_STATUS_OK)
+            w->failures++;
+          kc_reply_done (&r);
+          free (req);
+        }
+    }
+  kc_close (ch);
+  return NULL;
+}
+
+/* 8 threads prepare and unprepare at once; no CPU ends up in two claims. */
+static void
+test_concurrent (void **state)
+{
+  (void) state;
+  pthread_t th[8];
+  struct worker w[8];
+  char name[32], uid[64];
+  for (int i = 0; i < 8; i++)
+    {
+      snprintf (name, sizeof (name), "par%d", i);
+      snprintf (uid, sizeof (uid), "00000000-0000-4000-8000-0000000001%02d", i);
+      claim_cpus (name, uid, i % 2 ? "numa1" : "numa0", 2);
+    }
+  for (int i = 0; i < 8; i++)
+    {
+      w[i] = (struct worker){ i, 0 };
+      pthread_create (&th[i], NULL, worker, &w[i]);
+    }
+  for (int i = 0; i < 8; i++)
+    {
+      pthread_join (th[i], NULL);
+      assert_int_equal (w[i].failures, 0);
+    }
+  hwloc_bitmap_t all = hwloc_bitmap_alloc ();
+  const char *uids[8];
+  char ub[8][64];
+  for (int i = 0; i < 8; i++)
+    {
+      snprintf (ub[i], sizeof (ub[i]), "00000000-0000-4000-8000-0000000001%02d", i);
+      uids[i] = ub[i];
+      hwloc_bitmap_t c = cdi_cpus (ub[i]);
+      assert_non_null (c);
+      assert_int_equal (hwloc_bitmap_weight (c), 2);
+      assert_false (hwloc_bitmap_intersects (all, c));
+      assert_false (hwloc_bitmap_isset (c, 0)); /* reserved */
+      hwloc_bitmap_or (all, all, c);
+      hwloc_bitmap_free (c);
+    }
+  unprepare (cpu_ch, uids, 8);
+  hwloc_bitmap_free (all);
+}
+
+/* State survives SIGTERM and kill -9; an interrupted prepare is rolled back. */
+static void
+test_restart (void **state)
+{
+  (void) state;
+  const char *names[] = { "keep" }, *uids[] = { "00000000-0000-4000-8000-0000000000b1" };
+  claim_cpus ("keep", uids[0], "numa0", 3);
+  PrepareResponse *resp = prepare (cpu_ch, PREPARE, names, uids, 1);
+  assert_string_equal (entry (resp, uids[0])->error, "");
+  k8s__io__kubelet__pkg__apis__dra__v1__node_prepare_resources_response__free_unpacked (resp, NULL);
+  hwloc_bitmap_t before = cdi_cpus (uids[0]);
+
+  stop_plugin (SIGTERM);
+  assert_false (access (cpu_sock, F_OK) == 0);
+  assert_false (access (cpu_reg, F_OK) == 0);
+  start_plugin ();
+  /* Same claim, same CPUs; another claim does not get them. */
+  resp = prepare (cpu_ch, PREPARE, names, uids, 1);
+  assert_string_equal (entry (resp, uids[0])->error, "");
+  k8s__io__kubelet__pkg__apis__dra__v1__node_prepare_resources_response__free_unpacked (resp, NULL);
+  hwloc_bitmap_t after = cdi_cpus (uids[0]);
+  assert_true (hwloc_bitmap_isequal (before, after));
+
+  stop_plugin (SIGKILL);
+  /* A crash between the two phases: PrepareStarted on disk, a stale spec. */
+  char cp[600], stale[600];
+  snprintf (cp, sizeof (cp), "%s/" CPU_DRIVER ".checkpoint.json", state_dir);
+  json_error_t je;
+  json_t *doc = json_load_file (cp, 0, &je);
+  assert_non_null (doc);
+  json_object_set_new (json_object_get (doc, "claims"), "00000000-0000-4000-8000-0000000000b2",
+                       json_pack ("{s:s, s:s, s:s, s:[]}", "namespace", "default", "name", "half", "phase",
+                                  "PrepareStarted", "devices"));
+  json_dump_file (doc, cp, 0);
+  json_decref (doc);
+  snprintf (stale, sizeof (stale), "%s/" CPU_DRIVER "-00000000-0000-4000-8000-0000000000b2.json", cdi_dir);
+  FILE *f = fopen (stale, "w");
+  fputs ("{}", f);
+  fclose (f);
+
+  start_plugin ();
+  assert_false (access (stale, F_OK) == 0);
+  assert_true (log_contains ("interrupted during prepare"));
+  const char *n2[] = { "other" }, *u2[] = { "00000000-0000-4000-8000-0000000000b3" };
+  claim_cpus ("other", u2[0], "numa0", 8);
+  resp = prepare (cpu_ch, PREPARE, n2, u2, 1);
+  assert_string_equal (entry (resp, u2[0])->error, "");
+  k8s__io__kubelet__pkg__apis__dra__v1__node_prepare_resources_response__free_unpacked (resp, NULL);
+  hwloc_bitmap_t other = cdi_cpus (u2[0]);
+  assert_false (hwloc_bitmap_intersects (other, before));
+  /* Node 0 now has 11 - 3 - 8 = 0 CPUs free. */
+  claim_cpus ("nomore", "00000000-0000-4000-8000-0000000000b4", "numa0", 1);
+  const char *n3[] = { "nomore" }, *u3[] = { "00000000-0000-4000-8000-0000000000b4" };
+  resp = prepare (cpu_ch, PREPARE, n3, u3, 1);
+  assert_non_null (strstr (entry (resp, u3[0])->error, "0 free"));
+  k8s__io__kubelet__pkg__apis__dra__v1__node_prepare_resources_response__free_unpacked (resp, NULL);
+  const char *all[] = { uids[0], u2[0] };
+  unprepare (cpu_ch, all, 2);
+  hwloc_bitmap_free (before);
+  hwloc_bitmap_free (after);
+  hwloc_bitmap_free (other);
+}
+
+static void
+test_refusals (void **state)
+{
+  (void) state;
+  /* A second instance for the same drivers refuses to start. */
+  pid_t twin = spawn_plugin (NULL);
+  assert_int_not_equal (wait_exit (twin, 15000), 0);
+  assert_true (log_contains ("refusing to start a second instance"));
+  assert_true (access (cpu_sock, F_OK) == 0);
+
+  /* A corrupt checkpoint is named and left untouched. */
+  stop_plugin (SIGTERM);
+  char cp[600];
+  snprintf (cp, sizeof (cp), "%s/" CPU_DRIVER ".checkpoint.json", state_dir);
+  FILE *f = fopen (cp, "w");
+  fputs ("{\"version\": 1, \"claims\": [", f);
+  fclose (f);
+  pid_t p = spawn_plugin (NULL);
+  assert_int_not_equal (wait_exit (p, 15000), 0);
+  assert_true (log_contains ("is corrupt"));
+  f = fopen (cp, "r");
+  char buf[64] = { 0 };
+  assert_non_null (fgets (buf, sizeof (buf), f));
+  fclose (f);
+  assert_string_equal (buf, "{\"version\": 1, \"claims\": [");
+  unlink (cp);
+  start_plugin ();
+}
+
+static int
+setup (void **state)
+{
+  (void) state;
+  if (getenv ("NRM") == NULL || getenv ("NRM_TOPOLOGIES") == NULL)
+    {
+      fprintf (stderr, "SKIP: run through make check\n");
+      exit (77);
+    }
+  snprintf (root, sizeof (root), "/tmp/nrm-plugin-XXXXXX");
+  assert_non_null (mkdtemp (root));
+  snprintf (kubelet_dir, sizeof (kubelet_dir), "%s/kubelet", root);
+  snprintf (cdi_dir, sizeof (cdi_dir), "%s/cdi", root);
+  snprintf (state_dir, sizeof (state_dir), "%s/state", root);
+  snprintf (claims_dir, sizeof (claims_dir), "%s/claims", root);
+  snprintf (log_path, sizeof (log_path), "%s/plugin.log", root);
+  mkdir (claims_dir, 0700);
+  snprintf (cpu_sock, sizeof (cpu_sock), "%s/plugins/" CPU_DRIVER "/dra.sock", kubelet_dir);
+  snprintf (cpu_reg, sizeof (cpu_reg), "%s/plugins_registry/" CPU_DRIVER "-reg.sock", kubelet_dir);
+  snprintf (mem_sock, sizeof (mem_sock), "%s/plugins/" MEM_DRIVER "/dra.sock", kubelet_dir);
+  grpc_init ();
+  start_plugin ();
+  return 0;
+}
+
+static int
+teardown (void **state)
+{
+  (void) state;
+  if (plugin_pid > 0)
+    stop_plugin (SIGTERM);
+  grpc_shutdown ();
+  if (getenv ("NRM_KEEP_TMP") == NULL)
+    {
+      char cmd[400];
+      snprintf (cmd, sizeof (cmd), "rm -rf '%s'", root);
+      if (system (cmd) != 0)
+        return 0;
+    }
+  return 0;
+}
+
+int
+main (void)
+{
+  const struct CMUnitTest tests[] = {
+    cmocka_unit_test (test_registration), cmocka_unit_test (test_prepare_mixed),
+    cmocka_unit_test (test_memory_and_beta), cmocka_unit_test (test_health),
+    cmocka_unit_test (test_concurrent),    cmocka_unit_test (test_restart),
+    cmocka_unit_test (test_refusals),
+  };
+  return cmocka_run_group_tests_name ("plugin protocol", tests, setup, teardown);
+}
