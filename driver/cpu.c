@@ -10,15 +10,17 @@
 #include "driver/jsonattr.h"
 #include "nrm/cleanup.h"
 
-/* At most this many L3 ids or PCIe roots go into one list attribute, well
- * inside the 48 values a device may carry. */
+/* List attributes share the 48 values a device may carry with about 14
+ * scalar ones: at most 16 L3 ids, 8 NUMA nodes and 8 PCIe roots. */
 #define MAX_LIST 16
+#define MAX_NEAR 8
+#define MAX_ROOTS 8
 
 struct cpu_stats
 {
   size_t cpus, full_cores, threads, isolated, reserved;
   size_t perf, eff;
-  size_t n_l3;
+  size_t n_l3, n_l3_ids;
   int64_t l3[MAX_LIST];
   int package;
 };
@@ -42,9 +44,13 @@ cpu_stats (const struct nrm_topology *t, hwloc_const_bitmap_t set, hwloc_const_b
       if (hwloc_bitmap_isincluded (core->cpus, set))
         st->full_cores++;
     }
-  for (size_t l = 0; l < t->n_l3 && st->n_l3 < MAX_LIST; l++)
+  for (size_t l = 0; l < t->n_l3; l++)
     if (hwloc_bitmap_intersects (t->l3[l].cpus, set))
-      st->l3[st->n_l3++] = t->l3[l].os_index;
+      {
+        if (st->n_l3_ids < MAX_LIST)
+          st->l3[st->n_l3_ids++] = t->l3[l].os_index;
+        st->n_l3++;
+      }
   int cpu;
   hwloc_bitmap_foreach_begin (cpu, set)
   {
@@ -85,7 +91,7 @@ static void
 cpu_attributes (const struct nrm_topology *t, const struct nrm_publish_options *o, json_t *attrs,
                 const size_t *nodes, size_t n_nodes, const struct cpu_stats *st)
 {
-  int64_t near[MAX_LIST];
+  int64_t near[MAX_NEAR];
   size_t n_near = 0;
 
   jattr_int (attrs, "numaNode", t->numa[nodes[0]].os_index);
@@ -94,9 +100,9 @@ cpu_attributes (const struct nrm_topology *t, const struct nrm_publish_options *
       /* Own node(s) first, then same-socket nodes at the minimum distance. */
       for (size_t k = 0; k < n_nodes; k++)
         near[n_near++] = t->numa[nodes[k]].os_index;
-      int64_t more[MAX_LIST];
-      size_t nm = nrm_topology_near_nodes (t, nodes[0], more, MAX_LIST);
-      for (size_t k = 0; k < nm && n_near < MAX_LIST; k++)
+      int64_t more[MAX_NEAR];
+      size_t nm = nrm_topology_near_nodes (t, nodes[0], more, MAX_NEAR);
+      for (size_t k = 0; k < nm && n_near < MAX_NEAR; k++)
         {
           bool dup = false;
           for (size_t j = 0; j < n_near; j++)
@@ -112,7 +118,7 @@ cpu_attributes (const struct nrm_topology *t, const struct nrm_publish_options *
     jattr_int (attrs, "socket", st->package);
   jattr_int (attrs, "l3CacheCount", (int64_t) st->n_l3);
   if (o->list_attributes && st->n_l3 > 0)
-    jattr_ints (attrs, "l3CacheIDs", st->l3, st->n_l3);
+    jattr_ints (attrs, "l3CacheIDs", st->l3, st->n_l3_ids);
   if (!hybrid (t))
     jattr_str (attrs, "cpuKind", "performance");
   else
@@ -128,9 +134,9 @@ cpu_attributes (const struct nrm_topology *t, const struct nrm_publish_options *
   if (o->list_attributes)
     {
       /* PCIe roots local to the node, so CPUs can match a GPU or NIC by root. */
-      const char *roots[MAX_LIST];
+      const char *roots[MAX_ROOTS];
       size_t n_roots = 0;
-      for (size_t p = 0; p < t->n_pci && n_roots < MAX_LIST; p++)
+      for (size_t p = 0; p < t->n_pci && n_roots < MAX_ROOTS; p++)
         {
           const struct nrm_pci_device *d = &t->pci[p];
           bool local = false, dup = false;
@@ -310,6 +316,7 @@ partitioned_devices (const struct nrm_topology *t, const struct nrm_publish_opti
       cpu_stats (t, allocs[i], t->numa[i].cpus, &st);
       json_t *attrs = json_object ();
       cpu_attributes (t, o, attrs, &i, 1, &st);
+      jattr_int (attrs, "reservedCPUs", (int64_t) st.reserved);
       snprintf (name, sizeof (name), "numa%u", t->numa[i].os_index);
       json_array_append_new (devices,
                              partitioned_device (name, "numa", attrs, st.cpus,

@@ -39,8 +39,8 @@ memory_attributes (const struct nrm_topology *t, const struct nrm_publish_option
   jattr_int (attrs, "numaNode", n->os_index);
   if (o->list_attributes)
     {
-      int64_t near[16];
-      size_t nn = nrm_topology_near_nodes (t, i, near, 16);
+      int64_t near[8];
+      size_t nn = nrm_topology_near_nodes (t, i, near, 8);
       jattr_ints (attrs, NRM_STD_NUMA_ATTR, near, nn);
     }
   else
@@ -59,6 +59,10 @@ cmp_memory_order (const void *a, const void *b, void *arg)
   const size_t *x = a, *y = b;
   const struct nrm_numa_node *nx = &t->numa[x[0]], *ny = &t->numa[y[0]];
   bool cx = hwloc_bitmap_iszero (nx->cpus), cy = hwloc_bitmap_iszero (ny->cpus);
+  bool dx = strcmp (nx->kind, "DRAM") == 0, dy = strcmp (ny->kind, "DRAM") == 0;
+  /* Ordinary DRAM first: scarce HBM and slow NVM only when asked for. */
+  if (dx != dy)
+    return dx ? -1 : 1;
   if (nx->tier != ny->tier)
     return nx->tier - ny->tier;
   if (cx != cy)
@@ -79,8 +83,8 @@ nrm_memory_pool (const struct nrm_topology *t, const struct nrm_publish_options 
       nrm_pool_done (&p);
       return nrm_error_set (err, ENOMEM, "out of memory");
     }
-  /* Fastest memory first, nodes with CPUs before CPU-less ones, then the
-   * general node preference. */
+  /* DRAM first, then the faster tiers, nodes with CPUs before CPU-less
+   * ones, then the general node preference. */
   for (size_t k = 0; k < t->n_numa; k++)
     {
       order[2 * k] = pref[k];

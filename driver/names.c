@@ -6,10 +6,12 @@
 
 #include "driver/names.h"
 
+/* RFC 1123 label syntax; max is 63 for a DNS label, unlimited inside a
+ * subdomain (Kubernetes checks only the subdomain's total length). */
 static bool
-label_ok (const char *s, size_t n)
+label_ok (const char *s, size_t n, size_t max)
 {
-  if (n == 0 || n > 63)
+  if (n == 0 || n > max)
     return false;
   for (size_t i = 0; i < n; i++)
     {
@@ -24,7 +26,7 @@ label_ok (const char *s, size_t n)
 bool
 nrm_is_dns_label (const char *s)
 {
-  return s != NULL && label_ok (s, strlen (s));
+  return s != NULL && label_ok (s, strlen (s), 63);
 }
 
 bool
@@ -39,7 +41,7 @@ nrm_is_dns_subdomain (const char *s, int max)
     {
       const char *dot = strchr (p, '.');
       size_t n = dot ? (size_t) (dot - p) : strlen (p);
-      if (!label_ok (p, n))
+      if (!label_ok (p, n, len))
         return false;
       if (dot == NULL)
         return true;

@@ -32,14 +32,14 @@ nrm_pool_done (struct nrm_pool *p)
   memset (p, 0, sizeof (*p));
 }
 
-/* Accelerators (network, display, processing-accelerator and co-processor
- * classes) make a node the place for workloads that use them: general CPU
+/* Accelerators (network, display, processing-accelerator, co-processor and
+ * InfiniBand classes) make a node the place for workloads that use them: general CPU
  * and memory requests are steered elsewhere first. */
 static bool
 is_accelerator (const struct nrm_pci_device *d)
 {
   unsigned base = d->class_id >> 8;
-  return base == 0x02 || base == 0x03 || base == 0x12 || d->class_id == 0x0b40;
+  return base == 0x02 || base == 0x03 || base == 0x12 || d->class_id == 0x0b40 || d->class_id == 0x0c06;
 }
 
 struct pref
@@ -163,8 +163,15 @@ nrm_slices_build (const struct nrm_pool *pools, size_t n_pools, const struct nrm
       json_array_foreach (slices, i, cur)
       {
         char name[300];
-        /* The index prefix keeps the preference order in lexicographic slice order. */
+        /* The index prefix keeps the preference order in lexicographic slice
+         * order; a long node name is cut to keep within 253 characters. */
         snprintf (name, sizeof (name), "%05zx-%s-%s", i, p->driver, o->node_name);
+        size_t len = strlen (name);
+        if (len > 253)
+          len = 253;
+        while (len > 0 && (name[len - 1] == '-' || name[len - 1] == '.'))
+          len--;
+        name[len] = '\0';
         json_object_set_new (json_object_get (cur, "metadata"), "name", json_string (name));
         json_object_set_new (json_object_get (json_object_get (cur, "spec"), "pool"), "resourceSliceCount",
                              json_integer ((json_int_t) json_array_size (slices)));

@@ -20,8 +20,8 @@ nrm_config_init (struct nrm_config *c)
   nrm_publish_options_init (&c->publish);
 }
 
-static void
-clear_reserved_memory (struct nrm_config *c)
+void
+nrm_config_clear_reserved_memory (struct nrm_config *c)
 {
   for (size_t i = 0; i < c->node.n_reserved_memory; i++)
     free (c->node.reserved_memory[i].resource);
@@ -47,7 +47,7 @@ nrm_config_done (struct nrm_config *c)
   free (c->log_format);
   hwloc_bitmap_free (c->node.reserved_cpus);
   hwloc_bitmap_free (c->node.isolated_cpus);
-  clear_reserved_memory (c);
+  nrm_config_clear_reserved_memory (c);
   memset (c, 0, sizeof (*c));
 }
 
@@ -245,7 +245,7 @@ load_reserved_memory (struct nrm_config *c, json_t *v, nrm_error_t *err)
   size_t i;
   json_t *e;
   WANT (v, json_is_array, "reservedMemory", "a list");
-  clear_reserved_memory (c);
+  nrm_config_clear_reserved_memory (c);
   json_array_foreach (v, i, e)
   {
     const char *key;

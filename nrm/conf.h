@@ -13,7 +13,7 @@ struct nrm_config
 {
   char *node_name;
   char *topology; /* hwloc XML to serve instead of the live machine */
-  char *fsroot;   /* prefix of /sys and /proc; "/" by default */
+  char *fsroot;   /* prefix of the /sys files nrm reads itself; "/" by default */
   struct nrm_node_settings node;
   struct nrm_publish_options publish;
   char *cpu_driver, *memory_driver; /* owned strings behind publish */
@@ -41,6 +41,7 @@ int nrm_config_set_isolated_cpus (struct nrm_config *c, const char *list, nrm_er
 /* "0:memory=1Gi,hugepages-2Mi=64Mi" (the kubelet's --reserved-memory format);
  * may be given several times. */
 int nrm_config_add_reserved_memory (struct nrm_config *c, const char *spec, nrm_error_t *err);
+void nrm_config_clear_reserved_memory (struct nrm_config *c);
 /* "DRAListTypeAttributes=true,DRANodeAllocatableResources=false" */
 int nrm_config_set_feature_gates (struct nrm_config *c, const char *spec, nrm_error_t *err);
 int nrm_config_set_cpu_mode (struct nrm_config *c, const char *mode, nrm_error_t *err);

@@ -145,6 +145,7 @@ parse_options (struct cli *cli, const char *cmd, int argc, char **argv, nrm_erro
     return nrm_error_set (err, EINVAL, "%s: unexpected argument `%s`", cmd, argv[optind]);
 
   optind = 1;
+  bool memory_flag = false;
   while ((c = getopt_long (argc, argv, "+c:t:h", long_options, NULL)) != -1)
     {
       int r = 0;
@@ -163,6 +164,10 @@ parse_options (struct cli *cli, const char *cmd, int argc, char **argv, nrm_erro
           r = nrm_config_set_isolated_cpus (&cli->cfg, optarg, err);
           break;
         case OPT_RESERVED_MEMORY:
+          /* The flags replace the file's list rather than adding to it. */
+          if (!memory_flag)
+            nrm_config_clear_reserved_memory (&cli->cfg);
+          memory_flag = true;
           r = nrm_config_add_reserved_memory (&cli->cfg, optarg, err);
           break;
         case OPT_CPU_MODE:
@@ -207,7 +212,7 @@ static int
 load_machine (struct cli *cli, struct nrm_topology **ret, nrm_error_t *err)
 {
   struct nrm_topology *t = NULL;
-  if (nrm_topology_load (cli->cfg.topology, cli->cfg.fsroot, &t, err) < 0)
+  if (nrm_topology_load (cli->cfg.topology, &t, err) < 0)
     return -1;
   if (nrm_topology_apply_settings (t, &cli->cfg.node, cli->cfg.fsroot, err) < 0)
     {

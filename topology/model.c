@@ -103,12 +103,24 @@ nrm_topology_node_allocatable (const struct nrm_topology *t, size_t numa)
 }
 
 uint64_t
+nrm_topology_node_hugepage_bytes (const struct nrm_topology *t, size_t numa)
+{
+  uint64_t total = 0;
+  for (size_t h = 0; h < t->numa[numa].n_hugepages; h++)
+    total += t->numa[numa].hugepages[h].count * t->numa[numa].hugepages[h].size;
+  return total;
+}
+
+/* The node's memory counts the huge page pool too (MemTotal); those pages
+ * are published on their own, so they are taken out here. */
+uint64_t
 nrm_topology_node_allocatable_memory (const struct nrm_topology *t, size_t numa)
 {
   const struct nrm_numa_node *n = &t->numa[numa];
-  if (!n->allowed || n->reserved_memory >= n->memory)
+  uint64_t huge = nrm_topology_node_hugepage_bytes (t, numa);
+  if (!n->allowed || huge + n->reserved_memory >= n->memory)
     return 0;
-  return n->memory - n->reserved_memory;
+  return n->memory - huge - n->reserved_memory;
 }
 
 uint64_t
@@ -230,12 +242,14 @@ nrm_topology_apply_settings (struct nrm_topology *t, const struct nrm_node_setti
       struct nrm_numa_node *n = &t->numa[ni];
       if (strcmp (rm->resource, "memory") == 0)
         {
+          uint64_t huge = nrm_topology_node_hugepage_bytes (t, (size_t) ni);
+          uint64_t ordinary = n->memory > huge ? n->memory - huge : 0;
           mem[ni] += rm->bytes;
-          if (mem[ni] > n->memory)
+          if (mem[ni] > ordinary)
             return nrm_error_set (err, EINVAL,
                                   "reserved memory on NUMA node %u (%" PRIu64 " bytes) exceeds its memory (%" PRIu64
-                                  " bytes)",
-                                  n->os_index, mem[ni], n->memory);
+                                  " bytes outside huge pages)",
+                                  n->os_index, mem[ni], ordinary);
           continue;
         }
       bool found = false;

@@ -117,7 +117,6 @@ scan_numa (hwloc_topology_t h, struct nrm_topology *t, nrm_error_t *err)
 {
   int n = hwloc_get_nbobjs_by_type (h, HWLOC_OBJ_NUMANODE);
   hwloc_const_nodeset_t allowed = hwloc_topology_get_allowed_nodeset (h);
-  int min_rank = 1 << 20;
 
   t->n_numa = n > 0 ? (size_t) n : 0;
   t->numa = xcalloc (t->n_numa, sizeof (*t->numa));
@@ -162,9 +161,6 @@ scan_numa (hwloc_topology_t h, struct nrm_topology *t, nrm_error_t *err)
   qsort (t->numa, t->n_numa, sizeof (*t->numa), cmp_numa);
 
   /* Tiers: dense ranks of the memory kinds present, fastest first. */
-  for (size_t i = 0; i < t->n_numa; i++)
-    if (memory_kind_rank (t->numa[i].kind) < min_rank)
-      min_rank = memory_kind_rank (t->numa[i].kind);
   for (size_t i = 0; i < t->n_numa; i++)
     {
       int rank = memory_kind_rank (t->numa[i].kind), tier = 0;
@@ -334,7 +330,7 @@ scan_cpu_objects (hwloc_topology_t h, struct nrm_topology *t, nrm_error_t *err)
       pu->allowed = hwloc_bitmap_isset (allowed, o->os_index);
       pu->core = -1;
       pu->numa = home_node (t, o->nodeset);
-      /* Its own node is offline (no memory, no hwloc object): the machine's best node. */
+      /* Its own node is unknown to hwloc (offline): pick among all nodes by the same rules. */
       if (pu->numa < 0)
         pu->numa = home_node (t, hwloc_topology_get_topology_nodeset (h));
       hwloc_obj_t core = hwloc_get_ancestor_obj_by_type (h, HWLOC_OBJ_CORE, o);
@@ -495,7 +491,7 @@ scan_pci (hwloc_topology_t h, struct nrm_topology *t, nrm_error_t *err)
 }
 
 int
-nrm_topology_load (const char *xml_path, const char *fsroot, struct nrm_topology **ret, nrm_error_t *err)
+nrm_topology_load (const char *xml_path, struct nrm_topology **ret, nrm_error_t *err)
 {
   cleanup_hwloc hwloc_topology_t h = NULL;
   struct nrm_topology *t = NULL;
@@ -535,7 +531,6 @@ nrm_topology_load (const char *xml_path, const char *fsroot, struct nrm_topology
       nrm_topology_free (t);
       return nrm_error_wrap (err, "topology `%s`", xml_path ? xml_path : "of this machine");
     }
-  (void) fsroot;
   *ret = t;
   return 0;
 }

@@ -134,13 +134,12 @@ struct nrm_node_settings
   struct nrm_reserved_memory *reserved_memory;
 };
 
-/* Scans the live machine (xml_path == NULL) or an hwloc XML export.
- * fsroot ("/" when NULL) prefixes the sysfs files nrm reads itself. */
-int nrm_topology_load (const char *xml_path, const char *fsroot, struct nrm_topology **ret,
-                       nrm_error_t *err);
+/* Scans the live machine (xml_path == NULL) or an hwloc XML export. */
+int nrm_topology_load (const char *xml_path, struct nrm_topology **ret, nrm_error_t *err);
 
 /* Checks the settings against the machine and records them in the model; on
- * error the model is left as it was. */
+ * error the model is left as it was. fsroot ("/" when NULL) prefixes
+ * /sys/devices/system/cpu/isolated, read for a live machine. */
 int nrm_topology_apply_settings (struct nrm_topology *topo, const struct nrm_node_settings *s,
                                  const char *fsroot, nrm_error_t *err);
 
@@ -153,7 +152,10 @@ int nrm_topology_numa_index (const struct nrm_topology *topo, unsigned os_index)
 
 /* CPUs of the node that may be handed out: home CPUs, allowed, not reserved. */
 hwloc_bitmap_t nrm_topology_node_allocatable (const struct nrm_topology *topo, size_t numa);
-/* Bytes of ordinary memory that may be handed out on the node. */
+/* Bytes in the node's huge page pools. */
+uint64_t nrm_topology_node_hugepage_bytes (const struct nrm_topology *topo, size_t numa);
+/* Bytes of ordinary memory that may be handed out on the node: its memory
+ * less the huge page pools and the reservation. */
 uint64_t nrm_topology_node_allocatable_memory (const struct nrm_topology *topo, size_t numa);
 
 /* Distance between two NUMA nodes (array positions); 10/20 when unknown. */

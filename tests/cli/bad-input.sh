@@ -55,4 +55,13 @@ grep -q '"nodeName": "from-flag"' "$TMP/out" && ok || fail "flag did not overrid
 if [ "$(grep -c '"name": "numa1"' "$TMP/out")" != 1 ] || [ "$(grep -c '"name": "numa2"' "$TMP/out")" != 2 ]; then
   fail "reserved CPUs from the config file were not applied"
 else ok; fi
+# --reserved-memory replaces the file's reservations: the file's 1Ti would fail.
+echo '{"reservedMemory": [{"numaNode": 0, "limits": {"memory": "1Ti"}}]}' >"$TMP/mem.json"
+"$NRM" slices --config "$TMP/mem.json" --reserved-memory 0:memory=1Mi --topology "$X" >"$TMP/out" 2>"$TMP/err" \
+  && ok || fail "--reserved-memory did not replace the config file's list: $(cat "$TMP/err")"
+
+# Node names are DNS subdomains: long labels are fine, slice names stay valid.
+long=node-$(printf 'a%.0s' $(seq 1 80)).example.com
+"$NRM" slices --node-name "$long" --topology "$X" >"$TMP/out" 2>"$TMP/err" && ok \
+  || fail "a long node name: $(cat "$TMP/err")"
 finish

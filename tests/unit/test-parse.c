@@ -113,6 +113,9 @@ test_names (void **state)
   assert_true (nrm_is_dns_subdomain ("cpu.nrm.io", 63));
   assert_false (nrm_is_dns_subdomain ("cpu..io", 63));
   assert_false (nrm_is_dns_subdomain ("", 63));
+  /* Kubernetes limits a subdomain's length, not its labels'. */
+  assert_true (nrm_is_dns_subdomain ("a1234567890123456789012345678901234567890123456789012345678901234567890.io", 253));
+  assert_false (nrm_is_dns_subdomain ("a1234567890123456789012345678901234567890123456789012345678901234567890.io", 63));
   assert_true (nrm_is_qualified_name ("numaNode"));
   assert_true (nrm_is_qualified_name ("resource.kubernetes.io/numaNode"));
   assert_false (nrm_is_qualified_name ("1abc"));

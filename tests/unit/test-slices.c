@@ -30,7 +30,7 @@ load_reserved (const char *file, bool reserve)
   struct nrm_reserved_memory rm[64];
   char memory[] = "memory";
 
-  if (nrm_topology_load (file, NULL, &t, &err) < 0)
+  if (nrm_topology_load (file, &t, &err) < 0)
     fail_msg ("%s: %s", file, nrm_error_msg (err));
   if (!reserve)
     return t;
@@ -126,7 +126,10 @@ check_numa_mode (const struct corpus_entry *c, bool reserve, bool gates)
   });
   for (size_t i = 0; i < t->n_numa; i++)
     {
-      uint64_t m = t->numa[i].memory - t->numa[i].reserved_memory;
+      uint64_t huge = nrm_topology_node_hugepage_bytes (t, i);
+      uint64_t m = t->numa[i].memory > huge + t->numa[i].reserved_memory
+                       ? t->numa[i].memory - huge - t->numa[i].reserved_memory
+                       : 0;
       m -= m % o.memory_granularity;
       if (m >= o.memory_granularity)
         want_mem += m;

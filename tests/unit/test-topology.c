@@ -21,7 +21,7 @@ load (const char *file)
 {
   nrm_error_t err = NULL;
   struct nrm_topology *t = NULL;
-  if (nrm_topology_load (file, NULL, &t, &err) < 0)
+  if (nrm_topology_load (file, &t, &err) < 0)
     fail_msg ("%s: %s", file, nrm_error_msg (err));
   return t;
 }
@@ -189,7 +189,7 @@ test_bad_files (void **state)
   char tmpl[] = "/tmp/nrm-test-XXXXXX";
   (void) state;
 
-  assert_int_equal (nrm_topology_load ("/nonexistent/machine.xml", NULL, &t, &err), -1);
+  assert_int_equal (nrm_topology_load ("/nonexistent/machine.xml", &t, &err), -1);
   assert_non_null (strstr (nrm_error_msg (err), "/nonexistent/machine.xml"));
   nrm_error_release (&err);
 
@@ -197,7 +197,7 @@ test_bad_files (void **state)
   assert_true (fd >= 0);
   assert_int_equal (write (fd, "<topology><object type=", 23), 23);
   close (fd);
-  assert_int_equal (nrm_topology_load (tmpl, NULL, &t, &err), -1);
+  assert_int_equal (nrm_topology_load (tmpl, &t, &err), -1);
   assert_non_null (strstr (nrm_error_msg (err), tmpl));
   nrm_error_release (&err);
   assert_null (t);
