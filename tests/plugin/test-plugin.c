@@ -442,7 +442,9 @@ test_memory_and_beta (void **state)
   json_error_t je;
   json_t *spec = json_load_file (path, 0, &je);
   assert_non_null (spec);
-  assert_non_null (strstr (json_dumps (spec, 0), "NRM_MEMS=0"));
+  char *text = json_dumps (spec, 0);
+  assert_non_null (strstr (text, "NRM_MEMS=0"));
+  free (text);
   json_decref (spec);
   unprepare (mem_ch, uids, 1);
 }
