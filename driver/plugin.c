@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 #include "config.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -121,15 +122,19 @@ checkpoint_read (struct nrm_plugin *p, json_t **ret, nrm_error_t *err)
   return 0;
 }
 
+/* Durable writes record what must survive a crash of the machine: a
+ * completed prepare and an unprepare. A PrepareStarted entry needs no
+ * fsync: if it is lost, nothing was handed out, and an orphan CDI spec is
+ * removed at the next start. */
 static int
-checkpoint_write (struct nrm_plugin *p, json_t *cp, nrm_error_t *err)
+checkpoint_write (struct nrm_plugin *p, json_t *cp, bool durable, nrm_error_t *err)
 {
   json_int_t gen = json_integer_value (json_object_get (cp, "generation")) + 1;
   json_object_set_new (cp, "generation", json_integer (gen));
   cleanup_free char *text = json_dumps (cp, JSON_INDENT (1) | JSON_SORT_KEYS);
   if (text == NULL)
     return nrm_error_set (err, ENOMEM, "out of memory");
-  if (nrm_write_atomic (p->checkpoint, text, strlen (text), 0600, err) < 0)
+  if (nrm_write_atomic (p->checkpoint, text, strlen (text), 0600, durable, err) < 0)
     {
       json_object_set_new (cp, "generation", json_integer (gen - 1));
       return -1;
@@ -159,19 +164,21 @@ cdi_id (struct nrm_plugin *p, const char *uid)
 }
 
 /* One spec per claim; 0.5.0 is the lowest version that allows a device name
- * starting with a digit, as claim UIDs may. */
+ * starting with a digit, as claim UIDs may. Specs are not synced: every
+ * start rewrites them from the checkpoint. */
 static int
 cdi_write (struct nrm_plugin *p, const char *uid, json_t *env, nrm_error_t *err)
 {
   cleanup_free char *path = cdi_path (p, uid), *kind = NULL;
   if (path == NULL || asprintf (&kind, "%s/claim", p->driver) < 0)
     return nrm_error_set (err, ENOMEM, "out of memory");
+  cleanup_json json_t *none = json_array ();
   cleanup_json json_t *spec = json_pack ("{s:s, s:s, s:[{s:s, s:{s:O}}]}", "cdiVersion", "0.5.0", "kind", kind,
-                                         "devices", "name", uid, "containerEdits", "env", env);
+                                         "devices", "name", uid, "containerEdits", "env", env ? env : none);
   cleanup_free char *text = json_dumps (spec, JSON_INDENT (2));
   if (text == NULL)
     return nrm_error_set (err, ENOMEM, "out of memory");
-  return nrm_write_atomic (path, text, strlen (text), 0644, err);
+  return nrm_write_atomic (path, text, strlen (text), 0644, false, err);
 }
 
 static void
@@ -236,6 +243,31 @@ unlock_state (struct nrm_plugin *p)
   pthread_mutex_unlock (&p->lock);
 }
 
+/* Removes this driver's CDI specs that belong to no prepared claim. */
+static void
+remove_orphan_specs (struct nrm_plugin *p)
+{
+  DIR *d = opendir (p->cdi_dir);
+  struct dirent *de;
+  size_t plen = strlen (p->driver);
+  if (d == NULL)
+    return;
+  while ((de = readdir (d)) != NULL)
+    {
+      size_t n = strlen (de->d_name);
+      if (n <= plen + 6 || strncmp (de->d_name, p->driver, plen) != 0 || de->d_name[plen] != '-'
+          || strcmp (de->d_name + n - 5, ".json") != 0)
+        continue;
+      cleanup_free char *uid = strndup (de->d_name + plen + 1, n - plen - 6);
+      if (uid && json_object_get (json_object_get (p->cp, "claims"), uid) == NULL)
+        {
+          LOG (p, NRM_LOG_INFO, "removing CDI spec of unknown claim %s", uid);
+          cdi_remove (p, uid);
+        }
+    }
+  closedir (d);
+}
+
 /* Claims left half-prepared by a crash are rolled back: the driver never
  * recorded state for them, so only their CDI spec may be left over. */
 static int
@@ -258,8 +290,14 @@ recover (struct nrm_plugin *p, nrm_error_t *err)
         json_object_del (json_object_get (p->cp, "claims"), uid);
         rolled++;
       }
+    else if (cdi_write (p, uid, json_object_get (c, "env"), err) < 0)
+      {
+        unlock_state (p);
+        return -1;
+      }
   }
-  int r = rolled ? checkpoint_write (p, p->cp, err) : 0;
+  remove_orphan_specs (p);
+  int r = rolled ? checkpoint_write (p, p->cp, true, err) : 0;
   unlock_state (p);
   return r;
 }
@@ -398,7 +436,7 @@ prepare_claim (struct nrm_plugin *p, const char *ns, const char *name, const cha
   json_t *devs = response_devices (p, uid, results, n);
   json_object_set_new (claims, uid, json_pack ("{s:s, s:s, s:s, s:O}", "namespace", ns, "name", name, "phase",
                                                "PrepareStarted", "devices", devs));
-  if (checkpoint_write (p, p->cp, err) < 0)
+  if (checkpoint_write (p, p->cp, false, err) < 0)
     goto rollback_entry;
   if (p->ops->prepare (p->self, uid, results, n, config, &prep, err) < 0)
     goto rollback;
@@ -410,7 +448,8 @@ prepare_claim (struct nrm_plugin *p, const char *ns, const char *name, const cha
   entry = json_object_get (claims, uid);
   json_object_set_new (entry, "phase", json_string ("PrepareCompleted"));
   json_object_set (entry, "state", prep.state);
-  if (checkpoint_write (p, p->cp, err) < 0)
+  json_object_set (entry, "env", prep.env);
+  if (checkpoint_write (p, p->cp, true, err) < 0)
     {
       p->ops->unprepare (p->self, uid, prep.state);
       cdi_remove (p, uid);
@@ -427,7 +466,7 @@ rollback:
   json_object_del (claims, uid);
   {
     nrm_error_t werr = NULL;
-    if (checkpoint_write (p, p->cp, &werr) < 0)
+    if (checkpoint_write (p, p->cp, false, &werr) < 0)
       {
         /* The PrepareStarted entry stays on disk; the next start rolls it back. */
         LOG (p, NRM_LOG_ERROR, "%s", nrm_error_msg (werr));
@@ -460,7 +499,7 @@ unprepare_claim (struct nrm_plugin *p, const char *uid, nrm_error_t *err)
   const char *phase = json_string_value (json_object_get (entry, "phase"));
   cleanup_json json_t *saved = json_incref (entry);
   json_object_del (claims, uid);
-  if (checkpoint_write (p, p->cp, err) < 0)
+  if (checkpoint_write (p, p->cp, true, err) < 0)
     {
       json_object_set (claims, uid, saved);
       unlock_state (p);

@@ -14,7 +14,7 @@
 #include "nrm/fs.h"
 
 int
-nrm_write_atomic (const char *path, const void *data, size_t len, mode_t mode, nrm_error_t *err)
+nrm_write_atomic (const char *path, const void *data, size_t len, mode_t mode, bool durable, nrm_error_t *err)
 {
   cleanup_free char *tmp = NULL, *dircopy = strdup (path);
   cleanup_close int fd = -1, dfd = -1;
@@ -39,7 +39,7 @@ nrm_write_atomic (const char *path, const void *data, size_t len, mode_t mode, n
       p += w;
       len -= (size_t) w;
     }
-  if (fchmod (fd, mode) < 0 || fsync (fd) < 0)
+  if (fchmod (fd, mode) < 0 || (durable && fsync (fd) < 0))
     {
       int e = errno;
       unlink (tmp);
@@ -51,6 +51,8 @@ nrm_write_atomic (const char *path, const void *data, size_t len, mode_t mode, n
       unlink (tmp);
       return nrm_error_errno (err, e, "cannot rename `%s` to `%s`", tmp, path);
     }
+  if (!durable)
+    return 0;
   dfd = open (dirname (dircopy), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dfd < 0 || fsync (dfd) < 0)
     return nrm_error_errno (err, errno, "cannot sync the directory of `%s`", path);

@@ -2,15 +2,17 @@
 #ifndef NRM_FS_H
 #define NRM_FS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <sys/types.h>
 
 #include "nrm/error.h"
 
-/* Replaces path with data so that a crash at any point leaves either the old
- * or the new file: a temporary file beside it, fsync, rename, fsync of the
- * directory. */
-int nrm_write_atomic (const char *path, const void *data, size_t len, mode_t mode, nrm_error_t *err);
+/* Replaces path with data so that a reader sees either the old or the new
+ * file: a temporary file beside it, then rename. With durable, the data and
+ * the rename also survive a crash of the machine (fsync of the file before
+ * the rename and of the directory after). */
+int nrm_write_atomic (const char *path, const void *data, size_t len, mode_t mode, bool durable, nrm_error_t *err);
 
 /* Reads a whole file (at most max bytes) into a NUL-terminated buffer. */
 int nrm_read_file (const char *path, size_t max, char **ret, size_t *len, nrm_error_t *err);

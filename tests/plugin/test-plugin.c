@@ -588,6 +588,15 @@ test_restart (void **state)
   assert_true (hwloc_bitmap_isequal (before, after));
 
   stop_plugin (SIGKILL);
+  /* Specs are rebuilt from the checkpoint: a lost one comes back, an
+   * orphan goes. */
+  char spec[600], orphan[600];
+  snprintf (spec, sizeof (spec), "%s/" CPU_DRIVER "-%s.json", cdi_dir, uids[0]);
+  snprintf (orphan, sizeof (orphan), "%s/" CPU_DRIVER "-00000000-0000-4000-8000-0000000000ff.json", cdi_dir);
+  assert_int_equal (unlink (spec), 0);
+  FILE *of = fopen (orphan, "w");
+  fputs ("{}", of);
+  fclose (of);
   /* A crash between the two phases: PrepareStarted on disk, a stale spec. */
   char cp[600], stale[600];
   snprintf (cp, sizeof (cp), "%s/" CPU_DRIVER ".checkpoint.json", state_dir);
@@ -606,6 +615,11 @@ test_restart (void **state)
 
   start_plugin ();
   assert_false (access (stale, F_OK) == 0);
+  assert_false (access (orphan, F_OK) == 0);
+  hwloc_bitmap_t rebuilt = cdi_cpus (uids[0]);
+  assert_non_null (rebuilt);
+  assert_true (hwloc_bitmap_isequal (rebuilt, before));
+  hwloc_bitmap_free (rebuilt);
   assert_true (log_contains ("interrupted during prepare"));
   const char *n2[] = { "other" }, *u2[] = { "00000000-0000-4000-8000-0000000000b3" };
   claim_cpus ("other", u2[0], "numa0", 8);

@@ -1,0 +1,249 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* NodePrepareResources latency against the GetInfo round trip, with 1 and 8
+ * concurrent clients, and the daemon's memory: `make bench`. The plugin
+ * runs as its own process; claims come from a claims directory. */
+#include "config.h"
+
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "proto/dra_v1.pb-c.h"
+#include "proto/pluginregistration.pb-c.h"
+#include "tests/plugin/kubelet.h"
+
+#define NODE "bench-node"
+#define ROUNDS 400
+
+static char root[64] = "/tmp/nrm-bench-XXXXXX";
+static char kubelet[128], claims[128], cpu_sock[256], mem_sock[256], cpu_reg[256];
+
+static double
+now_us (void)
+{
+  struct timespec t;
+  clock_gettime (CLOCK_MONOTONIC, &t);
+  return (double) t.tv_sec * 1e6 + (double) t.tv_nsec / 1e3;
+}
+
+static int
+cmp (const void *a, const void *b)
+{
+  double x = *(const double *) a, y = *(const double *) b;
+  return (x > y) - (x < y);
+}
+
+static void
+percentiles (double *v, size_t n, double *p50, double *p99)
+{
+  qsort (v, n, sizeof (double), cmp);
+  *p50 = v[n / 2];
+  *p99 = v[(n * 99) / 100 < n ? (n * 99) / 100 : n - 1];
+}
+
+static uint8_t *
+claim_request (const char *name, const char *uid, bool unprepare, size_t *len)
+{
+  K8s__Io__Kubelet__Pkg__Apis__Dra__V1__Claim c = K8S__IO__KUBELET__PKG__APIS__DRA__V1__CLAIM__INIT;
+  K8s__Io__Kubelet__Pkg__Apis__Dra__V1__Claim *ptr = &c;
+  c.namespace_ = "bench";
+  c.name = (char *) name;
+  c.uid = (char *) uid;
+  uint8_t *buf;
+  if (unprepare)
+    {
+      K8s__Io__Kubelet__Pkg__Apis__Dra__V1__NodeUnprepareResourcesRequest r
+          = K8S__IO__KUBELET__PKG__APIS__DRA__V1__NODE_UNPREPARE_RESOURCES_REQUEST__INIT;
+      r.n_claims = 1;
+      r.claims = &ptr;
+      *len = protobuf_c_message_get_packed_size (&r.base);
+      buf = malloc (*len);
+      protobuf_c_message_pack (&r.base, buf);
+    }
+  else
+    {
+      K8s__Io__Kubelet__Pkg__Apis__Dra__V1__NodePrepareResourcesRequest r
+          = K8S__IO__KUBELET__PKG__APIS__DRA__V1__NODE_PREPARE_RESOURCES_REQUEST__INIT;
+      r.n_claims = 1;
+      r.claims = &ptr;
+      *len = protobuf_c_message_get_packed_size (&r.base);
+      buf = malloc (*len);
+      protobuf_c_message_pack (&r.base, buf);
+    }
+  return buf;
+}
+
+struct job
+{
+  int id, rounds;
+  double *prep; /* microseconds per prepare, both drivers */
+  int errors;
+};
+
+static void *
+run_job (void *arg)
+{
+  struct job *j = arg;
+  grpc_channel *cpu = kc_connect (cpu_sock), *mem = kc_connect (mem_sock);
+  char name[32], uid[64];
+  snprintf (name, sizeof (name), "claim%d", j->id);
+  snprintf (uid, sizeof (uid), "00000000-0000-4000-8000-%012d", j->id);
+  size_t plen, ulen;
+  uint8_t *p = claim_request (name, uid, false, &plen), *u = claim_request (name, uid, true, &ulen);
+  for (int i = 0; i < j->rounds; i++)
+    {
+      struct kc_reply r1, r2, r3, r4;
+      double t0 = now_us ();
+      int e = kc_unary (cpu, "/k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin/NodePrepareResources", p, plen, 10000, &r1);
+      e |= kc_unary (mem, "/k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin/NodePrepareResources", p, plen, 10000, &r2);
+      j->prep[i] = now_us () - t0;
+      if (e || r1.status || r2.status || r1.len < 60 || r2.len < 60)
+        j->errors++;
+      kc_unary (cpu, "/k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin/NodeUnprepareResources", u, ulen, 10000, &r3);
+      kc_unary (mem, "/k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin/NodeUnprepareResources", u, ulen, 10000, &r4);
+      kc_reply_done (&r1);
+      kc_reply_done (&r2);
+      kc_reply_done (&r3);
+      kc_reply_done (&r4);
+    }
+  free (p);
+  free (u);
+  kc_close (cpu);
+  kc_close (mem);
+  return NULL;
+}
+
+static void
+prepare_round (int threads, double *p50, double *p99, int *errors)
+{
+  pthread_t th[8];
+  struct job jobs[8];
+  int per = ROUNDS / threads;
+  double *all = calloc ((size_t) ROUNDS, sizeof (double));
+  for (int i = 0; i < threads; i++)
+    {
+      jobs[i] = (struct job){ i, per, all + i * per, 0 };
+      pthread_create (&th[i], NULL, run_job, &jobs[i]);
+    }
+  *errors = 0;
+  for (int i = 0; i < threads; i++)
+    {
+      pthread_join (th[i], NULL);
+      *errors += jobs[i].errors;
+    }
+  percentiles (all, (size_t) (per * threads), p50, p99);
+  free (all);
+}
+
+static long
+status_kib (pid_t pid, const char *field)
+{
+  char path[64], line[256];
+  long v = -1;
+  snprintf (path, sizeof (path), "/proc/%d/status", (int) pid);
+  FILE *f = fopen (path, "r");
+  while (f && fgets (line, sizeof (line), f))
+    if (strncmp (line, field, strlen (field)) == 0)
+      v = strtol (line + strlen (field) + 1, NULL, 10);
+  if (f)
+    fclose (f);
+  return v;
+}
+
+int
+main (int argc, char **argv)
+{
+  if (argc < 3)
+    {
+      fprintf (stderr, "usage: bench-plugin NRM TOPOLOGY.xml\n");
+      return 2;
+    }
+  if (mkdtemp (root) == NULL)
+    return 1;
+  snprintf (kubelet, sizeof (kubelet), "%s/kubelet", root);
+  snprintf (claims, sizeof (claims), "%s/claims", root);
+  mkdir (claims, 0700);
+  for (int i = 0; i < 8; i++)
+    {
+      char path[256];
+      snprintf (path, sizeof (path), "%s/claim%d.json", claims, i);
+      FILE *f = fopen (path, "w");
+      fprintf (f,
+               "{\"metadata\":{\"namespace\":\"bench\",\"name\":\"claim%d\",\"uid\":\"00000000-0000-4000-8000-%012d\"},"
+               "\"status\":{\"allocation\":{\"devices\":{\"results\":["
+               "{\"request\":\"cpus\",\"driver\":\"cpu.nrm.io\",\"pool\":\"" NODE "\",\"device\":\"numa%d\","
+               "\"consumedCapacity\":{\"cpus\":\"2\"}},"
+               "{\"request\":\"mem\",\"driver\":\"memory.nrm.io\",\"pool\":\"" NODE "\",\"device\":\"numa%d\","
+               "\"consumedCapacity\":{\"memory\":\"256Mi\"}}]}}}}",
+               i, i, i % 2, i % 2);
+      fclose (f);
+    }
+  snprintf (cpu_sock, sizeof (cpu_sock), "%s/plugins/cpu.nrm.io/dra.sock", kubelet);
+  snprintf (mem_sock, sizeof (mem_sock), "%s/plugins/memory.nrm.io/dra.sock", kubelet);
+  snprintf (cpu_reg, sizeof (cpu_reg), "%s/plugins_registry/cpu.nrm.io-reg.sock", kubelet);
+
+  pid_t pid = fork ();
+  if (pid == 0)
+    {
+      char cdi[128], state[128];
+      snprintf (cdi, sizeof (cdi), "%s/cdi", root);
+      snprintf (state, sizeof (state), "%s/state", root);
+      int null = open ("/dev/null", O_WRONLY);
+      dup2 (null, 2);
+      execl (argv[1], argv[1], "plugin", "--topology", argv[2], "--node-name", NODE, "--kubelet-dir", kubelet,
+             "--cdi-dir", cdi, "--state-dir", state, "--claims-dir", claims, "--log-level", "error", NULL);
+      _exit (127);
+    }
+  grpc_init ();
+  for (int i = 0; i < 300 && access (mem_sock, F_OK) != 0; i++)
+    usleep (20000);
+
+  /* The floor: GetInfo round trips on one connection. */
+  grpc_channel *reg = kc_connect (cpu_reg);
+  Pluginregistration__InfoRequest in = PLUGINREGISTRATION__INFO_REQUEST__INIT;
+  uint8_t buf[8];
+  size_t len = protobuf_c_message_pack (&in.base, buf);
+  double info[ROUNDS], ip50, ip99;
+  for (int i = 0; i < ROUNDS; i++)
+    {
+      struct kc_reply r;
+      double t0 = now_us ();
+      kc_unary (reg, "/pluginregistration.Registration/GetInfo", buf, len, 5000, &r);
+      info[i] = now_us () - t0;
+      kc_reply_done (&r);
+    }
+  percentiles (info, ROUNDS, &ip50, &ip99);
+  kc_close (reg);
+
+  double p50_1, p99_1, p50_8, p99_8;
+  int e1, e8;
+  prepare_round (1, &p50_1, &p99_1, &e1);
+  prepare_round (8, &p50_8, &p99_8, &e8);
+  long rss = status_kib (pid, "VmRSS:"), hwm = status_kib (pid, "VmHWM:");
+
+  printf ("plugin (2 drivers, claim of 2 CPUs + 256Mi memory, %d prepares per run, each one call per driver)\n",
+          ROUNDS);
+  printf ("  GetInfo round trip           p50 %7.3f ms  p99 %7.3f ms\n", ip50 / 1e3, ip99 / 1e3);
+  printf ("  prepare, 1 client            p50 %7.3f ms  p99 %7.3f ms  errors %d\n", p50_1 / 1e3, p99_1 / 1e3, e1);
+  printf ("  prepare, 8 clients           p50 %7.3f ms  p99 %7.3f ms  errors %d\n", p50_8 / 1e3, p99_8 / 1e3, e8);
+  printf ("  per-driver prepare p99 / GetInfo p99: %.1fx with 1 client (goal <= 3x, p99 < 1 ms)\n",
+          p99_1 / 2 / ip99);
+  printf ("  daemon RSS %.1f MiB, peak %.1f MiB (goal < 20 MiB)\n", (double) rss / 1024, (double) hwm / 1024);
+
+  kill (pid, SIGTERM);
+  waitpid (pid, NULL, 0);
+  grpc_shutdown ();
+  char cmd[128];
+  snprintf (cmd, sizeof (cmd), "rm -rf '%s'", root);
+  if (system (cmd) != 0)
+    return 1;
+  return e1 + e8 ? 1 : 0;
+}
