@@ -670,6 +670,56 @@ test_refusals (void **state)
   start_plugin ();
 }
 
+/* Rolling update: a second instance with a pod UID serves beside the first,
+ * and the two share state: what one prepares, the other unprepares. */
+static void
+test_rolling_update (void **state)
+{
+  (void) state;
+  char twin_sock[600], twin_reg[600];
+  snprintf (twin_sock, sizeof (twin_sock), "%s/plugins/" CPU_DRIVER "/dra-pod-2.sock", kubelet_dir);
+  snprintf (twin_reg, sizeof (twin_reg), "%s/plugins_registry/" CPU_DRIVER "-pod-2-reg.sock", kubelet_dir);
+  pid_t twin = spawn_plugin ("pod-2");
+  int i;
+  for (i = 0; i < 150 && !answers (twin_reg); i++)
+    usleep (100000);
+  assert_true (i < 150);
+  grpc_channel *tch = kc_connect (twin_sock);
+
+  const char *names[] = { "rolling" }, *uids[] = { "00000000-0000-4000-8000-0000000000c1" };
+  claim_cpus ("rolling", uids[0], "numa1", 6);
+  PrepareResponse *resp = prepare (tch, PREPARE, names, uids, 1);
+  assert_string_equal (entry (resp, uids[0])->error, "");
+  k8s__io__kubelet__pkg__apis__dra__v1__node_prepare_resources_response__free_unpacked (resp, NULL);
+  hwloc_bitmap_t a = cdi_cpus (uids[0]);
+
+  /* The old instance sees the claim: same answer, and its CPUs are taken. */
+  resp = prepare (cpu_ch, PREPARE, names, uids, 1);
+  assert_string_equal (entry (resp, uids[0])->error, "");
+  k8s__io__kubelet__pkg__apis__dra__v1__node_prepare_resources_response__free_unpacked (resp, NULL);
+  const char *n2[] = { "rolling2" }, *u2[] = { "00000000-0000-4000-8000-0000000000c2" };
+  claim_cpus ("rolling2", u2[0], "numa1", 6);
+  resp = prepare (cpu_ch, PREPARE, n2, u2, 1);
+  assert_string_equal (entry (resp, u2[0])->error, "");
+  k8s__io__kubelet__pkg__apis__dra__v1__node_prepare_resources_response__free_unpacked (resp, NULL);
+  hwloc_bitmap_t b = cdi_cpus (u2[0]);
+  assert_false (hwloc_bitmap_intersects (a, b));
+
+  /* Unprepare on the old one, then the twin stops: only its own sockets go. */
+  const char *both[] = { uids[0], u2[0] };
+  unprepare (cpu_ch, both, 2);
+  assert_null (cdi_cpus (uids[0]));
+  kc_close (tch);
+  kill (twin, SIGTERM);
+  assert_int_equal (wait_exit (twin, 15000), 0);
+  assert_false (access (twin_sock, F_OK) == 0);
+  assert_false (access (twin_reg, F_OK) == 0);
+  assert_true (access (cpu_sock, F_OK) == 0);
+  assert_true (access (cpu_reg, F_OK) == 0);
+  hwloc_bitmap_free (a);
+  hwloc_bitmap_free (b);
+}
+
 static int
 setup (void **state)
 {
@@ -719,7 +769,7 @@ main (void)
     cmocka_unit_test (test_registration), cmocka_unit_test (test_prepare_mixed),
     cmocka_unit_test (test_memory_and_beta), cmocka_unit_test (test_health),
     cmocka_unit_test (test_concurrent),    cmocka_unit_test (test_restart),
-    cmocka_unit_test (test_refusals),
+    cmocka_unit_test (test_refusals),      cmocka_unit_test (test_rolling_update),
   };
   return cmocka_run_group_tests_name ("plugin protocol", tests, setup, teardown);
 }
