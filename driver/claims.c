@@ -7,18 +7,49 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "driver/names.h"
 #include "driver/plugin.h"
 #include "nrm/cleanup.h"
 #include "nrm/fs.h"
 
 #define MAX_CLAIM_FILE (4 << 20)
 
-/* Claims are matched by their content, never by a path built from the
- * request: a claim name cannot lead outside the directory. */
+static bool
+matches (json_t *claim, const char *ns, const char *name)
+{
+  json_t *meta = json_object_get (claim, "metadata");
+  const char *cns = json_string_value (json_object_get (meta, "namespace"));
+  const char *cname = json_string_value (json_object_get (meta, "name"));
+  return cns && cname && strcmp (cns, ns) == 0 && strcmp (cname, name) == 0;
+}
+
+/* A claim is looked for first in <namespace>_<name>.json (the framework
+ * passes only names that are valid DNS subdomains, which cannot leave the
+ * directory), then in every *.json file, matched by content. */
 static int
 dir_get (void *self, const char *ns, const char *name, json_t **ret, nrm_error_t *err)
 {
   const char *dir = self;
+  cleanup_free char *direct = NULL, *dtext = NULL;
+  if (!nrm_is_dns_subdomain (ns, 253) || !nrm_is_dns_subdomain (name, 253))
+    return nrm_error_set (err, EINVAL, "invalid claim reference %s/%s", ns, name);
+  if (asprintf (&direct, "%s/%s_%s.json", dir, ns, name) >= 0)
+    {
+      nrm_error_t ignored = NULL;
+      json_error_t jerr;
+      if (nrm_read_file (direct, MAX_CLAIM_FILE, &dtext, NULL, &ignored) == 0)
+        {
+          json_t *claim = json_loads (dtext, 0, &jerr);
+          if (claim && matches (claim, ns, name))
+            {
+              *ret = claim;
+              return 0;
+            }
+          json_decref (claim);
+        }
+      nrm_error_release (&ignored);
+    }
+
   DIR *d = opendir (dir);
   struct dirent *de;
 
@@ -43,10 +74,7 @@ dir_get (void *self, const char *ns, const char *name, json_t **ret, nrm_error_t
       json_t *claim = json_loads (text, 0, &jerr);
       if (claim == NULL)
         continue;
-      json_t *meta = json_object_get (claim, "metadata");
-      const char *cns = json_string_value (json_object_get (meta, "namespace"));
-      const char *cname = json_string_value (json_object_get (meta, "name"));
-      if (cns && cname && strcmp (cns, ns) == 0 && strcmp (cname, name) == 0)
+      if (matches (claim, ns, name))
         {
           closedir (d);
           *ret = claim;

@@ -51,6 +51,7 @@ struct nrm_plugin
   pthread_mutex_t lock; /* serializes prepare/unprepare in this process */
   json_t *cp;           /* the checkpoint as last read or written */
   json_int_t cp_generation;
+  struct stat cp_stat; /* of the checkpoint file as last read or written */
   int registered;
 
   /* Health streams and their thread. */
@@ -140,6 +141,8 @@ checkpoint_write (struct nrm_plugin *p, json_t *cp, bool durable, nrm_error_t *e
       return -1;
     }
   p->cp_generation = gen;
+  if (stat (p->checkpoint, &p->cp_stat) < 0)
+    memset (&p->cp_stat, 0, sizeof (p->cp_stat));
   return 0;
 }
 
@@ -206,8 +209,17 @@ lock_state (struct nrm_plugin *p, nrm_error_t *err)
         pthread_mutex_unlock (&p->lock);
         return nrm_error_errno (err, e, "cannot lock `%s`", p->serialize_lock);
       }
+  /* Unchanged since we last read or wrote it (a rename makes a new inode):
+   * the picture in memory is current. */
+  struct stat st;
+  if (p->cp != NULL && stat (p->checkpoint, &st) == 0 && st.st_ino == p->cp_stat.st_ino
+      && st.st_size == p->cp_stat.st_size && st.st_mtim.tv_sec == p->cp_stat.st_mtim.tv_sec
+      && st.st_mtim.tv_nsec == p->cp_stat.st_mtim.tv_nsec)
+    return 0;
   if (checkpoint_read (p, &cp, err) < 0)
     goto fail;
+  if (stat (p->checkpoint, &p->cp_stat) < 0)
+    memset (&p->cp_stat, 0, sizeof (p->cp_stat));
   if (json_integer_value (json_object_get (cp, "generation")) != p->cp_generation || p->cp == NULL)
     {
       /* Someone else wrote it: rebuild from the file. */

@@ -174,7 +174,7 @@ main (int argc, char **argv)
   for (int i = 0; i < 8; i++)
     {
       char path[256];
-      snprintf (path, sizeof (path), "%s/claim%d.json", claims, i);
+      snprintf (path, sizeof (path), "%s/bench_claim%d.json", claims, i);
       FILE *f = fopen (path, "w");
       fprintf (f,
                "{\"metadata\":{\"namespace\":\"bench\",\"name\":\"claim%d\",\"uid\":\"00000000-0000-4000-8000-%012d\"},"
