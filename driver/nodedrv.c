@@ -32,6 +32,7 @@ struct nrm_node_driver
   hwloc_bitmap_t taken;
   json_t *used; /* memory: device -> bytes in use */
   struct claim_entry *claims;
+  char *online_path;
 };
 
 static struct claim_entry *
@@ -418,7 +419,55 @@ nd_unprepare (void *self, const char *uid, json_t *state)
   drop_claim (self, uid);
 }
 
+static enum nrm_health
+nd_health (void *self, const char *device, char **message)
+{
+  struct nrm_node_driver *d = self;
+  if (!d->cpu || d->online_path == NULL)
+    return NRM_HEALTH_HEALTHY;
+  char buf[4096];
+  FILE *f = fopen (d->online_path, "re");
+  if (f == NULL || fgets (buf, sizeof (buf), f) == NULL)
+    {
+      if (f)
+        fclose (f);
+      if (asprintf (message, "cannot read %s", d->online_path) < 0)
+        *message = NULL;
+      return NRM_HEALTH_UNKNOWN;
+    }
+  fclose (f);
+  hwloc_bitmap_t online = NULL;
+  nrm_error_t err = NULL;
+  if (nrm_cpulist_parse (buf, &online, &err) < 0)
+    {
+      if (asprintf (message, "%s", nrm_error_msg (err)) < 0)
+        *message = NULL;
+      nrm_error_release (&err);
+      return NRM_HEALTH_UNKNOWN;
+    }
+  cleanup_bitmap hwloc_bitmap_t cpus = device_cpus (d, device);
+  hwloc_bitmap_andnot (cpus, cpus, online);
+  hwloc_bitmap_free (online);
+  if (hwloc_bitmap_iszero (cpus))
+    return NRM_HEALTH_HEALTHY;
+  cleanup_free char *gone = nrm_cpulist_format (cpus);
+  if (asprintf (message, "CPUs %s went offline", gone ? gone : "?") < 0)
+    *message = NULL;
+  return NRM_HEALTH_UNHEALTHY;
+}
+
+int
+nrm_node_driver_watch_online (struct nrm_node_driver *d, const char *online_path, nrm_error_t *err)
+{
+  free (d->online_path);
+  d->online_path = NULL;
+  if (online_path && (d->online_path = strdup (online_path)) == NULL)
+    return nrm_error_set (err, ENOMEM, "out of memory");
+  return 0;
+}
+
 const struct nrm_driver_ops nrm_node_driver_ops = {
+  .health = nd_health,
   .devices = nd_devices,
   .reset = nd_reset,
   .prepare = nd_prepare,
@@ -469,5 +518,6 @@ nrm_node_driver_free (struct nrm_node_driver *d)
   json_decref (d->names);
   json_decref (d->used);
   hwloc_bitmap_free (d->taken);
+  free (d->online_path);
   free (d);
 }

@@ -15,6 +15,11 @@ extern const struct nrm_driver_ops nrm_node_driver_ops;
 
 int nrm_node_driver_new (const struct nrm_topology *t, const struct nrm_publish_options *o, bool cpu,
                          struct nrm_node_driver **ret, nrm_error_t *err);
+
+/* Health of CPU devices follows this file (a Linux online CPU list, e.g.
+ * /sys/devices/system/cpu/online): a device with an offline CPU is
+ * unhealthy. NULL (the default) skips the check. */
+int nrm_node_driver_watch_online (struct nrm_node_driver *d, const char *online_path, nrm_error_t *err);
 void nrm_node_driver_free (struct nrm_node_driver *d);
 
 #endif

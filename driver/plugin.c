@@ -779,6 +779,7 @@ health_message (struct nrm_plugin *p, size_t *len)
   V1alpha1__DeviceHealth *dh = calloc (n + 1, sizeof (*dh));
   V1alpha1__DeviceHealth **ptrs = calloc (n + 1, sizeof (*ptrs));
   V1alpha1__DeviceIdentifier *ids = calloc (n + 1, sizeof (*ids));
+  char **messages = calloc (n + 1, sizeof (char *));
   time_t now = time (NULL);
   for (size_t i = 0; i < n; i++)
     {
@@ -787,10 +788,18 @@ health_message (struct nrm_plugin *p, size_t *len)
       ids[i].pool_name = p->node_name;
       ids[i].device_name = (char *) json_string_value (json_array_get (names, i));
       dh[i].device = &ids[i];
-      dh[i].health = V1ALPHA1__HEALTH_STATUS__HEALTHY;
+      enum nrm_health h = NRM_HEALTH_HEALTHY;
+      if (p->ops->health)
+        h = p->ops->health (p->self, ids[i].device_name, &messages[i]);
+      dh[i].health = h == NRM_HEALTH_HEALTHY     ? V1ALPHA1__HEALTH_STATUS__HEALTHY
+                     : h == NRM_HEALTH_UNHEALTHY ? V1ALPHA1__HEALTH_STATUS__UNHEALTHY
+                                                 : V1ALPHA1__HEALTH_STATUS__UNKNOWN;
       dh[i].last_updated_time = now;
       dh[i].health_check_timeout_seconds = HEALTH_TIMEOUT_S;
-      dh[i].message = "";
+      /* The kubelet keeps at most 1024 characters. */
+      if (messages[i] && strlen (messages[i]) > 1024)
+        strcpy (messages[i] + 1021, "...");
+      dh[i].message = messages[i] ? messages[i] : "";
       ptrs[i] = &dh[i];
     }
   out.n_devices = n;
@@ -799,6 +808,9 @@ health_message (struct nrm_plugin *p, size_t *len)
   uint8_t *buf = malloc (*len ? *len : 1);
   if (buf)
     protobuf_c_message_pack (&out.base, buf);
+  for (size_t i = 0; i < n; i++)
+    free (messages[i]);
+  free (messages);
   free (dh);
   free (ptrs);
   free (ids);

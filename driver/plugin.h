@@ -29,6 +29,13 @@ struct nrm_prepared
   json_t *env;   /* array of "NAME=value" for the container; owned */
 };
 
+enum nrm_health
+{
+  NRM_HEALTH_UNKNOWN = 0,
+  NRM_HEALTH_HEALTHY = 1,
+  NRM_HEALTH_UNHEALTHY = 2,
+};
+
 struct nrm_driver_ops
 {
   /* Device names of the driver's pool, for health reports (new reference). */
@@ -43,6 +50,9 @@ struct nrm_driver_ops
   int (*restore) (void *self, const char *uid, json_t *state, nrm_error_t *err);
   /* Gives back what prepare took. */
   void (*unprepare) (void *self, const char *uid, json_t *state);
+  /* Health of one device (optional: NULL means always healthy); *message
+   * (malloc'd, may stay NULL) says why. */
+  enum nrm_health (*health) (void *self, const char *device, char **message);
 };
 
 /* Where claims come from: the Kubernetes API or a directory of JSON files. */

@@ -331,7 +331,17 @@ cmd_plugin (struct cli *cli, nrm_error_t *err)
         .log = nrm_log,
       };
       nrm_claim_source_dir (&pc.claims, c->claims_dir);
+      /* CPU health follows the online CPUs of this machine, or of the tree
+       * under --fsroot when a recorded machine is served. */
+      cleanup_free char *online = NULL;
+      if ((c->topology == NULL || strcmp (c->fsroot, "/") != 0)
+          && asprintf (&online, "%s/sys/devices/system/cpu/online", strcmp (c->fsroot, "/") ? c->fsroot : "") < 0)
+        {
+          nrm_error_set (err, ENOMEM, "out of memory");
+          goto out;
+        }
       if (nrm_node_driver_new (t, &c->publish, i == 0, &drv[i], err) < 0
+          || nrm_node_driver_watch_online (drv[i], online, err) < 0
           || nrm_plugin_start (&pc, &nrm_node_driver_ops, drv[i], &plugins[i], err) < 0)
         goto out;
       nrm_log (NULL, NRM_LOG_INFO, "%s: serving %s, registering at %s", pc.driver,

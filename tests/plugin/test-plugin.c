@@ -45,6 +45,7 @@ typedef K8s__Io__Kubelet__Pkg__Apis__Dra__V1__NodeUnprepareResourcesResponse Unp
 static char root[256], kubelet_dir[300], cdi_dir[300], state_dir[300], claims_dir[300], log_path[300];
 static char cpu_sock[512], cpu_reg[512], mem_sock[512];
 static pid_t plugin_pid = -1;
+static char fsroot[400]; /* --fsroot for the next start, or "" */
 static grpc_channel *cpu_ch, *mem_ch;
 
 /* --- the plugin process -------------------------------------------------------- */
@@ -61,9 +62,22 @@ spawn_plugin (const char *extra)
       int fd = open (log_path, O_WRONLY | O_CREAT | O_APPEND, 0600);
       dup2 (fd, 2);
       dup2 (fd, 1);
-      execl (nrm, nrm, "plugin", "--topology", topo, "--node-name", NODE, "--kubelet-dir", kubelet_dir, "--cdi-dir",
-             cdi_dir, "--state-dir", state_dir, "--claims-dir", claims_dir, "--reserved-cpus", "0",
-             extra ? "--instance-uid" : NULL, extra, NULL);
+      const char *args[32] = { nrm, "plugin", "--topology", topo, "--node-name", NODE, "--kubelet-dir", kubelet_dir,
+                               "--cdi-dir", cdi_dir, "--state-dir", state_dir, "--claims-dir", claims_dir,
+                               "--reserved-cpus", "0" };
+      int n = 16;
+      if (fsroot[0])
+        {
+          args[n++] = "--fsroot";
+          args[n++] = fsroot;
+        }
+      if (extra)
+        {
+          args[n++] = "--instance-uid";
+          args[n++] = extra;
+        }
+      args[n] = NULL;
+      execv (nrm, (char *const *) args);
       _exit (127);
     }
   return pid;
@@ -475,6 +489,52 @@ test_health (void **state)
   kc_stream_close (s);
 }
 
+/* CPUs that go offline make their device unhealthy, with the reason. */
+static void
+test_health_offline (void **state)
+{
+  (void) state;
+  char dir[600], path[700];
+  stop_plugin (SIGTERM);
+  snprintf (fsroot, sizeof (fsroot), "%s/fsroot", root);
+  snprintf (dir, sizeof (dir), "%s/sys/devices/system/cpu", fsroot);
+  char cmd[800];
+  snprintf (cmd, sizeof (cmd), "mkdir -p '%s'", dir);
+  assert_int_equal (system (cmd), 0);
+  snprintf (path, sizeof (path), "%s/online", dir);
+  FILE *f = fopen (path, "w");
+  fputs ("0-22\n", f);
+  fclose (f);
+  start_plugin ();
+
+  V1alpha1__NodeWatchResourcesRequest in = V1ALPHA1__NODE_WATCH_RESOURCES_REQUEST__INIT;
+  uint8_t buf[8];
+  size_t len = protobuf_c_message_pack (&in.base, buf);
+  struct kc_stream *s = kc_stream_open (cpu_ch, "/v1alpha1.DRAResourceHealth/NodeWatchResources", buf, len, 60000);
+  uint8_t *data = NULL;
+  size_t dlen = 0;
+  assert_int_equal (kc_stream_read (s, 5000, &data, &dlen), 1);
+  V1alpha1__NodeWatchResourcesResponse *r = v1alpha1__node_watch_resources_response__unpack (NULL, dlen, data);
+  assert_non_null (r);
+  assert_int_equal (r->n_devices, 2);
+  for (size_t i = 0; i < r->n_devices; i++)
+    {
+      if (strcmp (r->devices[i]->device->device_name, "numa1") == 0)
+        {
+          assert_int_equal (r->devices[i]->health, V1ALPHA1__HEALTH_STATUS__UNHEALTHY);
+          assert_string_equal (r->devices[i]->message, "CPUs 23 went offline");
+        }
+      else
+        assert_int_equal (r->devices[i]->health, V1ALPHA1__HEALTH_STATUS__HEALTHY);
+    }
+  v1alpha1__node_watch_resources_response__free_unpacked (r, NULL);
+  free (data);
+  kc_stream_close (s);
+  stop_plugin (SIGTERM);
+  fsroot[0] = '\0';
+  start_plugin ();
+}
+
 struct worker
 {
   int id;
@@ -768,6 +828,7 @@ main (void)
   const struct CMUnitTest tests[] = {
     cmocka_unit_test (test_registration), cmocka_unit_test (test_prepare_mixed),
     cmocka_unit_test (test_memory_and_beta), cmocka_unit_test (test_health),
+    cmocka_unit_test (test_health_offline),
     cmocka_unit_test (test_concurrent),    cmocka_unit_test (test_restart),
     cmocka_unit_test (test_refusals),      cmocka_unit_test (test_rolling_update),
   };
