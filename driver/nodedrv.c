@@ -1,7 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* The CPU and memory drivers: they turn allocated devices into concrete
- * CPUs and memory nodes. CPUs are picked simply for now (whole free cores
- * first, in order); the placement engine replaces that choice later. */
+ * CPUs (through the placement engine) and memory nodes. */
 #include "config.h"
 
 #include <errno.h>
@@ -9,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cpuset/placement.h"
 #include "driver/devices.h"
 #include "driver/nodedrv.h"
 #include "driver/quantity.h"
@@ -33,6 +33,7 @@ struct nrm_node_driver
   json_t *used; /* memory: device -> bytes in use */
   struct claim_entry *claims;
   char *online_path;
+  unsigned cpu_options; /* node-wide placement options */
 };
 
 static struct claim_entry *
@@ -155,41 +156,6 @@ consumed_amount (const struct nrm_alloc_result *r, const char *key, nrm_quantity
   return 0;
 }
 
-/* Whole free cores first, then single free threads, in CPU order; adds
- * them to out only when all `want` were found. */
-static int
-pick_cpus (struct nrm_node_driver *d, hwloc_const_bitmap_t from, size_t want, hwloc_bitmap_t out)
-{
-  cleanup_bitmap hwloc_bitmap_t free_set = hwloc_bitmap_dup (from);
-  cleanup_bitmap hwloc_bitmap_t picked = hwloc_bitmap_alloc ();
-  hwloc_bitmap_andnot (free_set, free_set, d->taken);
-  hwloc_bitmap_andnot (free_set, free_set, out);
-  size_t got = 0;
-  for (size_t c = 0; c < d->t->n_cores && got < want; c++)
-    {
-      const struct nrm_core *core = &d->t->cores[c];
-      size_t w = (size_t) hwloc_bitmap_weight (core->cpus);
-      if (w == 0 || w > want - got || !hwloc_bitmap_isincluded (core->cpus, free_set))
-        continue;
-      hwloc_bitmap_or (picked, picked, core->cpus);
-      hwloc_bitmap_andnot (free_set, free_set, core->cpus);
-      got += w;
-    }
-  int cpu;
-  hwloc_bitmap_foreach_begin (cpu, free_set)
-  {
-    if (got == want)
-      break;
-    hwloc_bitmap_set (picked, (unsigned) cpu);
-    got++;
-  }
-  hwloc_bitmap_foreach_end ();
-  if (got != want)
-    return -1;
-  hwloc_bitmap_or (out, out, picked);
-  return 0;
-}
-
 static char *
 mems_of (const struct nrm_topology *t, hwloc_const_bitmap_t cpus)
 {
@@ -222,8 +188,96 @@ env_var (json_t *env, const char *name, const char *uid, const char *value)
   free (s);
 }
 
+/* Placement settings of one request: the node's options, then the claim's
+ * opaque configuration for this driver (class first, claim last; a later
+ * entry replaces what an earlier one set). */
+struct cpu_settings
+{
+  unsigned options;
+  char cpu_kind[16];
+  bool isolated;
+};
+
+static bool
+names_request (json_t *requests, const char *request)
+{
+  size_t i, len = strcspn (request, "/");
+  json_t *r;
+  if (json_array_size (requests) == 0)
+    return true;
+  json_array_foreach (requests, i, r)
+  {
+    const char *name = json_string_value (r);
+    if (name && (strcmp (name, request) == 0 || (strlen (name) == len && strncmp (name, request, len) == 0)))
+      return true;
+  }
+  return false;
+}
+
 static int
-cpu_prepare (struct nrm_node_driver *d, const char *uid, const struct nrm_alloc_result *r, size_t n,
+cpu_settings (struct nrm_node_driver *d, json_t *config, const char *request, struct cpu_settings *cs,
+              nrm_error_t *err)
+{
+  size_t i;
+  json_t *entry;
+  memset (cs, 0, sizeof (*cs));
+  cs->options = d->cpu_options;
+  json_array_foreach (config, i, entry)
+  {
+    json_t *params = json_object_get (json_object_get (entry, "opaque"), "parameters");
+    const char *key;
+    json_t *v;
+    if (!names_request (json_object_get (entry, "requests"), request))
+      continue;
+    if (!json_is_object (params))
+      return nrm_error_set (err, EINVAL, "opaque configuration %zu: parameters must be an object", i);
+    const char *api = json_string_value (json_object_get (params, "apiVersion"));
+    const char *kind = json_string_value (json_object_get (params, "kind"));
+    if (api == NULL || strcmp (api, "cpu.nrm.io/v1alpha1") != 0 || kind == NULL || strcmp (kind, "CPUConfig") != 0)
+      return nrm_error_set (err, EINVAL,
+                            "opaque configuration %zu: expected apiVersion cpu.nrm.io/v1alpha1, kind CPUConfig", i);
+    json_object_foreach (params, key, v)
+    {
+      if (strcmp (key, "apiVersion") == 0 || strcmp (key, "kind") == 0)
+        continue;
+      if (strcmp (key, "options") == 0)
+        {
+          size_t k;
+          json_t *o;
+          if (!json_is_array (v))
+            return nrm_error_set (err, EINVAL, "opaque configuration %zu: `options` must be a list of strings", i);
+          cs->options = 0;
+          json_array_foreach (v, k, o)
+          {
+            if (!json_is_string (o))
+              return nrm_error_set (err, EINVAL, "opaque configuration %zu: `options` must be a list of strings", i);
+            if (nrm_cpu_option_parse (json_string_value (o), &cs->options, err) < 0)
+              return nrm_error_wrap (err, "opaque configuration %zu", i);
+          }
+        }
+      else if (strcmp (key, "cpuKind") == 0)
+        {
+          const char *k = json_string_value (v);
+          if (k == NULL || (strcmp (k, "performance") && strcmp (k, "efficiency")))
+            return nrm_error_set (err, EINVAL, "opaque configuration %zu: `cpuKind` must be performance or efficiency",
+                                  i);
+          snprintf (cs->cpu_kind, sizeof (cs->cpu_kind), "%s", k);
+        }
+      else if (strcmp (key, "isolated") == 0)
+        {
+          if (!json_is_boolean (v))
+            return nrm_error_set (err, EINVAL, "opaque configuration %zu: `isolated` must be a boolean", i);
+          cs->isolated = json_is_true (v);
+        }
+      else
+        return nrm_error_set (err, EINVAL, "opaque configuration %zu: unknown field `%s`", i, key);
+    }
+  }
+  return 0;
+}
+
+static int
+cpu_prepare (struct nrm_node_driver *d, const char *uid, const struct nrm_alloc_result *r, size_t n, json_t *config,
              struct nrm_prepared *out, nrm_error_t *err)
 {
   cleanup_bitmap hwloc_bitmap_t claim = hwloc_bitmap_alloc ();
@@ -240,15 +294,21 @@ cpu_prepare (struct nrm_node_driver *d, const char *uid, const struct nrm_alloc_
             return -1;
           if (q % NRM_QUANTITY_ONE != 0)
             return nrm_error_set (err, EINVAL, "device %s: a fraction of a CPU cannot be exclusive", r[i].device);
-          size_t want = (size_t) (q / NRM_QUANTITY_ONE);
-          if (pick_cpus (d, cpus, want, claim) < 0)
-            {
-              cleanup_bitmap hwloc_bitmap_t free_set = hwloc_bitmap_dup (cpus);
-              hwloc_bitmap_andnot (free_set, free_set, d->taken);
-              hwloc_bitmap_andnot (free_set, free_set, claim);
-              return nrm_error_set (err, ENOSPC, "device %s: %zu CPUs asked, %d free", r[i].device, want,
-                                    hwloc_bitmap_weight (free_set));
-            }
+          struct cpu_settings cs;
+          if (cpu_settings (d, config, r[i].request, &cs, err) < 0)
+            return -1;
+          struct nrm_cpu_request req = { .count = (size_t) (q / NRM_QUANTITY_ONE),
+                                         .within = cpus,
+                                         .options = cs.options,
+                                         .cpu_kind = cs.cpu_kind[0] ? cs.cpu_kind : NULL,
+                                         .isolated = cs.isolated };
+          cleanup_bitmap hwloc_bitmap_t free_set = hwloc_bitmap_dup (d->t->online);
+          cleanup_bitmap hwloc_bitmap_t got = hwloc_bitmap_alloc ();
+          hwloc_bitmap_andnot (free_set, free_set, d->taken);
+          hwloc_bitmap_andnot (free_set, free_set, claim);
+          if (nrm_place_cpus (d->t, free_set, &req, got, err) < 0)
+            return nrm_error_wrap (err, "device %s", r[i].device);
+          hwloc_bitmap_or (claim, claim, got);
         }
       else
         {
@@ -397,10 +457,9 @@ nd_prepare (void *self, const char *uid, const struct nrm_alloc_result *r, size_
             struct nrm_prepared *out, nrm_error_t *err)
 {
   struct nrm_node_driver *d = self;
-  (void) config;
   if (find_claim (d, uid))
     return nrm_error_set (err, EEXIST, "claim %s is already prepared", uid);
-  return d->cpu ? cpu_prepare (d, uid, r, n, out, err) : mem_prepare (d, uid, r, n, out, err);
+  return d->cpu ? cpu_prepare (d, uid, r, n, config, out, err) : mem_prepare (d, uid, r, n, out, err);
 }
 
 static int
@@ -454,6 +513,12 @@ nd_health (void *self, const char *device, char **message)
   if (asprintf (message, "CPUs %s went offline", gone ? gone : "?") < 0)
     *message = NULL;
   return NRM_HEALTH_UNHEALTHY;
+}
+
+void
+nrm_node_driver_set_cpu_options (struct nrm_node_driver *d, unsigned options)
+{
+  d->cpu_options = options;
 }
 
 int

@@ -16,6 +16,10 @@ extern const struct nrm_driver_ops nrm_node_driver_ops;
 int nrm_node_driver_new (const struct nrm_topology *t, const struct nrm_publish_options *o, bool cpu,
                          struct nrm_node_driver **ret, nrm_error_t *err);
 
+/* Node-wide placement options (enum nrm_cpu_option); a claim's opaque
+ * CPUConfig replaces them. */
+void nrm_node_driver_set_cpu_options (struct nrm_node_driver *d, unsigned options);
+
 /* Health of CPU devices follows this file (a Linux online CPU list, e.g.
  * /sys/devices/system/cpu/online): a device with an offline CPU is
  * unhealthy. NULL (the default) skips the check. */

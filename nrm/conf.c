@@ -8,6 +8,7 @@
 #include <string.h>
 #include <sys/utsname.h>
 
+#include "cpuset/placement.h"
 #include "driver/names.h"
 #include "driver/quantity.h"
 #include "nrm/cleanup.h"
@@ -205,6 +206,21 @@ nrm_config_set_cpu_mode (struct nrm_config *c, const char *mode, nrm_error_t *er
   return 0;
 }
 
+int
+nrm_config_set_cpu_options (struct nrm_config *c, const char *list, nrm_error_t *err)
+{
+  cleanup_free char *copy = strdup (list);
+  unsigned opts = 0;
+  char *save = NULL;
+  if (copy == NULL)
+    return nrm_error_set (err, ENOMEM, "out of memory");
+  for (char *tok = strtok_r (copy, ",", &save); tok; tok = strtok_r (NULL, ",", &save))
+    if (nrm_cpu_option_parse (tok, &opts, err) < 0)
+      return -1;
+  c->cpu_options = opts;
+  return 0;
+}
+
 /* --- config file --------------------------------------------------------- */
 
 static const char *
@@ -345,10 +361,24 @@ load_root (struct nrm_config *c, json_t *root, nrm_error_t *err)
       }
     else if (strcmp (key, "cpu") == 0)
       {
-        static const char *const keys[] = { "mode", "driverName", NULL };
+        static const char *const keys[] = { "mode", "driverName", "options", NULL };
         json_t *mode = json_object_get (v, "mode"), *name = json_object_get (v, "driverName");
+        json_t *options = json_object_get (v, "options");
         if (load_section (v, key, keys, err) < 0)
           return -1;
+        if (options)
+          {
+            size_t k;
+            json_t *o;
+            WANT (options, json_is_array, "cpu.options", "a list of option names");
+            c->cpu_options = 0;
+            json_array_foreach (options, k, o)
+            {
+              WANT (o, json_is_string, "cpu.options[]", "a string");
+              if (nrm_cpu_option_parse (json_string_value (o), &c->cpu_options, err) < 0)
+                return nrm_error_wrap (err, "key `cpu.options`");
+            }
+          }
         if (mode)
           {
             WANT (mode, json_is_string, "cpu.mode", "a string");

@@ -18,6 +18,8 @@ struct nrm_config
   struct nrm_publish_options publish;
   char *cpu_driver, *memory_driver; /* owned strings behind publish */
 
+  unsigned cpu_options; /* node-wide placement options (enum nrm_cpu_option) */
+
   /* nrm plugin */
   char *kubelet_dir;  /* /var/lib/kubelet */
   char *cdi_dir;      /* /var/run/cdi */
@@ -45,6 +47,8 @@ void nrm_config_clear_reserved_memory (struct nrm_config *c);
 /* "DRAListTypeAttributes=true,DRANodeAllocatableResources=false" */
 int nrm_config_set_feature_gates (struct nrm_config *c, const char *spec, nrm_error_t *err);
 int nrm_config_set_cpu_mode (struct nrm_config *c, const char *mode, nrm_error_t *err);
+/* "full-pcpus-only,distribute-cpus-across-numa": replaces the options. */
+int nrm_config_set_cpu_options (struct nrm_config *c, const char *list, nrm_error_t *err);
 int nrm_config_set_string (char **field, const char *value, nrm_error_t *err);
 
 /* Fills defaults (node name from $NODE_NAME or the host name) and checks

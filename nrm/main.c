@@ -56,6 +56,11 @@ static const char usage_text[]
       "      --cdi-dir DIR          where CDI specs are written (/var/run/cdi)\n"
       "      --state-dir DIR        checkpoints and locks (/var/lib/nrm)\n"
       "      --claims-dir DIR       read ResourceClaims from the *.json files in DIR\n"
+      "      --cpu-options LIST     node-wide CPU placement options, the kubelet's names:\n"
+      "                             full-pcpus-only, distribute-cpus-across-numa,\n"
+      "                             align-by-socket, distribute-cpus-across-cores,\n"
+      "                             strict-cpu-reservation, prefer-align-cpus-by-uncorecache\n"
+      "                             (a claim's CPUConfig replaces them)\n"
       "      --instance-uid UID     rolling-update mode: UID in the socket names, so two\n"
       "                             instances can serve side by side\n"
       "      --log-level LEVEL      error, warning, info (default) or debug\n"
@@ -70,6 +75,7 @@ enum
   OPT_ISOLATED_CPUS,
   OPT_RESERVED_MEMORY,
   OPT_CPU_MODE,
+  OPT_CPU_OPTIONS,
   OPT_FEATURE_GATES,
   OPT_FSROOT,
   OPT_JSON,
@@ -90,6 +96,7 @@ static const struct option long_options[] = {
   { "isolated-cpus", required_argument, NULL, OPT_ISOLATED_CPUS },
   { "reserved-memory", required_argument, NULL, OPT_RESERVED_MEMORY },
   { "cpu-mode", required_argument, NULL, OPT_CPU_MODE },
+  { "cpu-options", required_argument, NULL, OPT_CPU_OPTIONS },
   { "feature-gates", required_argument, NULL, OPT_FEATURE_GATES },
   { "fsroot", required_argument, NULL, OPT_FSROOT },
   { "json", no_argument, NULL, OPT_JSON },
@@ -172,6 +179,9 @@ parse_options (struct cli *cli, const char *cmd, int argc, char **argv, nrm_erro
           break;
         case OPT_CPU_MODE:
           r = nrm_config_set_cpu_mode (&cli->cfg, optarg, err);
+          break;
+        case OPT_CPU_OPTIONS:
+          r = nrm_config_set_cpu_options (&cli->cfg, optarg, err);
           break;
         case OPT_FEATURE_GATES:
           r = nrm_config_set_feature_gates (&cli->cfg, optarg, err);
@@ -340,8 +350,10 @@ cmd_plugin (struct cli *cli, nrm_error_t *err)
           nrm_error_set (err, ENOMEM, "out of memory");
           goto out;
         }
-      if (nrm_node_driver_new (t, &c->publish, i == 0, &drv[i], err) < 0
-          || nrm_node_driver_watch_online (drv[i], online, err) < 0
+      if (nrm_node_driver_new (t, &c->publish, i == 0, &drv[i], err) < 0)
+        goto out;
+      nrm_node_driver_set_cpu_options (drv[i], c->cpu_options);
+      if (nrm_node_driver_watch_online (drv[i], online, err) < 0
           || nrm_plugin_start (&pc, &nrm_node_driver_ops, drv[i], &plugins[i], err) < 0)
         goto out;
       nrm_log (NULL, NRM_LOG_INFO, "%s: serving %s, registering at %s", pc.driver,

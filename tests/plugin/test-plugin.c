@@ -437,6 +437,65 @@ test_prepare_mixed (void **state)
   hwloc_bitmap_free (node1);
 }
 
+/* Opaque CPUConfig: kubelet option names per claim, checked strictly. */
+static void
+test_opaque_config (void **state)
+{
+  (void) state;
+  struct
+  {
+    const char *name, *uid;
+    int cpus;
+    const char *params, *want;
+  } cases[] = {
+    { "spread", "00000000-0000-4000-8000-0000000000d1", 4,
+      "{\"apiVersion\":\"cpu.nrm.io/v1alpha1\",\"kind\":\"CPUConfig\",\"options\":[\"distribute-cpus-across-cores\"]}",
+      NULL },
+    { "odd", "00000000-0000-4000-8000-0000000000d2", 3,
+      "{\"apiVersion\":\"cpu.nrm.io/v1alpha1\",\"kind\":\"CPUConfig\",\"options\":[\"full-pcpus-only\"]}",
+      "as whole cores" },
+    { "badopt", "00000000-0000-4000-8000-0000000000d3", 1,
+      "{\"apiVersion\":\"cpu.nrm.io/v1alpha1\",\"kind\":\"CPUConfig\",\"options\":[\"turbo\"]}",
+      "unknown CPU option `turbo`" },
+    { "badkey", "00000000-0000-4000-8000-0000000000d4", 1,
+      "{\"apiVersion\":\"cpu.nrm.io/v1alpha1\",\"kind\":\"CPUConfig\",\"colour\":1}", "unknown field `colour`" },
+    { "badkind", "00000000-0000-4000-8000-0000000000d5", 1, "{\"apiVersion\":\"v9\",\"kind\":\"X\"}",
+      "expected apiVersion cpu.nrm.io/v1alpha1" },
+  };
+  for (size_t i = 0; i < sizeof (cases) / sizeof (cases[0]); i++)
+    {
+      char path[600], text[4096];
+      snprintf (path, sizeof (path), "%s/%s.json", claims_dir, cases[i].name);
+      snprintf (text, sizeof (text),
+                "{\"metadata\":{\"name\":\"%s\",\"namespace\":\"default\",\"uid\":\"%s\"},\"status\":{"
+                "\"allocation\":{\"devices\":{\"results\":[{\"request\":\"cpus\",\"driver\":\"" CPU_DRIVER "\","
+                "\"pool\":\"" NODE "\",\"device\":\"numa1\",\"consumedCapacity\":{\"cpus\":\"%d\"}}],"
+                "\"config\":[{\"source\":\"FromClaim\",\"opaque\":{\"driver\":\"" CPU_DRIVER "\","
+                "\"parameters\":%s}}]}}}}",
+                cases[i].name, cases[i].uid, cases[i].cpus, cases[i].params);
+      FILE *f = fopen (path, "w");
+      fputs (text, f);
+      fclose (f);
+      const char *names[] = { cases[i].name }, *uids[] = { cases[i].uid };
+      PrepareResponse *resp = prepare (cpu_ch, PREPARE, names, uids, 1);
+      PrepareClaimResponse *e = entry (resp, uids[0]);
+      if (cases[i].want == NULL)
+        assert_string_equal (e->error, "");
+      else if (strstr (e->error, cases[i].want) == NULL)
+        fail_msg ("claim %s: error `%s` lacks `%s`", cases[i].name, e->error, cases[i].want);
+      k8s__io__kubelet__pkg__apis__dra__v1__node_prepare_resources_response__free_unpacked (resp, NULL);
+    }
+  /* The spread claim: four different cores (siblings are n and n+12). */
+  hwloc_bitmap_t cpus = cdi_cpus ("00000000-0000-4000-8000-0000000000d1");
+  assert_non_null (cpus);
+  assert_int_equal (hwloc_bitmap_weight (cpus), 4);
+  for (unsigned c = 0; c < 12; c++)
+    assert_false (hwloc_bitmap_isset (cpus, c) && hwloc_bitmap_isset (cpus, c + 12));
+  hwloc_bitmap_free (cpus);
+  const char *u[] = { "00000000-0000-4000-8000-0000000000d1" };
+  unprepare (cpu_ch, u, 1);
+}
+
 static void
 test_memory_and_beta (void **state)
 {
@@ -688,11 +747,11 @@ test_restart (void **state)
   k8s__io__kubelet__pkg__apis__dra__v1__node_prepare_resources_response__free_unpacked (resp, NULL);
   hwloc_bitmap_t other = cdi_cpus (u2[0]);
   assert_false (hwloc_bitmap_intersects (other, before));
-  /* Node 0 now has 11 - 3 - 8 = 0 CPUs free. */
+  /* Node 0 now has 11 - 3 - 8 = 0 CPUs usable. */
   claim_cpus ("nomore", "00000000-0000-4000-8000-0000000000b4", "numa0", 1);
   const char *n3[] = { "nomore" }, *u3[] = { "00000000-0000-4000-8000-0000000000b4" };
   resp = prepare (cpu_ch, PREPARE, n3, u3, 1);
-  assert_non_null (strstr (entry (resp, u3[0])->error, "0 free"));
+  assert_non_null (strstr (entry (resp, u3[0])->error, "0 usable"));
   k8s__io__kubelet__pkg__apis__dra__v1__node_prepare_resources_response__free_unpacked (resp, NULL);
   const char *all[] = { uids[0], u2[0] };
   unprepare (cpu_ch, all, 2);
@@ -827,6 +886,7 @@ main (void)
 {
   const struct CMUnitTest tests[] = {
     cmocka_unit_test (test_registration), cmocka_unit_test (test_prepare_mixed),
+    cmocka_unit_test (test_opaque_config),
     cmocka_unit_test (test_memory_and_beta), cmocka_unit_test (test_health),
     cmocka_unit_test (test_health_offline),
     cmocka_unit_test (test_concurrent),    cmocka_unit_test (test_restart),

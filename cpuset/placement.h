@@ -1,0 +1,57 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#ifndef NRM_PLACEMENT_H
+#define NRM_PLACEMENT_H
+
+#include <hwloc.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "nrm/error.h"
+#include "topology/topology.h"
+
+/* Topology-aware choice of exclusive CPUs. */
+
+enum nrm_cpu_option
+{
+  /* Whole physical cores only (kubelet full-pcpus-only). */
+  NRM_OPT_FULL_PCPUS_ONLY = 1 << 0,
+  /* Spread over the fewest NUMA nodes evenly instead of packing one first
+   * (kubelet distribute-cpus-across-numa). */
+  NRM_OPT_DISTRIBUTE_ACROSS_NUMA = 1 << 1,
+  /* Prefer whole sockets over whole NUMA nodes when spilling over (kubelet
+   * align-by-socket). */
+  NRM_OPT_ALIGN_BY_SOCKET = 1 << 2,
+  /* One thread per core before any second thread (kubelet
+   * distribute-cpus-across-cores). */
+  NRM_OPT_DISTRIBUTE_ACROSS_CORES = 1 << 3,
+  /* Reserved CPUs are kept out of the shared pool too (kubelet
+   * strict-cpu-reservation); placement never uses them in any case. */
+  NRM_OPT_STRICT_CPU_RESERVATION = 1 << 4,
+  /* Fit the claim into the fewest L3 (uncore) caches (kubelet
+   * prefer-align-cpus-by-uncorecache); nrm does this by default, the option
+   * is accepted for compatibility. */
+  NRM_OPT_PREFER_ALIGN_UNCORECACHE = 1 << 5,
+};
+
+struct nrm_cpu_request
+{
+  size_t count;
+  hwloc_const_bitmap_t within; /* the CPUs of the allocated device(s) */
+  unsigned options;            /* enum nrm_cpu_option */
+  const char *cpu_kind;        /* "performance", "efficiency" or NULL for any */
+  bool isolated;               /* only isolated CPUs (else never isolated ones) */
+};
+
+/* Picks req->count CPUs from free ∩ req->within into out (cleared first).
+ * Preference: whole cores (no SMT sibling shared with another claim), then
+ * the fewest L3 groups, one NUMA node, one package, then the nearest nodes;
+ * the smallest hole that fits is used, so large ones stay whole. The same
+ * state and request always give the same answer. On error out is empty and
+ * the message says why. */
+int nrm_place_cpus (const struct nrm_topology *t, hwloc_const_bitmap_t free, const struct nrm_cpu_request *req,
+                    hwloc_bitmap_t out, nrm_error_t *err);
+
+/* Parses a kubelet CPU Manager option name ("full-pcpus-only", ...). */
+int nrm_cpu_option_parse (const char *name, unsigned *ret, nrm_error_t *err);
+
+#endif

@@ -1,0 +1,282 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Placement under seeded random churn over every recorded machine: no CPU in
+ * two claims, reserved and isolated CPUs never handed out, whole cores with
+ * full-pcpus-only, one L3 group / one NUMA node whenever that was possible,
+ * deterministic answers, and releasing everything restores the start. */
+#include "config.h"
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "cpuset/placement.h"
+#include "nrm/cleanup.h"
+#include "tests/unit/corpus.h"
+#include "topology/topology.h"
+
+#define STEPS 4000
+#define MAX_CLAIMS 256
+
+static uint64_t rng;
+
+static uint32_t
+next (void)
+{
+  /* xorshift64*: the same seed gives the same churn everywhere. */
+  rng ^= rng >> 12;
+  rng ^= rng << 25;
+  rng ^= rng >> 27;
+  return (uint32_t) ((rng * 2685821657736338717ULL) >> 32);
+}
+
+static bool
+one_of (const struct nrm_topology *t, hwloc_const_bitmap_t set, bool l3)
+{
+  size_t n = l3 ? t->n_l3 : t->n_numa;
+  for (size_t i = 0; i < n; i++)
+    if (hwloc_bitmap_isincluded (set, l3 ? t->l3[i].cpus : t->numa[i].cpus))
+      return true;
+  return false;
+}
+
+/* Could count CPUs of `cand` fit inside one unit (L3 group or NUMA node)? */
+static bool
+fits_one (const struct nrm_topology *t, hwloc_const_bitmap_t cand, size_t count, bool l3)
+{
+  size_t n = l3 ? t->n_l3 : t->n_numa;
+  for (size_t i = 0; i < n; i++)
+    {
+      cleanup_bitmap hwloc_bitmap_t s = hwloc_bitmap_dup (l3 ? t->l3[i].cpus : t->numa[i].cpus);
+      hwloc_bitmap_and (s, s, cand);
+      if ((size_t) hwloc_bitmap_weight (s) >= count)
+        return true;
+    }
+  return false;
+}
+
+static void
+test_churn (void **state)
+{
+  const struct corpus_entry *c = *state;
+  nrm_error_t err = NULL;
+  struct nrm_topology *t = NULL;
+  if (nrm_topology_load (c->file, &t, &err) < 0)
+    fail_msg ("%s", nrm_error_msg (err));
+
+  /* Reserve the first CPU of the machine, isolate the last online one. */
+  struct nrm_node_settings s = { 0 };
+  s.reserved_cpus = hwloc_bitmap_alloc ();
+  s.isolated_cpus = hwloc_bitmap_alloc ();
+  hwloc_bitmap_set (s.reserved_cpus, (unsigned) hwloc_bitmap_first (t->online));
+  if (hwloc_bitmap_weight (t->online) > 2)
+    hwloc_bitmap_set (s.isolated_cpus, (unsigned) hwloc_bitmap_last (t->online));
+  assert_int_equal (nrm_topology_apply_settings (t, &s, NULL, &err), 0);
+
+  cleanup_bitmap hwloc_bitmap_t all = hwloc_bitmap_dup (t->online);
+  hwloc_bitmap_andnot (all, all, t->reserved);
+  hwloc_bitmap_andnot (all, all, t->disallowed);
+  cleanup_bitmap hwloc_bitmap_t free_set = hwloc_bitmap_dup (all);
+  cleanup_bitmap hwloc_bitmap_t initial = hwloc_bitmap_dup (free_set);
+  hwloc_bitmap_t claims[MAX_CLAIMS];
+  size_t n_claims = 0, placed = 0;
+  size_t total = (size_t) hwloc_bitmap_weight (all);
+  rng = 0x9e3779b97f4a7c15ULL ^ total;
+
+  for (int step = 0; step < STEPS; step++)
+    {
+      bool alloc = n_claims == 0 || (n_claims < MAX_CLAIMS && next () % 100 < 55);
+      if (!alloc)
+        {
+          size_t k = next () % n_claims;
+          assert_false (hwloc_bitmap_intersects (claims[k], free_set));
+          hwloc_bitmap_or (free_set, free_set, claims[k]);
+          hwloc_bitmap_free (claims[k]);
+          claims[k] = claims[--n_claims];
+          continue;
+        }
+      struct nrm_cpu_request req = { 0 };
+      size_t max = total / 4 > 0 ? total / 4 : 1;
+      req.count = 1 + next () % max;
+      uint32_t o = next ();
+      if (o % 5 == 0)
+        req.options |= NRM_OPT_FULL_PCPUS_ONLY;
+      if (o % 7 == 0 && !(req.options & NRM_OPT_FULL_PCPUS_ONLY))
+        req.options |= NRM_OPT_DISTRIBUTE_ACROSS_CORES;
+      if (o % 11 == 0)
+        req.options |= NRM_OPT_DISTRIBUTE_ACROSS_NUMA;
+      if (o % 13 == 0)
+        req.options |= NRM_OPT_ALIGN_BY_SOCKET;
+      req.isolated = o % 17 == 0;
+      cleanup_bitmap hwloc_bitmap_t within = NULL;
+      if (o % 3 == 0 && t->n_numa > 1)
+        {
+          /* A NUMA-node device, as the numa device mode allocates them. */
+          within = hwloc_bitmap_dup (t->numa[next () % t->n_numa].cpus);
+          req.within = within;
+        }
+
+      cleanup_bitmap hwloc_bitmap_t out = hwloc_bitmap_alloc ();
+      cleanup_bitmap hwloc_bitmap_t again = hwloc_bitmap_alloc ();
+      int r = nrm_place_cpus (t, free_set, &req, out, &err);
+      int r2 = nrm_place_cpus (t, free_set, &req, again, &err);
+      assert_int_equal (r, r2);
+      assert_true (hwloc_bitmap_isequal (out, again));
+
+      /* What the request could use at all. */
+      cleanup_bitmap hwloc_bitmap_t cand = hwloc_bitmap_dup (free_set);
+      if (within)
+        hwloc_bitmap_and (cand, cand, within);
+      if (req.isolated)
+        hwloc_bitmap_and (cand, cand, t->isolated);
+      else
+        hwloc_bitmap_andnot (cand, cand, t->isolated);
+      if (r < 0)
+        {
+          assert_true (hwloc_bitmap_iszero (out));
+          /* Without full cores only, a request fails only when too few
+           * CPUs are usable. */
+          if (!(req.options & NRM_OPT_FULL_PCPUS_ONLY) && (size_t) hwloc_bitmap_weight (cand) >= req.count)
+            {
+              cleanup_free char *cs = nrm_cpulist_format (cand), *fs = nrm_cpulist_format (free_set);
+              fail_msg ("%s: %zu CPUs with options %#x failed (%s) though %d usable: %s (free %s)", c->name,
+                        req.count, req.options, nrm_error_msg (err), hwloc_bitmap_weight (cand), cs, fs);
+            }
+          nrm_error_release (&err);
+          continue;
+        }
+      placed++;
+      assert_int_equal (hwloc_bitmap_weight (out), req.count);
+      assert_true (hwloc_bitmap_isincluded (out, cand));
+      assert_false (hwloc_bitmap_intersects (out, t->reserved));
+      if (req.options & NRM_OPT_FULL_PCPUS_ONLY)
+        for (size_t k = 0; k < t->n_cores; k++)
+          if (hwloc_bitmap_intersects (out, t->cores[k].cpus))
+            assert_true (hwloc_bitmap_isincluded (t->cores[k].cpus, out));
+      if (!(req.options & (NRM_OPT_DISTRIBUTE_ACROSS_NUMA | NRM_OPT_FULL_PCPUS_ONLY)))
+        {
+          if (fits_one (t, cand, req.count, false))
+            assert_true (one_of (t, out, false));
+          if (t->n_l3 > 0 && !(req.options & NRM_OPT_DISTRIBUTE_ACROSS_CORES) && fits_one (t, cand, req.count, true)
+              && one_of (t, cand, false))
+            assert_true (one_of (t, out, true));
+        }
+      for (size_t k = 0; k < n_claims; k++)
+        assert_false (hwloc_bitmap_intersects (out, claims[k]));
+      hwloc_bitmap_andnot (free_set, free_set, out);
+      claims[n_claims++] = hwloc_bitmap_dup (out);
+    }
+  for (size_t k = 0; k < n_claims; k++)
+    {
+      hwloc_bitmap_or (free_set, free_set, claims[k]);
+      hwloc_bitmap_free (claims[k]);
+    }
+  assert_true (hwloc_bitmap_isequal (free_set, initial));
+  assert_true (placed > STEPS / 10);
+  hwloc_bitmap_free (s.reserved_cpus);
+  hwloc_bitmap_free (s.isolated_cpus);
+  nrm_topology_free (t);
+}
+
+/* Hand-checked answers on a 2-socket, 2x6-core SMT2 machine (even CPUs on
+ * node 0, odd on node 1; siblings n and n+12). */
+static void
+test_golden (void **state)
+{
+  (void) state;
+  char path[4096];
+  nrm_error_t err = NULL;
+  struct nrm_topology *t = NULL;
+  snprintf (path, sizeof (path), "%s/24em64t-2n6c2t-pci.xml", getenv ("NRM_TOPOLOGIES"));
+  assert_int_equal (nrm_topology_load (path, &t, &err), 0);
+  cleanup_bitmap hwloc_bitmap_t free_set = hwloc_bitmap_dup (t->online);
+  cleanup_bitmap hwloc_bitmap_t out = hwloc_bitmap_alloc ();
+  struct nrm_cpu_request req = { .count = 4 };
+  cleanup_free char *s = NULL;
+
+  /* 4 CPUs: two whole cores of one node. */
+  assert_int_equal (nrm_place_cpus (t, free_set, &req, out, &err), 0);
+  s = nrm_cpulist_format (out);
+  assert_string_equal (s, "0,2,12,14");
+  hwloc_bitmap_andnot (free_set, free_set, out);
+
+  /* 3 CPUs: a whole core and a thread; the next claim's single CPU takes
+   * the split core's sibling rather than splitting another core. */
+  req.count = 3;
+  assert_int_equal (nrm_place_cpus (t, free_set, &req, out, &err), 0);
+  free (s);
+  s = nrm_cpulist_format (out);
+  assert_string_equal (s, "4,6,16");
+  hwloc_bitmap_andnot (free_set, free_set, out);
+  req.count = 1;
+  assert_int_equal (nrm_place_cpus (t, free_set, &req, out, &err), 0);
+  free (s);
+  s = nrm_cpulist_format (out);
+  assert_string_equal (s, "18");
+  hwloc_bitmap_andnot (free_set, free_set, out);
+
+  /* distribute-cpus-across-cores: no siblings while cores are left. */
+  hwloc_bitmap_copy (free_set, t->online);
+  req.count = 4;
+  req.options = NRM_OPT_DISTRIBUTE_ACROSS_CORES;
+  assert_int_equal (nrm_place_cpus (t, free_set, &req, out, &err), 0);
+  for (size_t k = 0; k < t->n_cores; k++)
+    {
+      cleanup_bitmap hwloc_bitmap_t x = hwloc_bitmap_dup (t->cores[k].cpus);
+      hwloc_bitmap_and (x, x, out);
+      assert_true (hwloc_bitmap_weight (x) <= 1);
+    }
+
+  /* 16 CPUs cannot fit one node (12 each): spread evenly with
+   * distribute-cpus-across-numa, 8 + 8. */
+  hwloc_bitmap_copy (free_set, t->online);
+  req.count = 16;
+  req.options = NRM_OPT_DISTRIBUTE_ACROSS_NUMA;
+  assert_int_equal (nrm_place_cpus (t, free_set, &req, out, &err), 0);
+  cleanup_bitmap hwloc_bitmap_t n0 = hwloc_bitmap_dup (out);
+  hwloc_bitmap_and (n0, n0, t->numa[0].cpus);
+  assert_int_equal (hwloc_bitmap_weight (n0), 8);
+
+  /* full-pcpus-only refuses an odd count. */
+  req.count = 3;
+  req.options = NRM_OPT_FULL_PCPUS_ONLY;
+  assert_int_equal (nrm_place_cpus (t, free_set, &req, out, &err), -1);
+  assert_non_null (strstr (nrm_error_msg (err), "whole cores"));
+  nrm_error_release (&err);
+
+  /* Options by name. */
+  unsigned opts = 0;
+  assert_int_equal (nrm_cpu_option_parse ("full-pcpus-only", &opts, &err), 0);
+  assert_int_equal (opts, NRM_OPT_FULL_PCPUS_ONLY);
+  assert_int_equal (nrm_cpu_option_parse ("half-pcpus", &opts, &err), -1);
+  assert_non_null (strstr (nrm_error_msg (err), "half-pcpus"));
+  nrm_error_release (&err);
+  nrm_topology_free (t);
+}
+
+int
+main (void)
+{
+  struct corpus_entry *c = NULL;
+  size_t n = corpus_load (&c);
+  struct CMUnitTest *tests = calloc (n + 1, sizeof (*tests));
+  for (size_t i = 0; i < n; i++)
+    {
+      char *name = NULL;
+      if (asprintf (&name, "churn %s", c[i].name) < 0)
+        return 99;
+      tests[i] = (struct CMUnitTest){ .name = name, .test_func = test_churn, .initial_state = &c[i] };
+    }
+  tests[n] = (struct CMUnitTest){ .name = "golden", .test_func = test_golden };
+  int r = _cmocka_run_group_tests ("placement", tests, n + 1, NULL, NULL);
+  for (size_t i = 0; i < n; i++)
+    free ((char *) tests[i].name);
+  free (tests);
+  corpus_free (c, n);
+  return r;
+}
