@@ -8,13 +8,21 @@
 #include "cpuset/placement.h"
 #include "nrm/cleanup.h"
 
-/* A unit of the topology tree (package, NUMA node, L3 cell, core) as the
- * set of its CPUs that the request may use. */
+/* The engine works on cores: how many usable CPUs each core still has, and
+ * how many it has in all. A unit of the topology (package, NUMA node, or a
+ * node's share of one L3 group, a "cell") is the set of cores that match it. */
+
+enum level
+{
+  LEVEL_PACKAGE,
+  LEVEL_NODE,
+  LEVEL_CELL,
+};
+
 struct unit
 {
-  hwloc_bitmap_t cpus;
-  size_t free;
-  size_t index;
+  enum level level;
+  int package, node, l3; /* -1: any; l3 == -2: cores without an L3 */
 };
 
 struct ctx
@@ -23,6 +31,8 @@ struct ctx
   const struct nrm_cpu_request *req;
   hwloc_bitmap_t cand; /* usable CPUs not yet taken */
   hwloc_bitmap_t out;
+  size_t *avail;       /* per core: usable CPUs left */
+  size_t *size;        /* per core: online CPUs */
 };
 
 static size_t
@@ -32,244 +42,257 @@ weight (hwloc_const_bitmap_t s)
   return w > 0 ? (size_t) w : 0;
 }
 
-static void
-take (struct ctx *c, hwloc_const_bitmap_t set)
+static bool
+matches (const struct ctx *c, const struct unit *u, size_t k)
 {
-  hwloc_bitmap_or (c->out, c->out, set);
-  hwloc_bitmap_andnot (c->cand, c->cand, set);
+  const struct nrm_core *core = &c->t->cores[k];
+  if (u->package >= 0 && core->package != u->package)
+    return false;
+  if (u->node >= 0 && core->numa != u->node)
+    return false;
+  if (u->l3 == -2 && core->l3 >= 0)
+    return false;
+  if (u->l3 >= 0 && core->l3 != u->l3)
+    return false;
+  return true;
 }
 
-/* --- cores --------------------------------------------------------------- */
+static size_t
+unit_avail (const struct ctx *c, const struct unit *u)
+{
+  size_t sum = 0;
+  for (size_t k = 0; k < c->t->n_cores; k++)
+    if (c->avail[k] && matches (c, u, k))
+      sum += c->avail[k];
+  return sum;
+}
 
-/* Takes n CPUs among the cores inside `scope`. Whole free cores first, then
- * the free threads of cores another claim already uses (no new core is
- * split), and only then part of a free core. */
+/* Whether n would split a free core: whole free cores go first, the rest
+ * goes to the free threads of cores that are split already (pairing up
+ * half-used cores keeps the fewest of them), and only what is left after
+ * that splits another core. */
+static size_t
+unit_cost (const struct ctx *c, const struct unit *u, size_t n)
+{
+  if (c->req->options & (NRM_OPT_DISTRIBUTE_ACROSS_CORES | NRM_OPT_FULL_PCPUS_ONLY))
+    return 0;
+  size_t partial = 0;
+  for (size_t k = 0; k < c->t->n_cores; k++)
+    {
+      if (c->avail[k] == 0 || !matches (c, u, k))
+        continue;
+      if (c->avail[k] == c->size[k] && c->size[k] <= n)
+        n -= c->size[k];
+      else if (c->avail[k] < c->size[k])
+        partial += c->avail[k];
+    }
+  return n > partial ? 1 : 0;
+}
+
+static void
+take_cpu (struct ctx *c, unsigned cpu)
+{
+  int pi = nrm_topology_pu_index (c->t, cpu);
+  hwloc_bitmap_set (c->out, cpu);
+  hwloc_bitmap_clr (c->cand, cpu);
+  if (pi >= 0 && c->t->pus[pi].core >= 0)
+    c->avail[c->t->pus[pi].core]--;
+}
+
+/* Takes up to n usable CPUs of core k, in CPU order. */
+static size_t
+take_core (struct ctx *c, size_t k, size_t n)
+{
+  size_t got = 0;
+  int cpu;
+  hwloc_bitmap_foreach_begin (cpu, c->t->cores[k].cpus)
+  {
+    if (got == n)
+      break;
+    if (hwloc_bitmap_isset (c->cand, (unsigned) cpu))
+      {
+        take_cpu (c, (unsigned) cpu);
+        got++;
+      }
+  }
+  hwloc_bitmap_foreach_end ();
+  return got;
+}
+
+/* Takes n CPUs from the cores of a unit: whole free cores first, then the
+ * free threads of cores that are split already, and only then part of a
+ * free core. */
 static int
-fill_cores (struct ctx *c, hwloc_const_bitmap_t scope, size_t n)
+fill_cores (struct ctx *c, const struct unit *u, size_t n)
 {
   const struct nrm_topology *t = c->t;
-  cleanup_bitmap hwloc_bitmap_t avail = hwloc_bitmap_dup (scope);
-  hwloc_bitmap_and (avail, avail, c->cand);
-  if (weight (avail) < n)
+  if (unit_avail (c, u) < n)
     return -1;
 
   if (c->req->options & NRM_OPT_DISTRIBUTE_ACROSS_CORES)
     {
-      /* Round r takes one more thread of every core that has r of this
-       * claim's threads already: siblings only once every core has one. */
+      /* Round r gives one more thread to every core holding r of ours. */
       for (size_t round = 0; n > 0 && round < 16; round++)
         for (size_t k = 0; k < t->n_cores && n > 0; k++)
-          {
-            cleanup_bitmap hwloc_bitmap_t mine = hwloc_bitmap_dup (t->cores[k].cpus);
-            cleanup_bitmap hwloc_bitmap_t f = hwloc_bitmap_dup (t->cores[k].cpus);
-            hwloc_bitmap_and (mine, mine, c->out);
-            hwloc_bitmap_and (f, f, avail);
-            int cpu = hwloc_bitmap_first (f);
-            if (cpu < 0 || weight (mine) != round)
-              continue;
-            hwloc_bitmap_only (f, (unsigned) cpu);
-            take (c, f);
-            hwloc_bitmap_andnot (avail, avail, f);
-            n--;
-          }
+          if (c->avail[k] && matches (c, u, k))
+            {
+              cleanup_bitmap hwloc_bitmap_t mine = hwloc_bitmap_dup (t->cores[k].cpus);
+              hwloc_bitmap_and (mine, mine, c->out);
+              if (weight (mine) == round)
+                n -= take_core (c, k, 1);
+            }
       return n == 0 ? 0 : -1;
     }
 
-  /* Whole free cores. */
   for (size_t k = 0; k < t->n_cores && n > 0; k++)
-    {
-      const struct nrm_core *core = &t->cores[k];
-      size_t w = weight (core->cpus);
-      if (w == 0 || w > n || !hwloc_bitmap_isincluded (core->cpus, avail))
-        continue;
-      take (c, core->cpus);
-      hwloc_bitmap_andnot (avail, avail, core->cpus);
-      n -= w;
-    }
+    if (c->avail[k] == c->size[k] && c->size[k] && c->size[k] <= n && matches (c, u, k))
+      n -= take_core (c, k, c->size[k]);
   if (n == 0)
     return 0;
   if (c->req->options & NRM_OPT_FULL_PCPUS_ONLY)
     return -1;
-
-  /* Threads of cores that are split already: fewest free threads first. */
-  for (size_t want_free = 1; want_free < 16 && n > 0; want_free++)
+  /* Cores split already, fewest free threads first: pairing up half-used
+   * cores leaves the fewest of them. */
+  for (size_t want = 1; want < 16 && n > 0; want++)
     for (size_t k = 0; k < t->n_cores && n > 0; k++)
-      {
-        cleanup_bitmap hwloc_bitmap_t f = hwloc_bitmap_dup (t->cores[k].cpus);
-        hwloc_bitmap_and (f, f, avail);
-        size_t w = weight (f);
-        if (w != want_free || w == weight (t->cores[k].cpus))
-          continue;
-        int cpu;
-        hwloc_bitmap_foreach_begin (cpu, f)
-        {
-          if (n == 0)
-            break;
-          hwloc_bitmap_t one = hwloc_bitmap_alloc ();
-          hwloc_bitmap_only (one, (unsigned) cpu);
-          take (c, one);
-          hwloc_bitmap_andnot (avail, avail, one);
-          hwloc_bitmap_free (one);
-          n--;
-        }
-        hwloc_bitmap_foreach_end ();
-      }
+      if (c->avail[k] == want && c->avail[k] < c->size[k] && matches (c, u, k))
+        n -= take_core (c, k, n);
   /* Last: split the smallest free core that covers the rest. */
   while (n > 0)
     {
       int best = -1;
-      size_t best_w = 0;
       for (size_t k = 0; k < t->n_cores; k++)
         {
-          size_t w = weight (t->cores[k].cpus);
-          if (w == 0 || !hwloc_bitmap_isincluded (t->cores[k].cpus, avail))
+          if (c->avail[k] == 0 || !matches (c, u, k))
             continue;
-          if (best < 0 || (w >= n && (best_w < n || w < best_w)) || (best_w < n && w > best_w))
-            {
-              best = (int) k;
-              best_w = w;
-            }
+          size_t w = c->avail[k], bw = best < 0 ? 0 : c->avail[best];
+          if (best < 0 || (w >= n && (bw < n || w < bw)) || (bw < n && w > bw))
+            best = (int) k;
         }
       if (best < 0)
         return -1;
-      int cpu;
-      hwloc_bitmap_foreach_begin (cpu, t->cores[best].cpus)
-      {
-        if (n == 0)
-          break;
-        hwloc_bitmap_t one = hwloc_bitmap_alloc ();
-        hwloc_bitmap_only (one, (unsigned) cpu);
-        take (c, one);
-        hwloc_bitmap_andnot (avail, avail, one);
-        hwloc_bitmap_free (one);
-        n--;
-      }
-      hwloc_bitmap_foreach_end ();
+      n -= take_core (c, (size_t) best, n);
     }
   return 0;
 }
 
-/* --- units ---------------------------------------------------------------- */
-
-enum level
-{
-  LEVEL_PACKAGE,
-  LEVEL_NODE,
-  LEVEL_CELL,
-};
-
-/* The units of a level inside `scope`, with their usable CPUs counted. */
+/* The units one level down from `parent` that still have usable CPUs. */
 static size_t
-units (struct ctx *c, enum level lv, hwloc_const_bitmap_t scope, struct unit **ret)
+children (const struct ctx *c, const struct unit *parent, enum level lv, struct unit *out, size_t max)
 {
   const struct nrm_topology *t = c->t;
-  size_t cap = lv == LEVEL_PACKAGE ? t->n_packages : lv == LEVEL_NODE ? t->n_numa : t->n_numa * (t->n_l3 + 1);
-  struct unit *u = calloc (cap + 1, sizeof (*u));
   size_t n = 0;
-  for (size_t i = 0; i < cap; i++)
-    {
-      hwloc_bitmap_t s;
-      if (lv == LEVEL_PACKAGE)
-        s = hwloc_bitmap_dup (t->packages[i].cpus);
-      else if (lv == LEVEL_NODE)
-        s = hwloc_bitmap_dup (t->numa[i].cpus);
-      else
-        {
-          /* A cell is a node's share of one L3 group; CPUs without L3 form
-           * a cell of their own. */
-          size_t node = i / (t->n_l3 + 1), l = i % (t->n_l3 + 1);
-          s = hwloc_bitmap_dup (t->numa[node].cpus);
-          if (l < t->n_l3)
-            hwloc_bitmap_and (s, s, t->l3[l].cpus);
-          else
-            for (size_t k = 0; k < t->n_l3; k++)
-              hwloc_bitmap_andnot (s, s, t->l3[k].cpus);
-        }
-      hwloc_bitmap_and (s, s, scope);
-      hwloc_bitmap_and (s, s, c->cand);
-      if (hwloc_bitmap_iszero (s))
-        {
-          hwloc_bitmap_free (s);
+  if (lv == LEVEL_PACKAGE)
+    for (size_t p = 0; p < t->n_packages && n < max; p++)
+      out[n++] = (struct unit){ LEVEL_PACKAGE, (int) p, -1, -1 };
+  else if (lv == LEVEL_NODE)
+    for (size_t i = 0; i < t->n_numa && n < max; i++)
+      {
+        if (parent->node >= 0 && parent->node != (int) i)
           continue;
-        }
-      u[n++] = (struct unit){ s, weight (s), i };
-    }
-  *ret = u;
-  return n;
-}
-
-static void
-units_free (struct unit *u, size_t n)
-{
+        out[n++] = (struct unit){ LEVEL_NODE, parent->package, (int) i, -1 };
+      }
+  else
+    for (int l = -2; l < (int) t->n_l3 && n < max; l++)
+      if (l != -1)
+        out[n++] = (struct unit){ LEVEL_CELL, parent->package, parent->node, l };
+  /* Keep those with usable CPUs. */
+  size_t k = 0;
   for (size_t i = 0; i < n; i++)
-    hwloc_bitmap_free (u[i].cpus);
-  free (u);
+    if (unit_avail (c, &out[i]) > 0)
+      out[k++] = out[i];
+  return k;
 }
 
-/* The unit with the fewest usable CPUs that still holds n, or -1. */
+/* The unit that holds n without splitting another core if one can, then
+ * with the fewest usable CPUs (best fit), then in topology order; -1 if
+ * none holds n. */
 static int
-best_fit (const struct unit *u, size_t n_units, size_t n)
+best_fit (const struct ctx *c, const struct unit *u, size_t nu, size_t n)
 {
   int best = -1;
-  for (size_t i = 0; i < n_units; i++)
-    if (u[i].free >= n && (best < 0 || u[i].free < u[best].free))
-      best = (int) i;
+  size_t best_cost = 0, best_free = 0;
+  for (size_t i = 0; i < nu; i++)
+    {
+      size_t f = unit_avail (c, &u[i]);
+      if (f < n)
+        continue;
+      size_t cost = unit_cost (c, &u[i], n);
+      if (best < 0 || cost < best_cost || (cost == best_cost && f < best_free))
+        {
+          best = (int) i;
+          best_cost = cost;
+          best_free = f;
+        }
+    }
   return best;
 }
 
-static int fill (struct ctx *c, enum level lv, hwloc_const_bitmap_t scope, size_t n);
+static int fill (struct ctx *c, const struct unit *scope, enum level lv, size_t n);
 
-/* Fills n CPUs from the units of level lv inside scope: the smallest unit
- * that fits; else whole units, largest first, and the rest into the
- * smallest unit that fits it. */
 static int
-fill (struct ctx *c, enum level lv, hwloc_const_bitmap_t scope, size_t n)
+descend (struct ctx *c, const struct unit *u, size_t n)
 {
-  struct unit *u = NULL;
-  size_t nu = units (c, lv, scope, &u);
+  if (u->level == LEVEL_CELL)
+    return fill_cores (c, u, n);
+  return fill (c, u, (enum level) (u->level + 1), n);
+}
+
+/* Fills n CPUs from the units of level lv inside scope: the best unit that
+ * holds them all; else whole units, largest first, and the rest into the
+ * best unit that holds it. */
+static int
+fill (struct ctx *c, const struct unit *scope, enum level lv, size_t n)
+{
+  size_t max = c->t->n_numa + c->t->n_l3 + c->t->n_packages + 2;
+  struct unit *u = calloc (max, sizeof (*u));
+  bool *used = calloc (max, sizeof (bool));
+  size_t nu = children (c, scope, lv, u, max);
   int r = -1;
-  int b = best_fit (u, nu, n);
+  int b = best_fit (c, u, nu, n);
   if (b >= 0)
     {
-      r = lv == LEVEL_CELL ? fill_cores (c, u[b].cpus, n) : fill (c, (enum level) (lv + 1), u[b].cpus, n);
-      units_free (u, nu);
-      return r;
+      r = descend (c, &u[b], n);
+      goto out;
     }
-  /* Whole units, largest first (ties: topology order). */
-  bool *used = calloc (nu + 1, sizeof (bool));
   for (;;)
     {
       int pick = -1;
+      size_t pf = 0;
       for (size_t i = 0; i < nu; i++)
-        if (!used[i] && u[i].free <= n && (pick < 0 || u[i].free > u[pick].free))
-          pick = (int) i;
+        {
+          size_t f = used[i] ? 0 : unit_avail (c, &u[i]);
+          if (f > 0 && f <= n && f > pf)
+            {
+              pick = (int) i;
+              pf = f;
+            }
+        }
       if (pick < 0)
         break;
       used[pick] = true;
-      size_t got = u[pick].free;
-      if ((lv == LEVEL_CELL ? fill_cores (c, u[pick].cpus, got) : fill (c, (enum level) (lv + 1), u[pick].cpus, got))
-          < 0)
+      if (descend (c, &u[pick], pf) < 0)
         goto out;
-      n -= got;
+      n -= pf;
       if (n == 0)
         break;
     }
   if (n > 0)
     {
-      int rest = -1;
+      struct unit *rest = calloc (max, sizeof (*rest));
+      size_t nr = 0;
       for (size_t i = 0; i < nu; i++)
-        if (!used[i] && u[i].free >= n && (rest < 0 || u[i].free < u[rest].free))
-          rest = (int) i;
-      if (rest < 0)
-        goto out;
-      if ((lv == LEVEL_CELL ? fill_cores (c, u[rest].cpus, n) : fill (c, (enum level) (lv + 1), u[rest].cpus, n))
-          < 0)
-        goto out;
+        if (!used[i])
+          rest[nr++] = u[i];
+      b = best_fit (c, rest, nr, n);
+      r = b >= 0 ? descend (c, &rest[b], n) : -1;
+      free (rest);
+      goto out;
     }
   r = 0;
 out:
+  free (u);
   free (used);
-  units_free (u, nu);
   return r;
 }
 
@@ -280,113 +303,112 @@ static int
 spill (struct ctx *c, size_t n)
 {
   const struct nrm_topology *t = c->t;
-  struct unit *u = NULL;
-  size_t nu = units (c, LEVEL_NODE, c->cand, &u);
+  size_t nn = t->n_numa, *free_of = calloc (nn + 1, sizeof (size_t)), *order = calloc (nn + 1, sizeof (size_t));
+  bool *done = calloc (nn + 1, sizeof (bool));
+  size_t count = 0, anchor = 0;
   int r = -1;
-  if (nu == 0)
+  for (size_t i = 0; i < nn; i++)
     {
-      units_free (u, nu);
-      return -1;
+      struct unit u = { LEVEL_NODE, -1, (int) i, -1 };
+      free_of[i] = unit_avail (c, &u);
+      if (free_of[i] > free_of[anchor])
+        anchor = i;
     }
-  size_t anchor = 0;
-  for (size_t i = 1; i < nu; i++)
-    if (u[i].free > u[anchor].free)
-      anchor = i;
-  /* Order the nodes: anchor, then by distance (same package first with
-   * align-by-socket), then by usable CPUs, then index. */
-  size_t *order = calloc (nu, sizeof (size_t));
-  bool *done = calloc (nu, sizeof (bool));
-  order[0] = anchor;
+  order[count++] = anchor;
   done[anchor] = true;
-  int apkg = t->numa[u[anchor].index].package;
-  for (size_t k = 1; k < nu; k++)
+  int apkg = t->numa[anchor].package;
+  for (;;)
     {
       int pick = -1;
-      for (size_t i = 0; i < nu; i++)
+      for (size_t i = 0; i < nn; i++)
         {
-          if (done[i])
+          if (done[i] || free_of[i] == 0)
             continue;
           if (pick < 0)
             {
               pick = (int) i;
               continue;
             }
-          bool si = t->numa[u[i].index].package == apkg, sp = t->numa[u[pick].index].package == apkg;
-          uint64_t di = nrm_topology_distance (t, u[anchor].index, u[i].index);
-          uint64_t dp = nrm_topology_distance (t, u[anchor].index, u[pick].index);
+          bool si = t->numa[i].package == apkg, sp = t->numa[pick].package == apkg;
+          uint64_t di = nrm_topology_distance (t, anchor, i), dp = nrm_topology_distance (t, anchor, (size_t) pick);
           if ((c->req->options & NRM_OPT_ALIGN_BY_SOCKET) && si != sp)
             {
               if (si)
                 pick = (int) i;
               continue;
             }
-          if (di < dp || (di == dp && u[i].free > u[pick].free))
+          if (di < dp || (di == dp && free_of[i] > free_of[pick]))
             pick = (int) i;
         }
-      order[k] = (size_t) pick;
+      if (pick < 0)
+        break;
+      order[count++] = (size_t) pick;
       done[pick] = true;
     }
-  /* How many nodes are needed. */
   size_t need = 0, sum = 0;
-  while (need < nu && sum < n)
-    sum += u[order[need++]].free;
+  while (need < count && sum < n)
+    sum += free_of[order[need++]];
   if (sum < n)
     goto out;
+  size_t *share = calloc (need + 1, sizeof (size_t)), left = n;
   if (c->req->options & NRM_OPT_DISTRIBUTE_ACROSS_NUMA)
-    {
-      /* Even shares over the nodes needed, filled like water: a node that
-       * cannot take its share leaves the rest to the others. */
-      size_t *share = calloc (need, sizeof (size_t)), left = n;
-      while (left > 0)
-        {
-          size_t open = 0;
-          for (size_t k = 0; k < need; k++)
-            open += share[k] < u[order[k]].free;
-          size_t inc = left / open > 0 ? left / open : 1;
-          for (size_t k = 0; k < need && left > 0; k++)
-            {
-              size_t room = u[order[k]].free - share[k];
-              size_t add = room < inc ? room : inc;
-              add = add < left ? add : left;
-              share[k] += add;
-              left -= add;
-            }
-        }
-      r = 0;
-      for (size_t k = 0; k < need && r == 0; k++)
-        if (share[k] > 0 && fill (c, LEVEL_CELL, u[order[k]].cpus, share[k]) < 0)
-          r = -1;
-      free (share);
-      goto out;
-    }
-  size_t left = n;
-  for (size_t k = 0; k < need && left > 0; k++)
-    {
-      size_t share = u[order[k]].free < left ? u[order[k]].free : left;
-      if (fill (c, LEVEL_CELL, u[order[k]].cpus, share) < 0)
-        goto out;
-      left -= share;
-    }
-  r = left == 0 ? 0 : -1;
+    /* Even shares, filled like water: a node that cannot take its share
+     * leaves the rest to the others. */
+    while (left > 0)
+      {
+        size_t open = 0;
+        for (size_t k = 0; k < need; k++)
+          open += share[k] < free_of[order[k]];
+        size_t inc = left / open > 0 ? left / open : 1;
+        for (size_t k = 0; k < need && left > 0; k++)
+          {
+            size_t room = free_of[order[k]] - share[k];
+            size_t add = room < inc ? room : inc;
+            add = add < left ? add : left;
+            share[k] += add;
+            left -= add;
+          }
+      }
+  else
+    for (size_t k = 0; k < need; k++)
+      {
+        share[k] = free_of[order[k]] < left ? free_of[order[k]] : left;
+        left -= share[k];
+      }
+  r = 0;
+  for (size_t k = 0; k < need && r == 0; k++)
+    if (share[k] > 0)
+      {
+        struct unit u = { LEVEL_NODE, -1, (int) order[k], -1 };
+        r = fill (c, &u, LEVEL_CELL, share[k]);
+      }
+  free (share);
 out:
+  free (free_of);
   free (order);
   free (done);
-  units_free (u, nu);
   return r;
 }
 
 int
-nrm_place_cpus (const struct nrm_topology *t, hwloc_const_bitmap_t free, const struct nrm_cpu_request *req,
+nrm_place_cpus (const struct nrm_topology *t, hwloc_const_bitmap_t free_set, const struct nrm_cpu_request *req,
                 hwloc_bitmap_t out, nrm_error_t *err)
 {
   hwloc_bitmap_zero (out);
   if ((req->options & NRM_OPT_FULL_PCPUS_ONLY) && (req->options & NRM_OPT_DISTRIBUTE_ACROSS_CORES))
     return nrm_error_set (err, EINVAL, "full-pcpus-only and distribute-cpus-across-cores exclude each other");
-  struct ctx c = { t, req, hwloc_bitmap_dup (free), out };
-  if (c.cand == NULL)
-    return nrm_error_set (err, ENOMEM, "out of memory");
+  struct ctx c = { t, req, hwloc_bitmap_dup (free_set), out, calloc (t->n_cores + 1, sizeof (size_t)),
+                   calloc (t->n_cores + 1, sizeof (size_t)) };
+  if (c.cand == NULL || c.avail == NULL || c.size == NULL)
+    {
+      hwloc_bitmap_free (c.cand);
+      free (c.avail);
+      free (c.size);
+      return nrm_error_set (err, ENOMEM, "out of memory");
+    }
   if (req->within)
     hwloc_bitmap_and (c.cand, c.cand, req->within);
+  hwloc_bitmap_and (c.cand, c.cand, t->online);
   hwloc_bitmap_andnot (c.cand, c.cand, t->reserved);
   hwloc_bitmap_andnot (c.cand, c.cand, t->disallowed);
   if (req->isolated)
@@ -404,34 +426,42 @@ nrm_place_cpus (const struct nrm_topology *t, hwloc_const_bitmap_t free, const s
         hwloc_bitmap_copy (kind, t->online);
       hwloc_bitmap_and (c.cand, c.cand, kind);
     }
-  if (req->options & NRM_OPT_FULL_PCPUS_ONLY)
-    /* Only cores whose every thread is usable. */
-    for (size_t k = 0; k < t->n_cores; k++)
-      if (!hwloc_bitmap_isincluded (t->cores[k].cpus, c.cand))
+  for (size_t k = 0; k < t->n_cores; k++)
+    {
+      c.size[k] = weight (t->cores[k].cpus);
+      /* full-pcpus-only: only cores whose every thread is usable. */
+      if ((req->options & NRM_OPT_FULL_PCPUS_ONLY) && !hwloc_bitmap_isincluded (t->cores[k].cpus, c.cand))
         hwloc_bitmap_andnot (c.cand, c.cand, t->cores[k].cpus);
+      cleanup_bitmap hwloc_bitmap_t a = hwloc_bitmap_dup (t->cores[k].cpus);
+      hwloc_bitmap_and (a, a, c.cand);
+      c.avail[k] = weight (a);
+    }
 
   size_t avail = weight (c.cand);
   int r;
+  struct unit all = { LEVEL_PACKAGE, -1, -1, -1 };
   if (req->count == 0)
     r = 0;
   else if (avail < req->count)
     r = -2;
   else
     {
-      /* One package at most when it fits (the levels below pick the best
-       * node and cells inside it); else spill over nodes by distance. */
-      struct unit *u = NULL;
-      size_t nu = units (&c, LEVEL_NODE, c.cand, &u);
-      bool one_node = best_fit (u, nu, req->count) >= 0;
-      units_free (u, nu);
+      /* One NUMA node when one holds it all (its best cells inside); else
+       * whole packages with align-by-socket, or nodes by distance. */
+      struct unit *u = calloc (t->n_numa + 1, sizeof (*u));
+      size_t nu = children (&c, &all, LEVEL_NODE, u, t->n_numa);
+      bool one_node = best_fit (&c, u, nu, req->count) >= 0;
+      free (u);
       if (one_node)
-        r = fill (&c, LEVEL_NODE, c.cand, req->count);
+        r = fill (&c, &all, LEVEL_NODE, req->count);
       else if (!(req->options & NRM_OPT_DISTRIBUTE_ACROSS_NUMA) && (req->options & NRM_OPT_ALIGN_BY_SOCKET))
-        r = fill (&c, LEVEL_PACKAGE, c.cand, req->count);
+        r = fill (&c, &all, LEVEL_PACKAGE, req->count);
       else
         r = spill (&c, req->count);
     }
   hwloc_bitmap_free (c.cand);
+  free (c.avail);
+  free (c.size);
   if (r == 0)
     return 0;
   hwloc_bitmap_zero (out);
