@@ -4,6 +4,7 @@
 #include "config.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,6 +35,8 @@ struct nrm_node_driver
   struct claim_entry *claims;
   char *online_path;
   unsigned cpu_options; /* node-wide placement options */
+  size_t min_shared;    /* allocatable CPUs that must stay shared */
+  pthread_mutex_t lock; /* taken, for readers outside the plugin's lock */
 };
 
 static struct claim_entry *
@@ -54,7 +57,11 @@ drop_claim (struct nrm_node_driver *d, const char *uid)
         struct claim_entry *c = *p;
         *p = c->next;
         if (c->cpus)
-          hwloc_bitmap_andnot (d->taken, d->taken, c->cpus);
+          {
+            pthread_mutex_lock (&d->lock);
+            hwloc_bitmap_andnot (d->taken, d->taken, c->cpus);
+            pthread_mutex_unlock (&d->lock);
+          }
         if (c->used)
           {
             const char *name;
@@ -79,7 +86,9 @@ nd_reset (void *self)
   struct nrm_node_driver *d = self;
   while (d->claims)
     drop_claim (d, d->claims->uid);
+  pthread_mutex_lock (&d->lock);
   hwloc_bitmap_zero (d->taken);
+  pthread_mutex_unlock (&d->lock);
   json_object_clear (d->used);
 }
 
@@ -317,6 +326,22 @@ cpu_prepare (struct nrm_node_driver *d, const char *uid, const struct nrm_alloc_
           hwloc_bitmap_or (claim, claim, cpus);
         }
     }
+  /* Never hand out the last shared CPUs: every other pod runs there. */
+  if (d->min_shared > 0)
+    {
+      cleanup_bitmap hwloc_bitmap_t left = hwloc_bitmap_alloc ();
+      for (size_t i = 0; i < d->t->n_numa; i++)
+        {
+          cleanup_bitmap hwloc_bitmap_t a = nrm_topology_node_allocatable (d->t, i);
+          hwloc_bitmap_or (left, left, a);
+        }
+      hwloc_bitmap_andnot (left, left, d->t->isolated);
+      hwloc_bitmap_andnot (left, left, d->taken);
+      hwloc_bitmap_andnot (left, left, claim);
+      if ((size_t) hwloc_bitmap_weight (left) < d->min_shared)
+        return nrm_error_set (err, ENOSPC, "this claim would leave %d shared CPUs, fewer than the minimum of %zu",
+                              hwloc_bitmap_weight (left), d->min_shared);
+    }
   cleanup_free char *list = nrm_cpulist_format (claim), *mems = mems_of (d->t, claim);
   struct claim_entry *c = calloc (1, sizeof (*c));
   if (c == NULL || list == NULL || mems == NULL)
@@ -328,7 +353,9 @@ cpu_prepare (struct nrm_node_driver *d, const char *uid, const struct nrm_alloc_
   c->cpus = hwloc_bitmap_dup (claim);
   c->next = d->claims;
   d->claims = c;
+  pthread_mutex_lock (&d->lock);
   hwloc_bitmap_or (d->taken, d->taken, claim);
+  pthread_mutex_unlock (&d->lock);
   out->state = json_pack ("{s:s, s:s}", "cpus", list, "mems", mems);
   out->env = json_array ();
   env_var (out->env, "NRM_CPUS", uid, list);
@@ -353,7 +380,9 @@ cpu_restore (struct nrm_node_driver *d, const char *uid, json_t *state, nrm_erro
   c->cpus = cpus;
   c->next = d->claims;
   d->claims = c;
+  pthread_mutex_lock (&d->lock);
   hwloc_bitmap_or (d->taken, d->taken, cpus);
+  pthread_mutex_unlock (&d->lock);
   return 0;
 }
 
@@ -516,9 +545,19 @@ nd_health (void *self, const char *device, char **message)
 }
 
 void
-nrm_node_driver_set_cpu_options (struct nrm_node_driver *d, unsigned options)
+nrm_node_driver_set_cpu_options (struct nrm_node_driver *d, unsigned options, size_t min_shared)
 {
   d->cpu_options = options;
+  d->min_shared = min_shared;
+}
+
+hwloc_bitmap_t
+nrm_node_driver_exclusive (struct nrm_node_driver *d)
+{
+  pthread_mutex_lock (&d->lock);
+  hwloc_bitmap_t s = hwloc_bitmap_dup (d->taken);
+  pthread_mutex_unlock (&d->lock);
+  return s;
 }
 
 int
@@ -560,6 +599,7 @@ nrm_node_driver_new (const struct nrm_topology *t, const struct nrm_publish_opti
   d->names = json_array ();
   d->taken = hwloc_bitmap_alloc ();
   d->used = json_object ();
+  pthread_mutex_init (&d->lock, NULL);
   size_t i;
   json_t *dev;
   json_array_foreach (pool.devices, i, dev)
@@ -584,5 +624,6 @@ nrm_node_driver_free (struct nrm_node_driver *d)
   json_decref (d->used);
   hwloc_bitmap_free (d->taken);
   free (d->online_path);
+  pthread_mutex_destroy (&d->lock);
   free (d);
 }

@@ -178,6 +178,10 @@ cdi_write (struct nrm_plugin *p, const char *uid, json_t *env, nrm_error_t *err)
   cleanup_json json_t *none = json_array ();
   cleanup_json json_t *spec = json_pack ("{s:s, s:s, s:[{s:s, s:{s:O}}]}", "cdiVersion", "0.5.0", "kind", kind,
                                          "devices", "name", uid, "containerEdits", "env", env ? env : none);
+  /* The hook binds the container to its CPUs before the workload starts. */
+  if (spec && p->cfg.cdi_hook)
+    json_object_set_new (json_object_get (json_array_get (json_object_get (spec, "devices"), 0), "containerEdits"),
+                         "hooks", json_pack ("[O]", p->cfg.cdi_hook));
   cleanup_free char *text = json_dumps (spec, JSON_INDENT (2));
   if (text == NULL)
     return nrm_error_set (err, ENOMEM, "out of memory");
@@ -470,6 +474,8 @@ prepare_claim (struct nrm_plugin *p, const char *ns, const char *name, const cha
   json_decref (prep.state);
   json_decref (prep.env);
   unlock_state (p);
+  if (p->cfg.on_change)
+    p->cfg.on_change (p->cfg.on_change_ctx);
   return devs;
 
 rollback:
@@ -521,6 +527,8 @@ unprepare_claim (struct nrm_plugin *p, const char *uid, nrm_error_t *err)
     p->ops->unprepare (p->self, uid, json_object_get (saved, "state"));
   cdi_remove (p, uid);
   unlock_state (p);
+  if (p->cfg.on_change)
+    p->cfg.on_change (p->cfg.on_change_ctx);
   return 0;
 }
 

@@ -91,6 +91,13 @@ struct nrm_plugin_config
   struct nrm_claim_source claims;
   nrm_log_fn log;
   void *log_ctx;
+  /* An OCI hook object ({hookName, path, args}) added to every claim's CDI
+   * spec, or NULL. */
+  json_t *cdi_hook;
+  /* Called after a claim was prepared or unprepared (the exclusive CPUs
+   * changed), or NULL. */
+  void (*on_change) (void *ctx);
+  void *on_change_ctx;
 };
 
 struct nrm_plugin;

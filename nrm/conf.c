@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/utsname.h>
+#include <unistd.h>
 
 #include "cpuset/placement.h"
 #include "driver/names.h"
@@ -19,6 +20,8 @@ nrm_config_init (struct nrm_config *c)
 {
   memset (c, 0, sizeof (*c));
   nrm_publish_options_init (&c->publish);
+  c->min_shared_cpus = 1;
+  c->reconcile_interval = 5;
 }
 
 void
@@ -46,6 +49,7 @@ nrm_config_done (struct nrm_config *c)
   free (c->instance_uid);
   free (c->log_level);
   free (c->log_format);
+  free (c->hook_path);
   hwloc_bitmap_free (c->node.reserved_cpus);
   hwloc_bitmap_free (c->node.isolated_cpus);
   nrm_config_clear_reserved_memory (c);
@@ -319,7 +323,7 @@ string_key (struct nrm_config *c, const char *key)
   } keys[] = { { "nodeName", &c->node_name },   { "topology", &c->topology },
                { "fsroot", &c->fsroot },         { "kubeletDir", &c->kubelet_dir }, { "cdiDir", &c->cdi_dir },
                { "stateDir", &c->state_dir },    { "claimsDir", &c->claims_dir },   { "instanceUID", &c->instance_uid },
-               { "logLevel", &c->log_level },    { "logFormat", &c->log_format } };
+               { "logLevel", &c->log_level },    { "logFormat", &c->log_format },   { "hookPath", &c->hook_path } };
   for (size_t i = 0; i < sizeof (keys) / sizeof (keys[0]); i++)
     if (strcmp (keys[i].key, key) == 0)
       return keys[i].field;
@@ -361,7 +365,12 @@ load_root (struct nrm_config *c, json_t *root, nrm_error_t *err)
       }
     else if (strcmp (key, "cpu") == 0)
       {
-        static const char *const keys[] = { "mode", "driverName", "options", NULL };
+        static const char *const keys[] = { "mode", "driverName", "options", "minSharedCPUs", NULL };
+        json_t *min = json_object_get (v, "minSharedCPUs");
+        if (min && (!json_is_integer (min) || json_integer_value (min) < 0 || json_integer_value (min) > 100000))
+          return nrm_error_set (err, EINVAL, "key `cpu.minSharedCPUs` must be a non-negative integer");
+        if (min)
+          c->min_shared_cpus = (long) json_integer_value (min);
         json_t *mode = json_object_get (v, "mode"), *name = json_object_get (v, "driverName");
         json_t *options = json_object_get (v, "options");
         if (load_section (v, key, keys, err) < 0)
@@ -414,6 +423,12 @@ load_root (struct nrm_config *c, json_t *root, nrm_error_t *err)
             if (nrm_config_set_string (&c->memory_driver, json_string_value (name), err) < 0)
               return -1;
           }
+      }
+    else if (strcmp (key, "reconcileIntervalSeconds") == 0)
+      {
+        if (!json_is_integer (v) || json_integer_value (v) < 0 || json_integer_value (v) > 86400)
+          return nrm_error_set (err, EINVAL, "key `reconcileIntervalSeconds` must be an integer from 0 to 86400");
+        c->reconcile_interval = (long) json_integer_value (v);
       }
     else if (strcmp (key, "featureGates") == 0)
       {
@@ -501,6 +516,17 @@ nrm_config_finish (struct nrm_config *c, nrm_error_t *err)
   for (size_t i = 0; i < sizeof (defaults) / sizeof (defaults[0]); i++)
     if (*defaults[i].field == NULL && nrm_config_set_string (defaults[i].field, defaults[i].dflt, err) < 0)
       return -1;
+  if (c->hook_path == NULL)
+    {
+      /* The CDI hook runs this very executable. */
+      char self[4096];
+      ssize_t n = readlink ("/proc/self/exe", self, sizeof (self) - 1);
+      self[n > 0 ? n : 0] = '\0';
+      if (nrm_config_set_string (&c->hook_path, self, err) < 0)
+        return -1;
+    }
+  if (c->hook_path[0] != '\0' && c->hook_path[0] != '/')
+    return nrm_error_set (err, EINVAL, "hook path `%s` must be absolute (or empty for no hook)", c->hook_path);
   if (strcmp (c->log_format, "plain") && strcmp (c->log_format, "json"))
     return nrm_error_set (err, EINVAL, "log format `%s` is neither plain nor json", c->log_format);
   if (strcmp (c->log_level, "error") && strcmp (c->log_level, "warning") && strcmp (c->log_level, "info")

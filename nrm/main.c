@@ -9,7 +9,11 @@
 
 #include <pthread.h>
 #include <signal.h>
+#include <time.h>
+#include <unistd.h>
 
+#include "cpuset/commit.h"
+#include "cpuset/placement.h"
 #include "driver/devices.h"
 #include "driver/nodedrv.h"
 #include "driver/plugin.h"
@@ -29,6 +33,8 @@ static const char usage_text[]
       "  topology   show the machine as nrm models it (packages, NUMA nodes, caches, cores, PCI)\n"
       "  slices     print the node's ResourceSlices (resource.k8s.io/v1) as one List document\n"
       "  plugin     serve the CPU and memory drivers to the kubelet (DRA kubelet plugin)\n"
+      "  hook       OCI createRuntime hook: bind a new container to its claim's CPUs and memory\n"
+      "             nodes (the runtime runs it from the CDI spec, with the OCI state on stdin)\n"
       "  help       show this help\n"
       "  version    show the version\n"
       "\n"
@@ -61,10 +67,17 @@ static const char usage_text[]
       "                             align-by-socket, distribute-cpus-across-cores,\n"
       "                             strict-cpu-reservation, prefer-align-cpus-by-uncorecache\n"
       "                             (a claim's CPUConfig replaces them)\n"
+      "      --min-shared-cpus N    allocatable CPUs that always stay shared (1)\n"
+      "      --reconcile-interval S seconds between passes that keep every container on the\n"
+      "                             shared pool or its claim's CPUs (5; 0 turns it off)\n"
+      "      --hook-path PATH       nrm executable the CDI specs' hook runs (this one; \"\" for\n"
+      "                             no hook)\n"
       "      --instance-uid UID     rolling-update mode: UID in the socket names, so two\n"
       "                             instances can serve side by side\n"
       "      --log-level LEVEL      error, warning, info (default) or debug\n"
       "      --log-format FORMAT    plain (default) or json\n"
+      "\n"
+      "Options of hook: --fsroot, --state-dir (as for plugin).\n"
       "\n"
       "Exit status: 0 on success, 1 when the machine or a setting is unusable, 2 for bad usage.\n";
 
@@ -86,6 +99,9 @@ enum
   OPT_INSTANCE_UID,
   OPT_LOG_LEVEL,
   OPT_LOG_FORMAT,
+  OPT_MIN_SHARED,
+  OPT_RECONCILE,
+  OPT_HOOK_PATH,
 };
 
 static const struct option long_options[] = {
@@ -107,6 +123,9 @@ static const struct option long_options[] = {
   { "instance-uid", required_argument, NULL, OPT_INSTANCE_UID },
   { "log-level", required_argument, NULL, OPT_LOG_LEVEL },
   { "log-format", required_argument, NULL, OPT_LOG_FORMAT },
+  { "min-shared-cpus", required_argument, NULL, OPT_MIN_SHARED },
+  { "reconcile-interval", required_argument, NULL, OPT_RECONCILE },
+  { "hook-path", required_argument, NULL, OPT_HOOK_PATH },
   { "help", no_argument, NULL, 'h' },
   { NULL, 0, NULL, 0 },
 };
@@ -196,13 +215,30 @@ parse_options (struct cli *cli, const char *cmd, int argc, char **argv, nrm_erro
         case OPT_INSTANCE_UID:
         case OPT_LOG_LEVEL:
         case OPT_LOG_FORMAT:
-          if (strcmp (cmd, "plugin") != 0)
+          if (strcmp (cmd, "plugin") != 0 && !(strcmp (cmd, "hook") == 0 && c == OPT_STATE_DIR))
             return nrm_error_set (err, EINVAL, "%s: `%s` is an option of `nrm plugin`", cmd, argv[optind - 1]);
           {
             char **field[] = { &cli->cfg.kubelet_dir, &cli->cfg.cdi_dir,      &cli->cfg.state_dir, &cli->cfg.claims_dir,
                                &cli->cfg.instance_uid, &cli->cfg.log_level, &cli->cfg.log_format };
             r = nrm_config_set_string (field[c - OPT_KUBELET_DIR], optarg, err);
           }
+          break;
+        case OPT_MIN_SHARED:
+        case OPT_RECONCILE:
+          {
+            char *end = NULL;
+            long v = strtol (optarg, &end, 10);
+            if (*optarg == '\0' || *end || v < 0 || v > 86400)
+              return nrm_error_set (err, EINVAL, "%s: `%s` needs a number from 0 to 86400, not `%s`", cmd,
+                                    argv[optind - 1], optarg);
+            if (c == OPT_MIN_SHARED)
+              cli->cfg.min_shared_cpus = v;
+            else
+              cli->cfg.reconcile_interval = v;
+          }
+          break;
+        case OPT_HOOK_PATH:
+          r = nrm_config_set_string (&cli->cfg.hook_path, optarg, err);
           break;
         case OPT_JSON:
           if (strcmp (cmd, "topology") != 0)
@@ -300,6 +336,116 @@ cmd_slices (struct cli *cli, nrm_error_t *err)
   return emit_json (list, err);
 }
 
+/* The shared pool: every container without an exclusive claim runs on the
+ * allocatable CPUs no claim holds (reserved ones too, unless
+ * strict-cpu-reservation keeps them out). */
+struct reconciler
+{
+  struct nrm_config *cfg;
+  struct nrm_topology *t;
+  struct nrm_node_driver *cpu;
+  struct nrm_cgroupfs *fs;
+  pthread_mutex_t lock;
+  pthread_cond_t cond;
+  bool stop, kick;
+  pthread_t thread;
+};
+
+static void
+reconcile_kick (void *arg)
+{
+  struct reconciler *r = arg;
+  pthread_mutex_lock (&r->lock);
+  r->kick = true;
+  pthread_cond_signal (&r->cond);
+  pthread_mutex_unlock (&r->lock);
+}
+
+static void
+reconcile_pass (struct reconciler *r)
+{
+  cleanup_bitmap hwloc_bitmap_t shared = hwloc_bitmap_dup (r->t->online);
+  cleanup_bitmap hwloc_bitmap_t taken = nrm_node_driver_exclusive (r->cpu);
+  hwloc_bitmap_andnot (shared, shared, r->t->disallowed);
+  hwloc_bitmap_andnot (shared, shared, r->t->isolated);
+  hwloc_bitmap_andnot (shared, shared, taken);
+  if (r->cfg->cpu_options & NRM_OPT_STRICT_CPU_RESERVATION)
+    hwloc_bitmap_andnot (shared, shared, r->t->reserved);
+  cleanup_free char *list = nrm_cpulist_format (shared), *first = NULL;
+  struct nrm_reconcile_stats st;
+  nrm_error_t err = NULL;
+  if (nrm_reconcile (r->fs, r->cfg->state_dir, list ? list : "", &st, &first, &err) < 0)
+    {
+      nrm_log (NULL, NRM_LOG_ERROR, "shared pool: %s", nrm_error_msg (err));
+      nrm_error_release (&err);
+      return;
+    }
+  if (st.failed)
+    nrm_log (NULL, NRM_LOG_WARNING, "shared pool %s: %zu of %zu containers could not be updated; first: %s", list,
+             st.failed, st.containers, first ? first : "?");
+  if (st.updated || st.forgotten)
+    nrm_log (NULL, NRM_LOG_INFO, "shared pool %s: %zu containers updated, %zu exclusive, %zu gone", list, st.updated,
+             st.exclusive, st.forgotten);
+}
+
+static void *
+reconcile_thread (void *arg)
+{
+  struct reconciler *r = arg;
+  pthread_mutex_lock (&r->lock);
+  while (!r->stop)
+    {
+      r->kick = false;
+      pthread_mutex_unlock (&r->lock);
+      reconcile_pass (r);
+      pthread_mutex_lock (&r->lock);
+      struct timespec until;
+      clock_gettime (CLOCK_REALTIME, &until);
+      until.tv_sec += r->cfg->reconcile_interval;
+      while (!r->stop && !r->kick)
+        if (pthread_cond_timedwait (&r->cond, &r->lock, &until) == ETIMEDOUT)
+          break;
+    }
+  pthread_mutex_unlock (&r->lock);
+  return NULL;
+}
+
+static int
+cmd_hook (struct cli *cli, nrm_error_t *err)
+{
+  char *buf = NULL;
+  size_t len = 0, cap = 0;
+  for (;;)
+    {
+      if (len + 4096 > cap)
+        {
+          cap = cap ? cap * 2 : 8192;
+          if (cap > (1 << 21))
+            {
+              free (buf);
+              return nrm_error_set (err, EFBIG, "hook: the OCI state on stdin is too large");
+            }
+          char *nb = realloc (buf, cap);
+          if (nb == NULL)
+            {
+              free (buf);
+              return nrm_error_set (err, ENOMEM, "out of memory");
+            }
+          buf = nb;
+        }
+      size_t n = fread (buf + len, 1, cap - len, stdin);
+      len += n;
+      if (n == 0)
+        break;
+    }
+  cleanup_free char *summary = NULL;
+  int r = nrm_hook_run (cli->cfg.fsroot, buf ? buf : "", len, cli->cfg.state_dir, &summary, err);
+  free (buf);
+  if (r < 0)
+    return nrm_error_wrap (err, "hook");
+  return 0;
+}
+
 /* Serves both drivers until SIGTERM or SIGINT. Signals are blocked before
  * any thread starts (gRPC's own threads inherit the mask) and taken here
  * with sigwait(): no gRPC call ever runs in a signal handler. */
@@ -310,6 +456,8 @@ cmd_plugin (struct cli *cli, nrm_error_t *err)
   struct nrm_topology *t = NULL;
   struct nrm_node_driver *drv[2] = { NULL, NULL };
   struct nrm_plugin *plugins[2] = { NULL, NULL };
+  struct reconciler rec = { .cfg = c };
+  cleanup_json json_t *hook = NULL;
   enum nrm_log_level level = NRM_LOG_INFO;
   sigset_t set;
   int sig = 0, r = -1;
@@ -327,6 +475,11 @@ cmd_plugin (struct cli *cli, nrm_error_t *err)
 
   if (load_machine (cli, &t, err) < 0)
     return -1;
+  pthread_mutex_init (&rec.lock, NULL);
+  pthread_cond_init (&rec.cond, NULL);
+  if (c->hook_path[0])
+    hook = json_pack ("{s:s, s:s, s:[s, s, s, s, s, s]}", "hookName", "createRuntime", "path", c->hook_path, "args",
+                      "nrm", "hook", "--fsroot", c->fsroot, "--state-dir", c->state_dir);
   for (int i = 0; i < 2; i++)
     {
       struct nrm_plugin_config pc = {
@@ -339,6 +492,9 @@ cmd_plugin (struct cli *cli, nrm_error_t *err)
         .health_interval_s = 10,
         .threads = 2,
         .log = nrm_log,
+        .cdi_hook = hook,
+        .on_change = i == 0 ? reconcile_kick : NULL,
+        .on_change_ctx = &rec,
       };
       nrm_claim_source_dir (&pc.claims, c->claims_dir);
       /* CPU health follows the online CPUs of this machine, or of the tree
@@ -352,23 +508,55 @@ cmd_plugin (struct cli *cli, nrm_error_t *err)
         }
       if (nrm_node_driver_new (t, &c->publish, i == 0, &drv[i], err) < 0)
         goto out;
-      nrm_node_driver_set_cpu_options (drv[i], c->cpu_options);
+      nrm_node_driver_set_cpu_options (drv[i], c->cpu_options, (size_t) c->min_shared_cpus);
       if (nrm_node_driver_watch_online (drv[i], online, err) < 0
           || nrm_plugin_start (&pc, &nrm_node_driver_ops, drv[i], &plugins[i], err) < 0)
         goto out;
       nrm_log (NULL, NRM_LOG_INFO, "%s: serving %s, registering at %s", pc.driver,
                nrm_plugin_dra_socket (plugins[i]), nrm_plugin_registration_socket (plugins[i]));
     }
+  /* The shared pool is kept where cgroup v2 is mounted. */
+  if (c->reconcile_interval > 0)
+    {
+      nrm_error_t cerr = NULL;
+      cleanup_free char *ctl = NULL;
+      if (asprintf (&ctl, "%s/sys/fs/cgroup/cgroup.controllers", strcmp (c->fsroot, "/") ? c->fsroot : "") >= 0
+          && access (ctl, F_OK) == 0 && nrm_cgroupfs_open (c->fsroot, &rec.fs, &cerr) == 0)
+        {
+          rec.t = t;
+          rec.cpu = drv[0];
+          if (pthread_create (&rec.thread, NULL, reconcile_thread, &rec) != 0)
+            {
+              nrm_cgroupfs_close (rec.fs);
+              rec.fs = NULL;
+            }
+        }
+      else
+        nrm_log (NULL, NRM_LOG_WARNING, "no cgroup v2 at %s/sys/fs/cgroup: the shared pool is not managed%s%s",
+                 strcmp (c->fsroot, "/") ? c->fsroot : "", cerr ? ": " : "", cerr ? nrm_error_msg (cerr) : "");
+      nrm_error_release (&cerr);
+    }
   while (sigwait (&set, &sig) != 0)
     ;
   nrm_log (NULL, NRM_LOG_INFO, "%s: finishing calls in flight and stopping", strsignal (sig));
   r = 0;
 out:
+  if (rec.fs)
+    {
+      pthread_mutex_lock (&rec.lock);
+      rec.stop = true;
+      pthread_cond_signal (&rec.cond);
+      pthread_mutex_unlock (&rec.lock);
+      pthread_join (rec.thread, NULL);
+      nrm_cgroupfs_close (rec.fs);
+    }
   for (int i = 1; i >= 0; i--)
     {
       nrm_plugin_stop (plugins[i]);
       nrm_node_driver_free (drv[i]);
     }
+  pthread_mutex_destroy (&rec.lock);
+  pthread_cond_destroy (&rec.cond);
   nrm_topology_free (t);
   return r;
 }
@@ -403,6 +591,8 @@ main (int argc, char **argv)
     run = cmd_slices;
   else if (strcmp (cmd, "plugin") == 0)
     run = cmd_plugin;
+  else if (strcmp (cmd, "hook") == 0)
+    run = cmd_hook;
   else
     {
       fprintf (stderr, "nrm: unknown command `%s`; see `nrm --help`\n", cmd);

@@ -1,0 +1,275 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#include "config.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cpuset/cgroup.h"
+#include "nrm/cleanup.h"
+#include "nrm/fs.h"
+
+struct nrm_cgroupfs
+{
+  int fd;
+  char *root;
+};
+
+int
+nrm_cgroupfs_open (const char *fsroot, struct nrm_cgroupfs **ret, nrm_error_t *err)
+{
+  struct nrm_cgroupfs *fs = calloc (1, sizeof (*fs));
+  if (fs == NULL || asprintf (&fs->root, "%s/sys/fs/cgroup", fsroot && strcmp (fsroot, "/") ? fsroot : "") < 0)
+    {
+      free (fs);
+      return nrm_error_set (err, ENOMEM, "out of memory");
+    }
+  fs->fd = open (fs->root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fs->fd < 0)
+    {
+      int e = errno;
+      free (fs->root);
+      free (fs);
+      return nrm_error_errno (err, e, "cannot open the cgroup root `%s`", fsroot ? fsroot : "/");
+    }
+  *ret = fs;
+  return 0;
+}
+
+void
+nrm_cgroupfs_close (struct nrm_cgroupfs *fs)
+{
+  if (fs == NULL)
+    return;
+  close (fs->fd);
+  free (fs->root);
+  free (fs);
+}
+
+const char *
+nrm_cgroupfs_root (const struct nrm_cgroupfs *fs)
+{
+  return fs->root;
+}
+
+bool
+nrm_cgroup_path_valid (const char *path)
+{
+  if (path == NULL || strlen (path) > 4000)
+    return false;
+  const char *p = path[0] == '/' ? path + 1 : path;
+  if (*p == '\0')
+    return true; /* the root itself */
+  for (;;)
+    {
+      const char *slash = strchr (p, '/');
+      size_t n = slash ? (size_t) (slash - p) : strlen (p);
+      if (n == 0 || (n == 1 && p[0] == '.') || (n == 2 && p[0] == '.' && p[1] == '.'))
+        return false;
+      for (size_t i = 0; i < n; i++)
+        if (!isprint ((unsigned char) p[i]))
+          return false;
+      if (slash == NULL)
+        return true;
+      p = slash + 1;
+    }
+}
+
+/* "<cgroup>/<file>" relative to the root, or NULL for a bad path. */
+static char *
+rel (const char *cgroup, const char *file)
+{
+  char *s = NULL;
+  const char *c = cgroup[0] == '/' ? cgroup + 1 : cgroup;
+  if (!nrm_cgroup_path_valid (cgroup) || strchr (file, '/') != NULL)
+    return NULL;
+  if (asprintf (&s, "%s%s%s", c, *c ? "/" : "", file) < 0)
+    return NULL;
+  return s;
+}
+
+static int
+open_at (struct nrm_cgroupfs *fs, const char *relpath, int flags)
+{
+  /* Component by component with O_NOFOLLOW: a link cannot lead out. */
+  cleanup_free char *copy = strdup (relpath);
+  if (copy == NULL)
+    {
+      errno = ENOMEM;
+      return -1;
+    }
+  int dir = dup (fs->fd);
+  char *save = NULL, *part = strtok_r (copy, "/", &save);
+  while (part != NULL)
+    {
+      char *nextpart = strtok_r (NULL, "/", &save);
+      int fd = openat (dir, part, (nextpart ? O_RDONLY | O_DIRECTORY : flags) | O_CLOEXEC | O_NOFOLLOW);
+      int e = errno;
+      close (dir);
+      if (fd < 0)
+        {
+          errno = e;
+          return -1;
+        }
+      dir = fd;
+      part = nextpart;
+    }
+  return dir;
+}
+
+int
+nrm_cgroup_read (struct nrm_cgroupfs *fs, const char *cgroup, const char *file, char **ret, nrm_error_t *err)
+{
+  cleanup_free char *path = rel (cgroup, file);
+  if (path == NULL)
+    return nrm_error_set (err, EINVAL, "invalid cgroup path `%s`", cgroup);
+  cleanup_close int fd = open_at (fs, path, O_RDONLY);
+  if (fd < 0)
+    {
+      if (errno == ENOENT)
+        return nrm_error_set (err, ENOENT, "cgroup `%s` has no `%s` (vanished, or the controller is off)", cgroup,
+                              file);
+      return nrm_error_errno (err, errno, "cannot read `%s` of cgroup `%s`", file, cgroup);
+    }
+  char buf[8192];
+  ssize_t n;
+  do
+    n = read (fd, buf, sizeof (buf) - 1);
+  while (n < 0 && errno == EINTR);
+  if (n < 0)
+    return nrm_error_errno (err, errno, "cannot read `%s` of cgroup `%s`", file, cgroup);
+  buf[n] = '\0';
+  while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == ' '))
+    buf[--n] = '\0';
+  *ret = strdup (buf);
+  return *ret ? 0 : nrm_error_set (err, ENOMEM, "out of memory");
+}
+
+int
+nrm_cgroup_write (struct nrm_cgroupfs *fs, const char *cgroup, const char *file, const char *value, nrm_error_t *err)
+{
+  cleanup_free char *path = rel (cgroup, file);
+  if (path == NULL)
+    return nrm_error_set (err, EINVAL, "invalid cgroup path `%s`", cgroup);
+  cleanup_close int fd = open_at (fs, path, O_WRONLY);
+  if (fd < 0)
+    {
+      if (errno == ENOENT)
+        return nrm_error_set (err, ENOENT, "cgroup `%s` has no `%s` (vanished, or the controller is off)", cgroup,
+                              file);
+      return nrm_error_errno (err, errno, "cannot open `%s` of cgroup `%s`", file, cgroup);
+    }
+  size_t len = strlen (value);
+  ssize_t n;
+  do
+    n = write (fd, value, len);
+  while (n < 0 && errno == EINTR);
+  if (n < 0)
+    {
+      int e = errno;
+      const char *why = e == EINVAL   ? " (the kernel refused the value, e.g. outside the parent's effective set)"
+                        : e == EBUSY  ? " (in use: a partition or a child holds it)"
+                        : e == ENOSPC ? " (empty set for a cgroup with tasks)"
+                                      : "";
+      return nrm_error_set (err, e, "cannot write `%s` to `%s` of cgroup `%s`: %s%s", value, file, cgroup,
+                            strerror (e), why);
+    }
+  if ((size_t) n != len)
+    return nrm_error_set (err, EIO, "short write of `%s` to `%s` of cgroup `%s`", value, file, cgroup);
+  return 0;
+}
+
+bool
+nrm_cgroup_exists (struct nrm_cgroupfs *fs, const char *cgroup)
+{
+  cleanup_free char *path = rel (cgroup, "cgroup.procs");
+  if (path == NULL)
+    return false;
+  cleanup_close int fd = open_at (fs, path, O_RDONLY);
+  return fd >= 0;
+}
+
+int
+nrm_cgroup_apply (struct nrm_cgroupfs *fs, const char *cgroup, const struct nrm_binding *b, nrm_error_t *err)
+{
+  struct
+  {
+    const char *file, *value;
+    char *old;
+  } w[8];
+  size_t n = 0;
+  char files[4][32];
+
+  if (!nrm_cgroup_path_valid (cgroup))
+    return nrm_error_set (err, EINVAL, "invalid cgroup path `%s`", cgroup);
+  /* cpus before mems: a CPU set change never needs the memory nodes first,
+   * and mems is what a failure most often refuses. */
+  if (b->cpus)
+    w[n++] = (typeof (w[0])){ "cpuset.cpus", b->cpus, NULL };
+  if (b->mems)
+    w[n++] = (typeof (w[0])){ "cpuset.mems", b->mems, NULL };
+  if (b->memory_min)
+    w[n++] = (typeof (w[0])){ "memory.min", b->memory_min, NULL };
+  if (b->memory_max)
+    w[n++] = (typeof (w[0])){ "memory.max", b->memory_max, NULL };
+  for (size_t i = 0; i < b->n_hugetlb && i < 2; i++)
+    {
+      snprintf (files[2 * i], sizeof (files[0]), "hugetlb.%s.max", b->hugetlb[i].size);
+      snprintf (files[2 * i + 1], sizeof (files[0]), "hugetlb.%s.rsvd.max", b->hugetlb[i].size);
+      w[n++] = (typeof (w[0])){ files[2 * i], b->hugetlb[i].max, NULL };
+      w[n++] = (typeof (w[0])){ files[2 * i + 1], b->hugetlb[i].max, NULL };
+    }
+  int r = 0;
+  size_t done = 0;
+  for (size_t i = 0; i < n && r == 0; i++)
+    if (nrm_cgroup_read (fs, cgroup, w[i].file, &w[i].old, err) < 0)
+      r = -1;
+  for (; r == 0 && done < n; done++)
+    if (nrm_cgroup_write (fs, cgroup, w[done].file, w[done].value, err) < 0)
+      r = -1;
+  if (r < 0)
+    /* Put back what was written before the failure, newest first. */
+    while (done-- > 0)
+      {
+        nrm_error_t ignored = NULL;
+        /* An empty cpuset file reads back as "" and means "inherit". */
+        nrm_cgroup_write (fs, cgroup, w[done].file, w[done].old && *w[done].old ? w[done].old : "\n", &ignored);
+        nrm_error_release (&ignored);
+      }
+  for (size_t i = 0; i < n; i++)
+    free (w[i].old);
+  return r;
+}
+
+int
+nrm_cgroup_of_pid (const char *fsroot, int pid, char **ret, nrm_error_t *err)
+{
+  cleanup_free char *path = NULL, *text = NULL;
+  if (pid <= 0)
+    return nrm_error_set (err, EINVAL, "invalid process id %d", pid);
+  if (asprintf (&path, "%s/proc/%d/cgroup", fsroot && strcmp (fsroot, "/") ? fsroot : "", pid) < 0)
+    return nrm_error_set (err, ENOMEM, "out of memory");
+  if (nrm_read_file (path, 1 << 16, &text, NULL, err) < 0)
+    return -1;
+  /* cgroup v2 is the "0::<path>" line. */
+  for (char *line = text; line && *line;)
+    {
+      char *nl = strchr (line, '\n');
+      if (nl)
+        *nl = '\0';
+      if (strncmp (line, "0::", 3) == 0)
+        {
+          if (!nrm_cgroup_path_valid (line + 3))
+            return nrm_error_set (err, EINVAL, "process %d is in an invalid cgroup `%s`", pid, line + 3);
+          *ret = strdup (line + 3);
+          return *ret ? 0 : nrm_error_set (err, ENOMEM, "out of memory");
+        }
+      line = nl ? nl + 1 : NULL;
+    }
+  return nrm_error_set (err, ENOENT, "process %d has no cgroup v2 path in `%s` (is cgroup v2 mounted?)", pid, path);
+}

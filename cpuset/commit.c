@@ -1,0 +1,284 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#include "config.h"
+
+#include <ctype.h>
+#include <dirent.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "cpuset/commit.h"
+#include "cpuset/kubepods.h"
+#include "nrm/cleanup.h"
+#include "nrm/fs.h"
+#include "topology/topology.h"
+
+#define MAX_STATE (1 << 20)
+#define MAX_BUNDLE_CONFIG (16 << 20)
+
+static bool
+id_valid (const char *id)
+{
+  size_t n = id ? strlen (id) : 0;
+  if (n == 0 || n > 128)
+    return false;
+  for (size_t i = 0; i < n; i++)
+    if (!isalnum ((unsigned char) id[i]) && id[i] != '-' && id[i] != '_' && id[i] != '.')
+      return false;
+  return id[0] != '.';
+}
+
+static char *
+record_path (const char *state_dir, const char *id)
+{
+  char *p = NULL;
+  if (asprintf (&p, "%s/containers/%s.json", state_dir, id) < 0)
+    return NULL;
+  return p;
+}
+
+/* A CPU or node list from the environment, checked and normalised. */
+static int
+list_value (const char *name, const char *text, char **ret, nrm_error_t *err)
+{
+  hwloc_bitmap_t set = NULL;
+  if (nrm_cpulist_parse (text, &set, err) < 0)
+    return nrm_error_wrap (err, "%s", name);
+  *ret = nrm_cpulist_format (set);
+  hwloc_bitmap_free (set);
+  if (*ret == NULL)
+    return nrm_error_set (err, ENOMEM, "out of memory");
+  if (**ret == '\0')
+    return nrm_error_set (err, EINVAL, "%s is empty: a container cannot run on no CPU or memory node", name);
+  return 0;
+}
+
+int
+nrm_hook_run (const char *fsroot, const char *state, size_t len, const char *state_dir, char **ret_summary,
+              nrm_error_t *err)
+{
+  json_error_t jerr;
+  cleanup_json json_t *st = json_loadb (state, len, 0, &jerr);
+  if (st == NULL || len > MAX_STATE)
+    return nrm_error_set (err, EINVAL, "the OCI state on stdin is not JSON: %s", st ? "too large" : jerr.text);
+  const char *id = json_string_value (json_object_get (st, "id"));
+  const char *bundle = json_string_value (json_object_get (st, "bundle"));
+  json_int_t pid = json_integer_value (json_object_get (st, "pid"));
+  if (!id_valid (id))
+    return nrm_error_set (err, EINVAL, "OCI state: invalid container id");
+  if (bundle == NULL || bundle[0] != '/')
+    return nrm_error_set (err, EINVAL, "OCI state of %s: bundle must be an absolute path", id);
+  if (pid <= 0 || pid > (1 << 22))
+    return nrm_error_set (err, EINVAL, "OCI state of %s: invalid pid", id);
+
+  cleanup_free char *cfg_path = NULL, *cfg_text = NULL;
+  if (asprintf (&cfg_path, "%s/config.json", bundle) < 0)
+    return nrm_error_set (err, ENOMEM, "out of memory");
+  if (nrm_read_file (cfg_path, MAX_BUNDLE_CONFIG, &cfg_text, NULL, err) < 0)
+    return nrm_error_wrap (err, "container %s", id);
+  cleanup_json json_t *cfg = json_loads (cfg_text, 0, &jerr);
+  if (cfg == NULL)
+    return nrm_error_set (err, EINVAL, "container %s: `%s` is not JSON: %s", id, cfg_path, jerr.text);
+
+  const char *cpus_env = NULL, *mems_env = NULL, *nodes_env = NULL;
+  size_t i;
+  json_t *e;
+  json_array_foreach (json_object_get (json_object_get (cfg, "process"), "env"), i, e)
+  {
+    const char *kv = json_string_value (e);
+    if (kv == NULL)
+      continue;
+    if (strncmp (kv, "NRM_CPUS=", 9) == 0)
+      cpus_env = kv + 9;
+    else if (strncmp (kv, "NRM_MEMS=", 9) == 0)
+      mems_env = kv + 9;
+    else if (strncmp (kv, "NRM_CPU_NODES=", 14) == 0)
+      nodes_env = kv + 14;
+  }
+  cleanup_free char *cpus = NULL, *mems = NULL;
+  if (cpus_env && list_value ("NRM_CPUS", cpus_env, &cpus, err) < 0)
+    return nrm_error_wrap (err, "container %s", id);
+  if ((mems_env || nodes_env) && list_value (mems_env ? "NRM_MEMS" : "NRM_CPU_NODES", mems_env ? mems_env : nodes_env,
+                                             &mems, err)
+                                     < 0)
+    return nrm_error_wrap (err, "container %s", id);
+  if (cpus == NULL && mems == NULL)
+    {
+      if (ret_summary)
+        *ret_summary = strdup ("no nrm binding in the container's environment; nothing to do");
+      return 0;
+    }
+
+  cleanup_free char *cgroup = NULL;
+  if (nrm_cgroup_of_pid (fsroot, (int) pid, &cgroup, err) < 0)
+    return nrm_error_wrap (err, "container %s", id);
+  struct nrm_cgroupfs *fs = NULL;
+  if (nrm_cgroupfs_open (fsroot, &fs, err) < 0)
+    return nrm_error_wrap (err, "container %s", id);
+  struct nrm_binding b = { .cpus = cpus, .mems = mems };
+  int r = nrm_cgroup_apply (fs, cgroup, &b, err);
+  nrm_cgroupfs_close (fs);
+  if (r < 0)
+    return nrm_error_wrap (err, "container %s", id);
+
+  /* Recorded for the reconciler, durably: a lost record would move the
+   * container back to the shared pool. */
+  cleanup_free char *dir = NULL, *rec = record_path (state_dir, id);
+  if (rec == NULL || asprintf (&dir, "%s/containers", state_dir) < 0)
+    return nrm_error_set (err, ENOMEM, "out of memory");
+  if (nrm_mkdir_p (dir, 0700, err) < 0)
+    return nrm_error_wrap (err, "container %s", id);
+  cleanup_json json_t *doc = json_pack ("{s:s, s:s, s:s?, s:s?}", "id", id, "cgroup", cgroup, "cpus", cpus, "mems",
+                                        mems);
+  cleanup_free char *text = json_dumps (doc, JSON_COMPACT);
+  if (text == NULL || nrm_write_atomic (rec, text, strlen (text), 0600, true, err) < 0)
+    return nrm_error_wrap (err, "container %s", id);
+  if (ret_summary && asprintf (ret_summary, "container %s in %s: cpus %s, mems %s", id, cgroup, cpus ? cpus : "-",
+                               mems ? mems : "-")
+                         < 0)
+    *ret_summary = NULL;
+  return 0;
+}
+
+/* --- reconciler --------------------------------------------------------------- */
+
+struct pass
+{
+  struct nrm_cgroupfs *fs;
+  const char *state_dir;
+  char *shared_text;
+  json_t *records; /* id -> record */
+  json_t *seen;    /* ids of records whose container exists */
+  struct nrm_reconcile_stats *st;
+  char **first_error;
+};
+
+static void
+note_error (struct pass *p, nrm_error_t *e)
+{
+  p->st->failed++;
+  if (p->first_error && *p->first_error == NULL)
+    *p->first_error = strdup (nrm_error_msg (*e));
+  nrm_error_release (e);
+}
+
+/* Writes want into file when what is there means another set. */
+static void
+ensure (struct pass *p, const char *cgroup, const char *want)
+{
+  nrm_error_t e = NULL;
+  cleanup_free char *have = NULL;
+  if (nrm_cgroup_read (p->fs, cgroup, "cpuset.cpus", &have, &e) < 0)
+    {
+      if (e->status == ENOENT)
+        nrm_error_release (&e); /* vanished: nothing to keep right */
+      else
+        note_error (p, &e);
+      return;
+    }
+  hwloc_bitmap_t h = NULL, w = NULL;
+  nrm_error_t pe = NULL;
+  bool same = nrm_cpulist_parse (have, &h, &pe) == 0 && nrm_cpulist_parse (want, &w, &pe) == 0
+              && hwloc_bitmap_isequal (h, w);
+  nrm_error_release (&pe);
+  hwloc_bitmap_free (h);
+  hwloc_bitmap_free (w);
+  if (same)
+    return;
+  struct nrm_binding b = { .cpus = want };
+  if (nrm_cgroup_apply (p->fs, cgroup, &b, &e) < 0)
+    {
+      if (e->status == ENOENT)
+        nrm_error_release (&e);
+      else
+        note_error (p, &e);
+      return;
+    }
+  p->st->updated++;
+}
+
+static int
+visit (const struct nrm_container_cgroup *c, void *arg)
+{
+  struct pass *p = arg;
+  p->st->containers++;
+  json_t *rec = json_object_get (p->records, c->id);
+  if (rec)
+    {
+      p->st->exclusive++;
+      json_object_set_new (p->seen, c->id, json_true ());
+      const char *cpus = json_string_value (json_object_get (rec, "cpus"));
+      if (cpus)
+        ensure (p, c->path, cpus);
+      return 0;
+    }
+  ensure (p, c->path, p->shared_text);
+  return 0;
+}
+
+int
+nrm_reconcile (struct nrm_cgroupfs *fs, const char *state_dir, const char *shared_cpus,
+               struct nrm_reconcile_stats *st, char **ret_first_error, nrm_error_t *err)
+{
+  struct pass p = { fs, state_dir, NULL, json_object (), json_object (), st, ret_first_error };
+  cleanup_free char *dir = NULL;
+  int r = -1;
+  memset (st, 0, sizeof (*st));
+  if (list_value ("shared pool", shared_cpus, &p.shared_text, err) < 0)
+    goto out;
+  if (asprintf (&dir, "%s/containers", state_dir) < 0)
+    {
+      nrm_error_set (err, ENOMEM, "out of memory");
+      goto out;
+    }
+  /* The hook's records. */
+  DIR *d = opendir (dir);
+  struct dirent *de;
+  while (d && (de = readdir (d)) != NULL)
+    {
+      size_t n = strlen (de->d_name);
+      if (n < 6 || strcmp (de->d_name + n - 5, ".json") != 0 || de->d_name[0] == '.')
+        continue;
+      cleanup_free char *path = NULL, *text = NULL;
+      if (asprintf (&path, "%s/%s", dir, de->d_name) < 0)
+        continue;
+      nrm_error_t ignored = NULL;
+      if (nrm_read_file (path, 1 << 16, &text, NULL, &ignored) < 0)
+        {
+          nrm_error_release (&ignored);
+          continue;
+        }
+      json_t *rec = json_loads (text, 0, NULL);
+      const char *id = json_string_value (json_object_get (rec, "id"));
+      if (id && id_valid (id))
+        json_object_set (p.records, id, rec);
+      json_decref (rec);
+    }
+  if (d)
+    closedir (d);
+
+  if (nrm_kubepods_walk (fs, visit, &p, err) < 0)
+    goto out;
+  /* Records of containers that are gone. */
+  const char *id;
+  json_t *rec;
+  json_object_foreach (p.records, id, rec)
+  {
+    const char *cg = json_string_value (json_object_get (rec, "cgroup"));
+    if (json_object_get (p.seen, id) || (cg && nrm_cgroup_exists (fs, cg)))
+      continue;
+    cleanup_free char *path = record_path (state_dir, id);
+    if (path && unlink (path) == 0)
+      st->forgotten++;
+  }
+  r = 0;
+out:
+  free (p.shared_text);
+  json_decref (p.records);
+  json_decref (p.seen);
+  return r;
+}

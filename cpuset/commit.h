@@ -1,0 +1,35 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#ifndef NRM_COMMIT_H
+#define NRM_COMMIT_H
+
+#include <stddef.h>
+
+#include "cpuset/cgroup.h"
+#include "nrm/error.h"
+
+/* Turning prepared claims into kernel state: the OCI hook that binds a new
+ * container before its workload starts, and the reconciler that keeps every
+ * other container on the shared pool. */
+
+/* The createRuntime hook. state is the OCI state JSON from stdin; the
+ * binding comes from the container's environment in <bundle>/config.json
+ * (NRM_CPUS, NRM_MEMS or else NRM_CPU_NODES), as the CDI specs set it. The
+ * container is recorded under <state_dir>/containers/ so the reconciler
+ * leaves it alone. *ret_summary (may be NULL) says what was done. */
+int nrm_hook_run (const char *fsroot, const char *state, size_t len, const char *state_dir, char **ret_summary,
+                  nrm_error_t *err);
+
+struct nrm_reconcile_stats
+{
+  size_t containers, exclusive, updated, failed, forgotten;
+};
+
+/* One pass over the pod cgroups: containers recorded by the hook keep their
+ * CPUs, every other one gets the shared pool; drift written by anyone else
+ * is repaired; records of containers that are gone are removed. A failure
+ * on one container is counted and the pass goes on; *ret_first_error
+ * (may be NULL) keeps the first message. */
+int nrm_reconcile (struct nrm_cgroupfs *fs, const char *state_dir, const char *shared_cpus,
+                   struct nrm_reconcile_stats *st, char **ret_first_error, nrm_error_t *err);
+
+#endif

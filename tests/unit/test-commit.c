@@ -1,0 +1,297 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* cgroup v2 commit on a fake cgroupfs/procfs tree behind one root prefix:
+ * container paths of both cgroup drivers and runtimes, the OCI hook, the
+ * all-or-nothing apply, the shared-pool reconciler. */
+#include "config.h"
+
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "cpuset/cgroup.h"
+#include "cpuset/commit.h"
+#include "cpuset/kubepods.h"
+#include "nrm/cleanup.h"
+
+static char root[128], state_dir[256];
+
+static void
+put (const char *rel, const char *text)
+{
+  char path[1024], cmd[1200];
+  snprintf (path, sizeof (path), "%s/%s", root, rel);
+  snprintf (cmd, sizeof (cmd), "mkdir -p \"$(dirname '%s')\"", path);
+  assert_int_equal (system (cmd), 0);
+  FILE *f = fopen (path, "w");
+  assert_non_null (f);
+  fputs (text, f);
+  fclose (f);
+}
+
+static char *
+get (const char *rel)
+{
+  char path[1024], buf[4096] = { 0 };
+  snprintf (path, sizeof (path), "%s/%s", root, rel);
+  FILE *f = fopen (path, "r");
+  if (f == NULL)
+    return NULL;
+  size_t n = fread (buf, 1, sizeof (buf) - 1, f);
+  fclose (f);
+  while (n > 0 && buf[n - 1] == '\n')
+    buf[--n] = '\0';
+  return strdup (buf);
+}
+
+/* A container cgroup with cpuset files. */
+static void
+container (const char *cg, const char *cpus)
+{
+  char rel[1024];
+  snprintf (rel, sizeof (rel), "sys/fs/cgroup/%s/cpuset.cpus", cg);
+  put (rel, cpus);
+  snprintf (rel, sizeof (rel), "sys/fs/cgroup/%s/cpuset.mems", cg);
+  put (rel, "");
+  snprintf (rel, sizeof (rel), "sys/fs/cgroup/%s/cgroup.procs", cg);
+  put (rel, "");
+}
+
+static int
+setup (void **state)
+{
+  (void) state;
+  snprintf (root, sizeof (root), "/tmp/nrm-commit-XXXXXX");
+  assert_non_null (mkdtemp (root));
+  snprintf (state_dir, sizeof (state_dir), "%s/state", root);
+  put ("sys/fs/cgroup/cgroup.controllers", "cpuset cpu memory hugetlb");
+  return 0;
+}
+
+static int
+teardown (void **state)
+{
+  (void) state;
+  char cmd[256];
+  snprintf (cmd, sizeof (cmd), "rm -rf '%s'", root);
+  return system (cmd) == 0 ? 0 : -1;
+}
+
+static void
+test_paths (void **state)
+{
+  (void) state;
+  struct
+  {
+    const char *path, *uid, *id, *qos;
+  } good[] = {
+    { "kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1a2b_3c4d.slice/cri-containerd-abc123.scope",
+      "1a2b-3c4d", "abc123", "burstable" },
+    { "kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod99.slice/crio-ff00.scope", "99", "ff00",
+      "besteffort" },
+    { "kubepods.slice/kubepods-pod0001_0002.slice/cri-containerd-beef.scope", "0001-0002", "beef", "guaranteed" },
+    { "/kubepods/burstable/pod1a2b-3c4d/abc123", "1a2b-3c4d", "abc123", "burstable" },
+    { "kubepods/podaa-bb/deadbeef", "aa-bb", "deadbeef", "guaranteed" },
+    { "kubepods/besteffort/pod7/crio-77", "7", "77", "besteffort" },
+  };
+  static const char *const bad[] = {
+    "kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1.slice",  /* a pod, not a container */
+    "kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1.slice/crio-conmon-77.scope",
+    "system.slice/containerd.service", "kubepods/weird/pod1/x", "kubepods.slice/kubepods-pod1.slice/init.scope",
+    "kubepods/pod1/../x",
+  };
+  for (size_t i = 0; i < sizeof (good) / sizeof (good[0]); i++)
+    {
+      struct nrm_container_cgroup c;
+      if (!nrm_kubepods_parse (good[i].path, &c))
+        fail_msg ("not recognised: %s", good[i].path);
+      assert_string_equal (c.pod_uid, good[i].uid);
+      assert_string_equal (c.id, good[i].id);
+      assert_string_equal (c.qos, good[i].qos);
+    }
+  for (size_t i = 0; i < sizeof (bad) / sizeof (bad[0]); i++)
+    {
+      struct nrm_container_cgroup c;
+      if (nrm_kubepods_parse (bad[i], &c))
+        fail_msg ("wrongly recognised: %s", bad[i]);
+    }
+  assert_false (nrm_cgroup_path_valid ("a/../b"));
+  assert_false (nrm_cgroup_path_valid ("a//b"));
+  assert_false (nrm_cgroup_path_valid ("./a"));
+  assert_true (nrm_cgroup_path_valid ("/kubepods/pod1/x"));
+}
+
+static void
+bundle (const char *id, const char *env)
+{
+  char rel[512], text[2048];
+  snprintf (rel, sizeof (rel), "bundles/%s/config.json", id);
+  snprintf (text, sizeof (text), "{\"ociVersion\":\"1.0.2\",\"process\":{\"env\":[\"PATH=/bin\"%s]}}", env);
+  put (rel, text);
+}
+
+static int
+hook (const char *id, int pid, char **summary, nrm_error_t *err)
+{
+  char st[1024];
+  snprintf (st, sizeof (st), "{\"ociVersion\":\"1.0.2\",\"id\":\"%s\",\"status\":\"creating\",\"pid\":%d,"
+                             "\"bundle\":\"%s/bundles/%s\"}",
+            id, pid, root, id);
+  return nrm_hook_run (root, st, strlen (st), state_dir, summary, err);
+}
+
+static void
+test_hook (void **state)
+{
+  (void) state;
+  nrm_error_t err = NULL;
+  cleanup_free char *summary = NULL;
+  const char *cg = "kubepods.slice/kubepods-pod11_22.slice/cri-containerd-c1.scope";
+  container (cg, "0-7");
+  put ("proc/4242/cgroup", "0::/kubepods.slice/kubepods-pod11_22.slice/cri-containerd-c1.scope\n");
+  bundle ("c1", ",\"NRM_CPUS=2-3\",\"NRM_CPU_NODES=0\"");
+  if (hook ("c1", 4242, &summary, &err) < 0)
+    fail_msg ("%s", nrm_error_msg (err));
+  cleanup_free char *cpus = get ("sys/fs/cgroup/kubepods.slice/kubepods-pod11_22.slice/cri-containerd-c1.scope/cpuset.cpus");
+  cleanup_free char *mems = get ("sys/fs/cgroup/kubepods.slice/kubepods-pod11_22.slice/cri-containerd-c1.scope/cpuset.mems");
+  assert_string_equal (cpus, "2-3");
+  assert_string_equal (mems, "0");
+  cleanup_free char *rec = get ("state/containers/c1.json");
+  assert_non_null (rec);
+  assert_non_null (strstr (rec, "\"cpus\":\"2-3\""));
+
+  /* A memory claim's NRM_MEMS wins over the CPUs' nodes. */
+  const char *cg2 = "kubepods/burstable/pod33/c2";
+  container (cg2, "");
+  put ("proc/4343/cgroup", "0::/kubepods/burstable/pod33/c2\n");
+  bundle ("c2", ",\"NRM_CPUS=4,6\",\"NRM_CPU_NODES=0\",\"NRM_MEMS=1\"");
+  assert_int_equal (hook ("c2", 4343, NULL, &err), 0);
+  cleanup_free char *mems2 = get ("sys/fs/cgroup/kubepods/burstable/pod33/c2/cpuset.mems");
+  assert_string_equal (mems2, "1");
+
+  /* No nrm variables: nothing is touched. */
+  bundle ("c3", "");
+  put ("proc/4444/cgroup", "0::/kubepods/burstable/pod33/c3\n");
+  assert_int_equal (hook ("c3", 4444, NULL, &err), 0);
+}
+
+static void
+test_hook_errors (void **state)
+{
+  (void) state;
+  nrm_error_t err = NULL;
+  /* cpuset.mems refuses the write (here: it is a directory): cpuset.cpus is
+   * put back as it was. */
+  const char *cg = "kubepods/pod55/c5";
+  container (cg, "0-7");
+  char path[512];
+  snprintf (path, sizeof (path), "%s/sys/fs/cgroup/%s/cpuset.mems", root, cg);
+  unlink (path);
+  mkdir (path, 0755);
+  put ("proc/5555/cgroup", "0::/kubepods/pod55/c5\n");
+  bundle ("c5", ",\"NRM_CPUS=1\",\"NRM_CPU_NODES=0\"");
+  assert_int_equal (hook ("c5", 5555, NULL, &err), -1);
+  assert_non_null (strstr (nrm_error_msg (err), "cpuset.mems"));
+  assert_non_null (strstr (nrm_error_msg (err), "c5"));
+  nrm_error_release (&err);
+  cleanup_free char *cpus = get ("sys/fs/cgroup/kubepods/pod55/c5/cpuset.cpus");
+  assert_string_equal (cpus, "0-7");
+  cleanup_free char *rec = get ("state/containers/c5.json");
+  assert_null (rec);
+
+  /* A vanished cgroup. */
+  put ("proc/6666/cgroup", "0::/kubepods/pod66/gone\n");
+  bundle ("c6", ",\"NRM_CPUS=1\"");
+  assert_int_equal (hook ("c6", 6666, NULL, &err), -1);
+  assert_non_null (strstr (nrm_error_msg (err), "vanished"));
+  nrm_error_release (&err);
+
+  /* A cgroup path that tries to leave the root. */
+  put ("proc/7777/cgroup", "0::/kubepods/../../etc\n");
+  bundle ("c7", ",\"NRM_CPUS=1\"");
+  assert_int_equal (hook ("c7", 7777, NULL, &err), -1);
+  assert_non_null (strstr (nrm_error_msg (err), "invalid cgroup"));
+  nrm_error_release (&err);
+
+  /* Bad input on stdin and in the bundle. */
+  static const char *const states[] = { "not json", "{\"id\":\"../x\",\"pid\":1,\"bundle\":\"/b\"}",
+                                        "{\"id\":\"ok\",\"pid\":1,\"bundle\":\"relative\"}",
+                                        "{\"id\":\"ok\",\"pid\":0,\"bundle\":\"/b\"}" };
+  for (size_t i = 0; i < sizeof (states) / sizeof (states[0]); i++)
+    {
+      assert_int_equal (nrm_hook_run (root, states[i], strlen (states[i]), state_dir, NULL, &err), -1);
+      nrm_error_release (&err);
+    }
+  bundle ("c8", ",\"NRM_CPUS=1-\"");
+  put ("proc/8888/cgroup", "0::/kubepods/pod55/c5\n");
+  assert_int_equal (hook ("c8", 8888, NULL, &err), -1);
+  assert_non_null (strstr (nrm_error_msg (err), "NRM_CPUS"));
+  nrm_error_release (&err);
+}
+
+static void
+test_reconcile (void **state)
+{
+  (void) state;
+  nrm_error_t err = NULL;
+  struct nrm_cgroupfs *fs = NULL;
+  struct nrm_reconcile_stats st;
+  assert_int_equal (nrm_cgroupfs_open (root, &fs, &err), 0);
+  /* c1 and c2 are exclusive (hooked above), s1 and s2 are shared. */
+  container ("kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod77.slice/crio-s1.scope", "0-7");
+  container ("kubepods/besteffort/pod88/s2", "");
+  assert_int_equal (nrm_reconcile (fs, state_dir, "0-1,5,7", &st, NULL, &err), 0);
+  cleanup_free char *s1
+      = get ("sys/fs/cgroup/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod77.slice/crio-s1.scope/"
+             "cpuset.cpus");
+  cleanup_free char *s2 = get ("sys/fs/cgroup/kubepods/besteffort/pod88/s2/cpuset.cpus");
+  assert_string_equal (s1, "0-1,5,7");
+  assert_string_equal (s2, "0-1,5,7");
+  assert_true (st.exclusive >= 2);
+  assert_true (st.updated >= 2);
+
+  /* Someone else moves an exclusive container: repaired. A second pass
+   * with nothing to do writes nothing. */
+  put ("sys/fs/cgroup/kubepods.slice/kubepods-pod11_22.slice/cri-containerd-c1.scope/cpuset.cpus", "0-7");
+  assert_int_equal (nrm_reconcile (fs, state_dir, "0-1,5,7", &st, NULL, &err), 0);
+  cleanup_free char *c1 = get ("sys/fs/cgroup/kubepods.slice/kubepods-pod11_22.slice/cri-containerd-c1.scope/cpuset.cpus");
+  assert_string_equal (c1, "2-3");
+  assert_int_equal (st.updated, 1);
+  assert_int_equal (nrm_reconcile (fs, state_dir, "0-1,5,7", &st, NULL, &err), 0);
+  assert_int_equal (st.updated, 0);
+
+  /* The container goes away: its record is forgotten. */
+  char cmd[512];
+  snprintf (cmd, sizeof (cmd), "rm -rf '%s/sys/fs/cgroup/kubepods/burstable/pod33/c2'", root);
+  assert_int_equal (system (cmd), 0);
+  assert_int_equal (nrm_reconcile (fs, state_dir, "0-1,5,7", &st, NULL, &err), 0);
+  assert_int_equal (st.forgotten, 1);
+  cleanup_free char *rec = get ("state/containers/c2.json");
+  assert_null (rec);
+
+  /* An empty shared pool is refused outright. */
+  assert_int_equal (nrm_reconcile (fs, state_dir, "", &st, NULL, &err), -1);
+  nrm_error_release (&err);
+  nrm_cgroupfs_close (fs);
+}
+
+int
+main (void)
+{
+  const struct CMUnitTest tests[] = {
+    cmocka_unit_test (test_paths),
+    cmocka_unit_test (test_hook),
+    cmocka_unit_test (test_hook_errors),
+    cmocka_unit_test (test_reconcile),
+  };
+  return cmocka_run_group_tests_name ("commit", tests, setup, teardown);
+}
