@@ -395,8 +395,8 @@ nrm_place_cpus (const struct nrm_topology *t, hwloc_const_bitmap_t free_set, con
                 hwloc_bitmap_t out, nrm_error_t *err)
 {
   hwloc_bitmap_zero (out);
-  if ((req->options & NRM_OPT_FULL_PCPUS_ONLY) && (req->options & NRM_OPT_DISTRIBUTE_ACROSS_CORES))
-    return nrm_error_set (err, EINVAL, "full-pcpus-only and distribute-cpus-across-cores exclude each other");
+  if (nrm_cpu_options_check (req->options, err) < 0)
+    return -1;
   struct ctx c = { t, req, hwloc_bitmap_dup (free_set), out, calloc (t->n_cores + 1, sizeof (size_t)),
                    calloc (t->n_cores + 1, sizeof (size_t)) };
   if (c.cand == NULL || c.avail == NULL || c.size == NULL)
@@ -466,11 +466,19 @@ nrm_place_cpus (const struct nrm_topology *t, hwloc_const_bitmap_t free_set, con
     return 0;
   hwloc_bitmap_zero (out);
   if (r == -2)
-    return nrm_error_set (err, ENOSPC, "%zu CPUs asked, %zu usable%s%s%s", req->count, avail,
+    return nrm_error_set (err, ENOSPC, "%zu CPU%s asked, %zu usable%s%s%s", req->count, req->count == 1 ? "" : "s", avail,
                           req->options & NRM_OPT_FULL_PCPUS_ONLY ? " in whole free cores" : "",
                           req->isolated ? " among isolated CPUs" : "", req->cpu_kind ? " of the requested kind" : "");
-  return nrm_error_set (err, ENOSPC, "%zu CPUs cannot be placed%s", req->count,
+  return nrm_error_set (err, ENOSPC, "%zu CPU%s cannot be placed%s", req->count, req->count == 1 ? "" : "s",
                         req->options & NRM_OPT_FULL_PCPUS_ONLY ? " as whole cores" : "");
+}
+
+int
+nrm_cpu_options_check (unsigned options, nrm_error_t *err)
+{
+  if ((options & NRM_OPT_FULL_PCPUS_ONLY) && (options & NRM_OPT_DISTRIBUTE_ACROSS_CORES))
+    return nrm_error_set (err, EINVAL, "full-pcpus-only and distribute-cpus-across-cores exclude each other");
+  return 0;
 }
 
 int

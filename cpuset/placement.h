@@ -51,6 +51,9 @@ struct nrm_cpu_request
 int nrm_place_cpus (const struct nrm_topology *t, hwloc_const_bitmap_t free, const struct nrm_cpu_request *req,
                     hwloc_bitmap_t out, nrm_error_t *err);
 
+/* Options that cannot go together are refused. */
+int nrm_cpu_options_check (unsigned options, nrm_error_t *err);
+
 /* Parses a kubelet CPU Manager option name ("full-pcpus-only", ...). */
 int nrm_cpu_option_parse (const char *name, unsigned *ret, nrm_error_t *err);
 

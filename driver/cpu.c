@@ -162,24 +162,17 @@ cpu_count (size_t n)
   return json_string (buf);
 }
 
-/* NRM_CPU_MODE_NUMA: one shared device per node, consumed by CPU count. */
-static int
-numa_device (const struct nrm_topology *t, const struct nrm_publish_options *o, size_t i, json_t *devices,
-             nrm_error_t *err)
+/* A consumable device over a set of CPUs, consumed by CPU count. */
+static void
+consumable_device (const struct nrm_topology *t, const struct nrm_publish_options *o, size_t i,
+                   hwloc_const_bitmap_t set, const char *name, bool isolated, json_t *devices)
 {
-  cleanup_bitmap hwloc_bitmap_t alloc = nrm_topology_node_allocatable (t, i);
   struct cpu_stats st;
-  char name[32];
-
-  if (alloc == NULL)
-    return nrm_error_set (err, ENOMEM, "out of memory");
-  if (hwloc_bitmap_iszero (alloc))
-    return 0;
-  cpu_stats (t, alloc, t->numa[i].cpus, &st);
-  snprintf (name, sizeof (name), "numa%u", t->numa[i].os_index);
+  cpu_stats (t, set, t->numa[i].cpus, &st);
   json_t *attrs = json_object ();
   cpu_attributes (t, o, attrs, &i, 1, &st);
   jattr_int (attrs, "reservedCPUs", (int64_t) st.reserved);
+  jattr_bool (attrs, "isolated", isolated);
 
   json_t *policy;
   if (st.cpus >= 2)
@@ -193,6 +186,43 @@ numa_device (const struct nrm_topology *t, const struct nrm_publish_options *o, 
     json_object_set_new (dev, "nodeAllocatableResourceMappings",
                          json_pack ("{s:{s:s}}", "cpu", "capacityKey", "cpus"));
   json_array_append_new (devices, dev);
+}
+
+/* Isolated CPUs are a class of their own: a device "numa<N>-isolated"
+ * beside the node's other devices, so that a claim gets isolated CPUs only
+ * when it asks for that device, and the scheduler never counts them as
+ * ordinary CPUs. */
+static int
+isolated_device (const struct nrm_topology *t, const struct nrm_publish_options *o, size_t i, json_t *devices,
+                 nrm_error_t *err)
+{
+  cleanup_bitmap hwloc_bitmap_t iso = nrm_topology_node_allocatable (t, i);
+  char name[48];
+  if (iso == NULL)
+    return nrm_error_set (err, ENOMEM, "out of memory");
+  hwloc_bitmap_and (iso, iso, t->isolated);
+  if (hwloc_bitmap_iszero (iso))
+    return 0;
+  snprintf (name, sizeof (name), "numa%u-isolated", t->numa[i].os_index);
+  consumable_device (t, o, i, iso, name, true, devices);
+  return 0;
+}
+
+/* NRM_CPU_MODE_NUMA: one shared device per node, consumed by CPU count. */
+static int
+numa_device (const struct nrm_topology *t, const struct nrm_publish_options *o, size_t i, json_t *devices,
+             nrm_error_t *err)
+{
+  cleanup_bitmap hwloc_bitmap_t alloc = nrm_topology_node_allocatable (t, i);
+  char name[32];
+
+  if (alloc == NULL)
+    return nrm_error_set (err, ENOMEM, "out of memory");
+  hwloc_bitmap_andnot (alloc, alloc, t->isolated);
+  if (hwloc_bitmap_iszero (alloc))
+    return 0;
+  snprintf (name, sizeof (name), "numa%u", t->numa[i].os_index);
+  consumable_device (t, o, i, alloc, name, false, devices);
   return 0;
 }
 
@@ -248,6 +278,7 @@ partitioned_device (const char *name, const char *granularity, json_t *attrs, si
                     const struct nrm_publish_options *o)
 {
   jattr_str (attrs, "granularity", granularity);
+  jattr_bool (attrs, "isolated", false);
   json_t *dev = json_pack ("{s:s, s:o, s:{s:{s:o}}, s:o}", "name", name, "attributes", attrs, "capacity", "cpus",
                            "value", cpu_count (cpus), "consumesCounters", consumes);
   if (o->node_allocatable)
@@ -278,11 +309,15 @@ partitioned_devices (const struct nrm_topology *t, const struct nrm_publish_opti
       goto out;
     }
   for (size_t i = 0; i < t->n_numa; i++)
-    if ((allocs[i] = nrm_topology_node_allocatable (t, i)) == NULL)
-      {
-        nrm_error_set (err, ENOMEM, "out of memory");
-        goto out;
-      }
+    {
+      if ((allocs[i] = nrm_topology_node_allocatable (t, i)) == NULL)
+        {
+          nrm_error_set (err, ENOMEM, "out of memory");
+          goto out;
+        }
+      /* Isolated CPUs are published on their own devices. */
+      hwloc_bitmap_andnot (allocs[i], allocs[i], t->isolated);
+    }
 
   /* Counter sets and whole-node devices. */
   for (size_t oi = 0; oi < t->n_numa; oi++)
@@ -429,6 +464,8 @@ nrm_cpu_pool (const struct nrm_topology *t, const struct nrm_publish_options *o,
       r = numa_device (t, o, order[k], p.devices, err);
   else
     r = partitioned_devices (t, o, order, p.devices, p.counter_sets, err);
+  for (size_t k = 0; k < t->n_numa && r == 0; k++)
+    r = isolated_device (t, o, order[k], p.devices, err);
   if (r < 0)
     {
       nrm_pool_done (&p);

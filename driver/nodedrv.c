@@ -116,7 +116,9 @@ device_cpus (struct nrm_node_driver *d, const char *name)
       cleanup_bitmap hwloc_bitmap_t a = nrm_topology_node_allocatable (t, i);
       hwloc_bitmap_or (set, set, a);
     }
-  if (sscanf (name, "numa%u%c", &id, &tail) == 1)
+  char iso[16];
+  bool isolated = sscanf (name, "numa%u-%15s", &id, iso) == 2 && strcmp (iso, "isolated") == 0;
+  if (isolated || sscanf (name, "numa%u%c", &id, &tail) == 1)
     {
       int i = nrm_topology_numa_index (t, id);
       cleanup_bitmap hwloc_bitmap_t a = i >= 0 ? nrm_topology_node_allocatable (t, (size_t) i) : NULL;
@@ -145,6 +147,11 @@ device_cpus (struct nrm_node_driver *d, const char *name)
     }
   else
     hwloc_bitmap_zero (set);
+  /* Isolated CPUs belong to the isolated devices only. */
+  if (isolated)
+    hwloc_bitmap_and (set, set, t->isolated);
+  else
+    hwloc_bitmap_andnot (set, set, t->isolated);
   return set;
 }
 
@@ -204,7 +211,6 @@ struct cpu_settings
 {
   unsigned options;
   char cpu_kind[16];
-  bool isolated;
 };
 
 static bool
@@ -272,12 +278,6 @@ cpu_settings (struct nrm_node_driver *d, json_t *config, const char *request, st
                                   i);
           snprintf (cs->cpu_kind, sizeof (cs->cpu_kind), "%s", k);
         }
-      else if (strcmp (key, "isolated") == 0)
-        {
-          if (!json_is_boolean (v))
-            return nrm_error_set (err, EINVAL, "opaque configuration %zu: `isolated` must be a boolean", i);
-          cs->isolated = json_is_true (v);
-        }
       else
         return nrm_error_set (err, EINVAL, "opaque configuration %zu: unknown field `%s`", i, key);
     }
@@ -310,7 +310,8 @@ cpu_prepare (struct nrm_node_driver *d, const char *uid, const struct nrm_alloc_
                                          .within = cpus,
                                          .options = cs.options,
                                          .cpu_kind = cs.cpu_kind[0] ? cs.cpu_kind : NULL,
-                                         .isolated = cs.isolated };
+                                         .isolated = hwloc_bitmap_isincluded (cpus, d->t->isolated)
+                                                     && !hwloc_bitmap_iszero (cpus) };
           cleanup_bitmap hwloc_bitmap_t free_set = hwloc_bitmap_dup (d->t->online);
           cleanup_bitmap hwloc_bitmap_t got = hwloc_bitmap_alloc ();
           hwloc_bitmap_andnot (free_set, free_set, d->taken);

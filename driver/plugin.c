@@ -411,6 +411,41 @@ claim_allocation (struct nrm_plugin *p, json_t *claim, const char *uid, struct n
   return 0;
 }
 
+static bool
+completed (json_t *entry)
+{
+  const char *phase = json_string_value (json_object_get (entry, "phase"));
+  return phase && strcmp (phase, "PrepareCompleted") == 0;
+}
+
+/* The devices of a claim prepared earlier (new reference), or NULL. An
+ * entry left in PrepareStarted can only come from an instance that died
+ * mid-prepare (prepare holds the lock throughout): it is rolled back here. */
+static json_t *
+prepared_devices (struct nrm_plugin *p, const char *uid, nrm_error_t *err)
+{
+  json_t *devs = NULL;
+  if (lock_state (p, err) < 0)
+    return NULL;
+  json_t *claims = json_object_get (p->cp, "claims");
+  json_t *entry = json_object_get (claims, uid);
+  if (entry != NULL && completed (entry))
+    devs = json_incref (json_object_get (entry, "devices"));
+  else if (entry != NULL)
+    {
+      LOG (p, NRM_LOG_WARNING, "claim %s was left half-prepared by another instance; rolling it back", uid);
+      cdi_remove (p, uid);
+      json_object_del (claims, uid);
+      if (checkpoint_write (p, p->cp, false, err) < 0)
+        {
+          unlock_state (p);
+          return NULL;
+        }
+    }
+  unlock_state (p);
+  return devs;
+}
+
 /* Prepares one claim; returns its devices (new reference) or an error. */
 static json_t *
 prepare_claim (struct nrm_plugin *p, const char *ns, const char *name, const char *uid, nrm_error_t *err)
@@ -430,7 +465,12 @@ prepare_claim (struct nrm_plugin *p, const char *ns, const char *name, const cha
         nrm_error_set (err, EINVAL, "invalid claim UID `%s`", uid);
         return NULL;
       }
-  /* The claim is read before the lock, as the kubelet's own helper does. */
+  /* Prepared already: the same answer, even if the claim is gone from its
+   * source by now. */
+  json_t *done = prepared_devices (p, uid, err);
+  if (done != NULL || (err && *err))
+    return done;
+  /* The claim is read outside the lock, as the kubelet's own helper does. */
   if (p->cfg.claims.get (p->cfg.claims.self, ns, name, &claim, err) < 0)
     return NULL;
   if (claim_allocation (p, claim, uid, &results, &n, &config, err) < 0)
@@ -440,9 +480,9 @@ prepare_claim (struct nrm_plugin *p, const char *ns, const char *name, const cha
     return NULL;
   json_t *claims = json_object_get (p->cp, "claims");
   json_t *entry = json_object_get (claims, uid);
-  if (entry != NULL)
+  if (entry != NULL && completed (entry))
     {
-      /* Idempotent: the same claim gets the same answer. */
+      /* A concurrent call prepared it meanwhile. */
       json_t *devs = json_incref (json_object_get (entry, "devices"));
       unlock_state (p);
       return devs;

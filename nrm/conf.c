@@ -221,6 +221,8 @@ nrm_config_set_cpu_options (struct nrm_config *c, const char *list, nrm_error_t 
   for (char *tok = strtok_r (copy, ",", &save); tok; tok = strtok_r (NULL, ",", &save))
     if (nrm_cpu_option_parse (tok, &opts, err) < 0)
       return -1;
+  if (nrm_cpu_options_check (opts, err) < 0)
+    return -1;
   c->cpu_options = opts;
   return 0;
 }
@@ -387,6 +389,8 @@ load_root (struct nrm_config *c, json_t *root, nrm_error_t *err)
               if (nrm_cpu_option_parse (json_string_value (o), &c->cpu_options, err) < 0)
                 return nrm_error_wrap (err, "key `cpu.options`");
             }
+            if (nrm_cpu_options_check (c->cpu_options, err) < 0)
+              return nrm_error_wrap (err, "key `cpu.options`");
           }
         if (mode)
           {
@@ -516,6 +520,14 @@ nrm_config_finish (struct nrm_config *c, nrm_error_t *err)
   for (size_t i = 0; i < sizeof (defaults) / sizeof (defaults[0]); i++)
     if (*defaults[i].field == NULL && nrm_config_set_string (defaults[i].field, defaults[i].dflt, err) < 0)
       return -1;
+  const struct
+  {
+    const char *name, *value;
+  } dirs[] = { { "kubelet directory", c->kubelet_dir }, { "CDI directory", c->cdi_dir },
+               { "state directory", c->state_dir },     { "claims directory", c->claims_dir } };
+  for (size_t i = 0; i < sizeof (dirs) / sizeof (dirs[0]); i++)
+    if (dirs[i].value && dirs[i].value[0] != '/')
+      return nrm_error_set (err, EINVAL, "the %s `%s` must be an absolute path", dirs[i].name, dirs[i].value);
   if (c->hook_path == NULL)
     {
       /* The CDI hook runs this very executable. */

@@ -49,6 +49,11 @@ static const char usage_text[]
       "                             NODE:memory=AMOUNT[,hugepages-SIZE=AMOUNT]; repeatable\n"
       "      --cpu-mode MODE        numa (default): one consumable CPU device per NUMA node;\n"
       "                             partitioned: exclusive node, L3-group and core devices\n"
+      "      --cpu-options LIST     node-wide CPU placement options, the kubelet's names:\n"
+      "                             full-pcpus-only, distribute-cpus-across-numa,\n"
+      "                             align-by-socket, distribute-cpus-across-cores,\n"
+      "                             strict-cpu-reservation, prefer-align-cpus-by-uncorecache\n"
+      "                             (a claim's CPUConfig replaces them)\n"
       "      --feature-gates LIST   API server gates the slices may use, e.g.\n"
       "                             DRAListTypeAttributes=true,DRANodeAllocatableResources=true\n"
       "      --fsroot DIR           prefix of /sys for the files nrm reads itself ($NRM_FSROOT)\n"
@@ -62,11 +67,7 @@ static const char usage_text[]
       "      --cdi-dir DIR          where CDI specs are written (/var/run/cdi)\n"
       "      --state-dir DIR        checkpoints and locks (/var/lib/nrm)\n"
       "      --claims-dir DIR       read ResourceClaims from the *.json files in DIR\n"
-      "      --cpu-options LIST     node-wide CPU placement options, the kubelet's names:\n"
-      "                             full-pcpus-only, distribute-cpus-across-numa,\n"
-      "                             align-by-socket, distribute-cpus-across-cores,\n"
-      "                             strict-cpu-reservation, prefer-align-cpus-by-uncorecache\n"
-      "                             (a claim's CPUConfig replaces them)\n"
+
       "      --min-shared-cpus N    allocatable CPUs that always stay shared (1)\n"
       "      --reconcile-interval S seconds between passes that keep every container on the\n"
       "                             shared pool or its claim's CPUs (5; 0 turns it off)\n"
@@ -172,9 +173,11 @@ parse_options (struct cli *cli, const char *cmd, int argc, char **argv, nrm_erro
 
   optind = 1;
   bool memory_flag = false;
-  while ((c = getopt_long (argc, argv, "+c:t:h", long_options, NULL)) != -1)
+  int li = -1;
+  while ((c = getopt_long (argc, argv, "+c:t:h", long_options, &li)) != -1)
     {
       int r = 0;
+      const char *flag = li >= 0 ? long_options[li].name : "?";
       switch (c)
         {
         case 't':
@@ -216,7 +219,7 @@ parse_options (struct cli *cli, const char *cmd, int argc, char **argv, nrm_erro
         case OPT_LOG_LEVEL:
         case OPT_LOG_FORMAT:
           if (strcmp (cmd, "plugin") != 0 && !(strcmp (cmd, "hook") == 0 && c == OPT_STATE_DIR))
-            return nrm_error_set (err, EINVAL, "%s: `%s` is an option of `nrm plugin`", cmd, argv[optind - 1]);
+            return nrm_error_set (err, EINVAL, "%s: `--%s` is an option of `nrm plugin`", cmd, flag);
           {
             char **field[] = { &cli->cfg.kubelet_dir, &cli->cfg.cdi_dir,      &cli->cfg.state_dir, &cli->cfg.claims_dir,
                                &cli->cfg.instance_uid, &cli->cfg.log_level, &cli->cfg.log_format };
@@ -229,8 +232,8 @@ parse_options (struct cli *cli, const char *cmd, int argc, char **argv, nrm_erro
             char *end = NULL;
             long v = strtol (optarg, &end, 10);
             if (*optarg == '\0' || *end || v < 0 || v > 86400)
-              return nrm_error_set (err, EINVAL, "%s: `%s` needs a number from 0 to 86400, not `%s`", cmd,
-                                    argv[optind - 1], optarg);
+              return nrm_error_set (err, EINVAL, "%s: `--%s` needs a number from 0 to 86400, not `%s`", cmd, flag,
+                                    optarg);
             if (c == OPT_MIN_SHARED)
               cli->cfg.min_shared_cpus = v;
             else
@@ -250,6 +253,7 @@ parse_options (struct cli *cli, const char *cmd, int argc, char **argv, nrm_erro
         }
       if (r < 0)
         return -1;
+      li = -1;
     }
   return nrm_config_finish (&cli->cfg, err);
 }

@@ -64,8 +64,8 @@ spawn_plugin (const char *extra)
       dup2 (fd, 1);
       const char *args[32] = { nrm, "plugin", "--topology", topo, "--node-name", NODE, "--kubelet-dir", kubelet_dir,
                                "--cdi-dir", cdi_dir, "--state-dir", state_dir, "--claims-dir", claims_dir,
-                               "--reserved-cpus", "0" };
-      int n = 16;
+                               "--reserved-cpus", "0", "--isolated-cpus", "23" };
+      int n = 18;
       if (fsroot[0])
         {
           args[n++] = "--fsroot";
@@ -427,6 +427,28 @@ test_prepare_mixed (void **state)
   hwloc_bitmap_t again = cdi_cpus (uids[0]);
   assert_true (hwloc_bitmap_isequal (cpus, again));
 
+  /* Still the same answer once the claim is gone from its source. */
+  char gone[600];
+  snprintf (gone, sizeof (gone), "%s/good.json", claims_dir);
+  assert_int_equal (unlink (gone), 0);
+  resp = prepare (cpu_ch, PREPARE, names, uids, 1);
+  assert_string_equal (entry (resp, uids[0])->error, "");
+  k8s__io__kubelet__pkg__apis__dra__v1__node_prepare_resources_response__free_unpacked (resp, NULL);
+
+  /* Isolated CPUs come from the isolated device only, never from numa1. */
+  assert_false (hwloc_bitmap_isset (cpus, 23));
+  const char *in[] = { "iso" }, *iu[] = { "00000000-0000-4000-8000-0000000000e1" };
+  claim_cpus ("iso", iu[0], "numa1-isolated", 1);
+  resp = prepare (cpu_ch, PREPARE, in, iu, 1);
+  assert_string_equal (entry (resp, iu[0])->error, "");
+  k8s__io__kubelet__pkg__apis__dra__v1__node_prepare_resources_response__free_unpacked (resp, NULL);
+  hwloc_bitmap_t iso = cdi_cpus (iu[0]);
+  assert_non_null (iso);
+  assert_int_equal (hwloc_bitmap_first (iso), 23);
+  assert_int_equal (hwloc_bitmap_weight (iso), 1);
+  hwloc_bitmap_free (iso);
+  unprepare (cpu_ch, iu, 1);
+
   /* Unprepare: the spec goes; unknown and repeated unprepares succeed. */
   const char *un[] = { uids[0], "00000000-0000-4000-8000-00000000dead" };
   unprepare (cpu_ch, un, 2);
@@ -453,7 +475,7 @@ test_opaque_config (void **state)
       NULL },
     { "odd", "00000000-0000-4000-8000-0000000000d2", 3,
       "{\"apiVersion\":\"cpu.nrm.io/v1alpha1\",\"kind\":\"CPUConfig\",\"options\":[\"full-pcpus-only\"]}",
-      "as whole cores" },
+      "whole" },
     { "badopt", "00000000-0000-4000-8000-0000000000d3", 1,
       "{\"apiVersion\":\"cpu.nrm.io/v1alpha1\",\"kind\":\"CPUConfig\",\"options\":[\"turbo\"]}",
       "unknown CPU option `turbo`" },
@@ -535,7 +557,7 @@ test_health (void **state)
   assert_int_equal (kc_stream_read (s, 5000, &data, &dlen), 1);
   V1alpha1__NodeWatchResourcesResponse *r = v1alpha1__node_watch_resources_response__unpack (NULL, dlen, data);
   assert_non_null (r);
-  assert_int_equal (r->n_devices, 2); /* numa0 and numa1 */
+  assert_int_equal (r->n_devices, 3); /* numa0, numa1 and numa1-isolated */
   for (size_t i = 0; i < r->n_devices; i++)
     {
       assert_int_equal (r->devices[i]->health, V1ALPHA1__HEALTH_STATUS__HEALTHY);
@@ -575,10 +597,10 @@ test_health_offline (void **state)
   assert_int_equal (kc_stream_read (s, 5000, &data, &dlen), 1);
   V1alpha1__NodeWatchResourcesResponse *r = v1alpha1__node_watch_resources_response__unpack (NULL, dlen, data);
   assert_non_null (r);
-  assert_int_equal (r->n_devices, 2);
+  assert_int_equal (r->n_devices, 3);
   for (size_t i = 0; i < r->n_devices; i++)
     {
-      if (strcmp (r->devices[i]->device->device_name, "numa1") == 0)
+      if (strcmp (r->devices[i]->device->device_name, "numa1-isolated") == 0)
         {
           assert_int_equal (r->devices[i]->health, V1ALPHA1__HEALTH_STATUS__UNHEALTHY);
           assert_string_equal (r->devices[i]->message, "CPUs 23 went offline");
@@ -806,7 +828,7 @@ test_rolling_update (void **state)
   grpc_channel *tch = kc_connect (twin_sock);
 
   const char *names[] = { "rolling" }, *uids[] = { "00000000-0000-4000-8000-0000000000c1" };
-  claim_cpus ("rolling", uids[0], "numa1", 6);
+  claim_cpus ("rolling", uids[0], "numa1", 5);
   PrepareResponse *resp = prepare (tch, PREPARE, names, uids, 1);
   assert_string_equal (entry (resp, uids[0])->error, "");
   k8s__io__kubelet__pkg__apis__dra__v1__node_prepare_resources_response__free_unpacked (resp, NULL);
@@ -817,7 +839,7 @@ test_rolling_update (void **state)
   assert_string_equal (entry (resp, uids[0])->error, "");
   k8s__io__kubelet__pkg__apis__dra__v1__node_prepare_resources_response__free_unpacked (resp, NULL);
   const char *n2[] = { "rolling2" }, *u2[] = { "00000000-0000-4000-8000-0000000000c2" };
-  claim_cpus ("rolling2", u2[0], "numa1", 6);
+  claim_cpus ("rolling2", u2[0], "numa1", 5);
   resp = prepare (cpu_ch, PREPARE, n2, u2, 1);
   assert_string_equal (entry (resp, u2[0])->error, "");
   k8s__io__kubelet__pkg__apis__dra__v1__node_prepare_resources_response__free_unpacked (resp, NULL);
