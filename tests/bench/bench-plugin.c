@@ -23,8 +23,8 @@
 #define NODE "bench-node"
 #define ROUNDS 400
 
-static char root[64] = "/tmp/nrm-bench-XXXXXX";
-static char kubelet[128], claims[128], cpu_sock[256], mem_sock[256], cpu_reg[256];
+static char root[96];
+static char kubelet[128], claims[128], cpu_sock[320], mem_sock[320], cpu_reg[320];
 
 static double
 now_us (void)
@@ -166,6 +166,8 @@ main (int argc, char **argv)
       fprintf (stderr, "usage: bench-plugin NRM TOPOLOGY.xml\n");
       return 2;
     }
+  /* NRM_BENCH_DIR puts the state (and its fsyncs) on another file system. */
+  snprintf (root, sizeof (root), "%s/nrm-bench-XXXXXX", getenv ("NRM_BENCH_DIR") ? getenv ("NRM_BENCH_DIR") : "/tmp");
   if (mkdtemp (root) == NULL)
     return 1;
   snprintf (kubelet, sizeof (kubelet), "%s/kubelet", root);
@@ -173,7 +175,7 @@ main (int argc, char **argv)
   mkdir (claims, 0700);
   for (int i = 0; i < 8; i++)
     {
-      char path[256];
+      char path[320];
       snprintf (path, sizeof (path), "%s/bench_claim%d.json", claims, i);
       FILE *f = fopen (path, "w");
       fprintf (f,
@@ -193,7 +195,7 @@ main (int argc, char **argv)
   pid_t pid = fork ();
   if (pid == 0)
     {
-      char cdi[128], state[128];
+      char cdi[160], state[160];
       snprintf (cdi, sizeof (cdi), "%s/cdi", root);
       snprintf (state, sizeof (state), "%s/state", root);
       int null = open ("/dev/null", O_WRONLY);
@@ -229,8 +231,9 @@ main (int argc, char **argv)
   prepare_round (8, &p50_8, &p99_8, &e8);
   long rss = status_kib (pid, "VmRSS:"), hwm = status_kib (pid, "VmHWM:");
 
-  printf ("plugin (2 drivers, claim of 2 CPUs + 256Mi memory, %d prepares per run, each one call per driver)\n",
-          ROUNDS);
+  printf ("plugin (2 drivers, claim of 2 CPUs + 256Mi memory, %d prepares per run, each one call per driver, "
+          "state in %s)\n",
+          ROUNDS, root);
   printf ("  GetInfo round trip           p50 %7.3f ms  p99 %7.3f ms\n", ip50 / 1e3, ip99 / 1e3);
   printf ("  prepare, 1 client            p50 %7.3f ms  p99 %7.3f ms  errors %d\n", p50_1 / 1e3, p99_1 / 1e3, e1);
   printf ("  prepare, 8 clients           p50 %7.3f ms  p99 %7.3f ms  errors %d\n", p50_8 / 1e3, p99_8 / 1e3, e8);
@@ -241,7 +244,7 @@ main (int argc, char **argv)
   kill (pid, SIGTERM);
   waitpid (pid, NULL, 0);
   grpc_shutdown ();
-  char cmd[128];
+  char cmd[160];
   snprintf (cmd, sizeof (cmd), "rm -rf '%s'", root);
   if (system (cmd) != 0)
     return 1;
