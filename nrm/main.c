@@ -7,12 +7,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/eventfd.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "cpuset/commit.h"
+#include "cpuset/watch.h"
 #include "cpuset/placement.h"
 #include "driver/devices.h"
 #include "driver/nodedrv.h"
@@ -349,9 +352,8 @@ struct reconciler
   struct nrm_topology *t;
   struct nrm_node_driver *cpu;
   struct nrm_cgroupfs *fs;
-  pthread_mutex_t lock;
-  pthread_cond_t cond;
-  bool stop, kick;
+  int wake; /* eventfd: a claim changed, or stop */
+  bool stop;
   pthread_t thread;
 };
 
@@ -359,10 +361,9 @@ static void
 reconcile_kick (void *arg)
 {
   struct reconciler *r = arg;
-  pthread_mutex_lock (&r->lock);
-  r->kick = true;
-  pthread_cond_signal (&r->cond);
-  pthread_mutex_unlock (&r->lock);
+  uint64_t one = 1;
+  if (write (r->wake, &one, sizeof (one)) < 0)
+    nrm_log (NULL, NRM_LOG_DEBUG, "shared pool: cannot wake the reconciler: %s", strerror (errno));
 }
 
 static void
@@ -392,25 +393,35 @@ reconcile_pass (struct reconciler *r)
              st.exclusive, st.forgotten);
 }
 
+/* A pass at start, then whenever a claim changes, a pod cgroup appears
+ * (inotify) or the interval has passed (drift written by others). */
 static void *
 reconcile_thread (void *arg)
 {
   struct reconciler *r = arg;
-  pthread_mutex_lock (&r->lock);
-  while (!r->stop)
+  struct nrm_kubepods_watch *w = NULL;
+  nrm_error_t err = NULL;
+  if (nrm_kubepods_watch_open (r->fs, &w, &err) < 0)
     {
-      r->kick = false;
-      pthread_mutex_unlock (&r->lock);
-      reconcile_pass (r);
-      pthread_mutex_lock (&r->lock);
-      struct timespec until;
-      clock_gettime (CLOCK_REALTIME, &until);
-      until.tv_sec += r->cfg->reconcile_interval;
-      while (!r->stop && !r->kick)
-        if (pthread_cond_timedwait (&r->cond, &r->lock, &until) == ETIMEDOUT)
-          break;
+      nrm_log (NULL, NRM_LOG_WARNING, "shared pool: %s; new containers wait for the periodic pass",
+               nrm_error_msg (err));
+      nrm_error_release (&err);
     }
-  pthread_mutex_unlock (&r->lock);
+  while (!__atomic_load_n (&r->stop, __ATOMIC_SEQ_CST))
+    {
+      reconcile_pass (r);
+      struct pollfd fds[2] = { { r->wake, POLLIN, 0 }, { w ? nrm_kubepods_watch_fd (w) : -1, POLLIN, 0 } };
+      int n = poll (fds, 2, (int) r->cfg->reconcile_interval * 1000);
+      if (n > 0 && (fds[0].revents & POLLIN))
+        {
+          uint64_t v;
+          if (read (r->wake, &v, sizeof (v)) < 0)
+            continue;
+        }
+      if (n > 0 && w && (fds[1].revents & POLLIN))
+        nrm_kubepods_watch_drain (w);
+    }
+  nrm_kubepods_watch_close (w);
   return NULL;
 }
 
@@ -460,7 +471,7 @@ cmd_plugin (struct cli *cli, nrm_error_t *err)
   struct nrm_topology *t = NULL;
   struct nrm_node_driver *drv[2] = { NULL, NULL };
   struct nrm_plugin *plugins[2] = { NULL, NULL };
-  struct reconciler rec = { .cfg = c };
+  struct reconciler rec = { .cfg = c, .wake = eventfd (0, EFD_CLOEXEC | EFD_NONBLOCK) };
   cleanup_json json_t *hook = NULL;
   enum nrm_log_level level = NRM_LOG_INFO;
   sigset_t set;
@@ -479,8 +490,6 @@ cmd_plugin (struct cli *cli, nrm_error_t *err)
 
   if (load_machine (cli, &t, err) < 0)
     return -1;
-  pthread_mutex_init (&rec.lock, NULL);
-  pthread_cond_init (&rec.cond, NULL);
   if (c->hook_path[0])
     hook = json_pack ("{s:s, s:s, s:[s, s, s, s, s, s]}", "hookName", "createRuntime", "path", c->hook_path, "args",
                       "nrm", "hook", "--fsroot", c->fsroot, "--state-dir", c->state_dir);
@@ -547,10 +556,8 @@ cmd_plugin (struct cli *cli, nrm_error_t *err)
 out:
   if (rec.fs)
     {
-      pthread_mutex_lock (&rec.lock);
-      rec.stop = true;
-      pthread_cond_signal (&rec.cond);
-      pthread_mutex_unlock (&rec.lock);
+      __atomic_store_n (&rec.stop, true, __ATOMIC_SEQ_CST);
+      reconcile_kick (&rec);
       pthread_join (rec.thread, NULL);
       nrm_cgroupfs_close (rec.fs);
     }
@@ -559,8 +566,8 @@ out:
       nrm_plugin_stop (plugins[i]);
       nrm_node_driver_free (drv[i]);
     }
-  pthread_mutex_destroy (&rec.lock);
-  pthread_cond_destroy (&rec.cond);
+  if (rec.wake >= 0)
+    close (rec.wake);
   nrm_topology_free (t);
   return r;
 }

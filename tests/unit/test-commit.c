@@ -21,6 +21,7 @@
 #include "cpuset/cgroup.h"
 #include "cpuset/commit.h"
 #include "cpuset/kubepods.h"
+#include "cpuset/watch.h"
 #include "nrm/cleanup.h"
 
 static char root[128], state_dir[256];
@@ -284,6 +285,33 @@ test_reconcile (void **state)
   nrm_cgroupfs_close (fs);
 }
 
+/* A new pod and container cgroup wake the reconciler through inotify. */
+static void
+test_watch (void **state)
+{
+  (void) state;
+  nrm_error_t err = NULL;
+  struct nrm_cgroupfs *fs = NULL;
+  struct nrm_kubepods_watch *w = NULL;
+  assert_int_equal (nrm_cgroupfs_open (root, &fs, &err), 0);
+  assert_int_equal (nrm_kubepods_watch_open (fs, &w, &err), 0);
+  assert_int_equal (nrm_kubepods_watch_drain (w), 0);
+  char path[512];
+  snprintf (path, sizeof (path), "%s/sys/fs/cgroup/kubepods/besteffort/pod99", root);
+  assert_int_equal (mkdir (path, 0755), 0);
+  assert_true (nrm_kubepods_watch_drain (w) >= 1);
+  /* The new pod directory is watched in turn: its container shows too. */
+  snprintf (path, sizeof (path), "%s/sys/fs/cgroup/kubepods/besteffort/pod99/c9", root);
+  assert_int_equal (mkdir (path, 0755), 0);
+  assert_true (nrm_kubepods_watch_drain (w) >= 1);
+  /* Elsewhere: no wake-up. */
+  snprintf (path, sizeof (path), "%s/sys/fs/cgroup/system.slice", root);
+  assert_int_equal (mkdir (path, 0755), 0);
+  assert_int_equal (nrm_kubepods_watch_drain (w), 0);
+  nrm_kubepods_watch_close (w);
+  nrm_cgroupfs_close (fs);
+}
+
 int
 main (void)
 {
@@ -292,6 +320,7 @@ main (void)
     cmocka_unit_test (test_hook),
     cmocka_unit_test (test_hook_errors),
     cmocka_unit_test (test_reconcile),
+    cmocka_unit_test (test_watch),
   };
   return cmocka_run_group_tests_name ("commit", tests, setup, teardown);
 }
