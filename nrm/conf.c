@@ -530,12 +530,17 @@ nrm_config_finish (struct nrm_config *c, nrm_error_t *err)
       return nrm_error_set (err, EINVAL, "the %s `%s` must be an absolute path", dirs[i].name, dirs[i].value);
   if (c->hook_path == NULL)
     {
-      /* The CDI hook runs this very executable. */
+      /* The CDI hook runs nrm-hook from beside this executable. */
       char self[4096];
       ssize_t n = readlink ("/proc/self/exe", self, sizeof (self) - 1);
       self[n > 0 ? n : 0] = '\0';
-      if (nrm_config_set_string (&c->hook_path, self, err) < 0)
-        return -1;
+      char *slash = strrchr (self, '/');
+      cleanup_free char *hook = NULL;
+      if (slash)
+        *slash = '\0';
+      if (asprintf (&hook, "%s/nrm-hook", slash ? self : "/usr/local/bin") < 0
+          || nrm_config_set_string (&c->hook_path, hook, err) < 0)
+        return nrm_error_set (err, ENOMEM, "out of memory");
     }
   if (c->hook_path[0] != '\0' && c->hook_path[0] != '/')
     return nrm_error_set (err, EINVAL, "hook path `%s` must be absolute (or empty for no hook)", c->hook_path);

@@ -74,8 +74,8 @@ static const char usage_text[]
       "      --min-shared-cpus N    allocatable CPUs that always stay shared (1)\n"
       "      --reconcile-interval S seconds between passes that keep every container on the\n"
       "                             shared pool or its claim's CPUs (5; 0 turns it off)\n"
-      "      --hook-path PATH       nrm executable the CDI specs' hook runs (this one; \"\" for\n"
-      "                             no hook)\n"
+      "      --hook-path PATH       the nrm-hook executable the CDI specs' hook runs (the one\n"
+      "                             beside this nrm; \"\" for no hook)\n"
       "      --instance-uid UID     rolling-update mode: UID in the socket names, so two\n"
       "                             instances can serve side by side\n"
       "      --log-level LEVEL      error, warning, info (default) or debug\n"
@@ -491,8 +491,8 @@ cmd_plugin (struct cli *cli, nrm_error_t *err)
   if (load_machine (cli, &t, err) < 0)
     return -1;
   if (c->hook_path[0])
-    hook = json_pack ("{s:s, s:s, s:[s, s, s, s, s, s]}", "hookName", "createRuntime", "path", c->hook_path, "args",
-                      "nrm", "hook", "--fsroot", c->fsroot, "--state-dir", c->state_dir);
+    hook = json_pack ("{s:s, s:s, s:[s, s, s, s, s]}", "hookName", "createRuntime", "path", c->hook_path, "args",
+                      "nrm-hook", "--fsroot", c->fsroot, "--state-dir", c->state_dir);
   for (int i = 0; i < 2; i++)
     {
       struct nrm_plugin_config pc = {

@@ -298,9 +298,15 @@ cdi_cpus (const char *uid)
     return NULL;
   assert_string_equal (json_string_value (json_object_get (spec, "cdiVersion")), "0.5.0");
   assert_string_equal (json_string_value (json_object_get (spec, "kind")), CPU_DRIVER "/claim");
-  json_t *env = json_object_get (json_object_get (json_array_get (json_object_get (spec, "devices"), 0),
-                                                  "containerEdits"),
-                                 "env");
+  json_t *edits = json_object_get (json_array_get (json_object_get (spec, "devices"), 0), "containerEdits");
+  json_t *env = json_object_get (edits, "env");
+  /* The hook that binds the container before its workload starts. */
+  json_t *hook = json_array_get (json_object_get (edits, "hooks"), 0);
+  assert_string_equal (json_string_value (json_object_get (hook, "hookName")), "createRuntime");
+  const char *hp = json_string_value (json_object_get (hook, "path"));
+  assert_non_null (hp);
+  assert_true (hp[0] == '/' && strstr (hp, "/nrm-hook") != NULL);
+  assert_string_equal (json_string_value (json_array_get (json_object_get (hook, "args"), 0)), "nrm-hook");
   hwloc_bitmap_t set = NULL;
   for (size_t i = 0; i < json_array_size (env); i++)
     {

@@ -1,0 +1,70 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* nrm-hook: the OCI createRuntime hook on its own, without the libraries
+ * the daemon needs (gRPC alone costs several milliseconds to load), since
+ * it runs before every container with an nrm claim starts. */
+#include "config.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpuset/commit.h"
+#include "nrm/cleanup.h"
+
+static const char usage[] = "Usage: nrm-hook [--fsroot DIR] [--state-dir DIR] < OCI-STATE\n"
+                            "\n"
+                            "Binds a new container to the CPUs and memory nodes of its nrm claims, from the\n"
+                            "NRM_CPUS / NRM_MEMS / NRM_CPU_NODES variables in its bundle's config.json.\n"
+                            "The runtime runs it as a createRuntime hook from the claim's CDI spec.\n"
+                            "\n"
+                            "  --fsroot DIR      prefix of /proc and /sys/fs/cgroup (default /)\n"
+                            "  --state-dir DIR   where containers are recorded for the reconciler (/var/lib/nrm)\n";
+
+int
+main (int argc, char **argv)
+{
+  static const struct option opts[] = { { "fsroot", required_argument, NULL, 'f' },
+                                        { "state-dir", required_argument, NULL, 's' },
+                                        { "help", no_argument, NULL, 'h' },
+                                        { NULL, 0, NULL, 0 } };
+  const char *fsroot = "/", *state_dir = "/var/lib/nrm";
+  int c;
+  while ((c = getopt_long (argc, argv, "h", opts, NULL)) != -1)
+    switch (c)
+      {
+      case 'f':
+        fsroot = optarg;
+        break;
+      case 's':
+        state_dir = optarg;
+        break;
+      case 'h':
+        fputs (usage, stdout);
+        return 0;
+      default:
+        fputs (usage, stderr);
+        return 2;
+      }
+  if (state_dir[0] != '/' || fsroot[0] != '/')
+    {
+      fprintf (stderr, "nrm-hook: --fsroot and --state-dir must be absolute paths\n");
+      return 2;
+    }
+  cleanup_free char *buf = malloc (1 << 20);
+  size_t len = buf ? fread (buf, 1, (1 << 20) - 1, stdin) : 0;
+  if (buf == NULL || !feof (stdin))
+    {
+      fprintf (stderr, "nrm-hook: the OCI state on stdin is missing or too large\n");
+      return 1;
+    }
+  nrm_error_t err = NULL;
+  if (nrm_hook_run (fsroot, buf, len, state_dir, NULL, &err) < 0)
+    {
+      fprintf (stderr, "nrm-hook: %s\n", nrm_error_msg (err));
+      nrm_error_release (&err);
+      return 1;
+    }
+  return 0;
+}
