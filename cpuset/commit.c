@@ -32,6 +32,12 @@ id_valid (const char *id)
   return id[0] != '.';
 }
 
+static bool
+digits_only (const char *s)
+{
+  return s && *s && strspn (s, "0123456789") == strlen (s) && strlen (s) <= 20;
+}
+
 static char *
 record_path (const char *state_dir, const char *id)
 {
@@ -84,7 +90,9 @@ nrm_hook_run (const char *fsroot, const char *state, size_t len, const char *sta
   if (cfg == NULL)
     return nrm_error_set (err, EINVAL, "container %s: `%s` is not JSON: %s", id, cfg_path, jerr.text);
 
-  const char *cpus_env = NULL, *mems_env = NULL, *nodes_env = NULL;
+  const char *cpus_env = NULL, *mems_env = NULL, *nodes_env = NULL, *mem_max = NULL, *mem_min = NULL;
+  struct nrm_binding b = { 0 };
+  char hsizes[2][12];
   size_t i;
   json_t *e;
   json_array_foreach (json_object_get (json_object_get (cfg, "process"), "env"), i, e)
@@ -98,7 +106,25 @@ nrm_hook_run (const char *fsroot, const char *state, size_t len, const char *sta
       mems_env = kv + 9;
     else if (strncmp (kv, "NRM_CPU_NODES=", 14) == 0)
       nodes_env = kv + 14;
+    else if (strncmp (kv, "NRM_MEMORY_MAX=", 15) == 0)
+      mem_max = kv + 15;
+    else if (strncmp (kv, "NRM_MEMORY_MIN=", 15) == 0)
+      mem_min = kv + 15;
+    else if (strncmp (kv, "NRM_HUGETLB_", 12) == 0 && b.n_hugetlb < 2)
+      {
+        /* NRM_HUGETLB_<size>=<bytes>, the size as the kernel names it. */
+        const char *eq = strchr (kv, '=');
+        size_t sl = eq ? (size_t) (eq - kv - 12) : 0;
+        if (sl == 0 || sl > 8 || strspn (kv + 12, "0123456789KMGB") != sl || !digits_only (eq + 1))
+          return nrm_error_set (err, EINVAL, "container %s: malformed `%.40s`", id, kv);
+        snprintf (hsizes[b.n_hugetlb], sizeof (hsizes[0]), "%.*s", (int) sl, kv + 12);
+        b.hugetlb[b.n_hugetlb].size = hsizes[b.n_hugetlb];
+        b.hugetlb[b.n_hugetlb].max = eq + 1;
+        b.n_hugetlb++;
+      }
   }
+  if ((mem_max && !digits_only (mem_max)) || (mem_min && !digits_only (mem_min)))
+    return nrm_error_set (err, EINVAL, "container %s: NRM_MEMORY_MAX and NRM_MEMORY_MIN must be byte counts", id);
   cleanup_free char *cpus = NULL, *mems = NULL;
   if (cpus_env && list_value ("NRM_CPUS", cpus_env, &cpus, err) < 0)
     return nrm_error_wrap (err, "container %s", id);
@@ -106,7 +132,7 @@ nrm_hook_run (const char *fsroot, const char *state, size_t len, const char *sta
                                              &mems, err)
                                      < 0)
     return nrm_error_wrap (err, "container %s", id);
-  if (cpus == NULL && mems == NULL)
+  if (cpus == NULL && mems == NULL && mem_max == NULL && mem_min == NULL && b.n_hugetlb == 0)
     {
       if (ret_summary)
         *ret_summary = strdup ("no nrm binding in the container's environment; nothing to do");
@@ -119,7 +145,10 @@ nrm_hook_run (const char *fsroot, const char *state, size_t len, const char *sta
   struct nrm_cgroupfs *fs = NULL;
   if (nrm_cgroupfs_open (fsroot, &fs, err) < 0)
     return nrm_error_wrap (err, "container %s", id);
-  struct nrm_binding b = { .cpus = cpus, .mems = mems };
+  b.cpus = cpus;
+  b.mems = mems;
+  b.memory_max = mem_max;
+  b.memory_min = mem_min;
   int r = nrm_cgroup_apply (fs, cgroup, &b, err);
   nrm_cgroupfs_close (fs);
   if (r < 0)

@@ -400,12 +400,57 @@ device_capacity (json_t *dev, const char **key, nrm_quantity_t *cap)
   return r;
 }
 
+/* Opaque MemoryConfig: whether the claimed ordinary memory also becomes
+ * the container's memory.max (limit) and memory.min (guarantee). */
 static int
-mem_prepare (struct nrm_node_driver *d, const char *uid, const struct nrm_alloc_result *r, size_t n,
+memory_settings (json_t *config, bool *limit, bool *guarantee, nrm_error_t *err)
+{
+  size_t i;
+  json_t *entry;
+  *limit = *guarantee = false;
+  json_array_foreach (config, i, entry)
+  {
+    json_t *params = json_object_get (json_object_get (entry, "opaque"), "parameters");
+    const char *key;
+    json_t *v;
+    const char *api = json_string_value (json_object_get (params, "apiVersion"));
+    const char *kind = json_string_value (json_object_get (params, "kind"));
+    if (!json_is_object (params) || api == NULL || strcmp (api, "memory.nrm.io/v1alpha1") != 0 || kind == NULL
+        || strcmp (kind, "MemoryConfig") != 0)
+      return nrm_error_set (err, EINVAL,
+                            "opaque configuration %zu: expected apiVersion memory.nrm.io/v1alpha1, kind MemoryConfig", i);
+    json_object_foreach (params, key, v)
+    {
+      if (strcmp (key, "apiVersion") == 0 || strcmp (key, "kind") == 0)
+        continue;
+      if (strcmp (key, "limit") && strcmp (key, "guarantee"))
+        return nrm_error_set (err, EINVAL, "opaque configuration %zu: unknown field `%s`", i, key);
+      if (!json_is_boolean (v))
+        return nrm_error_set (err, EINVAL, "opaque configuration %zu: `%s` must be a boolean", i, key);
+      *(strcmp (key, "limit") == 0 ? limit : guarantee) = json_is_true (v);
+    }
+  }
+  return 0;
+}
+
+/* The kernel's name of a huge page size in hugetlb files: 2MB, 1GB, 64KB. */
+static void
+hugetlb_name (const char *page_size, char *buf, size_t len)
+{
+  snprintf (buf, len, "%.*sB", (int) strcspn (page_size, "i"), page_size);
+}
+
+static int
+mem_prepare (struct nrm_node_driver *d, const char *uid, const struct nrm_alloc_result *r, size_t n, json_t *config,
              struct nrm_prepared *out, nrm_error_t *err)
 {
   cleanup_json json_t *add = json_object ();
+  cleanup_json json_t *hugetlb = json_object (); /* kernel size name -> bytes */
   cleanup_bitmap hwloc_bitmap_t nodes = hwloc_bitmap_alloc ();
+  json_int_t ordinary = 0;
+  bool limit, guarantee;
+  if (memory_settings (config, &limit, &guarantee, err) < 0)
+    return -1;
   for (size_t i = 0; i < n; i++)
     {
       json_t *dev = json_object_get (d->devices, r[i].device);
@@ -439,6 +484,17 @@ mem_prepare (struct nrm_node_driver *d, const char *uid, const struct nrm_alloc_
       json_int_t node = json_integer_value (
           json_object_get (json_object_get (json_object_get (dev, "attributes"), "numaNode"), "int"));
       hwloc_bitmap_set (nodes, (unsigned) node);
+      if (strcmp (key, "hugepages") == 0)
+        {
+          char kname[16];
+          const char *ps = json_string_value (
+              json_object_get (json_object_get (json_object_get (dev, "attributes"), "pageSize"), "string"));
+          hugetlb_name (ps ? ps : "?", kname, sizeof (kname));
+          json_object_set_new (hugetlb, kname,
+                               json_integer (json_integer_value (json_object_get (hugetlb, kname)) + bytes));
+        }
+      else
+        ordinary += bytes;
     }
   const char *name;
   json_t *v;
@@ -456,6 +512,21 @@ mem_prepare (struct nrm_node_driver *d, const char *uid, const struct nrm_alloc_
   out->state = json_pack ("{s:O, s:s}", "devices", add, "mems", mems);
   out->env = json_array ();
   env_var (out->env, "NRM_MEMS", uid, mems);
+  /* Limits the hook writes: huge pages always (a claim is what the
+   * container may use), ordinary memory when the claim asks for it. */
+  char num[32];
+  snprintf (num, sizeof (num), "%" JSON_INTEGER_FORMAT, ordinary);
+  if (limit && ordinary > 0)
+    env_var (out->env, "NRM_MEMORY_MAX", uid, num);
+  if (guarantee && ordinary > 0)
+    env_var (out->env, "NRM_MEMORY_MIN", uid, num);
+  json_object_foreach (hugetlb, name, v)
+  {
+    char var[48];
+    snprintf (var, sizeof (var), "NRM_HUGETLB_%s", name);
+    snprintf (num, sizeof (num), "%" JSON_INTEGER_FORMAT, json_integer_value (v));
+    env_var (out->env, var, uid, num);
+  }
   return 0;
 }
 
@@ -489,7 +560,7 @@ nd_prepare (void *self, const char *uid, const struct nrm_alloc_result *r, size_
   struct nrm_node_driver *d = self;
   if (find_claim (d, uid))
     return nrm_error_set (err, EEXIST, "claim %s is already prepared", uid);
-  return d->cpu ? cpu_prepare (d, uid, r, n, config, out, err) : mem_prepare (d, uid, r, n, out, err);
+  return d->cpu ? cpu_prepare (d, uid, r, n, config, out, err) : mem_prepare (d, uid, r, n, config, out, err);
 }
 
 static int

@@ -528,9 +528,12 @@ static void
 test_memory_and_beta (void **state)
 {
   (void) state;
+  /* A claim that also asks for its memory as the container's limit. */
   write_claim ("mem", "00000000-0000-4000-8000-0000000000a1",
                "[{\"request\":\"mem/big\",\"driver\":\"" MEM_DRIVER "\",\"pool\":\"" NODE "\",\"device\":\"numa0\","
-               "\"consumedCapacity\":{\"memory\":\"1Gi\"}}]");
+               "\"consumedCapacity\":{\"memory\":\"1Gi\"}}],\"config\":[{\"source\":\"FromClaim\",\"opaque\":{"
+               "\"driver\":\"" MEM_DRIVER "\",\"parameters\":{\"apiVersion\":\"memory.nrm.io/v1alpha1\","
+               "\"kind\":\"MemoryConfig\",\"limit\":true}}}]");
   const char *names[] = { "mem" };
   const char *uids[] = { "00000000-0000-4000-8000-0000000000a1" };
   PrepareResponse *resp = prepare (mem_ch, PREPARE_BETA, names, uids, 1);
@@ -545,6 +548,8 @@ test_memory_and_beta (void **state)
   assert_non_null (spec);
   char *text = json_dumps (spec, 0);
   assert_non_null (strstr (text, "NRM_MEMS=0"));
+  assert_non_null (strstr (text, "NRM_MEMORY_MAX=1073741824"));
+  assert_null (strstr (text, "NRM_MEMORY_MIN"));
   free (text);
   json_decref (spec);
   unprepare (mem_ch, uids, 1);

@@ -179,6 +179,36 @@ test_hook (void **state)
   cleanup_free char *mems2 = get ("sys/fs/cgroup/kubepods/burstable/pod33/c2/cpuset.mems");
   assert_string_equal (mems2, "1");
 
+  /* Memory limits and huge pages. */
+  const char *cg4 = "kubepods/burstable/pod44/c4";
+  container (cg4, "");
+  put ("sys/fs/cgroup/kubepods/burstable/pod44/c4/memory.max", "max");
+  put ("sys/fs/cgroup/kubepods/burstable/pod44/c4/memory.min", "0");
+  put ("sys/fs/cgroup/kubepods/burstable/pod44/c4/hugetlb.2MB.max", "max");
+  put ("sys/fs/cgroup/kubepods/burstable/pod44/c4/hugetlb.2MB.rsvd.max", "max");
+  put ("proc/4545/cgroup", "0::/kubepods/burstable/pod44/c4\n");
+  bundle ("c4", ",\"NRM_MEMS=0\",\"NRM_MEMORY_MAX=1073741824\",\"NRM_MEMORY_MIN=1073741824\","
+                "\"NRM_HUGETLB_2MB=8388608\"");
+  if (hook ("c4", 4545, NULL, &err) < 0)
+    fail_msg ("%s", nrm_error_msg (err));
+  const char *want[][2] = { { "memory.max", "1073741824" }, { "memory.min", "1073741824" },
+                            { "hugetlb.2MB.max", "8388608" }, { "hugetlb.2MB.rsvd.max", "8388608" },
+                            { "cpuset.mems", "0" } };
+  for (size_t i = 0; i < sizeof (want) / sizeof (want[0]); i++)
+    {
+      char rel[256];
+      snprintf (rel, sizeof (rel), "sys/fs/cgroup/kubepods/burstable/pod44/c4/%s", want[i][0]);
+      cleanup_free char *v = get (rel);
+      assert_string_equal (v, want[i][1]);
+    }
+  bundle ("c4", ",\"NRM_HUGETLB_2MB/../x=8\"");
+  assert_int_equal (hook ("c4", 4545, NULL, &err), -1);
+  assert_non_null (strstr (nrm_error_msg (err), "malformed"));
+  nrm_error_release (&err);
+  bundle ("c4", ",\"NRM_MEMORY_MAX=lots\"");
+  assert_int_equal (hook ("c4", 4545, NULL, &err), -1);
+  nrm_error_release (&err);
+
   /* No nrm variables: nothing is touched. */
   bundle ("c3", "");
   put ("proc/4444/cgroup", "0::/kubepods/burstable/pod33/c3\n");
