@@ -1,0 +1,109 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* A command-line kubelet stand-in for the real-kernel tests:
+ *   dra-client prepare SOCKET NAMESPACE NAME UID     prints the CDI ids
+ *   dra-client unprepare SOCKET UID
+ *   dra-client cpus-disjoint LIST LIST               exit 0 when disjoint
+ *   dra-client cpus-equal LIST LIST                  exit 0 when equal
+ *   dra-client cpus-within LIST LIST                 exit 0 when the first is in the second */
+#include "config.h"
+
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <hwloc.h>
+
+#include "proto/dra_v1.pb-c.h"
+#include "tests/plugin/kubelet.h"
+
+static int
+lists (const char *op, const char *a, const char *b)
+{
+  hwloc_bitmap_t x = hwloc_bitmap_alloc (), y = hwloc_bitmap_alloc ();
+  if (hwloc_bitmap_list_sscanf (x, a) < 0 || hwloc_bitmap_list_sscanf (y, b) < 0)
+    return 2;
+  int r;
+  if (strcmp (op, "cpus-disjoint") == 0)
+    r = !hwloc_bitmap_intersects (x, y);
+  else if (strcmp (op, "cpus-equal") == 0)
+    r = hwloc_bitmap_isequal (x, y);
+  else
+    r = hwloc_bitmap_isincluded (x, y);
+  hwloc_bitmap_free (x);
+  hwloc_bitmap_free (y);
+  return r ? 0 : 1;
+}
+
+int
+main (int argc, char **argv)
+{
+  if (argc == 4 && strncmp (argv[1], "cpus-", 5) == 0)
+    return lists (argv[1], argv[2], argv[3]);
+  bool prep = argc == 6 && strcmp (argv[1], "prepare") == 0;
+  bool unprep = argc == 4 && strcmp (argv[1], "unprepare") == 0;
+  if (!prep && !unprep)
+    {
+      fprintf (stderr, "usage: dra-client prepare SOCKET NS NAME UID | unprepare SOCKET UID | cpus-OP A B\n");
+      return 2;
+    }
+  K8s__Io__Kubelet__Pkg__Apis__Dra__V1__Claim c = K8S__IO__KUBELET__PKG__APIS__DRA__V1__CLAIM__INIT;
+  K8s__Io__Kubelet__Pkg__Apis__Dra__V1__Claim *cp = &c;
+  c.namespace_ = prep ? argv[3] : "default";
+  c.name = prep ? argv[4] : "unknown";
+  c.uid = prep ? argv[5] : argv[3];
+  uint8_t buf[4096];
+  size_t len;
+  if (prep)
+    {
+      K8s__Io__Kubelet__Pkg__Apis__Dra__V1__NodePrepareResourcesRequest r
+          = K8S__IO__KUBELET__PKG__APIS__DRA__V1__NODE_PREPARE_RESOURCES_REQUEST__INIT;
+      r.n_claims = 1;
+      r.claims = &cp;
+      len = protobuf_c_message_pack (&r.base, buf);
+    }
+  else
+    {
+      K8s__Io__Kubelet__Pkg__Apis__Dra__V1__NodeUnprepareResourcesRequest r
+          = K8S__IO__KUBELET__PKG__APIS__DRA__V1__NODE_UNPREPARE_RESOURCES_REQUEST__INIT;
+      r.n_claims = 1;
+      r.claims = &cp;
+      len = protobuf_c_message_pack (&r.base, buf);
+    }
+  grpc_init ();
+  grpc_channel *ch = kc_connect (argv[2]);
+  struct kc_reply rep;
+  int rc = 1;
+  const char *method = prep ? "/k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin/NodePrepareResources"
+                            : "/k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin/NodeUnprepareResources";
+  if (kc_unary (ch, method, buf, len, 30000, &rep) < 0 || rep.status != GRPC_STATUS_OK)
+    fprintf (stderr, "dra-client: call failed: %s\n", rep.details ? rep.details : "no answer");
+  else if (prep)
+    {
+      K8s__Io__Kubelet__Pkg__Apis__Dra__V1__NodePrepareResourcesResponse *r
+          = k8s__io__kubelet__pkg__apis__dra__v1__node_prepare_resources_response__unpack (NULL, rep.len, rep.data);
+      if (r && r->n_claims == 1 && r->claims[0]->value->error[0] == '\0')
+        {
+          for (size_t i = 0; i < r->claims[0]->value->n_devices; i++)
+            for (size_t k = 0; k < r->claims[0]->value->devices[i]->n_cdi_device_ids; k++)
+              printf ("%s\n", r->claims[0]->value->devices[i]->cdi_device_ids[k]);
+          rc = 0;
+        }
+      else
+        fprintf (stderr, "dra-client: %s\n", r && r->n_claims ? r->claims[0]->value->error : "bad reply");
+      if (r)
+        k8s__io__kubelet__pkg__apis__dra__v1__node_prepare_resources_response__free_unpacked (r, NULL);
+    }
+  else
+    {
+      K8s__Io__Kubelet__Pkg__Apis__Dra__V1__NodeUnprepareResourcesResponse *r
+          = k8s__io__kubelet__pkg__apis__dra__v1__node_unprepare_resources_response__unpack (NULL, rep.len, rep.data);
+      rc = r && r->n_claims == 1 && r->claims[0]->value->error[0] == '\0' ? 0 : 1;
+      if (r)
+        k8s__io__kubelet__pkg__apis__dra__v1__node_unprepare_resources_response__free_unpacked (r, NULL);
+    }
+  kc_reply_done (&rep);
+  kc_close (ch);
+  grpc_shutdown ();
+  return rc;
+}
