@@ -201,9 +201,9 @@ nrm_cgroup_apply (struct nrm_cgroupfs *fs, const char *cgroup, const struct nrm_
   {
     const char *file, *value;
     char *old;
-  } w[8];
+  } w[4 + 2 * 4];
   size_t n = 0;
-  char files[4][32];
+  char files[2 * 4][32];
 
   if (!nrm_cgroup_path_valid (cgroup))
     return nrm_error_set (err, EINVAL, "invalid cgroup path `%s`", cgroup);
@@ -217,7 +217,7 @@ nrm_cgroup_apply (struct nrm_cgroupfs *fs, const char *cgroup, const struct nrm_
     w[n++] = (typeof (w[0])){ "memory.min", b->memory_min, NULL };
   if (b->memory_max)
     w[n++] = (typeof (w[0])){ "memory.max", b->memory_max, NULL };
-  for (size_t i = 0; i < b->n_hugetlb && i < 2; i++)
+  for (size_t i = 0; i < b->n_hugetlb && i < 4; i++)
     {
       snprintf (files[2 * i], sizeof (files[0]), "hugetlb.%s.max", b->hugetlb[i].size);
       snprintf (files[2 * i + 1], sizeof (files[0]), "hugetlb.%s.rsvd.max", b->hugetlb[i].size);

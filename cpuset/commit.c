@@ -4,6 +4,8 @@
 #include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,6 +38,26 @@ static bool
 digits_only (const char *s)
 {
   return s && *s && strspn (s, "0123456789") == strlen (s) && strlen (s) <= 20;
+}
+
+/* Hook and reconciler take turns on the container records. */
+static int
+lock_records (const char *state_dir, nrm_error_t *err)
+{
+  cleanup_free char *path = NULL;
+  if (asprintf (&path, "%s/containers.lock", state_dir) < 0)
+    return nrm_error_set (err, ENOMEM, "out of memory");
+  int fd = open (path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (fd < 0)
+    return nrm_error_errno (err, errno, "cannot open `%s`", path);
+  while (flock (fd, LOCK_EX) < 0)
+    if (errno != EINTR)
+      {
+        int e = errno;
+        close (fd);
+        return nrm_error_errno (err, e, "cannot lock `%s`", path);
+      }
+  return fd;
 }
 
 static char *
@@ -92,7 +114,7 @@ nrm_hook_run (const char *fsroot, const char *state, size_t len, const char *sta
 
   const char *cpus_env = NULL, *mems_env = NULL, *nodes_env = NULL, *mem_max = NULL, *mem_min = NULL;
   struct nrm_binding b = { 0 };
-  char hsizes[2][12];
+  char hsizes[4][12];
   size_t i;
   json_t *e;
   json_array_foreach (json_object_get (json_object_get (cfg, "process"), "env"), i, e)
@@ -110,13 +132,18 @@ nrm_hook_run (const char *fsroot, const char *state, size_t len, const char *sta
       mem_max = kv + 15;
     else if (strncmp (kv, "NRM_MEMORY_MIN=", 15) == 0)
       mem_min = kv + 15;
-    else if (strncmp (kv, "NRM_HUGETLB_", 12) == 0 && b.n_hugetlb < 2)
+    else if (strncmp (kv, "NRM_HUGETLB_", 12) == 0)
       {
-        /* NRM_HUGETLB_<size>=<bytes>, the size as the kernel names it. */
+        /* NRM_HUGETLB_<size>=<bytes>, the size as the kernel names it; the
+         * per-claim copies (NRM_HUGETLB_<size>_<UID>) say the same. */
         const char *eq = strchr (kv, '=');
         size_t sl = eq ? (size_t) (eq - kv - 12) : 0;
+        if (eq && memchr (kv + 12, '_', sl) != NULL)
+          continue;
         if (sl == 0 || sl > 8 || strspn (kv + 12, "0123456789KMGB") != sl || !digits_only (eq + 1))
           return nrm_error_set (err, EINVAL, "container %s: malformed `%.40s`", id, kv);
+        if (b.n_hugetlb == 4)
+          return nrm_error_set (err, EINVAL, "container %s: more than 4 huge page sizes", id);
         snprintf (hsizes[b.n_hugetlb], sizeof (hsizes[0]), "%.*s", (int) sl, kv + 12);
         b.hugetlb[b.n_hugetlb].size = hsizes[b.n_hugetlb];
         b.hugetlb[b.n_hugetlb].max = eq + 1;
@@ -145,27 +172,42 @@ nrm_hook_run (const char *fsroot, const char *state, size_t len, const char *sta
   struct nrm_cgroupfs *fs = NULL;
   if (nrm_cgroupfs_open (fsroot, &fs, err) < 0)
     return nrm_error_wrap (err, "container %s", id);
+
+  /* The record comes first, durably and under the reconciler's lock: a
+   * pass that runs meanwhile either sees the record or finishes before the
+   * cgroup is written, so it never moves the container back. */
+  cleanup_free char *dir = NULL, *rec = record_path (state_dir, id), *text = NULL;
+  cleanup_close int lock = -1;
+  cleanup_json json_t *doc = NULL;
+  int r = -1;
+  if (rec == NULL || asprintf (&dir, "%s/containers", state_dir) < 0)
+    {
+      nrm_error_set (err, ENOMEM, "out of memory");
+      goto out;
+    }
+  if (nrm_mkdir_p (dir, 0700, err) < 0 || (lock = lock_records (state_dir, err)) < 0)
+    goto fail;
+  doc = json_pack ("{s:s, s:s, s:s?, s:s?}", "id", id, "cgroup", cgroup, "cpus", cpus, "mems", mems);
+  text = json_dumps (doc, JSON_COMPACT);
+  if (text == NULL || nrm_write_atomic (rec, text, strlen (text), 0600, true, err) < 0)
+    goto fail;
   b.cpus = cpus;
   b.mems = mems;
   b.memory_max = mem_max;
   b.memory_min = mem_min;
-  int r = nrm_cgroup_apply (fs, cgroup, &b, err);
+  if (nrm_cgroup_apply (fs, cgroup, &b, err) < 0)
+    {
+      unlink (rec);
+      goto fail;
+    }
+  r = 0;
+  goto out;
+fail:
+  nrm_error_wrap (err, "container %s", id);
+out:
   nrm_cgroupfs_close (fs);
   if (r < 0)
-    return nrm_error_wrap (err, "container %s", id);
-
-  /* Recorded for the reconciler, durably: a lost record would move the
-   * container back to the shared pool. */
-  cleanup_free char *dir = NULL, *rec = record_path (state_dir, id);
-  if (rec == NULL || asprintf (&dir, "%s/containers", state_dir) < 0)
-    return nrm_error_set (err, ENOMEM, "out of memory");
-  if (nrm_mkdir_p (dir, 0700, err) < 0)
-    return nrm_error_wrap (err, "container %s", id);
-  cleanup_json json_t *doc = json_pack ("{s:s, s:s, s:s?, s:s?}", "id", id, "cgroup", cgroup, "cpus", cpus, "mems",
-                                        mems);
-  cleanup_free char *text = json_dumps (doc, JSON_COMPACT);
-  if (text == NULL || nrm_write_atomic (rec, text, strlen (text), 0600, true, err) < 0)
-    return nrm_error_wrap (err, "container %s", id);
+    return -1;
   if (ret_summary && asprintf (ret_summary, "container %s in %s: cpus %s, mems %s", id, cgroup, cpus ? cpus : "-",
                                mems ? mems : "-")
                          < 0)
@@ -236,15 +278,16 @@ visit (const struct nrm_container_cgroup *c, void *arg)
   struct pass *p = arg;
   p->st->containers++;
   json_t *rec = json_object_get (p->records, c->id);
+  const char *cpus = json_string_value (json_object_get (rec, "cpus"));
   if (rec)
+    json_object_set_new (p->seen, c->id, json_true ());
+  if (cpus)
     {
       p->st->exclusive++;
-      json_object_set_new (p->seen, c->id, json_true ());
-      const char *cpus = json_string_value (json_object_get (rec, "cpus"));
-      if (cpus)
-        ensure (p, c->path, cpus);
+      ensure (p, c->path, cpus);
       return 0;
     }
+  /* No claim, or a memory-only one: the shared pool. */
   ensure (p, c->path, p->shared_text);
   return 0;
 }
@@ -255,6 +298,7 @@ nrm_reconcile (struct nrm_cgroupfs *fs, const char *state_dir, const char *share
 {
   struct pass p = { fs, state_dir, NULL, json_object (), json_object (), st, ret_first_error };
   cleanup_free char *dir = NULL;
+  cleanup_close int lock = -1;
   int r = -1;
   memset (st, 0, sizeof (*st));
   if (list_value ("shared pool", shared_cpus, &p.shared_text, err) < 0)
@@ -264,6 +308,8 @@ nrm_reconcile (struct nrm_cgroupfs *fs, const char *state_dir, const char *share
       nrm_error_set (err, ENOMEM, "out of memory");
       goto out;
     }
+  if (nrm_mkdir_p (dir, 0700, err) < 0 || (lock = lock_records (state_dir, err)) < 0)
+    goto out;
   /* The hook's records. */
   DIR *d = opendir (dir);
   struct dirent *de;

@@ -4,7 +4,6 @@
 #include "config.h"
 
 #include <errno.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,7 +35,6 @@ struct nrm_node_driver
   char *online_path;
   unsigned cpu_options; /* node-wide placement options */
   size_t min_shared;    /* allocatable CPUs that must stay shared */
-  pthread_mutex_t lock; /* taken, for readers outside the plugin's lock */
 };
 
 static struct claim_entry *
@@ -57,11 +55,7 @@ drop_claim (struct nrm_node_driver *d, const char *uid)
         struct claim_entry *c = *p;
         *p = c->next;
         if (c->cpus)
-          {
-            pthread_mutex_lock (&d->lock);
-            hwloc_bitmap_andnot (d->taken, d->taken, c->cpus);
-            pthread_mutex_unlock (&d->lock);
-          }
+          hwloc_bitmap_andnot (d->taken, d->taken, c->cpus);
         if (c->used)
           {
             const char *name;
@@ -86,9 +80,7 @@ nd_reset (void *self)
   struct nrm_node_driver *d = self;
   while (d->claims)
     drop_claim (d, d->claims->uid);
-  pthread_mutex_lock (&d->lock);
   hwloc_bitmap_zero (d->taken);
-  pthread_mutex_unlock (&d->lock);
   json_object_clear (d->used);
 }
 
@@ -340,8 +332,9 @@ cpu_prepare (struct nrm_node_driver *d, const char *uid, const struct nrm_alloc_
       hwloc_bitmap_andnot (left, left, d->taken);
       hwloc_bitmap_andnot (left, left, claim);
       if ((size_t) hwloc_bitmap_weight (left) < d->min_shared)
-        return nrm_error_set (err, ENOSPC, "this claim would leave %d shared CPUs, fewer than the minimum of %zu",
-                              hwloc_bitmap_weight (left), d->min_shared);
+        return nrm_error_set (err, ENOSPC, "this claim would leave %d shared CPU%s, fewer than the minimum of %zu",
+                              hwloc_bitmap_weight (left), hwloc_bitmap_weight (left) == 1 ? "" : "s",
+                              d->min_shared);
     }
   cleanup_free char *list = nrm_cpulist_format (claim), *mems = mems_of (d->t, claim);
   struct claim_entry *c = calloc (1, sizeof (*c));
@@ -354,9 +347,7 @@ cpu_prepare (struct nrm_node_driver *d, const char *uid, const struct nrm_alloc_
   c->cpus = hwloc_bitmap_dup (claim);
   c->next = d->claims;
   d->claims = c;
-  pthread_mutex_lock (&d->lock);
   hwloc_bitmap_or (d->taken, d->taken, claim);
-  pthread_mutex_unlock (&d->lock);
   out->state = json_pack ("{s:s, s:s}", "cpus", list, "mems", mems);
   out->env = json_array ();
   env_var (out->env, "NRM_CPUS", uid, list);
@@ -381,9 +372,7 @@ cpu_restore (struct nrm_node_driver *d, const char *uid, json_t *state, nrm_erro
   c->cpus = cpus;
   c->next = d->claims;
   d->claims = c;
-  pthread_mutex_lock (&d->lock);
   hwloc_bitmap_or (d->taken, d->taken, cpus);
-  pthread_mutex_unlock (&d->lock);
   return 0;
 }
 
@@ -403,13 +392,20 @@ device_capacity (json_t *dev, const char **key, nrm_quantity_t *cap)
 /* Opaque MemoryConfig: whether the claimed ordinary memory also becomes
  * the container's memory.max (limit) and memory.min (guarantee). */
 static int
-memory_settings (json_t *config, bool *limit, bool *guarantee, nrm_error_t *err)
+memory_settings (json_t *config, const struct nrm_alloc_result *r, size_t n, bool *limit, bool *guarantee,
+                 nrm_error_t *err)
 {
   size_t i;
   json_t *entry;
   *limit = *guarantee = false;
   json_array_foreach (config, i, entry)
   {
+    /* An entry for named requests applies when one of ours is named. */
+    bool ours = false;
+    for (size_t k = 0; k < n; k++)
+      ours |= names_request (json_object_get (entry, "requests"), r[k].request);
+    if (!ours)
+      continue;
     json_t *params = json_object_get (json_object_get (entry, "opaque"), "parameters");
     const char *key;
     json_t *v;
@@ -449,7 +445,7 @@ mem_prepare (struct nrm_node_driver *d, const char *uid, const struct nrm_alloc_
   cleanup_bitmap hwloc_bitmap_t nodes = hwloc_bitmap_alloc ();
   json_int_t ordinary = 0;
   bool limit, guarantee;
-  if (memory_settings (config, &limit, &guarantee, err) < 0)
+  if (memory_settings (config, r, n, &limit, &guarantee, err) < 0)
     return -1;
   for (size_t i = 0; i < n; i++)
     {
@@ -623,15 +619,6 @@ nrm_node_driver_set_cpu_options (struct nrm_node_driver *d, unsigned options, si
   d->min_shared = min_shared;
 }
 
-hwloc_bitmap_t
-nrm_node_driver_exclusive (struct nrm_node_driver *d)
-{
-  pthread_mutex_lock (&d->lock);
-  hwloc_bitmap_t s = hwloc_bitmap_dup (d->taken);
-  pthread_mutex_unlock (&d->lock);
-  return s;
-}
-
 int
 nrm_node_driver_watch_online (struct nrm_node_driver *d, const char *online_path, nrm_error_t *err)
 {
@@ -671,7 +658,6 @@ nrm_node_driver_new (const struct nrm_topology *t, const struct nrm_publish_opti
   d->names = json_array ();
   d->taken = hwloc_bitmap_alloc ();
   d->used = json_object ();
-  pthread_mutex_init (&d->lock, NULL);
   size_t i;
   json_t *dev;
   json_array_foreach (pool.devices, i, dev)
@@ -696,6 +682,5 @@ nrm_node_driver_free (struct nrm_node_driver *d)
   json_decref (d->used);
   hwloc_bitmap_free (d->taken);
   free (d->online_path);
-  pthread_mutex_destroy (&d->lock);
   free (d);
 }

@@ -21,9 +21,6 @@ int nrm_node_driver_new (const struct nrm_topology *t, const struct nrm_publish_
  * shared pool (a prepare that would leave fewer fails). */
 void nrm_node_driver_set_cpu_options (struct nrm_node_driver *d, unsigned options, size_t min_shared);
 
-/* The CPUs held by prepared claims (a copy; safe from any thread). */
-hwloc_bitmap_t nrm_node_driver_exclusive (struct nrm_node_driver *d);
-
 /* Health of CPU devices follows this file (a Linux online CPU list, e.g.
  * /sys/devices/system/cpu/online): a device with an offline CPU is
  * unhealthy. NULL (the default) skips the check. */

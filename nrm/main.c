@@ -20,6 +20,7 @@
 #include "driver/devices.h"
 #include "driver/nodedrv.h"
 #include "driver/plugin.h"
+#include "nrm/fs.h"
 #include "nrm/log.h"
 #include "nrm/cleanup.h"
 #include "nrm/conf.h"
@@ -231,11 +232,14 @@ parse_options (struct cli *cli, const char *cmd, int argc, char **argv, nrm_erro
           break;
         case OPT_MIN_SHARED:
         case OPT_RECONCILE:
+          if (strcmp (cmd, "plugin") != 0)
+            return nrm_error_set (err, EINVAL, "%s: `--%s` is an option of `nrm plugin`", cmd, flag);
           {
             char *end = NULL;
             long v = strtol (optarg, &end, 10);
-            if (*optarg == '\0' || *end || v < 0 || v > 86400)
-              return nrm_error_set (err, EINVAL, "%s: `--%s` needs a number from 0 to 86400, not `%s`", cmd, flag,
+            long max = c == OPT_MIN_SHARED ? 100000 : 86400;
+            if (*optarg == '\0' || *end || v < 0 || v > max)
+              return nrm_error_set (err, EINVAL, "%s: `--%s` needs a number from 0 to %ld, not `%s`", cmd, flag, max,
                                     optarg);
             if (c == OPT_MIN_SHARED)
               cli->cfg.min_shared_cpus = v;
@@ -244,6 +248,8 @@ parse_options (struct cli *cli, const char *cmd, int argc, char **argv, nrm_erro
           }
           break;
         case OPT_HOOK_PATH:
+          if (strcmp (cmd, "plugin") != 0)
+            return nrm_error_set (err, EINVAL, "%s: `--%s` is an option of `nrm plugin`", cmd, flag);
           r = nrm_config_set_string (&cli->cfg.hook_path, optarg, err);
           break;
         case OPT_JSON:
@@ -350,7 +356,6 @@ struct reconciler
 {
   struct nrm_config *cfg;
   struct nrm_topology *t;
-  struct nrm_node_driver *cpu;
   struct nrm_cgroupfs *fs;
   int wake; /* eventfd: a claim changed, or stop */
   bool stop;
@@ -366,11 +371,42 @@ reconcile_kick (void *arg)
     nrm_log (NULL, NRM_LOG_DEBUG, "shared pool: cannot wake the reconciler: %s", strerror (errno));
 }
 
+/* The CPUs of every prepared claim, from the CPU driver's checkpoint: the
+ * file, not this process's memory, so that a rolling-update twin's claims
+ * count as well. */
+static hwloc_bitmap_t
+claimed_cpus (struct reconciler *r)
+{
+  cleanup_free char *path = NULL, *text = NULL;
+  hwloc_bitmap_t all = hwloc_bitmap_alloc ();
+  nrm_error_t err = NULL;
+  if (all == NULL || asprintf (&path, "%s/%s.checkpoint.json", r->cfg->state_dir, r->cfg->publish.cpu_driver) < 0)
+    return all;
+  if (nrm_read_file (path, 64 << 20, &text, NULL, &err) < 0)
+    {
+      nrm_error_release (&err);
+      return all;
+    }
+  cleanup_json json_t *cp = json_loads (text, 0, NULL);
+  const char *uid;
+  json_t *c;
+  json_object_foreach (json_object_get (cp, "claims"), uid, c)
+  {
+    hwloc_bitmap_t set = NULL;
+    const char *list = json_string_value (json_object_get (json_object_get (c, "state"), "cpus"));
+    if (list && nrm_cpulist_parse (list, &set, &err) == 0)
+      hwloc_bitmap_or (all, all, set);
+    nrm_error_release (&err);
+    hwloc_bitmap_free (set);
+  }
+  return all;
+}
+
 static void
 reconcile_pass (struct reconciler *r)
 {
   cleanup_bitmap hwloc_bitmap_t shared = hwloc_bitmap_dup (r->t->online);
-  cleanup_bitmap hwloc_bitmap_t taken = nrm_node_driver_exclusive (r->cpu);
+  cleanup_bitmap hwloc_bitmap_t taken = claimed_cpus (r);
   hwloc_bitmap_andnot (shared, shared, r->t->disallowed);
   hwloc_bitmap_andnot (shared, shared, r->t->isolated);
   hwloc_bitmap_andnot (shared, shared, taken);
@@ -389,8 +425,8 @@ reconcile_pass (struct reconciler *r)
     nrm_log (NULL, NRM_LOG_WARNING, "shared pool %s: %zu of %zu containers could not be updated; first: %s", list,
              st.failed, st.containers, first ? first : "?");
   if (st.updated || st.forgotten)
-    nrm_log (NULL, NRM_LOG_INFO, "shared pool %s: %zu containers updated, %zu exclusive, %zu gone", list, st.updated,
-             st.exclusive, st.forgotten);
+    nrm_log (NULL, NRM_LOG_INFO, "shared pool %s: containers updated %zu, exclusive %zu, gone %zu", list,
+             st.updated, st.exclusive, st.forgotten);
 }
 
 /* A pass at start, then whenever a claim changes, a pod cgroup appears
@@ -528,8 +564,11 @@ cmd_plugin (struct cli *cli, nrm_error_t *err)
       nrm_log (NULL, NRM_LOG_INFO, "%s: serving %s, registering at %s", pc.driver,
                nrm_plugin_dra_socket (plugins[i]), nrm_plugin_registration_socket (plugins[i]));
     }
-  /* The shared pool is kept where cgroup v2 is mounted. */
-  if (c->reconcile_interval > 0)
+  /* The shared pool is kept where cgroup v2 is mounted; never this
+   * host's when a recorded machine is served without an --fsroot. */
+  if (c->reconcile_interval > 0 && c->topology && strcmp (c->fsroot, "/") == 0)
+    nrm_log (NULL, NRM_LOG_INFO, "serving a recorded machine: this host's container cgroups are left alone");
+  else if (c->reconcile_interval > 0)
     {
       nrm_error_t cerr = NULL;
       cleanup_free char *ctl = NULL;
@@ -537,7 +576,6 @@ cmd_plugin (struct cli *cli, nrm_error_t *err)
           && access (ctl, F_OK) == 0 && nrm_cgroupfs_open (c->fsroot, &rec.fs, &cerr) == 0)
         {
           rec.t = t;
-          rec.cpu = drv[0];
           if (pthread_create (&rec.thread, NULL, reconcile_thread, &rec) != 0)
             {
               nrm_cgroupfs_close (rec.fs);

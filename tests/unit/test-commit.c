@@ -188,7 +188,7 @@ test_hook (void **state)
   put ("sys/fs/cgroup/kubepods/burstable/pod44/c4/hugetlb.2MB.rsvd.max", "max");
   put ("proc/4545/cgroup", "0::/kubepods/burstable/pod44/c4\n");
   bundle ("c4", ",\"NRM_MEMS=0\",\"NRM_MEMORY_MAX=1073741824\",\"NRM_MEMORY_MIN=1073741824\","
-                "\"NRM_HUGETLB_2MB=8388608\"");
+                "\"NRM_HUGETLB_2MB=8388608\",\"NRM_HUGETLB_2MB_0000_1111=8388608\"");
   if (hook ("c4", 4545, NULL, &err) < 0)
     fail_msg ("%s", nrm_error_msg (err));
   const char *want[][2] = { { "memory.max", "1073741824" }, { "memory.min", "1073741824" },
@@ -287,6 +287,9 @@ test_reconcile (void **state)
   cleanup_free char *s2 = get ("sys/fs/cgroup/kubepods/besteffort/pod88/s2/cpuset.cpus");
   assert_string_equal (s1, "0-1,5,7");
   assert_string_equal (s2, "0-1,5,7");
+  /* A container with only a memory claim runs on the shared pool too. */
+  cleanup_free char *c4 = get ("sys/fs/cgroup/kubepods/burstable/pod44/c4/cpuset.cpus");
+  assert_string_equal (c4, "0-1,5,7");
   assert_true (st.exclusive >= 2);
   assert_true (st.updated >= 2);
 
