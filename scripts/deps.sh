@@ -5,7 +5,8 @@ PKGS="build-essential autoconf automake pkg-config
  libhwloc-dev hwloc-nox libnuma-dev libcgroup-dev
  libprotobuf-c-dev protobuf-c-compiler libgrpc-dev
  libcurl4-openssl-dev libjansson-dev libcmocka-dev
- valgrind"
+ valgrind
+ qemu-system-x86 busybox-static cpio"
 missing=""
 for p in $PKGS; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

@@ -1,0 +1,148 @@
+#!/bin/bash
+# Runs inside the test VM (tests/vm/commit.sh starts it): a kubepods tree in
+# real cgroup v2, `nrm plugin` on the VM's real NUMA topology, a claim
+# prepared through its socket, a "container" started through the CDI hook as
+# a runtime would, and every assertion read back from the kernel.
+#   commit-guest.sh BUILDDIR NODES
+set -u
+B=$1 NODES=$2
+NRM=$B/nrm/nrm HOOK=$B/nrm/nrm-hook CLIENT=$B/tests/plugin/dra-client
+CG=/sys/fs/cgroup
+W=$(mktemp -d /tmp/nrm-vm.XXXXXX)
+pass=0 fail=0
+ok () { pass=$((pass + 1)); echo "ok: $*"; }
+bad () { fail=$((fail + 1)); echo "FAIL: $*"; }
+check () { local what=$1; shift; if "$@"; then ok "$what"; else bad "$what"; fi; }
+status_list () { sed -n "s/^$2:[[:space:]]*//p" "/proc/$1/status"; }
+
+# The machine as the kernel shows it, and as nrm models it.
+online=$(cat /sys/devices/system/cpu/online)
+"$NRM" topology --json >"$W/topo.json" 2>"$W/err" || bad "nrm topology: $(cat "$W/err")"
+check "nrm sees $NODES NUMA nodes" [ "$(grep -c '"memoryKind"' "$W/topo.json")" -eq "$NODES" ]
+
+# A kubepods tree as the kubelet's cgroupfs driver makes it.
+for d in kubepods kubepods/besteffort kubepods/besteffort/podshared kubepods/podexcl; do
+  mkdir -p "$CG/$d"
+  echo "+cpuset +cpu +memory" >"$CG/$d/cgroup.subtree_control"
+done
+mkdir -p "$CG/kubepods/besteffort/podshared/shared1" "$CG/kubepods/podexcl/excl1"
+sleep 600 &
+shared_pid=$!
+echo "$shared_pid" >"$CG/kubepods/besteffort/podshared/shared1/cgroup.procs"
+
+# The plugin on the VM itself.
+last=$((NODES - 1))
+mkdir -p "$W/claims"
+cat >"$W/claims/default_excl.json" <<EOF
+{"apiVersion":"resource.k8s.io/v1","kind":"ResourceClaim",
+ "metadata":{"namespace":"default","name":"excl","uid":"00000000-0000-4000-8000-0000000000aa"},
+ "status":{"allocation":{"devices":{"results":[
+  {"request":"cpus","driver":"cpu.nrm.io","pool":"vm","device":"numa$last","consumedCapacity":{"cpus":"2"}},
+  {"request":"mem","driver":"memory.nrm.io","pool":"vm","device":"numa$last","consumedCapacity":{"memory":"16Mi"}}]}}}}
+EOF
+"$NRM" plugin --node-name vm --kubelet-dir "$W/k" --cdi-dir "$W/cdi" --state-dir "$W/state" --claims-dir "$W/claims" \
+  --reconcile-interval 1 --hook-path "$HOOK" 2>"$W/plugin.log" &
+plugin=$!
+for _ in $(seq 100); do [ -S "$W/k/plugins_registry/memory.nrm.io-reg.sock" ] && break; sleep 0.1; done
+uid=00000000-0000-4000-8000-0000000000aa
+check "prepare through the CPU driver's socket" "$CLIENT" prepare "$W/k/plugins/cpu.nrm.io/dra.sock" default excl $uid
+check "prepare through the memory driver's socket" "$CLIENT" prepare "$W/k/plugins/memory.nrm.io/dra.sock" default excl $uid
+
+# What the CDI specs carry.
+spec_env () { grep -o "\"$1=[^\"]*\"" "$W"/cdi/*"$uid".json | head -n 1 | sed 's/.*=//; s/"$//'; }
+cpus=$(spec_env NRM_CPUS) mems=$(spec_env NRM_MEMS)
+nodecpus=$(cat "/sys/devices/system/node/node$last/cpulist")
+check "claim CPUs $cpus are on node $last ($nodecpus)" "$CLIENT" cpus-within "$cpus" "$nodecpus"
+check "claim memory node is $last" [ "$mems" = "$last" ]
+
+# The shared container leaves the claim's CPUs before the claim's own starts.
+for _ in $(seq 50); do
+  "$CLIENT" cpus-disjoint "$(cat "$CG/kubepods/besteffort/podshared/shared1/cpuset.cpus.effective")" "$cpus" && break
+  sleep 0.1
+done
+check "shared container is off the claim's CPUs" \
+  "$CLIENT" cpus-disjoint "$(status_list $shared_pid Cpus_allowed_list)" "$cpus"
+
+# A runtime creating the claim's container: the process sits in its cgroup,
+# the bundle carries the CDI environment, the createRuntime hook runs.
+sleep 600 &
+excl_pid=$!
+echo "$excl_pid" >"$CG/kubepods/podexcl/excl1/cgroup.procs"
+mkdir -p "$W/bundle"
+env_json=$(grep -ho '"NRM_[A-Z_0-9]*=[^"]*"' "$W"/cdi/*"$uid".json | paste -sd, -)
+echo "{\"ociVersion\":\"1.0.2\",\"process\":{\"env\":[$env_json]}}" >"$W/bundle/config.json"
+hook_path=$(grep -ho '"path": "[^"]*"' "$W"/cdi/cpu.nrm.io-$uid.json | head -n 1 | sed 's/.*: "//; s/"$//')
+echo "{\"ociVersion\":\"1.0.2\",\"id\":\"excl1\",\"status\":\"creating\",\"pid\":$excl_pid,\"bundle\":\"$W/bundle\"}" \
+  | "$hook_path" --fsroot / --state-dir "$W/state"
+check "the CDI hook ran" [ $? -eq 0 ]
+check "container CPUs are the claim's ($cpus)" "$CLIENT" cpus-equal "$(status_list $excl_pid Cpus_allowed_list)" "$cpus"
+check "container memory nodes are the claim's ($mems)" [ "$(status_list $excl_pid Mems_allowed_list)" = "$mems" ]
+
+# Drift written by someone else is repaired.
+echo "$online" >"$CG/kubepods/podexcl/excl1/cpuset.cpus"
+for _ in $(seq 50); do
+  "$CLIENT" cpus-equal "$(status_list $excl_pid Cpus_allowed_list)" "$cpus" && break
+  sleep 0.1
+done
+check "drift on the claim's container is repaired" \
+  "$CLIENT" cpus-equal "$(status_list $excl_pid Cpus_allowed_list)" "$cpus"
+
+# A binding that would leave no memory node is refused, nothing changes.
+echo "{\"ociVersion\":\"1.0.2\",\"process\":{\"env\":[\"NRM_CPUS=$cpus\",\"NRM_MEMS=\"]}}" >"$W/bundle/config.json"
+if echo "{\"id\":\"excl1\",\"pid\":$excl_pid,\"bundle\":\"$W/bundle\"}" | "$hook_path" --fsroot / --state-dir "$W/state" 2>/dev/null; then
+  bad "an empty memory binding was accepted"
+else
+  ok "an empty memory binding is refused"
+fi
+check "and the container is unchanged" [ "$(status_list $excl_pid Mems_allowed_list)" = "$mems" ]
+
+# The kernel refuses a memory node that does not exist: the hook fails and
+# the CPUs it had written are put back (all or nothing).
+mkdir -p "$CG/kubepods/podexcl/excl2"
+sleep 600 &
+excl2=$!
+echo "$excl2" >"$CG/kubepods/podexcl/excl2/cgroup.procs"
+before=$(cat "$CG/kubepods/podexcl/excl2/cpuset.cpus")
+echo "{\"ociVersion\":\"1.0.2\",\"process\":{\"env\":[\"NRM_CPUS=$cpus\",\"NRM_MEMS=63\"]}}" >"$W/bundle/config.json"
+if echo "{\"id\":\"excl2\",\"pid\":$excl2,\"bundle\":\"$W/bundle\"}" | "$hook_path" --fsroot / --state-dir "$W/state" 2>"$W/hookerr"; then
+  bad "memory node 63 was accepted"
+else
+  ok "the kernel's refusal fails the hook: $(head -c 160 "$W/hookerr")"
+fi
+check "and cpuset.cpus is as it was" [ "$(cat "$CG/kubepods/podexcl/excl2/cpuset.cpus")" = "$before" ]
+check "and no record is left" [ ! -e "$W/state/containers/excl2.json" ]
+kill $excl2
+
+# A new shared container (inotify) is put on the shared pool at once.
+mkdir -p "$CG/kubepods/besteffort/podshared/shared2"
+sleep 600 &
+shared2=$!
+echo "$shared2" >"$CG/kubepods/besteffort/podshared/shared2/cgroup.procs"
+for _ in $(seq 50); do
+  "$CLIENT" cpus-disjoint "$(status_list $shared2 Cpus_allowed_list)" "$cpus" && break
+  sleep 0.1
+done
+check "a new shared container avoids the claim's CPUs" \
+  "$CLIENT" cpus-disjoint "$(status_list $shared2 Cpus_allowed_list)" "$cpus"
+
+# Unprepare: the CPUs go back to the shared pool.
+kill $excl_pid
+check "unprepare (CPU)" "$CLIENT" unprepare "$W/k/plugins/cpu.nrm.io/dra.sock" $uid
+check "unprepare (memory)" "$CLIENT" unprepare "$W/k/plugins/memory.nrm.io/dra.sock" $uid
+for _ in $(seq 50); do
+  "$CLIENT" cpus-within "$cpus" "$(status_list $shared_pid Cpus_allowed_list)" && break
+  sleep 0.1
+done
+check "the claim's CPUs are back in the shared pool" \
+  "$CLIENT" cpus-within "$cpus" "$(status_list $shared_pid Cpus_allowed_list)"
+
+kill -TERM $plugin
+wait $plugin
+check "the plugin stops cleanly on SIGTERM" [ $? -eq 0 ]
+kill $shared_pid $shared2 2>/dev/null
+if [ "$fail" -ne 0 ]; then
+  echo "--- plugin log"
+  cat "$W/plugin.log"
+fi
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]
