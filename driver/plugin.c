@@ -172,6 +172,8 @@ cdi_id (struct nrm_plugin *p, const char *uid)
 static int
 cdi_write (struct nrm_plugin *p, const char *uid, json_t *env, nrm_error_t *err)
 {
+  if (p->cfg.local)
+    return 0;
   cleanup_free char *path = cdi_path (p, uid), *kind = NULL;
   if (path == NULL || asprintf (&kind, "%s/claim", p->driver) < 0)
     return nrm_error_set (err, ENOMEM, "out of memory");
@@ -191,6 +193,8 @@ cdi_write (struct nrm_plugin *p, const char *uid, json_t *env, nrm_error_t *err)
 static void
 cdi_remove (struct nrm_plugin *p, const char *uid)
 {
+  if (p->cfg.local)
+    return;
   cleanup_free char *path = cdi_path (p, uid);
   if (path && unlink (path) < 0 && errno != ENOENT)
     LOG (p, NRM_LOG_WARNING, "cannot remove CDI spec %s: %s", path, strerror (errno));
@@ -1035,6 +1039,17 @@ nrm_plugin_start (const struct nrm_plugin_config *cfg, const struct nrm_driver_o
       plugin_free (p);
       return nrm_error_set (err, ENOMEM, "out of memory");
     }
+  if (cfg->local)
+    {
+      /* Only the shared state: another instance may be serving. */
+      if (nrm_mkdir_p (cfg->state_dir, 0700, err) < 0 || lock_file (p->serialize_lock, 0, &p->serialize_fd, err) < 0)
+        {
+          plugin_free (p);
+          return -1;
+        }
+      *ret = p;
+      return 0;
+    }
   if (nrm_mkdir_p (plugin_dir, 0750, err) < 0 || nrm_mkdir_p (reg_dir, 0750, err) < 0
       || nrm_mkdir_p (cfg->state_dir, 0700, err) < 0 || nrm_mkdir_p (cfg->cdi_dir, 0755, err) < 0)
     {
@@ -1084,6 +1099,28 @@ nrm_plugin_start (const struct nrm_plugin_config *cfg, const struct nrm_driver_o
     }
   *ret = p;
   return 0;
+}
+
+json_t *
+nrm_plugin_prepare (struct nrm_plugin *p, const char *ns, const char *name, const char *uid, nrm_error_t *err)
+{
+  return prepare_claim (p, ns, name, uid, err);
+}
+
+int
+nrm_plugin_unprepare (struct nrm_plugin *p, const char *uid, nrm_error_t *err)
+{
+  return unprepare_claim (p, uid, err);
+}
+
+json_t *
+nrm_plugin_claims (struct nrm_plugin *p, nrm_error_t *err)
+{
+  if (lock_state (p, err) < 0)
+    return NULL;
+  json_t *c = json_deep_copy (json_object_get (p->cp, "claims"));
+  unlock_state (p);
+  return c;
 }
 
 void

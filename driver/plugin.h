@@ -98,6 +98,9 @@ struct nrm_plugin_config
    * changed), or NULL. */
   void (*on_change) (void *ctx);
   void *on_change_ctx;
+  /* Local use (nrm run): no sockets, no registration, no CDI specs, no
+   * instance lock; only the shared state under the serialization lock. */
+  bool local;
 };
 
 struct nrm_plugin;
@@ -106,6 +109,17 @@ struct nrm_plugin;
  * starts the DRA service and then the registration service. */
 int nrm_plugin_start (const struct nrm_plugin_config *cfg, const struct nrm_driver_ops *ops, void *self,
                       struct nrm_plugin **ret, nrm_error_t *err);
+
+/* Prepares and unprepares as NodePrepareResources/NodeUnprepareResources do
+ * for one claim (for local use); prepare returns the devices (new
+ * reference) or NULL with an error. */
+json_t *nrm_plugin_prepare (struct nrm_plugin *p, const char *ns, const char *name, const char *uid,
+                            nrm_error_t *err);
+int nrm_plugin_unprepare (struct nrm_plugin *p, const char *uid, nrm_error_t *err);
+
+/* The prepared claims as the checkpoint has them (uid -> entry with
+ * namespace, name, phase, devices, state), a new reference. */
+json_t *nrm_plugin_claims (struct nrm_plugin *p, nrm_error_t *err);
 
 /* Deregisters (removes the registration socket), finishes calls in flight,
  * removes this instance's own sockets. */

@@ -18,10 +18,12 @@
 #include "cpuset/watch.h"
 #include "cpuset/placement.h"
 #include "driver/devices.h"
+#include "driver/quantity.h"
 #include "driver/nodedrv.h"
 #include "driver/plugin.h"
 #include "nrm/fs.h"
 #include "nrm/log.h"
+#include "nrm/run.h"
 #include "nrm/cleanup.h"
 #include "nrm/conf.h"
 #include "topology/topology.h"
@@ -37,6 +39,8 @@ static const char usage_text[]
       "  topology   show the machine as nrm models it (packages, NUMA nodes, caches, cores, PCI)\n"
       "  slices     print the node's ResourceSlices (resource.k8s.io/v1) as one List document\n"
       "  plugin     serve the CPU and memory drivers to the kubelet (DRA kubelet plugin)\n"
+      "  run        run a command on CPUs (and memory) picked as for a claim, then release them:\n"
+      "             nrm run --cpus N [--memory SIZE] [--numa-node K] [--option NAME]... -- COMMAND...\n"
       "  hook       OCI createRuntime hook: bind a new container to its claim's CPUs and memory\n"
       "             nodes (the runtime runs it from the CDI spec, with the OCI state on stdin)\n"
       "  help       show this help\n"
@@ -82,6 +86,15 @@ static const char usage_text[]
       "      --log-level LEVEL      error, warning, info (default) or debug\n"
       "      --log-format FORMAT    plain (default) or json\n"
       "\n"
+      "Options of run (and --state-dir, --cpu-options, --min-shared-cpus as for plugin):\n"
+      "      --cpus N               exclusive CPUs for the command\n"
+      "      --memory SIZE          memory on the same NUMA node (e.g. 1Gi)\n"
+      "      --numa-node K          that NUMA node only (default: the first with room)\n"
+      "      --option NAME          a CPU placement option for this run (repeatable)\n"
+      "  The command runs in a transient cgroup v2 (nrm.slice/run-<pid>), or, without a\n"
+      "  cgroup v2 cpuset, pinned with sched_setaffinity and set_mempolicy. The CPUs come from\n"
+      "  the same state as nrm plugin's, so both can run side by side.\n"
+      "\n"
       "Options of hook: --fsroot, --state-dir (as for plugin).\n"
       "\n"
       "Exit status: 0 on success, 1 when the machine or a setting is unusable, 2 for bad usage.\n";
@@ -107,6 +120,10 @@ enum
   OPT_MIN_SHARED,
   OPT_RECONCILE,
   OPT_HOOK_PATH,
+  OPT_CPUS,
+  OPT_MEMORY,
+  OPT_NUMA_NODE,
+  OPT_OPTION,
 };
 
 static const struct option long_options[] = {
@@ -131,6 +148,10 @@ static const struct option long_options[] = {
   { "min-shared-cpus", required_argument, NULL, OPT_MIN_SHARED },
   { "reconcile-interval", required_argument, NULL, OPT_RECONCILE },
   { "hook-path", required_argument, NULL, OPT_HOOK_PATH },
+  { "cpus", required_argument, NULL, OPT_CPUS },
+  { "memory", required_argument, NULL, OPT_MEMORY },
+  { "numa-node", required_argument, NULL, OPT_NUMA_NODE },
+  { "option", required_argument, NULL, OPT_OPTION },
   { "help", no_argument, NULL, 'h' },
   { NULL, 0, NULL, 0 },
 };
@@ -139,6 +160,9 @@ struct cli
 {
   struct nrm_config cfg;
   bool json;
+  struct nrm_run_request run;
+  const char *options[16];
+  size_t n_options;
 };
 
 static int
@@ -172,7 +196,13 @@ parse_options (struct cli *cli, const char *cmd, int argc, char **argv, nrm_erro
       if (c == 'h')
         return 1;
     }
-  if (optind < argc)
+  if (strcmp (cmd, "run") == 0)
+    {
+      if (optind >= argc)
+        return nrm_error_set (err, EINVAL, "run: no command given (nrm run --cpus N -- COMMAND...)");
+      cli->run.argv = argv + optind;
+    }
+  else if (optind < argc)
     return nrm_error_set (err, EINVAL, "%s: unexpected argument `%s`", cmd, argv[optind]);
 
   optind = 1;
@@ -222,7 +252,8 @@ parse_options (struct cli *cli, const char *cmd, int argc, char **argv, nrm_erro
         case OPT_INSTANCE_UID:
         case OPT_LOG_LEVEL:
         case OPT_LOG_FORMAT:
-          if (strcmp (cmd, "plugin") != 0 && !(strcmp (cmd, "hook") == 0 && c == OPT_STATE_DIR))
+          if (strcmp (cmd, "plugin") != 0 && !((strcmp (cmd, "hook") == 0 || strcmp (cmd, "run") == 0)
+                                                && c == OPT_STATE_DIR))
             return nrm_error_set (err, EINVAL, "%s: `--%s` is an option of `nrm plugin`", cmd, flag);
           {
             char **field[] = { &cli->cfg.kubelet_dir, &cli->cfg.cdi_dir,      &cli->cfg.state_dir, &cli->cfg.claims_dir,
@@ -232,7 +263,7 @@ parse_options (struct cli *cli, const char *cmd, int argc, char **argv, nrm_erro
           break;
         case OPT_MIN_SHARED:
         case OPT_RECONCILE:
-          if (strcmp (cmd, "plugin") != 0)
+          if (strcmp (cmd, "plugin") != 0 && !(strcmp (cmd, "run") == 0 && c == OPT_MIN_SHARED))
             return nrm_error_set (err, EINVAL, "%s: `--%s` is an option of `nrm plugin`", cmd, flag);
           {
             char *end = NULL;
@@ -246,6 +277,42 @@ parse_options (struct cli *cli, const char *cmd, int argc, char **argv, nrm_erro
             else
               cli->cfg.reconcile_interval = v;
           }
+          break;
+        case OPT_CPUS:
+        case OPT_MEMORY:
+        case OPT_NUMA_NODE:
+        case OPT_OPTION:
+          if (strcmp (cmd, "run") != 0)
+            return nrm_error_set (err, EINVAL, "%s: `--%s` is an option of `nrm run`", cmd, flag);
+          if (c == OPT_MEMORY)
+            {
+              uint64_t bytes = 0;
+              nrm_error_t qerr = NULL;
+              if (nrm_quantity_parse_bytes (optarg, &bytes, &qerr) < 0 || bytes == 0)
+                {
+                  nrm_error_release (&qerr);
+                  return nrm_error_set (err, EINVAL, "run: `--memory` needs a size such as 512Mi, not `%s`", optarg);
+                }
+              cli->run.memory = optarg;
+            }
+          else if (c == OPT_OPTION)
+            {
+              unsigned o = 0;
+              if (cli->n_options == 15 || nrm_cpu_option_parse (optarg, &o, err) < 0)
+                return -1;
+              cli->options[cli->n_options++] = optarg;
+            }
+          else
+            {
+              char *end = NULL;
+              long v = strtol (optarg, &end, 10);
+              if (*optarg == '\0' || *end || v < (c == OPT_CPUS ? 1 : 0) || v > 65535)
+                return nrm_error_set (err, EINVAL, "run: `--%s` needs a number, not `%s`", flag, optarg);
+              if (c == OPT_CPUS)
+                cli->run.cpus = (unsigned) v;
+              else
+                cli->run.numa_node = (int) v;
+            }
           break;
         case OPT_HOOK_PATH:
           if (strcmp (cmd, "plugin") != 0)
@@ -461,6 +528,28 @@ reconcile_thread (void *arg)
   return NULL;
 }
 
+static int run_status;
+
+static int
+cmd_run (struct cli *cli, nrm_error_t *err)
+{
+  struct nrm_topology *t = NULL;
+  enum nrm_log_level level = NRM_LOG_INFO;
+  if (cli->cfg.topology)
+    return nrm_error_set (err, EINVAL, "run: the command runs on this machine; --topology is not for run");
+  if (cli->run.cpus == 0)
+    return nrm_error_set (err, EINVAL, "run: --cpus N is required");
+  nrm_log_parse_level (cli->cfg.log_level, &level);
+  nrm_log_setup (level, strcmp (cli->cfg.log_format, "json") == 0);
+  if (load_machine (cli, &t, err) < 0)
+    return -1;
+  cli->options[cli->n_options] = NULL;
+  cli->run.options = cli->options;
+  int r = nrm_cmd_run (&cli->cfg, t, &cli->run, &run_status, err);
+  nrm_topology_free (t);
+  return r;
+}
+
 static int
 cmd_hook (struct cli *cli, nrm_error_t *err)
 {
@@ -614,7 +703,7 @@ int
 main (int argc, char **argv)
 {
   nrm_error_t err = NULL;
-  struct cli cli = { .json = false };
+  struct cli cli = { .json = false, .run = { .numa_node = -1 } };
   int r;
 
   if (argc < 2)
@@ -642,6 +731,8 @@ main (int argc, char **argv)
     run = cmd_plugin;
   else if (strcmp (cmd, "hook") == 0)
     run = cmd_hook;
+  else if (strcmp (cmd, "run") == 0)
+    run = cmd_run;
   else
     {
       fprintf (stderr, "nrm: unknown command `%s`; see `nrm --help`\n", cmd);
@@ -665,5 +756,5 @@ main (int argc, char **argv)
   nrm_config_done (&cli.cfg);
   if (r < 0)
     return fail (&err, EXIT_FAILURE);
-  return 0;
+  return run_status; /* nrm run: the command's own status */
 }

@@ -1,0 +1,383 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* nrm run: the plugin's placement and state for any command, without
+ * Kubernetes. The allocation is a claim in the same checkpoints the plugin
+ * uses (so both coexist), committed into a transient cgroup v2, or with
+ * sched_setaffinity and set_mempolicy where there is no cgroup v2 cpuset. */
+#include "config.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <numa.h>
+
+#include "cpuset/cgroup.h"
+#include "driver/nodedrv.h"
+#include "driver/plugin.h"
+#include "nrm/cleanup.h"
+#include "nrm/fs.h"
+#include "nrm/log.h"
+#include "nrm/run.h"
+
+#define RUN_NAMESPACE "nrm-run"
+
+struct run_source
+{
+  json_t *claim; /* the one claim this run prepares */
+};
+
+static int
+run_get (void *self, const char *ns, const char *name, json_t **ret, nrm_error_t *err)
+{
+  struct run_source *s = self;
+  json_t *meta = json_object_get (s->claim, "metadata");
+  if (s->claim && strcmp (ns, json_string_value (json_object_get (meta, "namespace"))) == 0
+      && strcmp (name, json_string_value (json_object_get (meta, "name"))) == 0)
+    {
+      *ret = json_incref (s->claim);
+      return 0;
+    }
+  return nrm_error_set (err, ENOENT, "no such run %s/%s", ns, name);
+}
+
+/* A process's start time (clock ticks since boot), to tell a pid reused. */
+static unsigned long long
+start_time (pid_t pid)
+{
+  char path[64], buf[4096];
+  snprintf (path, sizeof (path), "/proc/%d/stat", (int) pid);
+  FILE *f = fopen (path, "re");
+  if (f == NULL)
+    return 0;
+  size_t n = fread (buf, 1, sizeof (buf) - 1, f);
+  fclose (f);
+  buf[n] = '\0';
+  /* Field 22; the command name (field 2) may hold spaces: start after ')'. */
+  char *p = strrchr (buf, ')');
+  unsigned long long v = 0;
+  for (int field = 2; p && field < 22; field++)
+    p = strchr (p + 1, ' ');
+  if (p)
+    v = strtoull (p + 1, NULL, 10);
+  return v;
+}
+
+/* Runs whose nrm process is gone (killed with -9) still hold their claims:
+ * those are released first. */
+static void
+release_stale (struct nrm_plugin *cpu, struct nrm_plugin *mem)
+{
+  nrm_error_t err = NULL;
+  cleanup_json json_t *claims = nrm_plugin_claims (cpu, &err);
+  const char *uid;
+  json_t *c;
+  nrm_error_release (&err);
+  json_object_foreach (claims, uid, c)
+  {
+    const char *ns = json_string_value (json_object_get (c, "namespace"));
+    const char *name = json_string_value (json_object_get (c, "name"));
+    int pid = 0;
+    unsigned long long st = 0;
+    if (ns == NULL || strcmp (ns, RUN_NAMESPACE) != 0 || name == NULL
+        || sscanf (name, "run-%d-%llu", &pid, &st) != 2)
+      continue;
+    if (pid > 0 && start_time (pid) == st)
+      continue;
+    nrm_log (NULL, NRM_LOG_INFO, "releasing the claim of run %s (its nrm process is gone)", name);
+    if (nrm_plugin_unprepare (cpu, uid, &err) < 0)
+      nrm_error_release (&err);
+    if (mem && nrm_plugin_unprepare (mem, uid, &err) < 0)
+      nrm_error_release (&err);
+  }
+}
+
+static json_t *
+claim_for (const char *uid, const char *name, const char *driver, const char *node, const char *device_kind,
+           const char *key, const char *amount, json_t *config)
+{
+  char device[64];
+  snprintf (device, sizeof (device), "%s", device_kind);
+  json_t *claim = json_pack ("{s:s, s:s, s:{s:s, s:s, s:s}, s:{s:{s:{s:[{s:s, s:s, s:s, s:s, s:{s:s}}], s:O}}}}",
+                             "apiVersion", "resource.k8s.io/v1", "kind", "ResourceClaim", "metadata", "namespace",
+                             RUN_NAMESPACE, "name", name, "uid", uid, "status", "allocation", "devices", "results",
+                             "request", "run", "driver", driver, "pool", node, "device", device, "consumedCapacity",
+                             key, amount, "config", config);
+  return claim;
+}
+
+static bool
+have_cgroup_cpuset (const char *fsroot)
+{
+  cleanup_free char *path = NULL, *text = NULL;
+  nrm_error_t err = NULL;
+  if (asprintf (&path, "%s/sys/fs/cgroup/cgroup.controllers", strcmp (fsroot, "/") ? fsroot : "") < 0)
+    return false;
+  if (nrm_read_file (path, 4096, &text, NULL, &err) < 0)
+    {
+      nrm_error_release (&err);
+      return false;
+    }
+  return strstr (text, "cpuset") != NULL;
+}
+
+/* The transient cgroup <root>/nrm.slice/run-<pid>, with cpuset (and memory)
+ * enabled on the way down. */
+static int
+make_cgroup (struct nrm_cgroupfs *fs, const char *name, nrm_error_t *err)
+{
+  cleanup_free char *parent = NULL, *child = NULL;
+  if (asprintf (&parent, "%s/nrm.slice", nrm_cgroupfs_root (fs)) < 0
+      || asprintf (&child, "%s/nrm.slice/%s", nrm_cgroupfs_root (fs), name) < 0)
+    return nrm_error_set (err, ENOMEM, "out of memory");
+  if (nrm_cgroup_write (fs, "", "cgroup.subtree_control", "+cpuset", err) < 0
+      || (mkdir (parent, 0755) < 0 && errno != EEXIST)
+      || nrm_cgroup_write (fs, "nrm.slice", "cgroup.subtree_control", "+cpuset", err) < 0)
+    {
+      if (err && *err == NULL)
+        nrm_error_errno (err, errno, "cannot create `%s`", parent);
+      return -1;
+    }
+  /* The memory controller is welcome, not needed. */
+  nrm_error_t ignored = NULL;
+  if (nrm_cgroup_write (fs, "", "cgroup.subtree_control", "+memory", &ignored) == 0)
+    nrm_cgroup_write (fs, "nrm.slice", "cgroup.subtree_control", "+memory", &ignored);
+  nrm_error_release (&ignored);
+  if (mkdir (child, 0755) < 0 && errno != EEXIST)
+    return nrm_error_errno (err, errno, "cannot create `%s`", child);
+  return 0;
+}
+
+static pid_t child_pid;
+
+static void
+forward (int sig)
+{
+  if (child_pid > 0)
+    kill (child_pid, sig);
+}
+
+int
+nrm_cmd_run (struct nrm_config *c, struct nrm_topology *t, const struct nrm_run_request *rq, int *ret_status,
+             nrm_error_t *err)
+{
+  struct nrm_node_driver *drv[2] = { NULL, NULL };
+  struct nrm_plugin *pl[2] = { NULL, NULL };
+  struct run_source src[2] = { { NULL }, { NULL } };
+  struct nrm_cgroupfs *fs = NULL;
+  cleanup_free char *uid = NULL, *name = NULL, *cpus = NULL, *mems = NULL, *cgname = NULL;
+  cleanup_json json_t *config = json_array ();
+  cleanup_free size_t *order = nrm_numa_preference (t);
+  bool use_mem = rq->memory != NULL, prepared[2] = { false, false };
+  int r = -1;
+
+  pid_t self = getpid ();
+  unsigned long long st = start_time (self);
+  if (asprintf (&name, "run-%d-%llu", (int) self, st) < 0
+      || asprintf (&uid, "%08x-0000-4000-8000-%012llx", (unsigned) self, st & 0xffffffffffffULL) < 0
+      || asprintf (&cgname, "run-%d", (int) self) < 0)
+    return nrm_error_set (err, ENOMEM, "out of memory");
+  if (rq->options && rq->options[0])
+    json_array_append_new (
+        config, json_pack ("{s:s, s:{s:s, s:{s:s, s:s, s:o}}}", "source", "FromClaim", "opaque", "driver",
+                           c->publish.cpu_driver, "parameters", "apiVersion", "cpu.nrm.io/v1alpha1", "kind",
+                           "CPUConfig", "options", json_pack ("[]")));
+  for (size_t i = 0; rq->options && rq->options[i]; i++)
+    json_array_append_new (
+        json_object_get (json_object_get (json_object_get (json_array_get (config, 0), "opaque"), "parameters"),
+                         "options"),
+        json_string (rq->options[i]));
+
+  for (int i = 0; i < (use_mem ? 2 : 1); i++)
+    {
+      struct nrm_plugin_config pc = {
+        .driver = i == 0 ? c->publish.cpu_driver : c->publish.memory_driver,
+        .node_name = c->node_name,
+        .kubelet_dir = c->kubelet_dir,
+        .cdi_dir = c->cdi_dir,
+        .state_dir = c->state_dir,
+        .log = nrm_log,
+        .local = true,
+        .claims = { run_get, &src[i] },
+      };
+      if (nrm_node_driver_new (t, &c->publish, i == 0, &drv[i], err) < 0)
+        goto out;
+      nrm_node_driver_set_cpu_options (drv[i], c->cpu_options, (size_t) c->min_shared_cpus);
+      if (nrm_plugin_start (&pc, &nrm_node_driver_ops, drv[i], &pl[i], err) < 0)
+        goto out;
+    }
+  release_stale (pl[0], pl[1]);
+
+  /* The node: the one asked for, else the first in preference order that
+   * has room. */
+  char count[32];
+  snprintf (count, sizeof (count), "%u", rq->cpus);
+  nrm_error_t last = NULL;
+  int node = -1;
+  for (size_t k = 0; order && k < t->n_numa && node < 0; k++)
+    {
+      const struct nrm_numa_node *n = &t->numa[order[k]];
+      char dev[32];
+      if (rq->numa_node >= 0 && (int) n->os_index != rq->numa_node)
+        continue;
+      if (hwloc_bitmap_iszero (n->cpus))
+        continue;
+      snprintf (dev, sizeof (dev), "numa%u", n->os_index);
+      json_decref (src[0].claim);
+      src[0].claim = claim_for (uid, name, c->publish.cpu_driver, c->node_name, dev, "cpus", count, config);
+      nrm_error_release (&last);
+      json_t *devs = nrm_plugin_prepare (pl[0], RUN_NAMESPACE, name, uid, &last);
+      if (devs != NULL)
+        {
+          json_decref (devs);
+          node = (int) n->os_index;
+          prepared[0] = true;
+        }
+    }
+  if (node < 0)
+    {
+      if (last == NULL)
+        nrm_error_set (err, EINVAL, "NUMA node %d does not exist or has no CPUs", rq->numa_node);
+      else
+        {
+          *err = last;
+          nrm_error_wrap (err, "%u CPU%s%s", rq->cpus, rq->cpus == 1 ? "" : "s",
+                          rq->numa_node >= 0 ? " on the NUMA node asked for" : " on any NUMA node");
+        }
+      goto out;
+    }
+  if (use_mem)
+    {
+      char dev[32];
+      snprintf (dev, sizeof (dev), "numa%d", node);
+      src[1].claim = claim_for (uid, name, c->publish.memory_driver, c->node_name, dev, "memory", rq->memory,
+                                json_pack ("[]"));
+      json_t *devs = nrm_plugin_prepare (pl[1], RUN_NAMESPACE, name, uid, err);
+      if (devs == NULL)
+        {
+          nrm_error_wrap (err, "memory %s on NUMA node %d", rq->memory, node);
+          goto out;
+        }
+      json_decref (devs);
+      prepared[1] = true;
+    }
+
+  /* What was picked. */
+  {
+    cleanup_json json_t *claims = nrm_plugin_claims (pl[0], err);
+    json_t *state = json_object_get (json_object_get (claims, uid), "state");
+    cpus = strdup (json_string_value (json_object_get (state, "cpus")) ?: "");
+    mems = strdup (json_string_value (json_object_get (state, "mems")) ?: "");
+  }
+  nrm_log (NULL, NRM_LOG_INFO, "run %s: CPUs %s, memory node %s", name, cpus, mems);
+
+  bool cgroup = have_cgroup_cpuset (c->fsroot);
+  if (cgroup)
+    {
+      struct nrm_binding b = { .cpus = cpus, .mems = mems };
+      cleanup_free char *rel = NULL;
+      if (asprintf (&rel, "nrm.slice/%s", cgname) < 0)
+        {
+          nrm_error_set (err, ENOMEM, "out of memory");
+          goto out;
+        }
+      if (nrm_cgroupfs_open (c->fsroot, &fs, err) < 0 || make_cgroup (fs, cgname, err) < 0
+          || nrm_cgroup_apply (fs, rel, &b, err) < 0)
+        goto out;
+    }
+  else
+    nrm_log (NULL, NRM_LOG_INFO, "no cgroup v2 cpuset here: pinning with sched_setaffinity and set_mempolicy");
+
+  int go[2];
+  if (pipe2 (go, O_CLOEXEC) < 0)
+    {
+      nrm_error_errno (err, errno, "pipe");
+      goto out;
+    }
+  setenv ("NRM_CPUS", cpus, 1);
+  setenv ("NRM_MEMS", mems, 1);
+  child_pid = fork ();
+  if (child_pid < 0)
+    {
+      nrm_error_errno (err, errno, "fork");
+      goto out;
+    }
+  if (child_pid == 0)
+    {
+      char ok;
+      close (go[1]);
+      /* Wait until the parent has moved us into the cgroup. */
+      if (read (go[0], &ok, 1) != 1)
+        _exit (126);
+      if (!cgroup)
+        {
+          struct bitmask *cm = numa_parse_cpustring_all (cpus);
+          struct bitmask *mm = numa_parse_nodestring_all (mems);
+          if (cm == NULL || mm == NULL || numa_sched_setaffinity (0, cm) < 0)
+            {
+              fprintf (stderr, "nrm run: cannot pin to CPUs %s\n", cpus);
+              _exit (126);
+            }
+          numa_set_membind (mm);
+          numa_free_cpumask (cm);
+          numa_free_nodemask (mm);
+        }
+      execvp (rq->argv[0], rq->argv);
+      fprintf (stderr, "nrm run: cannot run `%s`: %s\n", rq->argv[0], strerror (errno));
+      _exit (127);
+    }
+  close (go[0]);
+  if (cgroup)
+    {
+      char pidtext[32];
+      cleanup_free char *rel = NULL;
+      snprintf (pidtext, sizeof (pidtext), "%d", (int) child_pid);
+      if (asprintf (&rel, "nrm.slice/%s", cgname) < 0 || nrm_cgroup_write (fs, rel, "cgroup.procs", pidtext, err) < 0)
+        {
+          kill (child_pid, SIGKILL);
+          waitpid (child_pid, NULL, 0);
+          close (go[1]);
+          goto out;
+        }
+    }
+  signal (SIGINT, forward);
+  signal (SIGTERM, forward);
+  signal (SIGHUP, forward);
+  signal (SIGQUIT, forward);
+  if (write (go[1], "g", 1) != 1)
+    kill (child_pid, SIGKILL);
+  close (go[1]);
+  int status = 0;
+  while (waitpid (child_pid, &status, 0) < 0 && errno == EINTR)
+    ;
+  *ret_status = WIFEXITED (status) ? WEXITSTATUS (status) : 128 + WTERMSIG (status);
+  r = 0;
+out:
+  /* Released when the command ends, however it ends. */
+  for (int i = 1; i >= 0; i--)
+    {
+      nrm_error_t uerr = NULL;
+      if (prepared[i] && nrm_plugin_unprepare (pl[i], uid, &uerr) < 0)
+        {
+          nrm_log (NULL, NRM_LOG_ERROR, "run %s: %s", name, nrm_error_msg (uerr));
+          nrm_error_release (&uerr);
+        }
+      nrm_plugin_stop (pl[i]);
+      nrm_node_driver_free (drv[i]);
+      json_decref (src[i].claim);
+    }
+  if (fs)
+    {
+      cleanup_free char *dir = NULL;
+      if (asprintf (&dir, "%s/nrm.slice/%s", nrm_cgroupfs_root (fs), cgname) >= 0)
+        rmdir (dir);
+      nrm_cgroupfs_close (fs);
+    }
+  return r;
+}

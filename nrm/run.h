@@ -1,0 +1,24 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#ifndef NRM_RUN_H
+#define NRM_RUN_H
+
+#include "nrm/conf.h"
+#include "nrm/error.h"
+#include "topology/topology.h"
+
+struct nrm_run_request
+{
+  unsigned cpus;
+  const char *memory;       /* quantity, or NULL */
+  int numa_node;            /* -1: any */
+  const char *const *options; /* CPU options, NULL-terminated, or NULL */
+  char **argv;              /* the command */
+};
+
+/* Allocates, runs the command pinned, waits for it and releases; *ret_status
+ * is the command's exit status (128 + signal when killed). A request that
+ * cannot be met fails before the command starts. */
+int nrm_cmd_run (struct nrm_config *c, struct nrm_topology *t, const struct nrm_run_request *rq, int *ret_status,
+                 nrm_error_t *err);
+
+#endif

@@ -1,0 +1,65 @@
+#!/bin/sh
+# nrm run on this machine (the sched_setaffinity/set_mempolicy path where the
+# host has no cgroup v2 cpuset; the cgroup path is in tests/vm/commit.sh).
+. "${NRM_SRCDIR:-.}/tests/cli/lib.sh"
+S="$TMP/state"
+RUN="$NRM run --state-dir $S --min-shared-cpus 0"
+ncpu=$(getconf _NPROCESSORS_ONLN)
+
+# One CPU: the command sees exactly that one, named in NRM_CPUS.
+$RUN --cpus 1 -- sh -c 'grep Cpus_allowed_list /proc/self/status; echo "env $NRM_CPUS $NRM_MEMS"' >"$TMP/out" 2>"$TMP/err" \
+  || fail "run --cpus 1: $(cat "$TMP/err")"
+allowed=$(sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' "$TMP/out")
+envcpus=$(sed -n 's/^env \([^ ]*\) .*/\1/p' "$TMP/out")
+case $allowed in *,* | *-*) fail "more than one CPU allowed: $allowed" ;; "") fail "no Cpus_allowed_list: $(cat "$TMP/out")" ;; *) ok ;; esac
+[ "$allowed" = "$envcpus" ] && ok || fail "NRM_CPUS $envcpus is not the allowed CPU $allowed"
+grep -q "CPUs $allowed" "$TMP/err" && ok || fail "run does not say where it ran: $(cat "$TMP/err")"
+
+# The command's exit status is nrm run's; the claim is released afterwards.
+$RUN --cpus 1 -- sh -c 'exit 3' 2>/dev/null
+[ $? -eq 3 ] && ok || fail "exit status not passed on"
+grep -q '"nrm-run"' "$S/cpu.nrm.io.checkpoint.json" && fail "a finished run kept its claim" || ok
+
+# Memory on the same node.
+$RUN --cpus 1 --memory 16Mi -- sh -c 'echo "$NRM_MEMS"' >"$TMP/out" 2>"$TMP/err" && ok \
+  || fail "run --memory: $(cat "$TMP/err")"
+grep -q '^[0-9]' "$TMP/out" && ok || fail "no NRM_MEMS with --memory"
+
+# A request that cannot be met fails before the command starts.
+expect_error "too many CPUs" "CPUs asked" -- run --state-dir "$S" --cpus 4096 -- touch "$TMP/ran"
+[ -e "$TMP/ran" ] && fail "the command ran although the request failed" || ok
+expect_error "no command" "no command given" -- run --state-dir "$S" --cpus 1
+expect_error "no --cpus" "--cpus N is required" -- run --state-dir "$S" -- true
+expect_error "--topology" "not for run" -- run --state-dir "$S" --cpus 1 --topology "$NRM_TOPOLOGIES/2arm-2c.xml" -- true
+expect_error "bad option" "unknown CPU option" -- run --state-dir "$S" --cpus 1 --option turbo -- true
+expect_error "bad memory" "--memory" -- run --state-dir "$S" --cpus 1 --memory lots -- true
+
+if [ "$ncpu" -ge 2 ]; then
+  # Two runs at once never share a CPU.
+  $RUN --cpus 1 -- sh -c 'echo $NRM_CPUS; sleep 2' >"$TMP/a" 2>/dev/null &
+  a=$!
+  sleep 0.5
+  $RUN --cpus 1 -- sh -c 'echo $NRM_CPUS' >"$TMP/b" 2>/dev/null || fail "second concurrent run failed"
+  wait $a
+  [ -s "$TMP/a" ] && [ "$(cat "$TMP/a")" != "$(cat "$TMP/b")" ] && ok \
+    || fail "two concurrent runs got CPU $(cat "$TMP/a") and $(cat "$TMP/b")"
+
+  # kill -9 of the child: nrm run releases; kill -9 of nrm run itself: the
+  # next run releases the stale claim.
+  $RUN --cpus "$ncpu" -- sleep 30 2>/dev/null &
+  r=$!
+  sleep 0.5
+  pkill -9 -P $r sleep
+  wait $r
+  $RUN --cpus "$ncpu" -- true 2>/dev/null && ok || fail "CPUs not released after the command was killed"
+  $RUN --cpus "$ncpu" -- sleep 30 2>/dev/null &
+  r=$!
+  sleep 0.5
+  child=$(pgrep -P $r sleep)
+  kill -9 $r
+  wait $r 2>/dev/null
+  [ -n "$child" ] && kill $child
+  $RUN --cpus "$ncpu" -- true 2>"$TMP/err" && ok || fail "stale claim of a killed nrm run kept: $(cat "$TMP/err")"
+  grep -q "its nrm process is gone" "$TMP/err" && ok || fail "the stale claim was not reported"
+fi
+finish
