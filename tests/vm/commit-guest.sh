@@ -125,6 +125,18 @@ done
 check "a new shared container avoids the claim's CPUs" \
   "$CLIENT" cpus-disjoint "$(status_list $shared2 Cpus_allowed_list)" "$cpus"
 
+# nrm run beside the plugin: the same state, so never the claim's CPUs; a
+# transient cgroup v2 holds the command.
+"$NRM" run --cpus 2 --state-dir "$W/state" -- sh -c 'cat /proc/self/cgroup; grep _allowed_list /proc/self/status' \
+  >"$W/run.out" 2>"$W/run.err"
+check "nrm run succeeds beside the plugin" [ $? -eq 0 ]
+run_cpus=$(sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' "$W/run.out")
+check "nrm run's command has 2 CPUs ($run_cpus), none of the claim's" \
+  sh -c "'$CLIENT' cpus-disjoint '$run_cpus' '$cpus' && [ \$(echo '$run_cpus' | tr ',' '\n' | \
+    awk -F- '{ n += (NF == 2 ? \$2 - \$1 + 1 : 1) } END { print n }') -eq 2 ]"
+check "nrm run's command is in nrm.slice" grep -q '^0::/nrm.slice/run-' "$W/run.out"
+check "nrm run removes its cgroup" sh -c "! ls -d $CG/nrm.slice/run-* 2>/dev/null | grep -q ."
+
 # Unprepare: the CPUs go back to the shared pool.
 kill $excl_pid
 check "unprepare (CPU)" "$CLIENT" unprepare "$W/k/plugins/cpu.nrm.io/dra.sock" $uid
