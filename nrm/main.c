@@ -24,6 +24,7 @@
 #include "nrm/fs.h"
 #include "nrm/log.h"
 #include "nrm/run.h"
+#include "nrm/status.h"
 #include "nrm/cleanup.h"
 #include "nrm/conf.h"
 #include "topology/topology.h"
@@ -41,6 +42,8 @@ static const char usage_text[]
       "  plugin     serve the CPU and memory drivers to the kubelet (DRA kubelet plugin)\n"
       "  run        run a command on CPUs (and memory) picked as for a claim, then release them:\n"
       "             nrm run --cpus N [--memory SIZE] [--numa-node K] [--option NAME]... -- COMMAND...\n"
+      "  status     what nrm has handed out: pools, claims and runs, exclusive and shared CPUs\n"
+      "             (options: --json, --state-dir, and those of every command)\n"
       "  hook       OCI createRuntime hook: bind a new container to its claim's CPUs and memory\n"
       "             nodes (the runtime runs it from the CDI spec, with the OCI state on stdin)\n"
       "  help       show this help\n"
@@ -252,8 +255,9 @@ parse_options (struct cli *cli, const char *cmd, int argc, char **argv, nrm_erro
         case OPT_INSTANCE_UID:
         case OPT_LOG_LEVEL:
         case OPT_LOG_FORMAT:
-          if (strcmp (cmd, "plugin") != 0 && !((strcmp (cmd, "hook") == 0 || strcmp (cmd, "run") == 0)
-                                                && c == OPT_STATE_DIR))
+          if (strcmp (cmd, "plugin") != 0
+              && !((strcmp (cmd, "hook") == 0 || strcmp (cmd, "run") == 0 || strcmp (cmd, "status") == 0)
+                   && c == OPT_STATE_DIR))
             return nrm_error_set (err, EINVAL, "%s: `--%s` is an option of `nrm plugin`", cmd, flag);
           {
             char **field[] = { &cli->cfg.kubelet_dir, &cli->cfg.cdi_dir,      &cli->cfg.state_dir, &cli->cfg.claims_dir,
@@ -320,8 +324,8 @@ parse_options (struct cli *cli, const char *cmd, int argc, char **argv, nrm_erro
           r = nrm_config_set_string (&cli->cfg.hook_path, optarg, err);
           break;
         case OPT_JSON:
-          if (strcmp (cmd, "topology") != 0)
-            return nrm_error_set (err, EINVAL, "%s: --json is an option of `nrm topology`", cmd);
+          if (strcmp (cmd, "topology") != 0 && strcmp (cmd, "status") != 0)
+            return nrm_error_set (err, EINVAL, "%s: --json is an option of `nrm topology` and `nrm status`", cmd);
           cli->json = true;
           break;
         default:
@@ -531,6 +535,22 @@ reconcile_thread (void *arg)
 static int run_status;
 
 static int
+cmd_status (struct cli *cli, nrm_error_t *err)
+{
+  struct nrm_topology *t = NULL;
+  cleanup_free char *buf = NULL;
+  size_t len = 0;
+  if (load_machine (cli, &t, err) < 0)
+    return -1;
+  FILE *f = open_memstream (&buf, &len);
+  int r = f ? nrm_status (&cli->cfg, t, cli->json, f, err) : nrm_error_errno (err, errno, "open_memstream");
+  if (f)
+    fclose (f);
+  nrm_topology_free (t);
+  return r < 0 ? -1 : emit (buf, len, err);
+}
+
+static int
 cmd_run (struct cli *cli, nrm_error_t *err)
 {
   struct nrm_topology *t = NULL;
@@ -733,6 +753,8 @@ main (int argc, char **argv)
     run = cmd_hook;
   else if (strcmp (cmd, "run") == 0)
     run = cmd_run;
+  else if (strcmp (cmd, "status") == 0)
+    run = cmd_status;
   else
     {
       fprintf (stderr, "nrm: unknown command `%s`; see `nrm --help`\n", cmd);

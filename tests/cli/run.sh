@@ -15,6 +15,15 @@ case $allowed in *,* | *-*) fail "more than one CPU allowed: $allowed" ;; "") fa
 [ "$allowed" = "$envcpus" ] && ok || fail "NRM_CPUS $envcpus is not the allowed CPU $allowed"
 grep -q "CPUs $allowed" "$TMP/err" && ok || fail "run does not say where it ran: $(cat "$TMP/err")"
 
+# nrm status sees the run while it lasts, and not after.
+$RUN --cpus 1 -- sh -c "$NRM status --state-dir $S; $NRM status --json --state-dir $S" >"$TMP/out" 2>/dev/null \
+  || fail "status during a run"
+grep -q "^  nrm-run/run-" "$TMP/out" && ok || fail "status does not list the run: $(cat "$TMP/out")"
+grep -q "^CPUs: exclusive $allowed;\|^CPUs: exclusive [0-9]" "$TMP/out" && ok || fail "status shows no exclusive CPU"
+grep -q '"allocatedDevices": 1' "$TMP/out" && ok || fail "status --json counts no allocated device"
+"$NRM" status --state-dir "$S" >"$TMP/out" 2>&1 || fail "status after the run: $(cat "$TMP/out")"
+grep -q "^claims: 0" "$TMP/out" && ok || fail "the run is still listed after it ended"
+
 # The command's exit status is nrm run's; the claim is released afterwards.
 $RUN --cpus 1 -- sh -c 'exit 3' 2>/dev/null
 [ $? -eq 3 ] && ok || fail "exit status not passed on"
