@@ -420,6 +420,7 @@ cmd_slices (struct cli *cli, nrm_error_t *err)
   return emit_json (list, err);
 }
 
+#ifdef NRM_AGENT
 /* The shared pool: every container without an exclusive claim runs on the
  * allocatable CPUs no claim holds (reserved ones too, unless
  * strict-cpu-reservation keeps them out). */
@@ -532,6 +533,8 @@ reconcile_thread (void *arg)
   return NULL;
 }
 
+#endif
+
 static int run_status;
 
 static int
@@ -550,6 +553,7 @@ cmd_status (struct cli *cli, nrm_error_t *err)
   return r < 0 ? -1 : emit (buf, len, err);
 }
 
+#ifdef NRM_AGENT
 static int
 cmd_run (struct cli *cli, nrm_error_t *err)
 {
@@ -569,6 +573,8 @@ cmd_run (struct cli *cli, nrm_error_t *err)
   nrm_topology_free (t);
   return r;
 }
+
+#endif
 
 static int
 cmd_hook (struct cli *cli, nrm_error_t *err)
@@ -606,6 +612,7 @@ cmd_hook (struct cli *cli, nrm_error_t *err)
   return 0;
 }
 
+#ifdef NRM_AGENT
 /* Serves both drivers until SIGTERM or SIGINT. Signals are blocked before
  * any thread starts (gRPC's own threads inherit the mask) and taken here
  * with sigwait(): no gRPC call ever runs in a signal handler. */
@@ -719,6 +726,30 @@ out:
   return r;
 }
 
+#else
+/* plugin and run need gRPC and libnuma, whose loading alone costs more
+ * memory than a whole `nrm slices`: they live in nrm-agent, beside nrm. */
+static void
+exec_agent (char **argv)
+{
+  char self[4096];
+  ssize_t n = readlink ("/proc/self/exe", self, sizeof (self) - 20);
+  if (n > 0)
+    {
+      self[n] = '\0';
+      char *slash = strrchr (self, '/');
+      if (slash)
+        {
+          strcpy (slash + 1, "nrm-agent");
+          argv[0] = self;
+          execv (self, argv);
+        }
+    }
+  fprintf (stderr, "nrm: cannot run nrm-agent from beside nrm (%s): %s\n", n > 0 ? self : "?", strerror (errno));
+  exit (EXIT_FAILURE);
+}
+#endif
+
 int
 main (int argc, char **argv)
 {
@@ -747,12 +778,17 @@ main (int argc, char **argv)
     run = cmd_topology;
   else if (strcmp (cmd, "slices") == 0)
     run = cmd_slices;
+#ifdef NRM_AGENT
   else if (strcmp (cmd, "plugin") == 0)
     run = cmd_plugin;
-  else if (strcmp (cmd, "hook") == 0)
-    run = cmd_hook;
   else if (strcmp (cmd, "run") == 0)
     run = cmd_run;
+#else
+  else if (strcmp (cmd, "plugin") == 0 || strcmp (cmd, "run") == 0)
+    exec_agent (argv);
+#endif
+  else if (strcmp (cmd, "hook") == 0)
+    run = cmd_hook;
   else if (strcmp (cmd, "status") == 0)
     run = cmd_status;
   else
