@@ -256,8 +256,8 @@ nrm_cmd_run (struct nrm_config *c, struct nrm_topology *t, const struct nrm_run_
     {
       char dev[32];
       snprintf (dev, sizeof (dev), "numa%d", node);
-      src[1].claim = claim_for (uid, name, c->publish.memory_driver, c->node_name, dev, "memory", rq->memory,
-                                json_pack ("[]"));
+      cleanup_json json_t *none = json_array ();
+      src[1].claim = claim_for (uid, name, c->publish.memory_driver, c->node_name, dev, "memory", rq->memory, none);
       json_t *devs = nrm_plugin_prepare (pl[1], RUN_NAMESPACE, name, uid, err);
       if (devs == NULL)
         {
