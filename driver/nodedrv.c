@@ -389,6 +389,24 @@ device_capacity (json_t *dev, const char **key, nrm_quantity_t *cap)
   return r;
 }
 
+/* Records that a claim holds these bytes (device -> bytes) of memory devices. */
+static void
+hold_memory (struct nrm_node_driver *d, const char *uid, json_t *bytes)
+{
+  const char *name;
+  json_t *v;
+  json_object_foreach (bytes, name, v)
+  {
+    json_int_t cur = json_integer_value (json_object_get (d->used, name));
+    json_object_set_new (d->used, name, json_integer (cur + json_integer_value (v)));
+  }
+  struct claim_entry *c = calloc (1, sizeof (*c));
+  c->uid = strdup (uid);
+  c->used = json_incref (bytes);
+  c->next = d->claims;
+  d->claims = c;
+}
+
 /* Opaque MemoryConfig: whether the claimed ordinary memory also becomes
  * the container's memory.max (limit) and memory.min (guarantee). */
 static int
@@ -494,16 +512,7 @@ mem_prepare (struct nrm_node_driver *d, const char *uid, const struct nrm_alloc_
     }
   const char *name;
   json_t *v;
-  json_object_foreach (add, name, v)
-  {
-    json_int_t cur = json_integer_value (json_object_get (d->used, name));
-    json_object_set_new (d->used, name, json_integer (cur + json_integer_value (v)));
-  }
-  struct claim_entry *c = calloc (1, sizeof (*c));
-  c->uid = strdup (uid);
-  c->used = json_incref (add);
-  c->next = d->claims;
-  d->claims = c;
+  hold_memory (d, uid, add);
   cleanup_free char *mems = nrm_cpulist_format (nodes);
   out->state = json_pack ("{s:O, s:s}", "devices", add, "mems", mems);
   out->env = json_array ();
@@ -530,20 +539,9 @@ static int
 mem_restore (struct nrm_node_driver *d, const char *uid, json_t *state, nrm_error_t *err)
 {
   json_t *devs = json_object_get (state, "devices");
-  const char *name;
-  json_t *v;
   if (!json_is_object (devs))
     return nrm_error_set (err, EINVAL, "state has no `devices`");
-  json_object_foreach (devs, name, v)
-  {
-    json_int_t cur = json_integer_value (json_object_get (d->used, name));
-    json_object_set_new (d->used, name, json_integer (cur + json_integer_value (v)));
-  }
-  struct claim_entry *c = calloc (1, sizeof (*c));
-  c->uid = strdup (uid);
-  c->used = json_incref (devs);
-  c->next = d->claims;
-  d->claims = c;
+  hold_memory (d, uid, devs);
   return 0;
 }
 
