@@ -100,7 +100,8 @@ static const char usage_text[]
       "\n"
       "Options of hook: --fsroot, --state-dir (as for plugin).\n"
       "\n"
-      "Exit status: 0 on success, 1 when the machine or a setting is unusable, 2 for bad usage.\n";
+      "Exit status: 0 on success, 1 when the machine or a setting is unusable, 2 for bad usage;\n"
+      "nrm run exits with the command's own status once the command has started.\n";
 
 enum
 {
@@ -191,7 +192,7 @@ parse_options (struct cli *cli, const char *cmd, int argc, char **argv, nrm_erro
         return -1;
       if (c == '?')
         {
-          if (optopt)
+          if (optopt > 0 && optopt < 128)
             return nrm_error_set (err, EINVAL, "%s: option -%c needs an argument or is unknown", cmd, optopt);
           return nrm_error_set (err, EINVAL, "%s: unknown option or missing argument in `%s`", cmd,
                                 argv[optind - 1]);
@@ -302,7 +303,9 @@ parse_options (struct cli *cli, const char *cmd, int argc, char **argv, nrm_erro
           else if (c == OPT_OPTION)
             {
               unsigned o = 0;
-              if (cli->n_options == 15 || nrm_cpu_option_parse (optarg, &o, err) < 0)
+              if (cli->n_options == 15)
+                return nrm_error_set (err, EINVAL, "run: at most 15 `--option`s");
+              if (nrm_cpu_option_parse (optarg, &o, err) < 0)
                 return -1;
               cli->options[cli->n_options++] = optarg;
             }

@@ -69,13 +69,11 @@ start_time (pid_t pid)
   return v;
 }
 
-/* Runs whose nrm process is gone (killed with -9) still hold their claims:
- * those are released first. */
 static void
-release_stale (struct nrm_plugin *cpu, struct nrm_plugin *mem)
+release_stale (struct nrm_plugin *pl)
 {
   nrm_error_t err = NULL;
-  cleanup_json json_t *claims = nrm_plugin_claims (cpu, &err);
+  cleanup_json json_t *claims = nrm_plugin_claims (pl, &err);
   const char *uid;
   json_t *c;
   nrm_error_release (&err);
@@ -91,9 +89,7 @@ release_stale (struct nrm_plugin *cpu, struct nrm_plugin *mem)
     if (pid > 0 && start_time (pid) == st)
       continue;
     nrm_log (NULL, NRM_LOG_INFO, "releasing the claim of run %s (its nrm process is gone)", name);
-    if (nrm_plugin_unprepare (cpu, uid, &err) < 0)
-      nrm_error_release (&err);
-    if (mem && nrm_plugin_unprepare (mem, uid, &err) < 0)
+    if (nrm_plugin_unprepare (pl, uid, &err) < 0)
       nrm_error_release (&err);
   }
 }
@@ -194,7 +190,11 @@ nrm_cmd_run (struct nrm_config *c, struct nrm_topology *t, const struct nrm_run_
                          "options"),
         json_string (rq->options[i]));
 
-  for (int i = 0; i < (use_mem ? 2 : 1); i++)
+  /* A run takes CPUs by count from a node's consumable device, whatever
+   * device mode the plugin publishes: the claims of both are CPU sets. */
+  struct nrm_publish_options po = c->publish;
+  po.cpu_mode = NRM_CPU_MODE_NUMA;
+  for (int i = 0; i < 2; i++)
     {
       struct nrm_plugin_config pc = {
         .driver = i == 0 ? c->publish.cpu_driver : c->publish.memory_driver,
@@ -206,13 +206,16 @@ nrm_cmd_run (struct nrm_config *c, struct nrm_topology *t, const struct nrm_run_
         .local = true,
         .claims = { run_get, &src[i] },
       };
-      if (nrm_node_driver_new (t, &c->publish, i == 0, &drv[i], err) < 0)
+      if (nrm_node_driver_new (t, &po, i == 0, &drv[i], err) < 0)
         goto out;
       nrm_node_driver_set_cpu_options (drv[i], c->cpu_options, (size_t) c->min_shared_cpus);
       if (nrm_plugin_start (&pc, &nrm_node_driver_ops, drv[i], &pl[i], err) < 0)
         goto out;
     }
-  release_stale (pl[0], pl[1]);
+  /* Runs whose nrm process is gone (killed with -9) still hold their
+   * claims, CPUs and memory: released first. */
+  release_stale (pl[0]);
+  release_stale (pl[1]);
 
   /* The node: the one asked for, else the first in preference order that
    * has room. */

@@ -70,5 +70,16 @@ if [ "$ncpu" -ge 2 ]; then
   [ -n "$child" ] && kill $child
   $RUN --cpus "$ncpu" -- true 2>"$TMP/err" && ok || fail "stale claim of a killed nrm run kept: $(cat "$TMP/err")"
   grep -q "its nrm process is gone" "$TMP/err" && ok || fail "the stale claim was not reported"
+  # The memory of a killed run is released too, by any later run.
+  $RUN --cpus 1 --memory 16Mi -- sleep 30 2>/dev/null &
+  r=$!
+  sleep 0.5
+  child=$(pgrep -P $r sleep)
+  kill -9 $r
+  wait $r 2>/dev/null
+  [ -n "$child" ] && kill $child
+  $RUN --cpus 1 -- true 2>/dev/null || fail "run after a killed run with memory"
+  "$NRM" status --state-dir "$S" >"$TMP/out" 2>&1
+  grep -q "^claims: 0" "$TMP/out" && ok || fail "a killed run's memory is still held: $(cat "$TMP/out")"
 fi
 finish

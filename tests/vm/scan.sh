@@ -110,12 +110,10 @@ scan () {
              echo "@@ slices"; "$0" slices --node-name vm-test; echo "@@ rc $?"' "$NRM" \
       >"$TMP/$name.out" 2>"$TMP/$name.err"
     rc=$?
+    [ "$rc" -eq 77 ] && { echo "SKIP: $(cat "$TMP/$name.err")"; exit 77; }
     echo "$name: boot, scan and poweroff took $(($(date +%s) - start)) s"
     case $rc in 124 | 125) [ "$try" = 1 ] && echo "retrying: vm.sh exited $rc: $(tail -n 3 "$TMP/$name.err")" ;; *) break ;; esac
   done
-  if [ "$rc" -eq 77 ]; then
-    echo "SKIP: $(cat "$TMP/$name.err")"; exit 77
-  fi
   if [ "$rc" -ne 0 ]; then
     fail "$name: the VM run exited $rc: $(tail -n 20 "$TMP/$name.err")"; return
   fi
@@ -142,7 +140,7 @@ scan () {
     [ "$pkg" = $((k * sockets / nodes)) ] || bad="$bad node$k:package=$pkg"
     k=$((k + 1))
   done
-  [ -z "$bad" ] && pass "$name: every node has $per_node CPUs and sits in package node*$sockets/$nodes" \
+  [ -z "$bad" ] && pass "$name: every node has $per_node CPUs, node k in package k*$sockets/$nodes" \
     || fail "$name: nodes:$bad"
   ncores=$(get 'cores#' "$TMP/t")
   check "$name: cores" $((cpus / threads)) "$ncores"
