@@ -16,7 +16,8 @@
 # failed to boot or to report COMMAND's status; 2 for a usage error.
 #
 # Environment: NRM_VM_CACHE (kernel cache, default /var/cache/nrm-vm),
-# NRM_VM_TIMEOUT (seconds, default 300), NRM_VM_QEMU (the qemu binary),
+# NRM_VM_TIMEOUT (seconds, default 300), NRM_VM_BOOT_TIMEOUT (seconds to
+# start COMMAND before the VM is booted again, default 60), NRM_VM_QEMU (the qemu binary),
 # NRM_VM_ACCEL (tcg or kvm; default kvm only where kvm_intel/kvm_amd is
 # loaded), NRM_VM_CPU (the qemu CPU model), NRM_VM_APPEND (more kernel
 # arguments), NRM_VM_KERNEL_DEB (a linux-image .deb to use instead of
@@ -29,7 +30,8 @@ usage () {
   cat <<'EOF'
 usage: vm.sh --nodes N [options] -- COMMAND [ARGS...]
   --nodes N           NUMA nodes (default 1)
-  --cpus C            CPUs in all, split evenly over the nodes (default 8, or N*T if more)
+  --cpus C            CPUs in all, split evenly over the nodes (default 8, or the next
+                      multiple of N*T)
   --threads T         SMT threads per core (default 2)
   --sockets S         sockets (default N: one node per socket)
   --mem-mb M          memory in MiB in all, split evenly (default max(1024, 256*N), plus huge pages)
@@ -41,7 +43,7 @@ usage: vm.sh --nodes N [options] -- COMMAND [ARGS...]
 EOF
 }
 die () { echo "$prog: $*" >&2; exit 2; }
-skip () { echo "$prog: SKIP: $*" >&2; exit 77; }
+skip () { echo "$prog: skipped: $*" >&2; exit 77; }
 debug () { [ -n "${NRM_VM_DEBUG:-}" ] && echo "$prog: $*" >&2; return 0; }
 isnum () { case $1 in '' | *[!0-9]*) return 1 ;; esac; return 0; }
 
@@ -72,9 +74,8 @@ for v in nodes threads huge timeout; do isnum "${!v}" || die "--$v must be a num
 [ "$nodes" -ge 1 ] && [ "$nodes" -le 64 ] || die "--nodes must be 1..64"
 [ "$threads" -ge 1 ] || die "--threads must be at least 1"
 [ "$timeout" -ge 1 ] || die "--timeout must be at least 1"
-if [ -z "$cpus" ]; then
-  cpus=8
-  [ $((nodes * threads)) -gt 8 ] && cpus=$((nodes * threads))
+if [ -z "$cpus" ]; then # the fewest whole cores per node that make 8 CPUs or more
+  cpus=$((nodes * threads * ((8 + nodes * threads - 1) / (nodes * threads))))
 fi
 isnum "$cpus" && [ "$cpus" -ge 1 ] || die "--cpus must be a positive number: $cpus"
 [ -n "$sockets" ] || sockets=$nodes
@@ -284,7 +285,7 @@ trap 'exit 143' TERM
 trap 'exit 129' HUP
 
 # sq WORD: WORD quoted for a POSIX shell.
-sq () { printf "'%s'" "$(printf '%s' "$1" | sed "s/'/'\\\\''/g")"; }
+sq () { local q="'\\''"; printf "'%s'" "${1//\'/$q}"; }
 
 # The initramfs: busybox, the modules, /init, and the command to run.
 ird=$tmp/initramfs
@@ -400,6 +401,7 @@ chmod 0755 "$ird/init"
 # qemu's arguments.
 kernel=$kdir/vmlinuz
 [ -f "$kdir/vmlinux" ] && kernel=$kdir/vmlinux
+# shellcheck disable=SC2054 # commas inside qemu's option values
 args=(-accel "$accel" -cpu "$cpu_model" -machine pc
   -smp "$cpus,sockets=$sockets,cores=$cores,threads=$threads" -m "${mem}M"
   -nodefaults -no-user-config -display none -no-reboot
@@ -450,12 +452,13 @@ while :; do
   boot_start=$SECONDS
   timeout --foreground -k 5 "$left" "$qemu" "${args[@]}" </dev/null >"$tmp/qemu.log" 2>&1 &
   qpid=$!
-  booted=''
+  booted='' hung=''
   while kill -0 "$qpid" 2>/dev/null; do
     if grep -q '^started' "$tmp/status" 2>/dev/null; then booted=1; break; fi
     if [ "$SECONDS" -ge "$timeout" ]; then break; fi
     if [ $((SECONDS - boot_start)) -ge "$boot_timeout" ]; then
       kill "$qpid" 2>/dev/null
+      hung=1
       break
     fi
     sleep 0.2
@@ -476,7 +479,8 @@ while :; do
   if [ -n "$booted" ] || grep -q '^init-error' "$tmp/status" || [ "$SECONDS" -ge "$timeout" ] || [ "$attempt" -ge 3 ]; then
     break
   fi
-  echo "$prog: the VM did not start the command (qemu exit $qrc, $(tail -n 1 "$tmp/console.log" | tr -d '\r' | cut -c1-100)): booting again" >&2
+  if [ -n "$hung" ]; then why="had not started the command after $boot_timeout s"; else why="stopped (qemu exit $qrc)"; fi
+  echo "$prog: the VM $why, at: $(tail -n 1 "$tmp/console.log" | tr -d '\r' | cut -c1-100); booting again" >&2
 done
 
 st=$(tr -d '\r' <"$tmp/status" | tail -n 1)
@@ -488,7 +492,7 @@ if [ "$qrc" -eq 124 ] || [ "$qrc" -eq 137 ] || [ "$SECONDS" -ge "$timeout" ]; th
   sed "s/^/$prog: console: /" "$tmp/console.log" | tail -n 20 >&2
   exit 124
 fi
-echo "$prog: the VM failed (qemu exit $qrc${st:+, $st}${attempt:+, $attempt boots})" >&2
+echo "$prog: the VM failed (qemu exit $qrc${st:+, $st}, $attempt boot(s))" >&2
 sed "s/^/$prog: qemu: /" "$tmp/qemu.log" | tail -n 5 >&2
 sed "s/^/$prog: console: /" "$tmp/console.log" | tail -n 20 >&2
 exit 125
