@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -305,6 +306,7 @@ nrm_cmd_run (struct nrm_config *c, struct nrm_topology *t, const struct nrm_run_
     }
   setenv ("NRM_CPUS", cpus, 1);
   setenv ("NRM_MEMS", mems, 1);
+  pid_t parent = getpid ();
   child_pid = fork ();
   if (child_pid < 0)
     {
@@ -315,6 +317,10 @@ nrm_cmd_run (struct nrm_config *c, struct nrm_topology *t, const struct nrm_run_
     {
       char ok;
       close (go[1]);
+      /* If nrm run dies (kill -9), the command dies too: its CPUs may be
+       * handed out again once the next run releases the stale claim. */
+      if (prctl (PR_SET_PDEATHSIG, SIGKILL) < 0 || getppid () != parent)
+        _exit (126);
       /* Wait until the parent has moved us into the cgroup. */
       if (read (go[0], &ok, 1) != 1)
         _exit (126);

@@ -67,7 +67,10 @@ if [ "$ncpu" -ge 2 ]; then
   child=$(pgrep -P $r sleep)
   kill -9 $r
   wait $r 2>/dev/null
-  [ -n "$child" ] && kill $child
+  sleep 0.3
+  # Gone, or a zombie waiting for its new parent to reap it.
+  state=$(ps -o stat= -p "$child" 2>/dev/null | cut -c1)
+  [ -n "$child" ] && { [ -z "$state" ] || [ "$state" = Z ]; } && ok || fail "the command outlived its killed nrm run ($state)"
   $RUN --cpus "$ncpu" -- true 2>"$TMP/err" && ok || fail "stale claim of a killed nrm run kept: $(cat "$TMP/err")"
   grep -q "its nrm process is gone" "$TMP/err" && ok || fail "the stale claim was not reported"
   # The memory of a killed run is released too, by any later run.
