@@ -613,6 +613,17 @@ check_claims (Claim **claims, size_t n, char **details)
   return 0;
 }
 
+/* Whether claims[i]'s UID came earlier in the request: the reply has one
+ * entry per UID. */
+static bool
+repeated (Claim **claims, size_t i)
+{
+  for (size_t j = 0; j < i; j++)
+    if (strcmp (claims[j]->uid, claims[i]->uid) == 0)
+      return true;
+  return false;
+}
+
 /* Serves v1 and v1beta1: their messages differ only in Device.share_id. */
 static grpc_status_code
 prepare_common (struct nrm_plugin *p, const uint8_t *req, size_t len, uint8_t **resp, size_t *resp_len, char **details,
@@ -639,10 +650,7 @@ prepare_common (struct nrm_plugin *p, const uint8_t *req, size_t len, uint8_t **
   for (size_t i = 0; i < n; i++)
     {
       Claim *c = in->claims[i];
-      bool dup = false;
-      for (size_t j = 0; j < i; j++)
-        dup |= strcmp (in->claims[j]->uid, c->uid) == 0;
-      if (dup)
+      if (repeated (in->claims, i))
         continue; /* one entry per UID */
       nrm_error_t err = NULL;
       PrepareEntry *e = &entries[n_out];
@@ -750,10 +758,7 @@ h_unprepare (void *ctx, const uint8_t *req, size_t len, uint8_t **resp, size_t *
   char **errors = calloc (n + 1, sizeof (char *));
   for (size_t i = 0; i < n; i++)
     {
-      bool dup = false;
-      for (size_t j = 0; j < i; j++)
-        dup |= strcmp (in->claims[j]->uid, in->claims[i]->uid) == 0;
-      if (dup)
+      if (repeated (in->claims, i))
         continue;
       nrm_error_t err = NULL;
       k8s__io__kubelet__pkg__apis__dra__v1__node_unprepare_resources_response__claims_entry__init (&entries[n_out]);

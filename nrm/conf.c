@@ -471,6 +471,20 @@ nrm_config_load_file (struct nrm_config *c, const char *path, nrm_error_t *err)
   return 0;
 }
 
+void
+nrm_config_plugin (const struct nrm_config *c, bool cpu, struct nrm_plugin_config *pc)
+{
+  memset (pc, 0, sizeof (*pc));
+  pc->driver = cpu ? c->publish.cpu_driver : c->publish.memory_driver;
+  pc->node_name = c->node_name;
+  pc->kubelet_dir = c->kubelet_dir;
+  pc->cdi_dir = c->cdi_dir;
+  pc->state_dir = c->state_dir;
+  pc->instance_uid = c->instance_uid;
+  pc->health_interval_s = 10;
+  pc->threads = 2;
+}
+
 int
 nrm_config_finish (struct nrm_config *c, nrm_error_t *err)
 {

@@ -5,6 +5,7 @@
 #include <stdbool.h>
 
 #include "driver/devices.h"
+#include "driver/plugin.h"
 #include "nrm/error.h"
 #include "topology/topology.h"
 
@@ -53,6 +54,10 @@ int nrm_config_set_cpu_mode (struct nrm_config *c, const char *mode, nrm_error_t
 /* "full-pcpus-only,distribute-cpus-across-numa": replaces the options. */
 int nrm_config_set_cpu_options (struct nrm_config *c, const char *list, nrm_error_t *err);
 int nrm_config_set_string (char **field, const char *value, nrm_error_t *err);
+
+/* The plugin settings of the CPU (cpu) or memory driver, as the config has
+ * them; the caller adds what is its own (claim source, hook, callbacks). */
+void nrm_config_plugin (const struct nrm_config *c, bool cpu, struct nrm_plugin_config *pc);
 
 /* Fills defaults (node name from $NODE_NAME or the host name) and checks
  * names; call once all sources are read. */

@@ -650,20 +650,12 @@ cmd_plugin (struct cli *cli, nrm_error_t *err)
                       "nrm-hook", "--fsroot", c->fsroot, "--state-dir", c->state_dir);
   for (int i = 0; i < 2; i++)
     {
-      struct nrm_plugin_config pc = {
-        .driver = i == 0 ? c->publish.cpu_driver : c->publish.memory_driver,
-        .node_name = c->node_name,
-        .kubelet_dir = c->kubelet_dir,
-        .cdi_dir = c->cdi_dir,
-        .state_dir = c->state_dir,
-        .instance_uid = c->instance_uid,
-        .health_interval_s = 10,
-        .threads = 2,
-        .log = nrm_log,
-        .cdi_hook = hook,
-        .on_change = i == 0 ? reconcile_kick : NULL,
-        .on_change_ctx = &rec,
-      };
+      struct nrm_plugin_config pc;
+      nrm_config_plugin (c, i == 0, &pc);
+      pc.log = nrm_log;
+      pc.cdi_hook = hook;
+      pc.on_change = i == 0 ? reconcile_kick : NULL;
+      pc.on_change_ctx = &rec;
       nrm_claim_source_dir (&pc.claims, c->claims_dir);
       /* CPU health follows the online CPUs of this machine, or of the tree
        * under --fsroot when a recorded machine is served. */

@@ -197,16 +197,12 @@ nrm_cmd_run (struct nrm_config *c, struct nrm_topology *t, const struct nrm_run_
   po.cpu_mode = NRM_CPU_MODE_NUMA;
   for (int i = 0; i < 2; i++)
     {
-      struct nrm_plugin_config pc = {
-        .driver = i == 0 ? c->publish.cpu_driver : c->publish.memory_driver,
-        .node_name = c->node_name,
-        .kubelet_dir = c->kubelet_dir,
-        .cdi_dir = c->cdi_dir,
-        .state_dir = c->state_dir,
-        .log = nrm_log,
-        .local = true,
-        .claims = { run_get, &src[i] },
-      };
+      struct nrm_plugin_config pc;
+      nrm_config_plugin (c, i == 0, &pc);
+      pc.instance_uid = NULL;
+      pc.log = nrm_log;
+      pc.local = true;
+      pc.claims = (struct nrm_claim_source){ run_get, &src[i] };
       if (nrm_node_driver_new (t, &po, i == 0, &drv[i], err) < 0)
         goto out;
       nrm_node_driver_set_cpu_options (drv[i], c->cpu_options, (size_t) c->min_shared_cpus);

@@ -555,10 +555,10 @@ test_memory_and_beta (void **state)
   unprepare (mem_ch, uids, 1);
 }
 
-static void
-test_health (void **state)
+/* Opens the health stream and reads its first message (the complete list). */
+static V1alpha1__NodeWatchResourcesResponse *
+watch_health (struct kc_stream **ret)
 {
-  (void) state;
   V1alpha1__NodeWatchResourcesRequest in = V1ALPHA1__NODE_WATCH_RESOURCES_REQUEST__INIT;
   uint8_t buf[8];
   size_t len = protobuf_c_message_pack (&in.base, buf);
@@ -567,7 +567,18 @@ test_health (void **state)
   size_t dlen = 0;
   assert_int_equal (kc_stream_read (s, 5000, &data, &dlen), 1);
   V1alpha1__NodeWatchResourcesResponse *r = v1alpha1__node_watch_resources_response__unpack (NULL, dlen, data);
+  free (data);
   assert_non_null (r);
+  *ret = s;
+  return r;
+}
+
+static void
+test_health (void **state)
+{
+  (void) state;
+  struct kc_stream *s = NULL;
+  V1alpha1__NodeWatchResourcesResponse *r = watch_health (&s);
   assert_int_equal (r->n_devices, 3); /* numa0, numa1 and numa1-isolated */
   for (size_t i = 0; i < r->n_devices; i++)
     {
@@ -577,7 +588,6 @@ test_health (void **state)
       assert_true (r->devices[i]->last_updated_time > 0);
     }
   v1alpha1__node_watch_resources_response__free_unpacked (r, NULL);
-  free (data);
   kc_stream_close (s);
 }
 
@@ -599,15 +609,8 @@ test_health_offline (void **state)
   fclose (f);
   start_plugin ();
 
-  V1alpha1__NodeWatchResourcesRequest in = V1ALPHA1__NODE_WATCH_RESOURCES_REQUEST__INIT;
-  uint8_t buf[8];
-  size_t len = protobuf_c_message_pack (&in.base, buf);
-  struct kc_stream *s = kc_stream_open (cpu_ch, "/v1alpha1.DRAResourceHealth/NodeWatchResources", buf, len, 60000);
-  uint8_t *data = NULL;
-  size_t dlen = 0;
-  assert_int_equal (kc_stream_read (s, 5000, &data, &dlen), 1);
-  V1alpha1__NodeWatchResourcesResponse *r = v1alpha1__node_watch_resources_response__unpack (NULL, dlen, data);
-  assert_non_null (r);
+  struct kc_stream *s = NULL;
+  V1alpha1__NodeWatchResourcesResponse *r = watch_health (&s);
   assert_int_equal (r->n_devices, 3);
   for (size_t i = 0; i < r->n_devices; i++)
     {
@@ -620,7 +623,6 @@ test_health_offline (void **state)
         assert_int_equal (r->devices[i]->health, V1ALPHA1__HEALTH_STATUS__HEALTHY);
     }
   v1alpha1__node_watch_resources_response__free_unpacked (r, NULL);
-  free (data);
   kc_stream_close (s);
   stop_plugin (SIGTERM);
   fsroot[0] = '\0';
