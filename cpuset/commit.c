@@ -173,9 +173,10 @@ nrm_hook_run (const char *fsroot, const char *state, size_t len, const char *sta
   if (nrm_cgroupfs_open (fsroot, &fs, err) < 0)
     return nrm_error_wrap (err, "container %s", id);
 
-  /* The record comes first, durably and under the reconciler's lock: a
-   * pass that runs meanwhile either sees the record or finishes before the
-   * cgroup is written, so it never moves the container back. */
+  /* The record comes first, under the reconciler's lock: a pass that runs
+   * meanwhile either sees the record or finishes before the cgroup is
+   * written, so it never moves the container back. No fsync: only a crash
+   * of the machine loses page-cache data, and that ends the container too. */
   cleanup_free char *dir = NULL, *rec = record_path (state_dir, id), *text = NULL;
   cleanup_close int lock = -1;
   cleanup_json json_t *doc = NULL;
@@ -189,7 +190,7 @@ nrm_hook_run (const char *fsroot, const char *state, size_t len, const char *sta
     goto fail;
   doc = json_pack ("{s:s, s:s, s:s?, s:s?}", "id", id, "cgroup", cgroup, "cpus", cpus, "mems", mems);
   text = json_dumps (doc, JSON_COMPACT);
-  if (text == NULL || nrm_write_atomic (rec, text, strlen (text), 0600, true, err) < 0)
+  if (text == NULL || nrm_write_atomic (rec, text, strlen (text), 0600, false, err) < 0)
     goto fail;
   b.cpus = cpus;
   b.mems = mems;
