@@ -116,8 +116,8 @@ nrm_grpc_read_buffer (grpc_byte_buffer *bb, size_t *len)
   return out;
 }
 
-static grpc_byte_buffer *
-make_buffer (const uint8_t *buf, size_t len)
+grpc_byte_buffer *
+nrm_grpc_make_buffer (const uint8_t *buf, size_t len)
 {
   grpc_slice s = grpc_slice_from_copied_buffer ((const char *) buf, len);
   grpc_byte_buffer *bb = grpc_raw_byte_buffer_create (&s, 1);
@@ -249,7 +249,7 @@ nrm_grpc_stream_send (struct nrm_grpc_stream *st, const uint8_t *buf, size_t len
       free (q);
       return -1;
     }
-  q->bb = make_buffer (buf, len);
+  q->bb = nrm_grpc_make_buffer (buf, len);
   if (st->tail)
     st->tail->next = q;
   else
@@ -390,7 +390,7 @@ serve_unary (struct call *c)
     code = m->unary (m->ctx, req, len, &resp, &resp_len, &details);
   free (req);
   if (code == GRPC_STATUS_OK)
-    c->reply = make_buffer (resp ? resp : (const uint8_t *) "", resp_len);
+    c->reply = nrm_grpc_make_buffer (resp ? resp : (const uint8_t *) "", resp_len);
   free (resp);
   finish_call (c, code, details, TAG_UNARY_DONE);
   free (details);

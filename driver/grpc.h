@@ -47,6 +47,9 @@ bool nrm_grpc_stream_closed (struct nrm_grpc_stream *st);
 struct nrm_grpc_stream *nrm_grpc_stream_ref (struct nrm_grpc_stream *st);
 void nrm_grpc_stream_unref (struct nrm_grpc_stream *st);
 
+/* A byte buffer holding a copy of buf; the caller destroys it. */
+grpc_byte_buffer *nrm_grpc_make_buffer (const uint8_t *buf, size_t len);
+
 /* Copies a byte buffer into one malloc'd block; NULL gives an empty block. */
 uint8_t *nrm_grpc_read_buffer (grpc_byte_buffer *bb, size_t *len);
 

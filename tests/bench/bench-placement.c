@@ -15,6 +15,7 @@
 
 #include "cpuset/placement.h"
 #include "nrm/cleanup.h"
+#include "tests/rng.h"
 #include "topology/topology.h"
 
 #define STEPS 3000
@@ -25,10 +26,7 @@ static uint64_t rng;
 static uint32_t
 next (void)
 {
-  rng ^= rng >> 12;
-  rng ^= rng << 25;
-  rng ^= rng >> 27;
-  return (uint32_t) ((rng * 2685821657736338717ULL) >> 32);
+  return rng_next (&rng);
 }
 
 static size_t

@@ -37,15 +37,6 @@ kc_close (grpc_channel *ch)
     grpc_channel_destroy (ch);
 }
 
-static grpc_byte_buffer *
-buffer (const uint8_t *req, size_t len)
-{
-  grpc_slice s = grpc_slice_from_copied_buffer ((const char *) req, len);
-  grpc_byte_buffer *bb = grpc_raw_byte_buffer_create (&s, 1);
-  grpc_slice_unref (s);
-  return bb;
-}
-
 int
 kc_unary (grpc_channel *ch, const char *method, const uint8_t *req, size_t len, int timeout_ms, struct kc_reply *out)
 {
@@ -57,7 +48,7 @@ kc_unary (grpc_channel *ch, const char *method, const uint8_t *req, size_t len, 
   grpc_metadata_array initial, trailing;
   grpc_metadata_array_init (&initial);
   grpc_metadata_array_init (&trailing);
-  grpc_byte_buffer *send = buffer (req, len), *recv = NULL;
+  grpc_byte_buffer *send = nrm_grpc_make_buffer (req, len), *recv = NULL;
   grpc_slice details = grpc_empty_slice ();
   grpc_op ops[6];
   memset (ops, 0, sizeof (ops));
@@ -131,7 +122,7 @@ kc_stream_open (grpc_channel *ch, const char *method, const uint8_t *req, size_t
   grpc_metadata_array_init (&s->initial);
   grpc_metadata_array_init (&s->trailing);
   s->details = grpc_empty_slice ();
-  grpc_byte_buffer *send = buffer (req, len);
+  grpc_byte_buffer *send = nrm_grpc_make_buffer (req, len);
   grpc_op ops[4];
   memset (ops, 0, sizeof (ops));
   ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;

@@ -18,6 +18,7 @@
 #include "cpuset/placement.h"
 #include "nrm/cleanup.h"
 #include "tests/unit/corpus.h"
+#include "tests/rng.h"
 #include "topology/topology.h"
 
 #define STEPS 4000
@@ -28,11 +29,7 @@ static uint64_t rng;
 static uint32_t
 next (void)
 {
-  /* xorshift64*: the same seed gives the same churn everywhere. */
-  rng ^= rng >> 12;
-  rng ^= rng << 25;
-  rng ^= rng >> 27;
-  return (uint32_t) ((rng * 2685821657736338717ULL) >> 32);
+  return rng_next (&rng);
 }
 
 static bool
