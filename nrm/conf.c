@@ -14,6 +14,8 @@
 #include "driver/quantity.h"
 #include "nrm/cleanup.h"
 #include "nrm/conf.h"
+#include "nrm/fs.h"
+#include "nrm/yaml.h"
 
 void
 nrm_config_init (struct nrm_config *c)
@@ -22,6 +24,8 @@ nrm_config_init (struct nrm_config *c)
   nrm_publish_options_init (&c->publish);
   c->min_shared_cpus = 1;
   c->reconcile_interval = 5;
+  c->api_qps = 5;
+  c->api_burst = 10;
 }
 
 void
@@ -50,6 +54,8 @@ nrm_config_done (struct nrm_config *c)
   free (c->log_level);
   free (c->log_format);
   free (c->hook_path);
+  free (c->kubeconfig);
+  free (c->http_address);
   hwloc_bitmap_free (c->node.reserved_cpus);
   hwloc_bitmap_free (c->node.isolated_cpus);
   nrm_config_clear_reserved_memory (c);
@@ -325,7 +331,8 @@ string_key (struct nrm_config *c, const char *key)
   } keys[] = { { "nodeName", &c->node_name },   { "topology", &c->topology },
                { "fsroot", &c->fsroot },         { "kubeletDir", &c->kubelet_dir }, { "cdiDir", &c->cdi_dir },
                { "stateDir", &c->state_dir },    { "claimsDir", &c->claims_dir },   { "instanceUID", &c->instance_uid },
-               { "logLevel", &c->log_level },    { "logFormat", &c->log_format },   { "hookPath", &c->hook_path } };
+               { "logLevel", &c->log_level },    { "logFormat", &c->log_format },   { "hookPath", &c->hook_path },
+               { "kubeconfig", &c->kubeconfig },  { "httpAddress", &c->http_address } };
   for (size_t i = 0; i < sizeof (keys) / sizeof (keys[0]); i++)
     if (strcmp (keys[i].key, key) == 0)
       return keys[i].field;
@@ -428,6 +435,23 @@ load_root (struct nrm_config *c, json_t *root, nrm_error_t *err)
               return -1;
           }
       }
+    else if (strcmp (key, "publishSlices") == 0)
+      {
+        WANT (v, json_is_boolean, key, "a boolean");
+        c->no_publish = !json_is_true (v);
+      }
+    else if (strcmp (key, "apiQPS") == 0)
+      {
+        if (!json_is_number (v) || json_number_value (v) < 0 || json_number_value (v) > 10000)
+          return nrm_error_set (err, EINVAL, "key `apiQPS` must be a number from 0 (no limit) to 10000");
+        c->api_qps = json_number_value (v);
+      }
+    else if (strcmp (key, "apiBurst") == 0)
+      {
+        if (!json_is_integer (v) || json_integer_value (v) < 1 || json_integer_value (v) > 10000)
+          return nrm_error_set (err, EINVAL, "key `apiBurst` must be an integer from 1 to 10000");
+        c->api_burst = (long) json_integer_value (v);
+      }
     else if (strcmp (key, "reconcileIntervalSeconds") == 0)
       {
         if (!json_is_integer (v) || json_integer_value (v) < 0 || json_integer_value (v) > 86400)
@@ -457,14 +481,29 @@ load_root (struct nrm_config *c, json_t *root, nrm_error_t *err)
 int
 nrm_config_load_file (struct nrm_config *c, const char *path, nrm_error_t *err)
 {
-  json_error_t jerr;
-  cleanup_json json_t *root = json_load_file (path, JSON_REJECT_DUPLICATES, &jerr);
-  if (root == NULL)
+  cleanup_free char *text = NULL;
+  cleanup_json json_t *root = NULL;
+  size_t len = 0, i = 0;
+  if (nrm_read_file (path, 1 << 20, &text, &len, err) < 0)
+    return nrm_error_wrap (err, "config");
+  while (i < len && (text[i] == ' ' || text[i] == '\t' || text[i] == '\n' || text[i] == '\r'))
+    i++;
+  if (i < len && text[i] == '{')
     {
-      if (jerr.line < 0)
-        return nrm_error_set (err, EINVAL, "config `%s`: %s", path, jerr.text);
-      return nrm_error_set (err, EINVAL, "config `%s`: line %d, column %d: %s", path, jerr.line, jerr.column,
-                            jerr.text);
+      /* JSON: jansson's errors give line and column. */
+      json_error_t jerr;
+      root = json_loadb (text, len, JSON_REJECT_DUPLICATES, &jerr);
+      if (root == NULL)
+        return nrm_error_set (err, EINVAL, "config `%s`: line %d, column %d: %s", path, jerr.line, jerr.column,
+                              jerr.text);
+    }
+  else
+    {
+      cleanup_free char *what = NULL;
+      if (asprintf (&what, "config `%s`", path) < 0)
+        return nrm_error_set (err, ENOMEM, "out of memory");
+      if (nrm_yaml_load (text, len, what, &root, err) < 0)
+        return -1;
     }
   if (load_root (c, root, err) < 0)
     return nrm_error_wrap (err, "config `%s`", path);

@@ -32,12 +32,17 @@ struct nrm_config
   char *instance_uid; /* rolling-update mode: pod UID in socket names */
   char *log_level;    /* error, warning, info, debug */
   char *log_format;   /* plain or json */
+  char *kubeconfig;   /* kubeconfig file; NULL: in-cluster settings, if any */
+  bool no_publish;    /* leave the ResourceSlices alone */
+  double api_qps;     /* client-side rate limit (5 requests/s) */
+  long api_burst;     /* (10) */
+  char *http_address; /* ADDR:PORT of /healthz and /metrics, or NULL */
 };
 
 void nrm_config_init (struct nrm_config *c);
 void nrm_config_done (struct nrm_config *c);
 
-/* Reads a JSON config file; unknown keys and wrong types are errors that
+/* Reads a config file (YAML, or JSON); unknown keys and wrong types are errors that
  * name the key. Values already set from the file are replaced. */
 int nrm_config_load_file (struct nrm_config *c, const char *path, nrm_error_t *err);
 

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 #include "config.h"
 
+#include <stdarg.h>
 #include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
@@ -20,7 +21,9 @@
 #include "driver/devices.h"
 #include "driver/quantity.h"
 #include "driver/nodedrv.h"
+#include "driver/kube.h"
 #include "driver/plugin.h"
+#include "driver/publish.h"
 #include "nrm/fs.h"
 #include "nrm/log.h"
 #include "nrm/run.h"
@@ -50,7 +53,7 @@ static const char usage_text[]
       "  version    show the version\n"
       "\n"
       "Options of every command:\n"
-      "  -c, --config FILE          JSON config file; flags override it (docs/configuration.md)\n"
+      "  -c, --config FILE          YAML or JSON config file; flags override it (docs/configuration.md)\n"
       "  -t, --topology FILE        read an hwloc XML export instead of this machine\n"
       "      --node-name NAME       Kubernetes node name (default: $NODE_NAME, else the host name)\n"
       "      --reserved-cpus LIST   CPUs never handed out, e.g. 0-1 (like reservedSystemCPUs)\n"
@@ -77,8 +80,12 @@ static const char usage_text[]
       "      --kubelet-dir DIR      kubelet root with plugins/ and plugins_registry/ (/var/lib/kubelet)\n"
       "      --cdi-dir DIR          where CDI specs are written (/var/run/cdi)\n"
       "      --state-dir DIR        checkpoints and locks (/var/lib/nrm)\n"
-      "      --claims-dir DIR       read ResourceClaims from the *.json files in DIR\n"
-
+      "      --kubeconfig FILE      the Kubernetes API for claims and ResourceSlices (in a pod:\n"
+      "                             its service account, without this flag)\n"
+      "      --claims-dir DIR       read ResourceClaims from the *.json files in DIR instead\n"
+      "      --no-publish           do not publish ResourceSlices\n"
+      "      --api-qps N            API requests per second (5), --api-burst N above it (10)\n"
+      "      --http-address A:PORT  serve /healthz and /metrics (Prometheus) there\n"
       "      --min-shared-cpus N    allocatable CPUs that always stay shared (1)\n"
       "      --reconcile-interval S seconds between passes that keep every container on the\n"
       "                             shared pool or its claim's CPUs (5; 0 turns it off)\n"
@@ -128,6 +135,11 @@ enum
   OPT_MEMORY,
   OPT_NUMA_NODE,
   OPT_OPTION,
+  OPT_KUBECONFIG,
+  OPT_NO_PUBLISH,
+  OPT_API_QPS,
+  OPT_API_BURST,
+  OPT_HTTP_ADDRESS,
 };
 
 static const struct option long_options[] = {
@@ -156,6 +168,11 @@ static const struct option long_options[] = {
   { "memory", required_argument, NULL, OPT_MEMORY },
   { "numa-node", required_argument, NULL, OPT_NUMA_NODE },
   { "option", required_argument, NULL, OPT_OPTION },
+  { "kubeconfig", required_argument, NULL, OPT_KUBECONFIG },
+  { "no-publish", no_argument, NULL, OPT_NO_PUBLISH },
+  { "api-qps", required_argument, NULL, OPT_API_QPS },
+  { "api-burst", required_argument, NULL, OPT_API_BURST },
+  { "http-address", required_argument, NULL, OPT_HTTP_ADDRESS },
   { "help", no_argument, NULL, 'h' },
   { NULL, 0, NULL, 0 },
 };
@@ -319,6 +336,33 @@ parse_options (struct cli *cli, const char *cmd, int argc, char **argv, nrm_erro
                 cli->run.cpus = (unsigned) v;
               else
                 cli->run.numa_node = (int) v;
+            }
+          break;
+        case OPT_KUBECONFIG:
+        case OPT_NO_PUBLISH:
+        case OPT_API_QPS:
+        case OPT_API_BURST:
+        case OPT_HTTP_ADDRESS:
+          if (strcmp (cmd, "plugin") != 0)
+            return nrm_error_set (err, EINVAL, "%s: `--%s` is an option of `nrm plugin`", cmd, flag);
+          if (c == OPT_KUBECONFIG)
+            r = nrm_config_set_string (&cli->cfg.kubeconfig, optarg, err);
+          else if (c == OPT_HTTP_ADDRESS)
+            r = nrm_config_set_string (&cli->cfg.http_address, optarg, err);
+          else if (c == OPT_NO_PUBLISH)
+            cli->cfg.no_publish = true;
+          else
+            {
+              char *end = NULL;
+              double v = strtod (optarg, &end);
+              bool qps = c == OPT_API_QPS;
+              if (*optarg == '\0' || *end || v < (qps ? 0 : 1) || v > 10000 || (!qps && v != (long) v))
+                return nrm_error_set (err, EINVAL, "plugin: `--%s` needs a%s number from %d to 10000, not `%s`", flag,
+                                      qps ? "" : " whole", qps ? 0 : 1, optarg);
+              if (qps)
+                cli->cfg.api_qps = v;
+              else
+                cli->cfg.api_burst = (long) v;
             }
           break;
         case OPT_HOOK_PATH:
@@ -616,6 +660,47 @@ cmd_hook (struct cli *cli, nrm_error_t *err)
 }
 
 #ifdef NRM_AGENT
+static void
+publisher_log (void *ctx, enum nrm_log_level level, const char *fmt, ...)
+{
+  va_list ap;
+  char *msg = NULL;
+  va_start (ap, fmt);
+  if (vasprintf (&msg, fmt, ap) < 0)
+    msg = NULL;
+  va_end (ap);
+  nrm_log (NULL, level, "%s: %s", (const char *) ctx, msg ? msg : fmt);
+  free (msg);
+}
+
+/* One publisher a driver, each with the driver's slices of `nrm slices`. */
+static int
+start_publishers (struct nrm_config *c, struct nrm_topology *t, struct nrm_kube *kube, struct nrm_publisher **pubs,
+                  nrm_error_t *err)
+{
+  cleanup_json json_t *list = NULL;
+  if (nrm_node_slices (t, &c->publish, &list, err) < 0)
+    return -1;
+  const char *drivers[2] = { c->publish.cpu_driver, c->publish.memory_driver };
+  for (int i = 0; i < 2; i++)
+    {
+      cleanup_json json_t *mine = json_array ();
+      size_t k;
+      json_t *s;
+      json_array_foreach (json_object_get (list, "items"), k, s)
+      {
+        const char *d = json_string_value (json_object_get (json_object_get (s, "spec"), "driver"));
+        if (d && strcmp (d, drivers[i]) == 0)
+          json_array_append (mine, s);
+      }
+      struct nrm_publisher_config pc = { .kube = kube, .driver = drivers[i], .node_name = c->node_name,
+                                         .log = publisher_log, .log_ctx = (void *) drivers[i] };
+      if (nrm_publisher_start (&pc, mine, &pubs[i], err) < 0)
+        return nrm_error_wrap (err, "%s", drivers[i]);
+    }
+  return 0;
+}
+
 /* Serves both drivers until SIGTERM or SIGINT. Signals are blocked before
  * any thread starts (gRPC's own threads inherit the mask) and taken here
  * with sigwait(): no gRPC call ever runs in a signal handler. */
@@ -626,6 +711,8 @@ cmd_plugin (struct cli *cli, nrm_error_t *err)
   struct nrm_topology *t = NULL;
   struct nrm_node_driver *drv[2] = { NULL, NULL };
   struct nrm_plugin *plugins[2] = { NULL, NULL };
+  struct nrm_kube *kube = NULL;
+  struct nrm_publisher *pubs[2] = { NULL, NULL };
   struct reconciler rec = { .cfg = c, .wake = eventfd (0, EFD_CLOEXEC | EFD_NONBLOCK) };
   cleanup_json json_t *hook = NULL;
   enum nrm_log_level level = NRM_LOG_INFO;
@@ -634,9 +721,11 @@ cmd_plugin (struct cli *cli, nrm_error_t *err)
 
   nrm_log_parse_level (c->log_level, &level);
   nrm_log_setup (level, strcmp (c->log_format, "json") == 0);
-  if (c->claims_dir == NULL)
+  bool api = c->kubeconfig != NULL || nrm_kube_in_cluster ();
+  if (!api && c->claims_dir == NULL)
     return nrm_error_set (err, EINVAL,
-                          "plugin: no claim source: give --claims-dir (the Kubernetes API source is not built yet)");
+                          "plugin: no claim source: give --kubeconfig (outside a pod), or --claims-dir for claims "
+                          "in files");
   sigemptyset (&set);
   sigaddset (&set, SIGTERM);
   sigaddset (&set, SIGINT);
@@ -645,6 +734,17 @@ cmd_plugin (struct cli *cli, nrm_error_t *err)
 
   if (load_machine (cli, &t, err) < 0)
     return -1;
+  if (api)
+    {
+      struct nrm_kube_options ko;
+      nrm_kube_options_init (&ko);
+      ko.kubeconfig = c->kubeconfig;
+      ko.qps = c->api_qps;
+      ko.burst = (int) c->api_burst;
+      if (nrm_kube_new (&ko, &kube, err) < 0)
+        goto out;
+      nrm_log (NULL, NRM_LOG_INFO, "Kubernetes API at %s", nrm_kube_server (kube));
+    }
   if (c->hook_path[0])
     hook = json_pack ("{s:s, s:s, s:[s, s, s, s, s]}", "hookName", "createRuntime", "path", c->hook_path, "args",
                       "nrm-hook", "--fsroot", c->fsroot, "--state-dir", c->state_dir);
@@ -656,7 +756,10 @@ cmd_plugin (struct cli *cli, nrm_error_t *err)
       pc.cdi_hook = hook;
       pc.on_change = i == 0 ? reconcile_kick : NULL;
       pc.on_change_ctx = &rec;
-      nrm_claim_source_dir (&pc.claims, c->claims_dir);
+      if (c->claims_dir)
+        nrm_claim_source_dir (&pc.claims, c->claims_dir);
+      else
+        nrm_claim_source_kube (&pc.claims, kube);
       /* CPU health follows the online CPUs of this machine, or of the tree
        * under --fsroot when a recorded machine is served. */
       cleanup_free char *online = NULL;
@@ -675,6 +778,8 @@ cmd_plugin (struct cli *cli, nrm_error_t *err)
       nrm_log (NULL, NRM_LOG_INFO, "%s: serving %s, registering at %s", pc.driver,
                nrm_plugin_dra_socket (plugins[i]), nrm_plugin_registration_socket (plugins[i]));
     }
+  if (api && !c->no_publish && start_publishers (c, t, kube, pubs, err) < 0)
+    goto out;
   /* The shared pool is kept where cgroup v2 is mounted; never this
    * host's when a recorded machine is served without an --fsroot. */
   if (c->reconcile_interval > 0 && c->topology && strcmp (c->fsroot, "/") == 0)
@@ -710,11 +815,17 @@ out:
       pthread_join (rec.thread, NULL);
       nrm_cgroupfs_close (rec.fs);
     }
+  /* Requests in flight end now: nothing waits for the API server. */
+  if (kube)
+    nrm_kube_cancel (kube);
+  for (int i = 1; i >= 0; i--)
+    nrm_publisher_stop (pubs[i]);
   for (int i = 1; i >= 0; i--)
     {
       nrm_plugin_stop (plugins[i]);
       nrm_node_driver_free (drv[i]);
     }
+  nrm_kube_free (kube);
   if (rec.wake >= 0)
     close (rec.wake);
   nrm_topology_free (t);

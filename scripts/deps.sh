@@ -4,7 +4,8 @@ set -eu
 PKGS="build-essential autoconf automake pkg-config
  libhwloc-dev hwloc-nox libnuma-dev libcgroup-dev
  libprotobuf-c-dev protobuf-c-compiler libgrpc-dev
- libcurl4-openssl-dev libjansson-dev libcmocka-dev
+ libcurl4-openssl-dev libssl-dev libjansson-dev libyaml-dev libmicrohttpd-dev libcmocka-dev
+ openssl python3
  valgrind
  qemu-system-x86 busybox-static cpio"
 missing=""

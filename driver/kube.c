@@ -1,0 +1,904 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#include "config.h"
+
+#include <errno.h>
+#include <libgen.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include <curl/curl.h>
+#include <openssl/evp.h>
+
+#include "driver/kube.h"
+#include "driver/names.h"
+#include "nrm/cleanup.h"
+#include "nrm/fs.h"
+#include "nrm/yaml.h"
+
+#define SA_DIR "/var/run/secrets/kubernetes.io/serviceaccount"
+#define MAX_BODY (64u << 20)       /* a list of slices is far smaller */
+#define MAX_EVENT (16u << 20)      /* one watch event line */
+#define MAX_SMALL_FILE (1u << 20) /* tokens, certificates, kubeconfigs */
+#define TOKEN_REFRESH_NS (60LL * 1000000000LL)
+
+struct nrm_kube
+{
+  char *server; /* https://host:port, no trailing slash */
+  char *user_agent;
+  /* TLS: a CA file or PEM data; a client certificate and key as files or
+   * PEM data. */
+  char *ca_file, *ca_pem;
+  char *cert_file, *cert_pem, *key_file, *key_pem;
+  /* Bearer token: fixed, or a file re-read when it changes or every minute
+   * (projected service account tokens rotate). */
+  pthread_mutex_t token_lock;
+  char *token;
+  char *token_file;
+  long long token_read_ns;
+  struct timespec token_mtime;
+  /* Token bucket. */
+  pthread_mutex_t rate_lock;
+  double qps, tokens;
+  int burst;
+  long long rate_ns;
+  int timeout_ms, max_tries;
+  /* Set at shutdown: calls in flight and waits end at once. */
+  volatile int cancelled;
+  /* One connection cache for every thread. */
+  CURLSH *share;
+  pthread_mutex_t share_locks[CURL_LOCK_DATA_LAST];
+};
+
+static long long
+now_ns (void)
+{
+  struct timespec ts;
+  clock_gettime (CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+/* Sleeps in short steps so that a shutdown is not kept waiting. */
+static void
+sleep_ns (struct nrm_kube *k, long long ns)
+{
+  while (ns > 0 && !__atomic_load_n (&k->cancelled, __ATOMIC_RELAXED))
+    {
+      long long step = ns > 50000000LL ? 50000000LL : ns;
+      struct timespec ts = { .tv_sec = 0, .tv_nsec = step };
+      nanosleep (&ts, NULL);
+      ns -= step;
+    }
+}
+
+static int
+progress_cb (void *ctx, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal, curl_off_t ulnow)
+{
+  struct nrm_kube *k = ctx;
+  return __atomic_load_n (&k->cancelled, __ATOMIC_RELAXED) ? 1 : 0;
+}
+
+void
+nrm_kube_cancel (struct nrm_kube *k)
+{
+  __atomic_store_n (&k->cancelled, 1, __ATOMIC_RELAXED);
+}
+
+/* A uniform random factor in [0.5, 1.5): spreads retries of many nodes. */
+static double
+jitter (void)
+{
+  unsigned r = 0;
+  if (getrandom (&r, sizeof (r), GRND_NONBLOCK) != sizeof (r))
+    r = (unsigned) now_ns ();
+  return 0.5 + (double) (r % 10000) / 10000.0;
+}
+
+void
+nrm_kube_options_init (struct nrm_kube_options *o)
+{
+  memset (o, 0, sizeof (*o));
+  o->qps = 5;
+  o->burst = 10;
+  o->timeout_ms = 10000;
+  o->max_tries = 5;
+  o->user_agent = PACKAGE_NAME "/" PACKAGE_VERSION;
+}
+
+static void
+share_lock (CURL *h, curl_lock_data data, curl_lock_access a, void *ctx)
+{
+  struct nrm_kube *k = ctx;
+  pthread_mutex_lock (&k->share_locks[data]);
+}
+
+static void
+share_unlock (CURL *h, curl_lock_data data, void *ctx)
+{
+  struct nrm_kube *k = ctx;
+  pthread_mutex_unlock (&k->share_locks[data]);
+}
+
+void
+nrm_kube_free (struct nrm_kube *k)
+{
+  if (k == NULL)
+    return;
+  if (k->share)
+    curl_share_cleanup (k->share);
+  for (int i = 0; i < CURL_LOCK_DATA_LAST; i++)
+    pthread_mutex_destroy (&k->share_locks[i]);
+  pthread_mutex_destroy (&k->token_lock);
+  pthread_mutex_destroy (&k->rate_lock);
+  free (k->server);
+  free (k->user_agent);
+  free (k->ca_file);
+  free (k->ca_pem);
+  free (k->cert_file);
+  free (k->cert_pem);
+  free (k->key_file);
+  free (k->key_pem);
+  if (k->token)
+    explicit_bzero (k->token, strlen (k->token));
+  free (k->token);
+  free (k->token_file);
+  free (k);
+}
+
+bool
+nrm_kube_in_cluster (void)
+{
+  const char *host = getenv ("KUBERNETES_SERVICE_HOST"), *port = getenv ("KUBERNETES_SERVICE_PORT");
+  return host && *host && port && *port;
+}
+
+const char *
+nrm_kube_server (struct nrm_kube *k)
+{
+  return k->server;
+}
+
+/* --- settings --------------------------------------------------------- */
+
+static int
+base64_decode (const char *in, const char *what, char **ret, nrm_error_t *err)
+{
+  size_t len = strlen (in);
+  cleanup_free char *out = malloc (len / 4 * 3 + 4);
+  EVP_ENCODE_CTX *ctx = EVP_ENCODE_CTX_new ();
+  int n = 0, m = 0;
+  if (out == NULL || ctx == NULL)
+    {
+      EVP_ENCODE_CTX_free (ctx);
+      return nrm_error_set (err, ENOMEM, "out of memory");
+    }
+  EVP_DecodeInit (ctx);
+  int r = EVP_DecodeUpdate (ctx, (unsigned char *) out, &n, (const unsigned char *) in, (int) len);
+  if (r >= 0)
+    r = EVP_DecodeFinal (ctx, (unsigned char *) out + n, &m);
+  EVP_ENCODE_CTX_free (ctx);
+  if (r < 0)
+    return nrm_error_set (err, EINVAL, "%s is not valid base64", what);
+  out[n + m] = '\0';
+  *ret = TAKE_PTR (out);
+  return 0;
+}
+
+/* A path of the kubeconfig is relative to the file's directory. */
+static char *
+resolve_path (const char *base_dir, const char *p)
+{
+  char *r = NULL;
+  if (p[0] == '/')
+    return strdup (p);
+  if (asprintf (&r, "%s/%s", base_dir, p) < 0)
+    return NULL;
+  return r;
+}
+
+static json_t *
+named (json_t *list, const char *name, const char *inner)
+{
+  size_t i;
+  json_t *e;
+  json_array_foreach (list, i, e)
+  {
+    const char *n = json_string_value (json_object_get (e, "name"));
+    if (n && strcmp (n, name) == 0)
+      return json_object_get (e, inner);
+  }
+  return NULL;
+}
+
+static int
+set_file_or_data (json_t *obj, const char *key, const char *base_dir, const char *what, char **file, char **pem,
+                  nrm_error_t *err)
+{
+  cleanup_free char *data_key = NULL;
+  if (asprintf (&data_key, "%s-data", key) < 0)
+    return nrm_error_set (err, ENOMEM, "out of memory");
+  const char *data = json_string_value (json_object_get (obj, data_key));
+  const char *path = json_string_value (json_object_get (obj, key));
+  if (data && *data)
+    {
+      cleanup_free char *w = NULL;
+      if (asprintf (&w, "%s %s", what, data_key) < 0)
+        return nrm_error_set (err, ENOMEM, "out of memory");
+      return base64_decode (data, w, pem, err);
+    }
+  if (path && *path)
+    {
+      *file = resolve_path (base_dir, path);
+      if (*file == NULL)
+        return nrm_error_set (err, ENOMEM, "out of memory");
+      if (access (*file, R_OK) < 0)
+        return nrm_error_errno (err, errno, "%s %s `%s`", what, key, *file);
+    }
+  return 0;
+}
+
+static int
+load_kubeconfig (struct nrm_kube *k, const char *path, nrm_error_t *err)
+{
+  cleanup_json json_t *cfg = NULL;
+  if (nrm_yaml_load_file (path, MAX_SMALL_FILE, &cfg, err) < 0)
+    return nrm_error_wrap (err, "kubeconfig");
+  cleanup_free char *dcopy = strdup (path);
+  if (dcopy == NULL)
+    return nrm_error_set (err, ENOMEM, "out of memory");
+  const char *dir = dirname (dcopy);
+
+  const char *ctx_name = json_string_value (json_object_get (cfg, "current-context"));
+  if (ctx_name == NULL || *ctx_name == '\0')
+    return nrm_error_set (err, EINVAL, "kubeconfig `%s` has no current-context", path);
+  json_t *ctx = named (json_object_get (cfg, "contexts"), ctx_name, "context");
+  if (ctx == NULL)
+    return nrm_error_set (err, EINVAL, "kubeconfig `%s`: context `%s` not found", path, ctx_name);
+  const char *cluster_name = json_string_value (json_object_get (ctx, "cluster"));
+  const char *user_name = json_string_value (json_object_get (ctx, "user"));
+  json_t *cluster = cluster_name ? named (json_object_get (cfg, "clusters"), cluster_name, "cluster") : NULL;
+  if (cluster == NULL)
+    return nrm_error_set (err, EINVAL, "kubeconfig `%s`: cluster of context `%s` not found", path, ctx_name);
+  json_t *user = user_name ? named (json_object_get (cfg, "users"), user_name, "user") : NULL;
+
+  const char *server = json_string_value (json_object_get (cluster, "server"));
+  if (server == NULL || strncmp (server, "https://", 8) != 0 || server[8] == '\0')
+    return nrm_error_set (err, EINVAL, "kubeconfig `%s`: cluster `%s` needs an https:// server", path,
+                          cluster_name);
+  if (json_is_true (json_object_get (cluster, "insecure-skip-tls-verify")))
+    return nrm_error_set (err, EINVAL,
+                         "kubeconfig `%s`: cluster `%s` sets insecure-skip-tls-verify; nrm always verifies the "
+                         "API server's certificate: give certificate-authority(-data)",
+                         path, cluster_name);
+  if (json_object_get (cluster, "proxy-url") || json_object_get (cluster, "tls-server-name"))
+    return nrm_error_set (err, EINVAL, "kubeconfig `%s`: cluster `%s`: proxy-url and tls-server-name are not supported",
+                          path, cluster_name);
+  k->server = strdup (server);
+  if (k->server == NULL)
+    return nrm_error_set (err, ENOMEM, "out of memory");
+  size_t sl = strlen (k->server);
+  while (sl > 8 && k->server[sl - 1] == '/')
+    k->server[--sl] = '\0';
+  if (set_file_or_data (cluster, "certificate-authority", dir, "kubeconfig cluster", &k->ca_file, &k->ca_pem, err) < 0)
+    return -1;
+
+  if (user == NULL)
+    return 0;
+  static const char *const unsupported[] = { "exec", "auth-provider", "username", "password", "as", NULL };
+  for (const char *const *u = unsupported; *u; u++)
+    if (json_object_get (user, *u))
+      return nrm_error_set (err, EINVAL,
+                            "kubeconfig `%s`: user `%s` uses `%s`, which nrm does not support: give a token, "
+                            "tokenFile or a client certificate",
+                            path, user_name, *u);
+  const char *token = json_string_value (json_object_get (user, "token"));
+  const char *token_file = json_string_value (json_object_get (user, "tokenFile"));
+  if (token && *token && (k->token = strdup (token)) == NULL)
+    return nrm_error_set (err, ENOMEM, "out of memory");
+  if (token == NULL && token_file && *token_file && (k->token_file = resolve_path (dir, token_file)) == NULL)
+    return nrm_error_set (err, ENOMEM, "out of memory");
+  if (set_file_or_data (user, "client-certificate", dir, "kubeconfig user", &k->cert_file, &k->cert_pem, err) < 0
+      || set_file_or_data (user, "client-key", dir, "kubeconfig user", &k->key_file, &k->key_pem, err) < 0)
+    return -1;
+  if ((k->cert_file || k->cert_pem) != (k->key_file || k->key_pem))
+    return nrm_error_set (err, EINVAL, "kubeconfig `%s`: user `%s` needs both a client certificate and its key", path,
+                          user_name);
+  return 0;
+}
+
+static int
+load_in_cluster (struct nrm_kube *k, nrm_error_t *err)
+{
+  const char *host = getenv ("KUBERNETES_SERVICE_HOST"), *port = getenv ("KUBERNETES_SERVICE_PORT");
+  const char *dir = getenv ("NRM_SERVICE_ACCOUNT_DIR");
+  if (!nrm_kube_in_cluster ())
+    return nrm_error_set (err, ENOENT,
+                          "no Kubernetes API settings: KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT are not "
+                          "set (outside a pod, give --kubeconfig)");
+  if (dir == NULL || *dir == '\0')
+    dir = SA_DIR;
+  bool v6 = strchr (host, ':') != NULL;
+  if (asprintf (&k->server, "https://%s%s%s:%s", v6 ? "[" : "", host, v6 ? "]" : "", port) < 0
+      || asprintf (&k->token_file, "%s/token", dir) < 0 || asprintf (&k->ca_file, "%s/ca.crt", dir) < 0)
+    return nrm_error_set (err, ENOMEM, "out of memory");
+  if (access (k->ca_file, R_OK) < 0)
+    return nrm_error_errno (err, errno, "service account CA `%s`", k->ca_file);
+  return 0;
+}
+
+/* The current bearer token (a copy), or NULL without one. */
+static int
+current_token (struct nrm_kube *k, bool force, char **ret, nrm_error_t *err)
+{
+  int r = 0;
+  *ret = NULL;
+  pthread_mutex_lock (&k->token_lock);
+  if (k->token_file)
+    {
+      struct stat st;
+      bool changed = stat (k->token_file, &st) == 0
+                     && (st.st_mtim.tv_sec != k->token_mtime.tv_sec || st.st_mtim.tv_nsec != k->token_mtime.tv_nsec);
+      if (force || changed || k->token == NULL || now_ns () - k->token_read_ns >= TOKEN_REFRESH_NS)
+        {
+          cleanup_free char *t = NULL;
+          size_t len = 0;
+          nrm_error_t e = NULL;
+          if (nrm_read_file (k->token_file, MAX_SMALL_FILE, &t, &len, &e) < 0)
+            {
+              /* Keep the old token while the file is being replaced. */
+              if (k->token == NULL)
+                {
+                  nrm_error_wrap (&e, "bearer token");
+                  *err = TAKE_PTR (e);
+                  r = -1;
+                }
+              nrm_error_release (&e);
+            }
+          else
+            {
+              while (len > 0 && (t[len - 1] == '\n' || t[len - 1] == '\r' || t[len - 1] == ' '))
+                t[--len] = '\0';
+              if (k->token)
+                explicit_bzero (k->token, strlen (k->token));
+              free (k->token);
+              k->token = TAKE_PTR (t);
+              k->token_read_ns = now_ns ();
+              if (stat (k->token_file, &st) == 0)
+                k->token_mtime = st.st_mtim;
+            }
+        }
+    }
+  if (r == 0 && k->token && (*ret = strdup (k->token)) == NULL)
+    r = nrm_error_set (err, ENOMEM, "out of memory");
+  pthread_mutex_unlock (&k->token_lock);
+  return r;
+}
+
+static void
+global_init (void)
+{
+  curl_global_init (CURL_GLOBAL_DEFAULT);
+}
+
+int
+nrm_kube_new (const struct nrm_kube_options *o, struct nrm_kube **ret, nrm_error_t *err)
+{
+  struct nrm_kube *k = calloc (1, sizeof (*k));
+  if (k == NULL)
+    return nrm_error_set (err, ENOMEM, "out of memory");
+  pthread_mutex_init (&k->token_lock, NULL);
+  pthread_mutex_init (&k->rate_lock, NULL);
+  for (int i = 0; i < CURL_LOCK_DATA_LAST; i++)
+    pthread_mutex_init (&k->share_locks[i], NULL);
+  k->qps = o->qps;
+  k->burst = o->burst > 0 ? o->burst : 1;
+  k->tokens = k->burst;
+  k->rate_ns = now_ns ();
+  k->timeout_ms = o->timeout_ms > 0 ? o->timeout_ms : 10000;
+  k->max_tries = o->max_tries > 0 ? o->max_tries : 1;
+  k->user_agent = strdup (o->user_agent ? o->user_agent : PACKAGE_NAME);
+
+  int r = o->kubeconfig ? load_kubeconfig (k, o->kubeconfig, err) : load_in_cluster (k, err);
+  cleanup_free char *probe = NULL;
+  if (r == 0)
+    r = current_token (k, true, &probe, err);
+  if (r == 0 && k->user_agent == NULL)
+    r = nrm_error_set (err, ENOMEM, "out of memory");
+  if (probe)
+    explicit_bzero (probe, strlen (probe));
+  if (r == 0)
+    {
+      /* The first call is not thread-safe: make it here, once. */
+      static pthread_once_t once = PTHREAD_ONCE_INIT;
+      pthread_once (&once, global_init);
+      k->share = curl_share_init ();
+      if (k->share == NULL)
+        r = nrm_error_set (err, ENOMEM, "out of memory");
+      else
+        {
+          curl_share_setopt (k->share, CURLSHOPT_LOCKFUNC, share_lock);
+          curl_share_setopt (k->share, CURLSHOPT_UNLOCKFUNC, share_unlock);
+          curl_share_setopt (k->share, CURLSHOPT_USERDATA, k);
+          curl_share_setopt (k->share, CURLSHOPT_SHARE, CURL_LOCK_DATA_CONNECT);
+          curl_share_setopt (k->share, CURLSHOPT_SHARE, CURL_LOCK_DATA_DNS);
+          curl_share_setopt (k->share, CURLSHOPT_SHARE, CURL_LOCK_DATA_SSL_SESSION);
+        }
+    }
+  if (r < 0)
+    {
+      nrm_kube_free (k);
+      return -1;
+    }
+  *ret = k;
+  return 0;
+}
+
+/* --- requests ----------------------------------------------------------- */
+
+/* Waits for a token of the bucket. */
+static void
+rate_wait (struct nrm_kube *k)
+{
+  if (k->qps <= 0)
+    return;
+  pthread_mutex_lock (&k->rate_lock);
+  long long now = now_ns ();
+  k->tokens += (double) (now - k->rate_ns) / 1e9 * k->qps;
+  if (k->tokens > k->burst)
+    k->tokens = k->burst;
+  k->rate_ns = now;
+  k->tokens -= 1; /* reserved; a negative balance is the wait */
+  long long wait = k->tokens < 0 ? (long long) (-k->tokens / k->qps * 1e9) : 0;
+  pthread_mutex_unlock (&k->rate_lock);
+  sleep_ns (k, wait);
+}
+
+struct buf
+{
+  char *data;
+  size_t len, cap, max;
+  bool overflow;
+};
+
+static size_t
+buf_write (char *ptr, size_t size, size_t nmemb, void *ctx)
+{
+  struct buf *b = ctx;
+  size_t n = size * nmemb;
+  if (b->len + n + 1 > b->max)
+    {
+      b->overflow = true;
+      return 0; /* aborts the transfer */
+    }
+  if (b->len + n + 1 > b->cap)
+    {
+      size_t cap = b->cap ? b->cap : 4096;
+      while (cap < b->len + n + 1)
+        cap *= 2;
+      char *d = realloc (b->data, cap);
+      if (d == NULL)
+        return 0;
+      b->data = d;
+      b->cap = cap;
+    }
+  memcpy (b->data + b->len, ptr, n);
+  b->len += n;
+  b->data[b->len] = '\0';
+  return n;
+}
+
+struct retry_after
+{
+  long seconds;
+};
+
+static size_t
+header_cb (char *ptr, size_t size, size_t nmemb, void *ctx)
+{
+  struct retry_after *ra = ctx;
+  size_t n = size * nmemb;
+  if (n > 12 && strncasecmp (ptr, "Retry-After:", 12) == 0)
+    ra->seconds = strtol (ptr + 12, NULL, 10);
+  return n;
+}
+
+DEFINE_TRIVIAL_CLEANUP_FUNC (CURL *, curl_easy_cleanup)
+DEFINE_TRIVIAL_CLEANUP_FUNC (struct curl_slist *, curl_slist_free_all)
+
+/* Headers with the token: wiped before they are freed. */
+static void
+headers_free (struct curl_slist **h)
+{
+  for (struct curl_slist *i = *h; i; i = i->next)
+    explicit_bzero (i->data, strlen (i->data));
+  curl_slist_free_all (*h);
+}
+
+/* An easy handle for one request to path, with TLS and authentication. */
+static int
+easy_new (struct nrm_kube *k, const char *method, const char *path, bool force_token, CURL **ret,
+          struct curl_slist **headers, char *errbuf, nrm_error_t *err)
+{
+  cleanup_free char *url = NULL, *token = NULL, *auth = NULL;
+  if (path[0] != '/')
+    return nrm_error_set (err, EINVAL, "API path `%s` does not start with /", path);
+  if (asprintf (&url, "%s%s", k->server, path) < 0)
+    return nrm_error_set (err, ENOMEM, "out of memory");
+  if (current_token (k, force_token, &token, err) < 0)
+    return -1;
+
+  __attribute__ ((cleanup (curl_easy_cleanupp))) CURL *h = curl_easy_init ();
+  if (h == NULL)
+    return nrm_error_set (err, ENOMEM, "cannot start a libcurl handle");
+  struct curl_slist *hl = curl_slist_append (NULL, "Accept: application/json");
+  if (hl)
+    hl = curl_slist_append (hl, "Content-Type: application/json");
+  if (hl && token)
+    {
+      if (asprintf (&auth, "Authorization: Bearer %s", token) < 0)
+        auth = NULL;
+      hl = auth ? curl_slist_append (hl, auth) : NULL;
+      if (auth)
+        explicit_bzero (auth, strlen (auth));
+    }
+  if (token)
+    explicit_bzero (token, strlen (token));
+  if (hl == NULL)
+    return nrm_error_set (err, ENOMEM, "out of memory");
+  *headers = hl;
+
+  CURLcode c = CURLE_OK;
+#define SET(opt, val)                                                                                                  \
+  do                                                                                                                   \
+    if (c == CURLE_OK)                                                                                                 \
+      c = curl_easy_setopt (h, opt, val);                                                                              \
+  while (0)
+  SET (CURLOPT_URL, url);
+  SET (CURLOPT_PROTOCOLS_STR, "https");
+  SET (CURLOPT_SHARE, k->share);
+  SET (CURLOPT_NOSIGNAL, 1L);
+  SET (CURLOPT_ERRORBUFFER, errbuf);
+  SET (CURLOPT_SSL_VERIFYPEER, 1L);
+  SET (CURLOPT_SSL_VERIFYHOST, 2L);
+  SET (CURLOPT_CONNECTTIMEOUT_MS, 5000L);
+  SET (CURLOPT_USERAGENT, k->user_agent);
+  SET (CURLOPT_HTTPHEADER, hl);
+  SET (CURLOPT_CUSTOMREQUEST, method);
+  SET (CURLOPT_NOPROGRESS, 0L);
+  SET (CURLOPT_XFERINFOFUNCTION, progress_cb);
+  SET (CURLOPT_XFERINFODATA, k);
+  if (k->ca_file)
+    SET (CURLOPT_CAINFO, k->ca_file);
+  if (k->ca_pem)
+    {
+      struct curl_blob b = { .data = k->ca_pem, .len = strlen (k->ca_pem), .flags = CURL_BLOB_COPY };
+      SET (CURLOPT_CAINFO_BLOB, &b);
+    }
+  if (k->cert_file)
+    SET (CURLOPT_SSLCERT, k->cert_file);
+  if (k->cert_pem)
+    {
+      struct curl_blob b = { .data = k->cert_pem, .len = strlen (k->cert_pem), .flags = CURL_BLOB_COPY };
+      SET (CURLOPT_SSLCERT_BLOB, &b);
+      SET (CURLOPT_SSLCERTTYPE, "PEM");
+    }
+  if (k->key_file)
+    SET (CURLOPT_SSLKEY, k->key_file);
+  if (k->key_pem)
+    {
+      struct curl_blob b = { .data = k->key_pem, .len = strlen (k->key_pem), .flags = CURL_BLOB_COPY };
+      SET (CURLOPT_SSLKEY_BLOB, &b);
+      SET (CURLOPT_SSLKEYTYPE, "PEM");
+    }
+#undef SET
+  if (c != CURLE_OK)
+    return nrm_error_set (err, EINVAL, "libcurl: %s", curl_easy_strerror (c));
+  *ret = TAKE_PTR (h);
+  return 0;
+}
+
+static bool
+transient_status (long code)
+{
+  return code == 429 || code == 500 || code == 502 || code == 503 || code == 504;
+}
+
+/* Whether the request surely never reached the server (safe to repeat a
+ * create). */
+static bool
+not_sent (CURLcode c)
+{
+  return c == CURLE_COULDNT_CONNECT || c == CURLE_COULDNT_RESOLVE_HOST || c == CURLE_SSL_CONNECT_ERROR;
+}
+
+int
+nrm_kube_call (struct nrm_kube *k, const char *method, const char *path, json_t *body, json_t **ret,
+               nrm_error_t *err)
+{
+  cleanup_free char *payload = NULL;
+  bool is_post = strcmp (method, "POST") == 0;
+  bool force_token = false;
+  if (body && (payload = json_dumps (body, JSON_COMPACT)) == NULL)
+    return nrm_error_set (err, ENOMEM, "out of memory");
+  *ret = NULL;
+
+  for (int attempt = 1;; attempt++)
+    {
+      if (__atomic_load_n (&k->cancelled, __ATOMIC_RELAXED))
+        return nrm_error_set (err, ECANCELED, "%s %s: shutting down", method, path);
+      char errbuf[CURL_ERROR_SIZE] = "";
+      __attribute__ ((cleanup (curl_easy_cleanupp))) CURL *h = NULL;
+      __attribute__ ((cleanup (headers_free))) struct curl_slist *headers = NULL;
+      struct buf b = { .max = MAX_BODY };
+      struct retry_after ra = { 0 };
+
+      rate_wait (k);
+      if (easy_new (k, method, path, force_token, &h, &headers, errbuf, err) < 0)
+        return -1;
+      curl_easy_setopt (h, CURLOPT_TIMEOUT_MS, (long) k->timeout_ms);
+      curl_easy_setopt (h, CURLOPT_WRITEFUNCTION, buf_write);
+      curl_easy_setopt (h, CURLOPT_WRITEDATA, &b);
+      curl_easy_setopt (h, CURLOPT_HEADERFUNCTION, header_cb);
+      curl_easy_setopt (h, CURLOPT_HEADERDATA, &ra);
+      if (payload)
+        curl_easy_setopt (h, CURLOPT_POSTFIELDS, payload);
+      else if (strcmp (method, "GET") != 0)
+        curl_easy_setopt (h, CURLOPT_POSTFIELDSIZE, 0L);
+
+      CURLcode c = curl_easy_perform (h);
+      long code = 0;
+      curl_easy_getinfo (h, CURLINFO_RESPONSE_CODE, &code);
+      cleanup_free char *data = b.data;
+
+      if (c != CURLE_OK || transient_status (code) || (code == 401 && !force_token))
+        {
+          bool retry = attempt < k->max_tries && (!is_post || not_sent (c) || code == 429)
+                       && !__atomic_load_n (&k->cancelled, __ATOMIC_RELAXED);
+          if (code == 401)
+            {
+              /* The token may have rotated under us: read it again, once. */
+              force_token = true;
+              retry = !__atomic_load_n (&k->cancelled, __ATOMIC_RELAXED);
+            }
+          if (retry)
+            {
+              long long base = 200LL * 1000000LL << (attempt - 1 < 5 ? attempt - 1 : 5);
+              long long wait = (long long) (base * jitter ());
+              if (ra.seconds > 0)
+                wait = (ra.seconds > 10 ? 10 : ra.seconds) * 1000000000LL;
+              sleep_ns (k, wait);
+              continue;
+            }
+          if (c != CURLE_OK)
+            {
+              if (b.overflow)
+                return nrm_error_set (err, EFBIG, "%s %s: the answer is larger than %u MiB", method, path,
+                                      MAX_BODY >> 20);
+              return nrm_error_set (err, c == CURLE_OPERATION_TIMEDOUT ? ETIMEDOUT : EIO, "%s %s%s: %s", method,
+                                    k->server, path, errbuf[0] ? errbuf : curl_easy_strerror (c));
+            }
+        }
+      if (data && b.len > 0)
+        {
+          json_error_t jerr;
+          *ret = json_loadb (data, b.len, 0, &jerr);
+          /* A non-JSON body (a proxy's error page) is kept as its text. */
+          if (*ret == NULL && code >= 400)
+            *ret = json_pack ("{s:s, s:s%}", "kind", "Status", "message", data, b.len > 200 ? (size_t) 200 : b.len);
+          else if (*ret == NULL)
+            return nrm_error_set (err, EPROTO, "%s %s: the answer is not JSON: %s", method, path, jerr.text);
+        }
+      return (int) code;
+    }
+}
+
+char *
+nrm_kube_escape (const char *s)
+{
+  char *e = curl_easy_escape (NULL, s, 0);
+  char *r = e ? strdup (e) : NULL;
+  curl_free (e);
+  return r;
+}
+
+const char *
+nrm_kube_status_message (json_t *body, int code)
+{
+  const char *m = json_string_value (json_object_get (body, "message"));
+  if (m && *m)
+    return m;
+  switch (code)
+    {
+    case 401:
+      return "Unauthorized";
+    case 403:
+      return "Forbidden";
+    case 404:
+      return "NotFound";
+    case 409:
+      return "Conflict";
+    case 410:
+      return "Gone";
+    case 422:
+      return "Invalid";
+    default:
+      return code >= 500 ? "server error" : "request failed";
+    }
+}
+
+/* --- watch ------------------------------------------------------------ */
+
+struct nrm_kube_watch
+{
+  CURLM *multi;
+  CURL *easy;
+  struct curl_slist *headers;
+  char errbuf[CURL_ERROR_SIZE];
+  struct buf line; /* the unfinished event line, or a non-200 body */
+  nrm_kube_event_fn fn;
+  void *ctx;
+  bool stopped, bad_event;
+  long status;
+};
+
+static int
+deliver (struct nrm_kube_watch *w, const char *s, size_t len)
+{
+  json_error_t jerr;
+  cleanup_json json_t *ev = json_loadb (s, len, 0, &jerr);
+  const char *type = json_string_value (json_object_get (ev, "type"));
+  json_t *obj = json_object_get (ev, "object");
+  if (type == NULL || !json_is_object (obj))
+    {
+      w->bad_event = true;
+      return -1;
+    }
+  return w->fn (w->ctx, type, obj);
+}
+
+static size_t
+watch_write (char *ptr, size_t size, size_t nmemb, void *ctx)
+{
+  struct nrm_kube_watch *w = ctx;
+  size_t n = size * nmemb;
+  long code = 0;
+  curl_easy_getinfo (w->easy, CURLINFO_RESPONSE_CODE, &code);
+  if (buf_write (ptr, size, nmemb, &w->line) != n)
+    return 0;
+  if (code != 200)
+    return n; /* a Status body: read whole at the end */
+  /* One JSON event a line. */
+  char *start = w->line.data, *nl;
+  while ((nl = memchr (start, '\n', w->line.len - (size_t) (start - w->line.data))) != NULL)
+    {
+      if (nl > start && deliver (w, start, (size_t) (nl - start)) < 0)
+        {
+          w->stopped = true;
+          return 0;
+        }
+      start = nl + 1;
+    }
+  size_t rest = w->line.len - (size_t) (start - w->line.data);
+  memmove (w->line.data, start, rest);
+  w->line.len = rest;
+  w->line.data[rest] = '\0';
+  return n;
+}
+
+void
+nrm_kube_watch_close (struct nrm_kube_watch *w)
+{
+  if (w == NULL)
+    return;
+  if (w->multi && w->easy)
+    curl_multi_remove_handle (w->multi, w->easy);
+  if (w->easy)
+    curl_easy_cleanup (w->easy);
+  if (w->multi)
+    curl_multi_cleanup (w->multi);
+  headers_free (&w->headers);
+  free (w->line.data);
+  free (w);
+}
+
+int
+nrm_kube_watch_open (struct nrm_kube *k, const char *path, nrm_kube_event_fn fn, void *ctx,
+                     struct nrm_kube_watch **ret, nrm_error_t *err)
+{
+  struct nrm_kube_watch *w = calloc (1, sizeof (*w));
+  if (w == NULL)
+    return nrm_error_set (err, ENOMEM, "out of memory");
+  w->fn = fn;
+  w->ctx = ctx;
+  w->line.max = MAX_EVENT;
+  rate_wait (k);
+  if (easy_new (k, "GET", path, false, &w->easy, &w->headers, w->errbuf, err) < 0)
+    {
+      nrm_kube_watch_close (w);
+      return -1;
+    }
+  curl_easy_setopt (w->easy, CURLOPT_WRITEFUNCTION, watch_write);
+  curl_easy_setopt (w->easy, CURLOPT_WRITEDATA, w);
+  /* The server ends a watch at its timeoutSeconds; a stream that goes
+   * silent for two minutes (no event, no bookmark) is dead. */
+  curl_easy_setopt (w->easy, CURLOPT_LOW_SPEED_LIMIT, 1L);
+  curl_easy_setopt (w->easy, CURLOPT_LOW_SPEED_TIME, 120L);
+  w->multi = curl_multi_init ();
+  if (w->multi == NULL || curl_multi_add_handle (w->multi, w->easy) != CURLM_OK)
+    {
+      nrm_kube_watch_close (w);
+      return nrm_error_set (err, ENOMEM, "cannot start a watch");
+    }
+  *ret = w;
+  return 0;
+}
+
+int
+nrm_kube_watch_poll (struct nrm_kube_watch *w, int timeout_ms, int wake_fd, long *status, json_t **body,
+                     nrm_error_t *err)
+{
+  struct curl_waitfd extra = { .fd = wake_fd, .events = CURL_WAIT_POLLIN };
+  int running = 0, msgs = 0;
+  *status = 0;
+  if (body)
+    *body = NULL;
+  curl_multi_perform (w->multi, &running);
+  if (running)
+    {
+      curl_multi_poll (w->multi, wake_fd >= 0 ? &extra : NULL, wake_fd >= 0 ? 1 : 0, timeout_ms, NULL);
+      curl_multi_perform (w->multi, &running);
+    }
+  CURLMsg *m;
+  while ((m = curl_multi_info_read (w->multi, &msgs)) != NULL)
+    {
+      if (m->msg != CURLMSG_DONE)
+        continue;
+      curl_easy_getinfo (w->easy, CURLINFO_RESPONSE_CODE, status);
+      if (w->stopped)
+        return w->bad_event ? nrm_error_set (err, EPROTO, "watch: an event that is not a JSON watch event") : -1;
+      if (m->data.result != CURLE_OK)
+        return nrm_error_set (err, EIO, "watch: %s", w->errbuf[0] ? w->errbuf : curl_easy_strerror (m->data.result));
+      if (*status != 200 && body && w->line.len > 0)
+        *body = json_loadb (w->line.data, w->line.len, 0, NULL);
+      return 0;
+    }
+  return 1;
+}
+
+/* --- claims ----------------------------------------------------------- */
+
+static int
+kube_claim_get (void *self, const char *ns, const char *name, json_t **ret, nrm_error_t *err)
+{
+  struct nrm_kube *k = self;
+  cleanup_free char *path = NULL;
+  cleanup_json json_t *body = NULL;
+  if (!nrm_is_dns_subdomain (ns, 253) || !nrm_is_dns_subdomain (name, 253))
+    return nrm_error_set (err, EINVAL, "invalid claim reference %s/%s", ns, name);
+  if (asprintf (&path, "/apis/resource.k8s.io/v1/namespaces/%s/resourceclaims/%s", ns, name) < 0)
+    return nrm_error_set (err, ENOMEM, "out of memory");
+  int code = nrm_kube_call (k, "GET", path, NULL, &body, err);
+  if (code < 0)
+    return nrm_error_wrap (err, "ResourceClaim %s/%s", ns, name);
+  if (code == 404)
+    return nrm_error_set (err, ENOENT, "ResourceClaim %s/%s not found", ns, name);
+  if (code != 200)
+    return nrm_error_set (err, EIO, "ResourceClaim %s/%s: HTTP %d: %s", ns, name, code,
+                          nrm_kube_status_message (body, code));
+  if (!json_is_object (body))
+    return nrm_error_set (err, EPROTO, "ResourceClaim %s/%s: the answer is not an object", ns, name);
+  *ret = TAKE_PTR (body);
+  return 0;
+}
+
+void
+nrm_claim_source_kube (struct nrm_claim_source *src, struct nrm_kube *k)
+{
+  src->get = kube_claim_get;
+  src->self = k;
+}
