@@ -53,6 +53,8 @@ struct nrm_plugin
   json_int_t cp_generation;
   struct stat cp_stat; /* of the checkpoint file as last read or written */
   int registered;
+  pthread_mutex_t mlock;
+  struct nrm_plugin_metrics metrics;
 
   /* Health streams and their thread. */
   pthread_mutex_t hlock;
@@ -70,6 +72,76 @@ struct nrm_plugin
         (p)->cfg.log ((p)->cfg.log_ctx, lvl, __VA_ARGS__);                                                        \
     }                                                                                                             \
   while (0)
+
+/* --- metrics ---------------------------------------------------------------- */
+
+const double nrm_latency_bounds[NRM_LATENCY_BUCKETS]
+    = { 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5 };
+
+const char *
+nrm_error_kind_name (enum nrm_error_kind k)
+{
+  static const char *const names[] = { "invalid", "not_found", "claim_replaced", "no_capacity", "api", "internal" };
+  return k < NRM_ERRKIND_COUNT ? names[k] : "internal";
+}
+
+enum nrm_error_kind
+nrm_error_kind_of (int status)
+{
+  switch (status)
+    {
+    case EINVAL:
+      return NRM_ERRKIND_INVALID;
+    case ENOENT:
+      return NRM_ERRKIND_NOT_FOUND;
+    case ESTALE:
+      return NRM_ERRKIND_REPLACED;
+    case ENOSPC:
+    case EBUSY:
+      return NRM_ERRKIND_NO_CAPACITY;
+    case EIO:
+    case ETIMEDOUT:
+    case EPROTO:
+    case ECANCELED:
+      return NRM_ERRKIND_API;
+    default:
+      return NRM_ERRKIND_INTERNAL;
+    }
+}
+
+static double
+seconds_since (const struct timespec *t0)
+{
+  struct timespec t1;
+  clock_gettime (CLOCK_MONOTONIC, &t1);
+  return (double) (t1.tv_sec - t0->tv_sec) + (double) (t1.tv_nsec - t0->tv_nsec) / 1e9;
+}
+
+static void
+record (struct nrm_plugin *p, struct nrm_op_metrics *m, const struct timespec *t0, nrm_error_t err)
+{
+  double s = seconds_since (t0);
+  pthread_mutex_lock (&p->mlock);
+  m->count++;
+  m->sum_s += s;
+  for (size_t i = 0; i < NRM_LATENCY_BUCKETS; i++)
+    if (s <= nrm_latency_bounds[i])
+      {
+        m->buckets[i]++;
+        break;
+      }
+  if (err)
+    m->errors[nrm_error_kind_of (err->status)]++;
+  pthread_mutex_unlock (&p->mlock);
+}
+
+void
+nrm_plugin_metrics (struct nrm_plugin *p, struct nrm_plugin_metrics *out)
+{
+  pthread_mutex_lock (&p->mlock);
+  *out = p->metrics;
+  pthread_mutex_unlock (&p->mlock);
+}
 
 /* --- checkpoint ------------------------------------------------------------ */
 
@@ -660,7 +732,10 @@ prepare_common (struct nrm_plugin *p, const uint8_t *req, size_t len, uint8_t **
       e->key = c->uid;
       e->value = r;
       eptrs[n_out] = e;
+      struct timespec t0;
+      clock_gettime (CLOCK_MONOTONIC, &t0);
       json_t *devs = prepare_claim (p, c->namespace_ ? c->namespace_ : "", c->name ? c->name : "", c->uid, &err);
+      record (p, &p->metrics.prepare, &t0, err);
       if (devs == NULL)
         {
           if (asprintf (&errors[n_out], "%s: claim %s/%s: %s", p->driver, c->namespace_, c->name,
@@ -766,7 +841,11 @@ h_unprepare (void *ctx, const uint8_t *req, size_t len, uint8_t **resp, size_t *
       entries[n_out].key = in->claims[i]->uid;
       entries[n_out].value = &cr[n_out];
       eptrs[n_out] = &entries[n_out];
-      if (unprepare_claim (p, in->claims[i]->uid, &err) < 0)
+      struct timespec t0;
+      clock_gettime (CLOCK_MONOTONIC, &t0);
+      int ur = unprepare_claim (p, in->claims[i]->uid, &err);
+      record (p, &p->metrics.unprepare, &t0, err);
+      if (ur < 0)
         {
           if (asprintf (&errors[n_out], "%s: claim %s: %s", p->driver, in->claims[i]->uid, nrm_error_msg (err)) < 0)
             errors[n_out] = NULL;
@@ -995,6 +1074,7 @@ plugin_free (struct nrm_plugin *p)
     close (p->serialize_fd);
   pthread_mutex_destroy (&p->lock);
   pthread_mutex_destroy (&p->hlock);
+  pthread_mutex_destroy (&p->mlock);
   pthread_cond_destroy (&p->hcond);
   free (p);
 }
@@ -1016,6 +1096,7 @@ nrm_plugin_start (const struct nrm_plugin_config *cfg, const struct nrm_driver_o
   p->registered = -1;
   pthread_mutex_init (&p->lock, NULL);
   pthread_mutex_init (&p->hlock, NULL);
+  pthread_mutex_init (&p->mlock, NULL);
   pthread_cond_init (&p->hcond, NULL);
   if (!nrm_is_dns_subdomain (cfg->driver, 63))
     {

@@ -131,6 +131,37 @@ void nrm_plugin_health_changed (struct nrm_plugin *p);
 /* The last NotifyRegistrationStatus: 1 registered, 0 refused, -1 none yet. */
 int nrm_plugin_registered (struct nrm_plugin *p);
 
+/* Counters of prepare and unprepare calls, per claim, for /metrics. */
+#define NRM_LATENCY_BUCKETS 12
+extern const double nrm_latency_bounds[NRM_LATENCY_BUCKETS]; /* seconds, ascending */
+
+enum nrm_error_kind
+{
+  NRM_ERRKIND_INVALID,    /* a malformed claim, request or configuration */
+  NRM_ERRKIND_NOT_FOUND,  /* the claim or a device is unknown */
+  NRM_ERRKIND_REPLACED,   /* the claim's UID changed */
+  NRM_ERRKIND_NO_CAPACITY, /* the node cannot fit it */
+  NRM_ERRKIND_API,        /* the Kubernetes API did not answer */
+  NRM_ERRKIND_INTERNAL,   /* anything else: files, cgroups, memory */
+  NRM_ERRKIND_COUNT
+};
+const char *nrm_error_kind_name (enum nrm_error_kind k);
+enum nrm_error_kind nrm_error_kind_of (int status);
+
+struct nrm_op_metrics
+{
+  unsigned long long count, buckets[NRM_LATENCY_BUCKETS]; /* not cumulative */
+  double sum_s;
+  unsigned long long errors[NRM_ERRKIND_COUNT];
+};
+
+struct nrm_plugin_metrics
+{
+  struct nrm_op_metrics prepare, unprepare;
+};
+
+void nrm_plugin_metrics (struct nrm_plugin *p, struct nrm_plugin_metrics *out);
+
 /* Paths the plugin serves on, for tests and logs. */
 const char *nrm_plugin_dra_socket (struct nrm_plugin *p);
 const char *nrm_plugin_registration_socket (struct nrm_plugin *p);

@@ -25,6 +25,10 @@
 #include "driver/plugin.h"
 #include "driver/publish.h"
 #include "nrm/fs.h"
+#ifdef NRM_AGENT
+#include "nrm/http.h"
+#include "nrm/metrics.h"
+#endif
 #include "nrm/log.h"
 #include "nrm/run.h"
 #include "nrm/status.h"
@@ -701,6 +705,27 @@ start_publishers (struct nrm_config *c, struct nrm_topology *t, struct nrm_kube 
   return 0;
 }
 
+static char *
+http_handler (void *ctx, const char *path, int *status, const char **content_type)
+{
+  struct nrm_metrics_sources *s = ctx;
+  char *why = NULL, *body = NULL;
+  if (strcmp (path, "/metrics") == 0)
+    {
+      *content_type = "text/plain; version=0.0.4; charset=utf-8";
+      return nrm_metrics_render (s);
+    }
+  bool live = strcmp (path, "/healthz") == 0 || strcmp (path, "/livez") == 0;
+  if (!live && strcmp (path, "/readyz") != 0)
+    return NULL;
+  bool ok = live ? nrm_metrics_live (s, &why) : nrm_metrics_ready (s, &why);
+  *status = ok ? 200 : 503;
+  if (asprintf (&body, "%s\n", ok ? "ok" : why ? why : "not ready") < 0)
+    body = NULL;
+  free (why);
+  return body;
+}
+
 /* Serves both drivers until SIGTERM or SIGINT. Signals are blocked before
  * any thread starts (gRPC's own threads inherit the mask) and taken here
  * with sigwait(): no gRPC call ever runs in a signal handler. */
@@ -713,6 +738,7 @@ cmd_plugin (struct cli *cli, nrm_error_t *err)
   struct nrm_plugin *plugins[2] = { NULL, NULL };
   struct nrm_kube *kube = NULL;
   struct nrm_publisher *pubs[2] = { NULL, NULL };
+  struct nrm_http *http = NULL;
   struct reconciler rec = { .cfg = c, .wake = eventfd (0, EFD_CLOEXEC | EFD_NONBLOCK) };
   cleanup_json json_t *hook = NULL;
   enum nrm_log_level level = NRM_LOG_INFO;
@@ -780,6 +806,14 @@ cmd_plugin (struct cli *cli, nrm_error_t *err)
     }
   if (api && !c->no_publish && start_publishers (c, t, kube, pubs, err) < 0)
     goto out;
+  struct nrm_metrics_sources ms = { .cfg = c, .t = t, .drivers = { c->publish.cpu_driver, c->publish.memory_driver },
+                                     .plugins = { plugins[0], plugins[1] }, .publishers = { pubs[0], pubs[1] } };
+  if (c->http_address)
+    {
+      if (nrm_http_start (c->http_address, http_handler, &ms, &http, err) < 0)
+        goto out;
+      nrm_log (NULL, NRM_LOG_INFO, "serving /healthz, /readyz and /metrics on port %d", nrm_http_port (http));
+    }
   /* The shared pool is kept where cgroup v2 is mounted; never this
    * host's when a recorded machine is served without an --fsroot. */
   if (c->reconcile_interval > 0 && c->topology && strcmp (c->fsroot, "/") == 0)
@@ -815,6 +849,7 @@ out:
       pthread_join (rec.thread, NULL);
       nrm_cgroupfs_close (rec.fs);
     }
+  nrm_http_stop (http);
   /* Requests in flight end now: nothing waits for the API server. */
   if (kube)
     nrm_kube_cancel (kube);

@@ -1,0 +1,124 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#include "config.h"
+
+#include <errno.h>
+#include <netdb.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include <microhttpd.h>
+
+#include "nrm/cleanup.h"
+#include "nrm/http.h"
+
+struct nrm_http
+{
+  struct MHD_Daemon *d;
+  nrm_http_handler fn;
+  void *ctx;
+  int port;
+};
+
+static enum MHD_Result
+answer (void *cls, struct MHD_Connection *conn, const char *url, const char *method, const char *version,
+        const char *upload, size_t *upload_size, void **req_cls)
+{
+  struct nrm_http *h = cls;
+  struct MHD_Response *r;
+  int status = 200;
+  const char *type = "text/plain; charset=utf-8";
+  char *body = NULL;
+  enum MHD_Result ret;
+
+  if (strcmp (method, "GET") != 0 && strcmp (method, "HEAD") != 0)
+    {
+      static const char msg[] = "only GET\n";
+      r = MHD_create_response_from_buffer (sizeof (msg) - 1, (void *) msg, MHD_RESPMEM_PERSISTENT);
+      status = MHD_HTTP_METHOD_NOT_ALLOWED;
+    }
+  else if ((body = h->fn (h->ctx, url, &status, &type)) != NULL)
+    r = MHD_create_response_from_buffer (strlen (body), body, MHD_RESPMEM_MUST_FREE);
+  else
+    {
+      static const char msg[] = "not found: try /healthz, /readyz or /metrics\n";
+      r = MHD_create_response_from_buffer (sizeof (msg) - 1, (void *) msg, MHD_RESPMEM_PERSISTENT);
+      status = MHD_HTTP_NOT_FOUND;
+    }
+  if (r == NULL)
+    {
+      free (body);
+      return MHD_NO;
+    }
+  MHD_add_response_header (r, MHD_HTTP_HEADER_CONTENT_TYPE, type);
+  ret = MHD_queue_response (conn, (unsigned) status, r);
+  MHD_destroy_response (r);
+  return ret;
+}
+
+int
+nrm_http_start (const char *address, nrm_http_handler fn, void *ctx, struct nrm_http **ret, nrm_error_t *err)
+{
+  cleanup_free char *host = NULL;
+  const char *colon = strrchr (address, ':');
+  if (colon == NULL || colon[1] == '\0')
+    return nrm_error_set (err, EINVAL, "HTTP address `%s` is not HOST:PORT", address);
+  const char *h = address;
+  size_t hl = (size_t) (colon - address);
+  if (hl >= 2 && h[0] == '[' && h[hl - 1] == ']')
+    {
+      h++;
+      hl -= 2;
+    }
+  if ((host = strndup (h, hl)) == NULL)
+    return nrm_error_set (err, ENOMEM, "out of memory");
+  char *end = NULL;
+  long port = strtol (colon + 1, &end, 10);
+  if (*end || port < 0 || port > 65535)
+    return nrm_error_set (err, EINVAL, "HTTP address `%s`: bad port", address);
+
+  struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE | AI_NUMERICSERV };
+  struct addrinfo *ai = NULL;
+  int gr = getaddrinfo (*host ? host : NULL, colon + 1, &hints, &ai);
+  if (gr != 0)
+    return nrm_error_set (err, EINVAL, "HTTP address `%s`: %s", address, gai_strerror (gr));
+
+  struct nrm_http *s = calloc (1, sizeof (*s));
+  if (s == NULL)
+    {
+      freeaddrinfo (ai);
+      return nrm_error_set (err, ENOMEM, "out of memory");
+    }
+  s->fn = fn;
+  s->ctx = ctx;
+  unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD;
+  if (ai->ai_family == AF_INET6)
+    flags |= MHD_USE_IPv6;
+  s->d = MHD_start_daemon (flags, (uint16_t) port, NULL, NULL, answer, s, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
+                           MHD_OPTION_CONNECTION_LIMIT, 16u, MHD_OPTION_CONNECTION_TIMEOUT, 10u, MHD_OPTION_END);
+  freeaddrinfo (ai);
+  if (s->d == NULL)
+    {
+      free (s);
+      return nrm_error_set (err, EADDRINUSE, "cannot serve HTTP on `%s` (address in use or not local?)", address);
+    }
+  const union MHD_DaemonInfo *info = MHD_get_daemon_info (s->d, MHD_DAEMON_INFO_BIND_PORT);
+  s->port = info ? info->port : (int) port;
+  *ret = s;
+  return 0;
+}
+
+int
+nrm_http_port (struct nrm_http *h)
+{
+  return h->port;
+}
+
+void
+nrm_http_stop (struct nrm_http *h)
+{
+  if (h == NULL)
+    return;
+  MHD_stop_daemon (h->d);
+  free (h);
+}
