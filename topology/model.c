@@ -294,3 +294,31 @@ nrm_topology_apply_settings (struct nrm_topology *t, const struct nrm_node_setti
     }
   return 0;
 }
+
+/* Pure lookups live here, not in scan.c: the static nrm-hook links this file
+ * and must not pull in hwloc's discovery code. */
+int
+nrm_topology_pu_index (const struct nrm_topology *topo, unsigned cpu)
+{
+  size_t lo = 0, hi = topo->n_pus;
+  while (lo < hi)
+    {
+      size_t mid = (lo + hi) / 2;
+      if (topo->pus[mid].os_index == cpu)
+        return (int) mid;
+      if (topo->pus[mid].os_index < cpu)
+        lo = mid + 1;
+      else
+        hi = mid;
+    }
+  return -1;
+}
+
+int
+nrm_topology_numa_index (const struct nrm_topology *topo, unsigned os_index)
+{
+  for (size_t i = 0; i < topo->n_numa; i++)
+    if (topo->numa[i].os_index == os_index)
+      return (int) i;
+  return -1;
+}

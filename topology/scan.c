@@ -45,32 +45,6 @@ cmp_pu (const void *a, const void *b)
   return (x->os_index > y->os_index) - (x->os_index < y->os_index);
 }
 
-int
-nrm_topology_pu_index (const struct nrm_topology *topo, unsigned cpu)
-{
-  size_t lo = 0, hi = topo->n_pus;
-  while (lo < hi)
-    {
-      size_t mid = (lo + hi) / 2;
-      if (topo->pus[mid].os_index == cpu)
-        return (int) mid;
-      if (topo->pus[mid].os_index < cpu)
-        lo = mid + 1;
-      else
-        hi = mid;
-    }
-  return -1;
-}
-
-int
-nrm_topology_numa_index (const struct nrm_topology *topo, unsigned os_index)
-{
-  for (size_t i = 0; i < topo->n_numa; i++)
-    if (topo->numa[i].os_index == os_index)
-      return (int) i;
-  return -1;
-}
-
 static int
 index_of_set (hwloc_bitmap_t *sets, size_t n, size_t stride, unsigned cpu)
 {
@@ -515,6 +489,11 @@ nrm_topology_load (const char *xml_path, struct nrm_topology **ret, nrm_error_t 
   if (hwloc_topology_load (h) < 0)
     return nrm_error_errno (err, errno ? errno : EINVAL, "cannot load topology `%s`",
                             xml_path ? xml_path : "of this machine");
+  /* nrm models the node, not its own cgroup: in a pod, or once the shared
+   * pool confines it, its cpuset is narrower than the machine's. A recorded
+   * machine keeps the allowed sets it was recorded with. */
+  if (xml_path == NULL && hwloc_topology_allow (h, NULL, NULL, HWLOC_ALLOW_FLAG_ALL) < 0)
+    return nrm_error_errno (err, errno, "cannot widen the allowed CPUs to the whole machine");
   if (hwloc_get_nbobjs_by_type (h, HWLOC_OBJ_PU) <= 0)
     return nrm_error_set (err, EINVAL, "topology `%s` has no CPUs", xml_path ? xml_path : "of this machine");
 
