@@ -527,6 +527,11 @@ reconcile (struct nrm_publisher *p, nrm_error_t *err)
       in_sync = nrm_slice_spec_equal (want, have) || nrm_slice_spec_equal (json_array_get (p->accepted, i), have);
     }
 
+  /* Generations only grow, also when every slice was deleted meanwhile. */
+  pthread_mutex_lock (&p->lock);
+  if (p->st.generation > max_gen)
+    max_gen = p->st.generation;
+  pthread_mutex_unlock (&p->lock);
   long long target = in_sync ? g0 : max_gen + 1;
   bool dropped_any = false;
   if (!in_sync)

@@ -677,6 +677,40 @@ publisher_log (void *ctx, enum nrm_log_level level, const char *fmt, ...)
   free (msg);
 }
 
+/* The kubelet's static CPU or Memory Manager writes the same cpusets and
+ * memory nodes as nrm: both at once would undo each other's work. */
+static int
+check_kubelet_managers (const struct nrm_config *c, nrm_error_t *err)
+{
+  static const struct
+  {
+    const char *file, *policy, *fix;
+  } managers[] = {
+    { "cpu_manager_state", "static", "cpuManagerPolicy: none" },
+    { "memory_manager_state", "Static", "memoryManagerPolicy: None" },
+  };
+  for (size_t i = 0; i < sizeof (managers) / sizeof (managers[0]); i++)
+    {
+      cleanup_free char *path = NULL, *text = NULL;
+      nrm_error_t rerr = NULL;
+      if (asprintf (&path, "%s/%s", c->kubelet_dir, managers[i].file) < 0)
+        return nrm_error_set (err, ENOMEM, "out of memory");
+      if (nrm_read_file (path, 16 << 20, &text, NULL, &rerr) < 0)
+        {
+          nrm_error_release (&rerr);
+          continue;
+        }
+      cleanup_json json_t *st = json_loads (text, 0, NULL);
+      const char *policy = json_string_value (json_object_get (st, "policyName"));
+      if (policy && strcmp (policy, managers[i].policy) == 0)
+        return nrm_error_set (err, EBUSY,
+                              "the kubelet's %s policy is still active (`%s`): set %s in the kubelet configuration, "
+                              "remove that file and restart the kubelet first (docs/install.md, migration)",
+                              policy, path, managers[i].fix);
+    }
+  return 0;
+}
+
 /* One publisher a driver, each with the driver's slices of `nrm slices`. */
 static int
 start_publishers (struct nrm_config *c, struct nrm_topology *t, struct nrm_kube *kube, struct nrm_publisher **pubs,
@@ -758,6 +792,8 @@ cmd_plugin (struct cli *cli, nrm_error_t *err)
   pthread_sigmask (SIG_BLOCK, &set, NULL);
   signal (SIGPIPE, SIG_IGN);
 
+  if (check_kubelet_managers (c, err) < 0)
+    return -1;
   if (load_machine (cli, &t, err) < 0)
     return -1;
   if (api)

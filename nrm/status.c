@@ -57,8 +57,28 @@ completed (json_t *c)
 }
 
 /* One pool: devices with their capacity and what claims hold of them. */
+/* The CPUs behind a consumable NUMA-node device ("numa<N>", "numa<N>-isolated"),
+ * or NULL for other devices (whole L3 groups and cores: held whole). */
+static hwloc_bitmap_t
+device_cpus (const struct nrm_topology *t, const char *name)
+{
+  unsigned node;
+  char rest[16] = "";
+  if (sscanf (name, "numa%u%15s", &node, rest) < 1 || (rest[0] && strcmp (rest, "-isolated") != 0))
+    return NULL;
+  int ni = nrm_topology_numa_index (t, node);
+  if (ni < 0)
+    return NULL;
+  hwloc_bitmap_t set = hwloc_bitmap_dup (t->numa[ni].cpus);
+  if (set && rest[0])
+    hwloc_bitmap_and (set, set, t->isolated);
+  else if (set)
+    hwloc_bitmap_andnot (set, set, t->isolated);
+  return set;
+}
+
 static json_t *
-pool_status (const struct nrm_pool *p, json_t *claims, const char *node)
+pool_status (const struct nrm_topology *t, const struct nrm_pool *p, json_t *claims, const char *node)
 {
   json_t *devices = json_array ();
   size_t total = 0, allocated = 0;
@@ -74,6 +94,7 @@ pool_status (const struct nrm_pool *p, json_t *claims, const char *node)
       json_object_set (capacity, key, json_object_get (cap, "value"));
     /* Claims that hold this device, and how much of a consumable one. */
     json_t *holders = json_array ();
+    cleanup_bitmap hwloc_bitmap_t devcpus = device_cpus (t, name);
     nrm_quantity_t used = 0;
     const char *uid;
     json_t *c;
@@ -87,6 +108,8 @@ pool_status (const struct nrm_pool *p, json_t *claims, const char *node)
       {
         if (strcmp (json_string_value (json_object_get (d, "device")) ?: "", name) != 0)
           continue;
+        /* A claim may hold a shareable device several times: count it once,
+         * with the CPUs or bytes it holds there. */
         json_array_append_new (holders, json_string (uid));
         json_t *st = json_object_get (c, "state");
         const char *cpus = json_string_value (json_object_get (st, "cpus"));
@@ -96,12 +119,17 @@ pool_status (const struct nrm_pool *p, json_t *claims, const char *node)
             hwloc_bitmap_t set = NULL;
             nrm_error_t e = NULL;
             if (nrm_cpulist_parse (cpus, &set, &e) == 0)
-              used += (nrm_quantity_t) hwloc_bitmap_weight (set) * NRM_QUANTITY_ONE;
+              {
+                if (devcpus)
+                  hwloc_bitmap_and (set, set, devcpus);
+                used += (nrm_quantity_t) hwloc_bitmap_weight (set) * NRM_QUANTITY_ONE;
+              }
             nrm_error_release (&e);
             hwloc_bitmap_free (set);
           }
         else if (json_is_integer (mem))
           used += (nrm_quantity_t) json_integer_value (mem) * NRM_QUANTITY_ONE;
+        break;
       }
     }
     total++;
@@ -140,7 +168,7 @@ nrm_status (struct nrm_config *c, const struct nrm_topology *t, bool as_json, FI
       cleanup_json json_t *claims = read_claims (c->state_dir, pools[i].driver, err);
       if (claims == NULL)
         goto out;
-      json_array_append_new (jp, pool_status (&pools[i], claims, c->node_name));
+      json_array_append_new (jp, pool_status (t, &pools[i], claims, c->node_name));
       const char *uid;
       json_t *cl;
       json_object_foreach (claims, uid, cl)

@@ -64,4 +64,20 @@ echo '{"reservedMemory": [{"numaNode": 0, "limits": {"memory": "1Ti"}}]}' >"$TMP
 long=node-$(printf 'a%.0s' $(seq 1 80)).example.com
 "$NRM" slices --node-name "$long" --topology "$X" >"$TMP/out" 2>"$TMP/err" && ok \
   || fail "a long node name: $(cat "$TMP/err")"
+# The kubelet's static CPU and Memory Managers would fight nrm for the same
+# cpusets: the plugin refuses to start beside them and says what to change.
+mkdir -p "$TMP/kubelet"
+echo '{"policyName":"static","defaultCpuSet":"0-3","checksum":1}' >"$TMP/kubelet/cpu_manager_state"
+expect_error "static CPU Manager" "cpuManagerPolicy: none" -- plugin --topology "$X" --kubelet-dir "$TMP/kubelet" \
+  --claims-dir "$TMP" --state-dir "$TMP/st" --cdi-dir "$TMP/cdi"
+echo '{"policyName":"none","defaultCpuSet":"","checksum":1}' >"$TMP/kubelet/cpu_manager_state"
+echo '{"policyName":"Static","machineState":{},"checksum":1}' >"$TMP/kubelet/memory_manager_state"
+expect_error "static Memory Manager" "memoryManagerPolicy: None" -- plugin --topology "$X" --kubelet-dir "$TMP/kubelet" \
+  --claims-dir "$TMP" --state-dir "$TMP/st" --cdi-dir "$TMP/cdi"
+expect_error "unreadable kubeconfig" "/nonexistent/kubeconfig" -- plugin --topology "$X" --kubeconfig /nonexistent/kubeconfig \
+  --kubelet-dir "$TMP/k2" --state-dir "$TMP/st" --cdi-dir "$TMP/cdi"
+expect_error "kubeconfig flag outside plugin" "is an option of \`nrm plugin\`" -- slices --kubeconfig /x
+expect_error "bad --api-burst" "--api-burst" -- plugin --api-burst 0 --claims-dir "$TMP"
+expect_error "bad --http-address" "HTTP address" -- plugin --topology "$X" --http-address nonsense \
+  --kubelet-dir "$TMP/k3" --claims-dir "$TMP" --state-dir "$TMP/st3" --cdi-dir "$TMP/cdi"
 finish

@@ -1,0 +1,413 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
+"""nrm plugin against a Kubernetes API server on loopback (fakeapi.py):
+ResourceSlice publishing and repair, claims read from the API, and what
+goes wrong on the way (restarts, expired watches, rotated tokens, errors,
+timeouts, feature gates that are off). Every check reads back what the
+server holds or what nrm answered over its sockets."""
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+SRCDIR = os.environ.get("NRM_SRCDIR", os.path.abspath(os.path.join(HERE, "..", "..")))
+NRM = os.environ.get("NRM", os.path.join(SRCDIR, "nrm", "nrm"))
+BUILDDIR = os.path.dirname(os.path.dirname(os.path.abspath(NRM)))
+DRA_CLIENT = os.path.join(BUILDDIR, "tests", "plugin", "dra-client")
+TOPOLOGIES = os.environ.get("NRM_TOPOLOGIES", os.path.join(SRCDIR, "tests", "topologies"))
+NODE = "node-a"
+CPU, MEM = "cpu.nrm.io", "memory.nrm.io"
+
+passed = 0
+failures = []
+
+
+def skip(why):
+    print("SKIP: " + why)
+    sys.exit(77)
+
+
+def check(cond, what):
+    global passed
+    if cond:
+        passed += 1
+        print("ok   " + what)
+    else:
+        failures.append(what)
+        print("FAIL " + what)
+
+
+def wait_for(pred, timeout=15.0, step=0.05):
+    end = time.time() + timeout
+    while time.time() < end:
+        try:
+            if pred():
+                return True
+        except Exception:
+            pass
+        time.sleep(step)
+    return False
+
+
+for tool in ("openssl",):
+    if shutil.which(tool) is None:
+        skip(tool + " is not installed")
+if not os.access(NRM, os.X_OK) or not os.access(DRA_CLIENT, os.X_OK):
+    skip("build nrm and tests/plugin/dra-client first (make check)")
+
+try:
+    from fakeapi import FakeAPI
+except Exception as e:  # noqa: BLE001
+    skip("cannot load the fake API server: %s" % e)
+
+TOPO = os.path.join(TOPOLOGIES, sorted(f for f in os.listdir(TOPOLOGIES) if f.endswith(".xml"))[0])
+for f in sorted(os.listdir(TOPOLOGIES)):
+    # A machine with 2+ NUMA nodes shows more than one device a pool.
+    if f.endswith(".xml") and "numa" not in f and os.path.getsize(os.path.join(TOPOLOGIES, f)) < 200000:
+        with open(os.path.join(TOPOLOGIES, f)) as fh:
+            if fh.read().count('type="NUMANode"') >= 2:
+                TOPO = os.path.join(TOPOLOGIES, f)
+                break
+
+work = tempfile.mkdtemp(prefix="nrm-k8s-")
+api = FakeAPI(work, tokens=["token-0"])
+api.start()
+node_uid = api.add_node(NODE)
+token_file = os.path.join(work, "token")
+with open(token_file, "w") as fh:
+    fh.write("token-0\n")
+kubeconfig = os.path.join(work, "kubeconfig")
+api.write_kubeconfig(kubeconfig, token_file=token_file)
+
+
+class Plugin:
+    """One nrm plugin process with its own kubelet directory."""
+
+    def __init__(self, *extra, env=None, kubeconfig_path=kubeconfig):
+        self.log = os.path.join(work, "plugin-%d.log" % time.time_ns())
+        args = [NRM, "plugin", "-t", TOPO, "--node-name", NODE,
+                "--kubelet-dir", os.path.join(work, "kubelet"), "--cdi-dir", os.path.join(work, "cdi"),
+                "--state-dir", os.path.join(work, "state"), "--reconcile-interval", "0",
+                "--http-address", "127.0.0.1:0", "--log-level", "debug"]
+        if kubeconfig_path:
+            args += ["--kubeconfig", kubeconfig_path]
+        args += list(extra)
+        self.p = subprocess.Popen(args, stdout=open(self.log, "w"), stderr=subprocess.STDOUT,
+                                  env=env or os.environ.copy())
+        self.port = None
+        wait_for(self._port, 10)
+
+    def _port(self):
+        m = re.search(r"/metrics on port (\d+)", self.text())
+        if m:
+            self.port = int(m.group(1))
+        return self.port is not None
+
+    def text(self):
+        with open(self.log) as fh:
+            return fh.read()
+
+    def get(self, path):
+        try:
+            with urllib.request.urlopen("http://127.0.0.1:%d%s" % (self.port, path), timeout=5) as r:
+                return r.status, r.read().decode()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read().decode()
+
+    def metric(self, name, **labels):
+        _, body = self.get("/metrics")
+        for line in body.splitlines():
+            if line.startswith("#"):
+                continue
+            m = re.match(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{.*\})? (\S+)$", line)
+            if not m or m.group(1) != name:
+                continue
+            got = dict(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', m.group(2) or ""))
+            if all(got.get(k) == v for k, v in labels.items()):
+                return float(m.group(3))
+        return None
+
+    def synced(self):
+        return self.metric("nrm_slices_synced", driver=CPU) == 1 and self.metric("nrm_slices_synced", driver=MEM) == 1
+
+    def stop(self):
+        if self.p.poll() is None:
+            self.p.send_signal(signal.SIGTERM)
+            try:
+                self.p.wait(15)
+            except subprocess.TimeoutExpired:
+                self.p.kill()
+                self.p.wait()
+        return self.p.returncode
+
+
+def expected(*extra):
+    out = subprocess.run([NRM, "slices", "-t", TOPO, "--node-name", NODE] + list(extra),
+                         check=True, capture_output=True, text=True).stdout
+    return json.loads(out)["items"]
+
+
+def published(driver):
+    return sorted((s for s in api.slices() if s["spec"]["driver"] == driver), key=lambda s: s["metadata"]["name"])
+
+
+def strip_generation(spec):
+    spec = json.loads(json.dumps(spec))
+    spec["pool"].pop("generation", None)
+    return spec
+
+
+def matches(want_items, driver):
+    """The server holds exactly the desired slices of driver, in order, one generation."""
+    want = [s for s in want_items if s["spec"]["driver"] == driver]
+    have = published(driver)
+    if len(want) != len(have):
+        return False
+    gens = {s["spec"]["pool"]["generation"] for s in have}
+    if len(gens) != 1:
+        return False
+    for w, h in zip(want, have):
+        if not h["metadata"]["name"].startswith(w["metadata"]["name"] + "-"):
+            return False
+        if strip_generation(w["spec"]) != strip_generation(h["spec"]):
+            return False
+    return True
+
+
+def generation(driver):
+    gens = {s["spec"]["pool"]["generation"] for s in published(driver)}
+    return max(gens) if gens else None
+
+
+def writes_since(n, driver=None):
+    out = api.writes()[n:]
+    if driver:
+        out = [w for w in out if driver in json.dumps(w)]
+    return out
+
+
+want = expected()
+
+# --- publishing -----------------------------------------------------------------
+p = Plugin()
+check(wait_for(lambda: matches(want, CPU) and matches(want, MEM)), "the desired CPU and memory slices are published")
+s0 = published(CPU)[0]
+owner = s0["metadata"].get("ownerReferences", [{}])[0]
+check(owner.get("kind") == "Node" and owner.get("name") == NODE and owner.get("uid") == node_uid
+      and owner.get("controller") is True, "slices are owned by the Node (kind, name, uid, controller)")
+check(all(s["spec"]["nodeName"] == NODE and s["spec"]["pool"]["name"] == NODE for s in api.slices()),
+      "spec.nodeName and the pool name are the node's")
+check(all(s["spec"]["pool"]["resourceSliceCount"] == len(published(s["spec"]["driver"])) for s in api.slices()),
+      "resourceSliceCount counts the pool's slices")
+lists = [r for r in api.requests if r["method"] == "GET" and r["path"].endswith("/resourceslices")
+         and "watch" not in r["query"]]
+check(any("spec.nodeName=" + NODE in r["query"].get("fieldSelector", "") and "spec.driver=" + CPU
+          in r["query"].get("fieldSelector", "") for r in lists), "slices are listed with field selectors for node and driver")
+check(wait_for(p.synced), "/metrics reports both pools in sync")
+check(p.metric("nrm_api_connected") == 1, "/metrics reports the API connected")
+status, body = p.get("/healthz")
+check(status == 200 and body.strip() == "ok", "/healthz answers ok")
+status, body = p.get("/readyz")
+check(status == 503 and "not registered" in body, "/readyz says why it is not ready (no kubelet registered it)")
+
+# Every line of /metrics is Prometheus text.
+_, body = p.get("/metrics")
+bad = [l for l in body.splitlines()
+       if l and not re.match(r'^# (HELP|TYPE) [a-zA-Z_:][a-zA-Z0-9_:]* .+$', l)
+       and not re.match(r'^[a-zA-Z_:][a-zA-Z0-9_:]*(\{([a-zA-Z_][a-zA-Z0-9_]*="(?:[^"\\\n]|\\.)*",?)*\})? '
+                        r'(-?[0-9.eE+-]+|\+Inf|-Inf|NaN)$', l)]
+check(not bad and "nrm_claim_operation_duration_seconds_bucket" in body,
+      "/metrics parses as Prometheus text%s" % (": " + bad[0] if bad else ""))
+
+# --- restart adopts what is there ---------------------------------------------------
+gen0 = generation(CPU)
+check(p.stop() == 0, "SIGTERM stops the plugin cleanly")
+check(matches(want, CPU), "the slices stay when the plugin stops")
+n = len(api.writes())
+p = Plugin()
+check(wait_for(p.synced), "a restarted plugin is in sync")
+time.sleep(0.5)
+check(writes_since(n) == [] and generation(CPU) == gen0, "a restart adopts the slices: no write, same generation")
+
+# --- a configuration change -------------------------------------------------------
+p.stop()
+n = len(api.writes())
+want_p = expected("--cpu-mode", "partitioned")
+p = Plugin("--cpu-mode", "partitioned")
+check(wait_for(lambda: matches(want_p, CPU)), "--cpu-mode partitioned republishes the CPU pool")
+check(generation(CPU) > gen0, "the change bumped the pool generation (%s -> %s)" % (gen0, generation(CPU)))
+check(writes_since(n, MEM) == [], "the memory pool was left alone")
+p.stop()
+p = Plugin()
+check(wait_for(lambda: matches(want, CPU)), "back to numa mode: surplus slices deleted, the pool matches again")
+
+# --- repair of outside changes ----------------------------------------------------
+gen1 = generation(CPU)
+victim = published(CPU)[0]["metadata"]["name"]
+api.delete_slice(victim)
+check(wait_for(lambda: matches(want, CPU)), "a slice deleted by someone else comes back")
+check(generation(CPU) > gen1, "...with a new generation")
+
+
+def tamper(obj):
+    obj["spec"]["devices"][0]["attributes"]["numaNode"] = {"int": 999}
+
+
+api.modify_slice(published(MEM)[0]["metadata"]["name"], tamper)
+check(wait_for(lambda: matches(want, MEM)), "a slice changed by someone else is put right")
+
+# --- the API server restarts mid-watch ---------------------------------------------
+api.restart()
+api.delete_slice(published(CPU)[0]["metadata"]["name"])
+check(wait_for(lambda: matches(want, CPU), 30), "after an API server restart the watch resumes and repairs")
+
+# --- an expired watch -----------------------------------------------------------
+n_req = len(api.requests)
+api.expire()
+api.end_watches()
+api.delete_slice(published(MEM)[0]["metadata"]["name"])
+check(wait_for(lambda: matches(want, MEM), 30), "after an expired watch (410) the plugin lists again and repairs")
+relists = [r for r in api.requests[n_req:] if r["method"] == "GET" and "watch" not in r["query"]
+           and r["path"].endswith("/resourceslices")]
+check(len(relists) >= 1, "the 410 was answered with a relist")
+
+# --- token rotation ---------------------------------------------------------------
+with open(token_file + ".new", "w") as fh:
+    fh.write("token-1\n")
+os.rename(token_file + ".new", token_file)
+api.set_tokens(["token-1"])
+api.end_watches()
+api.delete_slice(published(CPU)[0]["metadata"]["name"])
+check(wait_for(lambda: matches(want, CPU), 30), "a rotated token file is read again")
+check("token-0" not in p.text() and "token-1" not in p.text(), "tokens never appear in the log")
+
+# --- claims from the API ------------------------------------------------------------
+dra_sock = os.path.join(work, "kubelet", "plugins", CPU, "dra.sock")
+pool_dev = published(CPU)[0]["spec"]["devices"][0]["name"]
+
+
+def claim(name, uid, allocated=True):
+    obj = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+           "metadata": {"namespace": "default", "name": name, "uid": uid},
+           "spec": {"devices": {"requests": [{"name": "cpus", "exactly": {"deviceClassName": CPU}}]}}}
+    if allocated:
+        obj["status"] = {"allocation": {"devices": {"results": [
+            {"request": "cpus", "driver": CPU, "pool": NODE, "device": pool_dev,
+             "consumedCapacity": {"cpus": "2"}, "shareID": "a1b2c3d4"}]}}}
+    return api.put_claim(obj)
+
+
+def prepare(name, uid):
+    return subprocess.run([DRA_CLIENT, "prepare", dra_sock, "default", name, uid], capture_output=True, text=True)
+
+
+claim("good", "uid-good")
+r = prepare("good", "uid-good")
+check(r.returncode == 0 and "%s/claim=uid-good" % CPU in r.stdout, "a claim read from the API is prepared")
+claim("pending", "uid-pending", allocated=False)
+r = prepare("pending", "uid-pending")
+check(r.returncode != 0 and "not allocated" in r.stderr, "an unallocated claim is refused: " + r.stderr.strip())
+claim("replaced", "uid-new")
+r = prepare("replaced", "uid-old")
+check(r.returncode != 0 and "replaced" in r.stderr, "a claim whose UID changed is refused: " + r.stderr.strip())
+r = prepare("missing", "uid-missing")
+check(r.returncode != 0 and "not found" in r.stderr, "a missing claim is named: " + r.stderr.strip())
+claim("flaky", "uid-flaky")
+api.fail_next(2, code=500, method="GET", path_contains="resourceclaims")
+r = prepare("flaky", "uid-flaky")
+check(r.returncode == 0, "two 500s in a row are retried with backoff")
+claim("slow", "uid-slow")
+api.delay_next(1, 12, method="GET", path_contains="resourceclaims")
+t0 = time.time()
+r = prepare("slow", "uid-slow")
+check(r.returncode == 0 and time.time() - t0 < 25, "a request that times out (10 s) is tried again (%.1f s)" % (time.time() - t0))
+# One claim holding a shareable device twice counts once, with its CPUs.
+twice = claim("twice", "uid-twice")
+r0 = twice["status"]["allocation"]["devices"]["results"][0]
+twice["status"]["allocation"]["devices"]["results"] = [dict(r0, request="a", consumedCapacity={"cpus": "1"}),
+                                                       dict(r0, request="b", consumedCapacity={"cpus": "1"})]
+twice["spec"]["devices"]["requests"] = [{"name": n, "exactly": {"deviceClassName": CPU}} for n in ("a", "b")]
+api.put_claim(twice)
+r = prepare("twice", "uid-twice")
+st = json.loads(subprocess.run([NRM, "status", "--json", "-t", TOPO, "--node-name", NODE, "--state-dir",
+                                os.path.join(work, "state")], check=True, capture_output=True, text=True).stdout)
+dev = [d for pl in st["pools"] if pl["driver"] == CPU for d in pl["devices"] if d["name"] == pool_dev][0]
+check(r.returncode == 0 and dev["consumed"] == "8" and sorted(dev["claims"]) == ["uid-flaky", "uid-good", "uid-slow", "uid-twice"],
+      "nrm status counts a device held twice by one claim once (%s CPUs, %s)" % (dev["consumed"], dev["claims"]))
+errs = p.metric("nrm_claim_errors_total", driver=CPU, operation="prepare", kind="not_found")
+check(errs == 1, "/metrics counts the missing claim as not_found (%s)" % errs)
+for uid in ("uid-good", "uid-flaky", "uid-slow", "uid-twice"):
+    subprocess.run([DRA_CLIENT, "unprepare", dra_sock, uid], check=True)
+p.stop()
+
+# --- a feature gate that is off on the API server ------------------------------------
+for s in api.slices():
+    api.delete_slice(s["metadata"]["name"])
+api.set_gates({"DRAConsumableCapacity": False})
+n = len(api.writes())
+p = Plugin()
+check(wait_for(lambda: "DRAConsumableCapacity" in p.text()), "a dropped field names its feature gate")
+m = re.search(r"dropped (spec\.\S+);", p.text())
+check(m is not None and ("requestPolicy" in m.group(1) or "allowMultipleAllocations" in m.group(1)),
+      "...and the field: %s" % (m.group(1) if m else "?"))
+check(wait_for(lambda: p.metric("nrm_slices_synced", driver=CPU) == 0), "/metrics shows the pool out of sync")
+count = len(api.writes())
+time.sleep(2)
+check(len(api.writes()) == count, "no endless rewriting of what the server drops (%d writes)" % (len(api.writes()) - n))
+p.stop()
+api.set_gates({"DRAConsumableCapacity": True})
+
+# --- in-cluster settings -----------------------------------------------------------
+sa = os.path.join(work, "serviceaccount")
+os.makedirs(sa, exist_ok=True)
+shutil.copy(api.ca_path, os.path.join(sa, "ca.crt"))
+with open(os.path.join(sa, "token"), "w") as fh:
+    fh.write("token-1")
+env = os.environ.copy()
+env.update(KUBERNETES_SERVICE_HOST="127.0.0.1", KUBERNETES_SERVICE_PORT=api.url.rsplit(":", 1)[1],
+           NRM_SERVICE_ACCOUNT_DIR=sa)
+p = Plugin(env=env, kubeconfig_path=None)
+check(wait_for(lambda: matches(want, CPU) and matches(want, MEM)), "in a pod (service account settings) it publishes too")
+p.stop()
+
+# --- bad settings --------------------------------------------------------------------
+bad = os.path.join(work, "bad-kubeconfig")
+with open(bad, "w") as fh:
+    fh.write("apiVersion: v1\nkind: Config\ncurrent-context: x\n")
+r = subprocess.run([NRM, "plugin", "-t", TOPO, "--kubeconfig", bad, "--state-dir", os.path.join(work, "s2"),
+                    "--kubelet-dir", os.path.join(work, "k2"), "--cdi-dir", os.path.join(work, "c2")],
+                   capture_output=True, text=True, timeout=30)
+check(r.returncode == 1 and bad in r.stderr and "context `x` not found" in r.stderr,
+      "a broken kubeconfig is named: " + r.stderr.strip())
+untrusted = os.path.join(work, "untrusted-kubeconfig")
+api.write_kubeconfig(untrusted, token="token-1")
+with open(untrusted) as fh:
+    text = fh.read()
+other_ca = os.path.join(work, "other-ca.pem")
+subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", os.path.join(work, "o.key"),
+                "-out", other_ca, "-days", "1", "-subj", "/CN=other"], check=True, capture_output=True)
+with open(untrusted, "w") as fh:
+    fh.write(re.sub(r"certificate-authority: .*", "certificate-authority: " + other_ca, text))
+n = len(api.writes())
+p = Plugin(kubeconfig_path=untrusted)
+check(wait_for(lambda: "certificate" in p.text().lower() and "error" in p.text().lower(), 20),
+      "a server certificate from another CA is refused")
+check(writes_since(n) == [], "...and nothing was written")
+p.stop()
+
+api.stop()
+shutil.rmtree(work, ignore_errors=True)
+print("%d passed, %d failed" % (passed, len(failures)))
+for f in failures:
+    print("failed: " + f)
+sys.exit(1 if failures else 0)
