@@ -690,6 +690,10 @@ thread_main (void *arg)
             }
           p->need_list = false;
           p->dirty = true;
+          /* A Node deleted and created again has a new UID: slices owned by
+           * the old one would be garbage-collected. Read it again. */
+          free (p->node_uid);
+          p->node_uid = NULL;
           next_list = now_ms () + p->resync_s * 1000LL;
         }
       if (p->dirty)
