@@ -57,6 +57,75 @@ completed (json_t *c)
 }
 
 /* One pool: devices with their capacity and what claims hold of them. */
+static nrm_quantity_t
+counter_value (json_t *counter)
+{
+  nrm_quantity_t q = 0;
+  nrm_error_t e = NULL;
+  if (nrm_quantity_parse (json_string_value (json_object_get (counter, "value")), &q, &e) < 0)
+    q = 0;
+  nrm_error_release (&e);
+  return q;
+}
+
+/* "set/counter" -> what held devices leave of it (nano-units; a double is
+ * exact enough for counts of CPUs), or NULL for a pool without counters. */
+static json_t *
+counters_left (json_t *sets, json_t *held)
+{
+  if (json_array_size (sets) == 0)
+    return NULL;
+  json_t *left = json_object ();
+  size_t i, k;
+  json_t *set, *dev, *use;
+  const char *name;
+  json_t *c;
+  json_array_foreach (sets, i, set)
+  {
+    json_object_foreach (json_object_get (set, "counters"), name, c)
+    {
+      char key[256];
+      snprintf (key, sizeof (key), "%s/%s", json_string_value (json_object_get (set, "name")), name);
+      json_object_set_new (left, key, json_real ((double) counter_value (c)));
+    }
+  }
+  json_array_foreach (held, i, dev)
+  {
+    json_array_foreach (json_object_get (dev, "consumesCounters"), k, use)
+    {
+      json_object_foreach (json_object_get (use, "counters"), name, c)
+      {
+        char key[256];
+        snprintf (key, sizeof (key), "%s/%s", json_string_value (json_object_get (use, "counterSet")), name);
+        json_t *v = json_object_get (left, key);
+        if (v)
+          json_real_set (v, json_real_value (v) - (double) counter_value (c));
+      }
+    }
+  }
+  return left;
+}
+
+static bool
+fits_counters (json_t *dev, json_t *left)
+{
+  size_t k;
+  json_t *use, *c;
+  const char *name;
+  json_array_foreach (json_object_get (dev, "consumesCounters"), k, use)
+  {
+    json_object_foreach (json_object_get (use, "counters"), name, c)
+    {
+      char key[256];
+      snprintf (key, sizeof (key), "%s/%s", json_string_value (json_object_get (use, "counterSet")), name);
+      json_t *v = json_object_get (left, key);
+      if (v && (double) counter_value (c) > json_real_value (v))
+        return false;
+    }
+  }
+  return true;
+}
+
 /* The CPUs behind a consumable NUMA-node device ("numa<N>", "numa<N>-isolated"),
  * or NULL for other devices (whole L3 groups and cores: held whole). */
 static hwloc_bitmap_t
@@ -81,7 +150,8 @@ static json_t *
 pool_status (const struct nrm_topology *t, const struct nrm_pool *p, json_t *claims, const char *node)
 {
   json_t *devices = json_array ();
-  size_t total = 0, allocated = 0;
+  cleanup_json json_t *held = json_array ();
+  size_t total = 0, allocated = 0, unavailable = 0;
   size_t i;
   json_t *dev;
   json_array_foreach (p->devices, i, dev)
@@ -134,6 +204,8 @@ pool_status (const struct nrm_topology *t, const struct nrm_pool *p, json_t *cla
     }
     total++;
     allocated += json_array_size (holders) > 0;
+    if (json_array_size (holders) > 0)
+      json_array_append (held, dev);
     char buf[32];
     json_array_append_new (devices,
                            json_pack ("{s:s, s:o, s:s, s:o}", "name", name, "capacity", capacity, "consumed",
@@ -142,11 +214,24 @@ pool_status (const struct nrm_topology *t, const struct nrm_pool *p, json_t *cla
                                                            sizeof (buf)),
                                       "claims", holders));
   }
+  /* Partitionable devices: what held devices consume of the shared
+   * counters is gone; a free device that needs more than what is left
+   * cannot be allocated. */
+  cleanup_json json_t *left = counters_left (p->counter_sets, held);
+  json_array_foreach (p->devices, i, dev)
+  {
+    json_t *st = json_array_get (devices, i);
+    bool is_held = json_array_size (json_object_get (st, "claims")) > 0;
+    bool fits = is_held || left == NULL || fits_counters (dev, left);
+    json_object_set_new (st, "available", json_boolean (!is_held && fits));
+    unavailable += !is_held && !fits;
+  }
   /* The counts a ResourcePoolStatus (KEP-5677) reports: a device shared by
    * consumable capacity counts as allocated once anything holds it. */
   return json_pack ("{s:s, s:s, s:I, s:I, s:I, s:I, s:o}", "driver", p->driver, "pool", node, "totalDevices",
                     (json_int_t) total, "allocatedDevices", (json_int_t) allocated, "availableDevices",
-                    (json_int_t) (total - allocated), "unavailableDevices", (json_int_t) 0, "devices", devices);
+                    (json_int_t) (total - allocated - unavailable), "unavailableDevices", (json_int_t) unavailable,
+                    "devices", devices);
 }
 
 int

@@ -247,6 +247,32 @@ p = Plugin("--cpu-mode", "partitioned")
 check(wait_for(lambda: matches(want_p, CPU)), "--cpu-mode partitioned republishes the CPU pool")
 check(generation(CPU) > gen0, "the change bumped the pool generation (%s -> %s)" % (gen0, generation(CPU)))
 check(writes_since(n, MEM) == [], "the memory pool was left alone")
+
+# nrm status follows the shared counters: an L3 device held makes its NUMA
+# node's device unavailable, not the other node's.
+part_sock = os.path.join(work, "kubelet", "plugins", CPU, "dra.sock")
+devs = {d["name"]: d for s in published(CPU) for d in s["spec"].get("devices", [])}
+l3 = sorted(n for n in devs if n.startswith("l3-"))[0]
+l3_set = devs[l3]["consumesCounters"][0]["counterSet"]
+api.put_claim({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+               "metadata": {"namespace": "default", "name": "l3", "uid": "uid-l3"},
+               "spec": {"devices": {"requests": [{"name": "l3", "exactly": {"deviceClassName": CPU}}]}},
+               "status": {"allocation": {"devices": {"results": [
+                   {"request": "l3", "driver": CPU, "pool": NODE, "device": l3}]}}}})
+r = subprocess.run([DRA_CLIENT, "prepare", part_sock, "default", "l3", "uid-l3"], capture_output=True, text=True)
+st = json.loads(subprocess.run([NRM, "status", "--json", "-t", TOPO, "--node-name", NODE, "--cpu-mode", "partitioned",
+                                "--state-dir", os.path.join(work, "state")], check=True, capture_output=True,
+                               text=True).stdout)
+pool = [pl for pl in st["pools"] if pl["driver"] == CPU][0]
+avail = {d["name"]: d["available"] for d in pool["devices"]}
+same = [n for n, d in devs.items() if n.startswith("numa") and d["consumesCounters"][0]["counterSet"] == l3_set]
+other = [n for n, d in devs.items() if n.startswith("numa") and d["consumesCounters"][0]["counterSet"] != l3_set]
+check(r.returncode == 0 and pool["allocatedDevices"] == 1 and pool["unavailableDevices"] > 0
+      and pool["totalDevices"] == pool["allocatedDevices"] + pool["availableDevices"] + pool["unavailableDevices"]
+      and same and not any(avail[n] for n in same) and other and all(avail[n] for n in other),
+      "nrm status: %s held makes %s unavailable, %s stay available (%d unavailable)"
+      % (l3, same, other, pool["unavailableDevices"]))
+subprocess.run([DRA_CLIENT, "unprepare", part_sock, "uid-l3"], check=True)
 p.stop()
 p = Plugin()
 check(wait_for(lambda: matches(want, CPU)), "back to numa mode: surplus slices deleted, the pool matches again")
