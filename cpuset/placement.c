@@ -67,10 +67,12 @@ unit_avail (const struct ctx *c, const struct unit *u)
   return sum;
 }
 
-/* Whether n would split a free core: whole free cores go first, the rest
- * goes to the free threads of cores that are split already (pairing up
- * half-used cores keeps the fewest of them), and only what is left after
- * that splits another core. */
+/* What taking n CPUs from the unit costs in split cores, as fill_cores
+ * takes them: whole free cores cost nothing; each CPU that pairs up with a
+ * half-used core costs 1 (it shares a core with another claim); splitting a
+ * free core costs more than any pairing (it leaves a new half-used core).
+ * Units that cost less are chosen first, so a claim takes whole cores where
+ * some unit has them and pairs only its odd remainder. */
 static size_t
 unit_cost (const struct ctx *c, const struct unit *u, size_t n)
 {
@@ -86,7 +88,9 @@ unit_cost (const struct ctx *c, const struct unit *u, size_t n)
       else if (c->avail[k] < c->size[k])
         partial += c->avail[k];
     }
-  return n > partial ? 1 : 0;
+  if (n <= partial)
+    return n;
+  return partial + 1000 * (n - partial);
 }
 
 static void
@@ -255,6 +259,29 @@ fill (struct ctx *c, const struct unit *scope, enum level lv, size_t n)
       r = descend (c, &u[b], n);
       goto out;
     }
+  /* Two units that hold it together: the pair with the least room left
+   * over, so that the larger free units stay whole for later claims; the
+   * one with less room is taken whole, the rest goes to the other. */
+  {
+    int pa = -1, pb = -1;
+    size_t best_sum = 0;
+    for (size_t i = 0; i < nu; i++)
+      for (size_t j = i + 1; j < nu; j++)
+        {
+          size_t fi = unit_avail (c, &u[i]), fj = unit_avail (c, &u[j]);
+          if (fi + fj < n || (pa >= 0 && fi + fj >= best_sum))
+            continue;
+          pa = (int) (fi <= fj ? i : j);
+          pb = (int) (fi <= fj ? j : i);
+          best_sum = fi + fj;
+        }
+    if (pa >= 0)
+      {
+        size_t fa = unit_avail (c, &u[pa]);
+        r = descend (c, &u[pa], fa) < 0 ? -1 : descend (c, &u[pb], n - fa);
+        goto out;
+      }
+  }
   for (;;)
     {
       int pick = -1;
