@@ -67,6 +67,20 @@ unit_avail (const struct ctx *c, const struct unit *u)
   return sum;
 }
 
+/* The unit's usable CPUs in cores that are wholly free: what a claim that
+ * spans several units takes from one without splitting a core. */
+static size_t
+unit_whole (const struct ctx *c, const struct unit *u)
+{
+  if (c->req->options & (NRM_OPT_DISTRIBUTE_ACROSS_CORES | NRM_OPT_FULL_PCPUS_ONLY))
+    return unit_avail (c, u);
+  size_t sum = 0;
+  for (size_t k = 0; k < c->t->n_cores; k++)
+    if (c->avail[k] && c->avail[k] == c->size[k] && matches (c, u, k))
+      sum += c->avail[k];
+  return sum;
+}
+
 /* What taking n CPUs from the unit costs in split cores, as fill_cores
  * takes them: whole free cores cost nothing; each CPU that pairs up with a
  * half-used core costs 1 (it shares a core with another claim); splitting a
@@ -277,7 +291,11 @@ fill (struct ctx *c, const struct unit *scope, enum level lv, size_t n)
         }
     if (pa >= 0)
       {
-        size_t fa = unit_avail (c, &u[pa]);
+        /* Only a's whole cores when b holds the rest: one split core at
+         * most for the claim, not one in each unit. */
+        size_t fa = unit_avail (c, &u[pa]), wa = unit_whole (c, &u[pa]);
+        if (wa > 0 && wa < fa && unit_avail (c, &u[pb]) >= n - wa)
+          fa = wa;
         r = descend (c, &u[pa], fa) < 0 ? -1 : descend (c, &u[pb], n - fa);
         goto out;
       }
@@ -397,11 +415,19 @@ spill (struct ctx *c, size_t n)
           }
       }
   else
-    for (size_t k = 0; k < need; k++)
-      {
-        share[k] = free_of[order[k]] < left ? free_of[order[k]] : left;
-        left -= share[k];
-      }
+    {
+      /* Whole cores of each node first, then the rest where there is room:
+       * the claim splits as few cores as it can. */
+      for (int pass = 0; pass < 2; pass++)
+        for (size_t k = 0; k < need && left > 0; k++)
+          {
+            struct unit u = { LEVEL_NODE, -1, (int) order[k], -1 };
+            size_t room = pass == 0 ? unit_whole (c, &u) : free_of[order[k]] - share[k];
+            size_t add = room < left ? room : left;
+            share[k] += add;
+            left -= add;
+          }
+    }
   r = 0;
   for (size_t k = 0; k < need && r == 0; k++)
     if (share[k] > 0)
