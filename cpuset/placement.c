@@ -107,6 +107,49 @@ unit_cost (const struct ctx *c, const struct unit *u, size_t n)
   return partial + 1000 * (n - partial);
 }
 
+/* One pass over a unit's cores: what fill() compares units by. */
+struct usum
+{
+  size_t avail, whole, partial, size; /* size: of every core, when uniform */
+  bool uniform;
+};
+
+static void
+summarize (const struct ctx *c, const struct unit *u, struct usum *s)
+{
+  memset (s, 0, sizeof (*s));
+  s->uniform = true;
+  for (size_t k = 0; k < c->t->n_cores; k++)
+    {
+      if (c->avail[k] == 0 || !matches (c, u, k))
+        continue;
+      s->avail += c->avail[k];
+      if (c->avail[k] == c->size[k])
+        s->whole += c->avail[k];
+      else
+        s->partial += c->avail[k];
+      if (s->size == 0)
+        s->size = c->size[k];
+      else if (s->size != c->size[k])
+        s->uniform = false;
+    }
+}
+
+/* unit_cost() from the summary when all cores have one size. */
+static size_t
+summary_cost (const struct ctx *c, const struct unit *u, const struct usum *s, size_t n)
+{
+  if (!s->uniform || s->size == 0)
+    return unit_cost (c, u, n);
+  if (c->req->options & (NRM_OPT_DISTRIBUTE_ACROSS_CORES | NRM_OPT_FULL_PCPUS_ONLY))
+    return 0;
+  size_t fit = n / s->size * s->size, taken = s->whole < fit ? s->whole : fit, rest = n - taken;
+  /* A partial core is one whose every usable thread is counted in partial. */
+  if (rest <= s->partial)
+    return rest;
+  return s->partial + 1000 * (rest - s->partial);
+}
+
 static void
 take_cpu (struct ctx *c, unsigned cpu)
 {
@@ -226,16 +269,16 @@ children (const struct ctx *c, const struct unit *parent, enum level lv, struct 
  * with the fewest usable CPUs (best fit), then in topology order; -1 if
  * none holds n. */
 static int
-best_fit (const struct ctx *c, const struct unit *u, size_t nu, size_t n)
+best_fit (const struct ctx *c, const struct unit *u, const struct usum *sum, size_t nu, size_t n)
 {
   int best = -1;
   size_t best_cost = 0, best_free = 0;
   for (size_t i = 0; i < nu; i++)
     {
-      size_t f = unit_avail (c, &u[i]);
+      size_t f = sum[i].avail;
       if (f < n)
         continue;
-      size_t cost = unit_cost (c, &u[i], n);
+      size_t cost = summary_cost (c, &u[i], &sum[i], n);
       if (best < 0 || cost < best_cost || (cost == best_cost && f < best_free))
         {
           best = (int) i;
@@ -266,40 +309,53 @@ fill (struct ctx *c, const struct unit *scope, enum level lv, size_t n)
   struct unit *u = calloc (max, sizeof (*u));
   bool *used = calloc (max, sizeof (bool));
   size_t nu = children (c, scope, lv, u, max);
+  struct usum *sum = calloc (max, sizeof (*sum));
   int r = -1;
-  int b = best_fit (c, u, nu, n);
-  if (b >= 0)
+  for (size_t i = 0; i < nu; i++)
+    summarize (c, &u[i], &sum[i]);
+  int b = best_fit (c, u, sum, nu, n);
+  /* Two units that hold it together, a's whole cores first (a is taken
+   * whole when it has none): the pair that splits the fewest cores, then
+   * the one with the least room left over, so that larger free units stay
+   * whole for later claims. */
+  int pa = -1, pb = -1;
+  size_t take_a = 0, pcost = 0, psum = 0;
+  for (size_t i = 0; i < nu; i++)
+    for (size_t j = 0; j < nu; j++)
+      {
+        if (i == j)
+          continue;
+        size_t fi = sum[i].avail, fj = sum[j].avail, wi = sum[i].whole;
+        if (c->req->options & (NRM_OPT_DISTRIBUTE_ACROSS_CORES | NRM_OPT_FULL_PCPUS_ONLY))
+          wi = fi;
+        size_t ta = wi > 0 && wi < n && fj >= n - wi ? wi : fi;
+        if (ta >= n || fj < n - ta)
+          continue;
+        size_t cost = summary_cost (c, &u[i], &sum[i], ta) + summary_cost (c, &u[j], &sum[j], n - ta), total = fi + fj;
+        if (pa < 0 || cost < pcost || (cost == pcost && total < psum))
+          {
+            pa = (int) i;
+            pb = (int) j;
+            take_a = ta;
+            pcost = cost;
+            psum = total;
+          }
+      }
+  /* One unit holds it: taken unless, among L3 groups, it would split more
+   * cores than two groups together (whole cores come before whole L3
+   * groups; prefer-align-cpus-by-uncorecache keeps one group). */
+  if (b >= 0
+      && (pa < 0 || lv != LEVEL_CELL || (c->req->options & NRM_OPT_PREFER_ALIGN_UNCORECACHE)
+          || summary_cost (c, &u[b], &sum[b], n) <= pcost))
     {
       r = descend (c, &u[b], n);
       goto out;
     }
-  /* Two units that hold it together: the pair with the least room left
-   * over, so that the larger free units stay whole for later claims; the
-   * one with less room is taken whole, the rest goes to the other. */
-  {
-    int pa = -1, pb = -1;
-    size_t best_sum = 0;
-    for (size_t i = 0; i < nu; i++)
-      for (size_t j = i + 1; j < nu; j++)
-        {
-          size_t fi = unit_avail (c, &u[i]), fj = unit_avail (c, &u[j]);
-          if (fi + fj < n || (pa >= 0 && fi + fj >= best_sum))
-            continue;
-          pa = (int) (fi <= fj ? i : j);
-          pb = (int) (fi <= fj ? j : i);
-          best_sum = fi + fj;
-        }
-    if (pa >= 0)
-      {
-        /* Only a's whole cores when b holds the rest: one split core at
-         * most for the claim, not one in each unit. */
-        size_t fa = unit_avail (c, &u[pa]), wa = unit_whole (c, &u[pa]);
-        if (wa > 0 && wa < fa && unit_avail (c, &u[pb]) >= n - wa)
-          fa = wa;
-        r = descend (c, &u[pa], fa) < 0 ? -1 : descend (c, &u[pb], n - fa);
-        goto out;
-      }
-  }
+  if (pa >= 0)
+    {
+      r = descend (c, &u[pa], take_a) < 0 ? -1 : descend (c, &u[pb], n - take_a);
+      goto out;
+    }
   for (;;)
     {
       int pick = -1;
@@ -329,14 +385,19 @@ fill (struct ctx *c, const struct unit *scope, enum level lv, size_t n)
       for (size_t i = 0; i < nu; i++)
         if (!used[i])
           rest[nr++] = u[i];
-      b = best_fit (c, rest, nr, n);
+      struct usum *rsum = calloc (max, sizeof (*rsum));
+      for (size_t i = 0; i < nr; i++)
+        summarize (c, &rest[i], &rsum[i]);
+      b = best_fit (c, rest, rsum, nr, n);
       r = b >= 0 ? descend (c, &rest[b], n) : -1;
+      free (rsum);
       free (rest);
       goto out;
     }
   r = 0;
 out:
   free (u);
+  free (sum);
   free (used);
   return r;
 }
@@ -503,7 +564,9 @@ nrm_place_cpus (const struct nrm_topology *t, hwloc_const_bitmap_t free_set, con
        * whole packages with align-by-socket, or nodes by distance. */
       struct unit *u = calloc (t->n_numa + 1, sizeof (*u));
       size_t nu = children (&c, &all, LEVEL_NODE, u, t->n_numa);
-      bool one_node = best_fit (&c, u, nu, req->count) >= 0;
+      bool one_node = false;
+      for (size_t i = 0; i < nu && !one_node; i++)
+        one_node = unit_avail (&c, &u[i]) >= req->count;
       free (u);
       if (one_node)
         r = fill (&c, &all, LEVEL_NODE, req->count);
