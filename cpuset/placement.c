@@ -402,24 +402,17 @@ out:
   return r;
 }
 
-/* Across NUMA nodes: start from the node with the most usable CPUs, then
- * add the nearest nodes (same package first when aligning by socket). With
- * distribute-across-numa the count is split evenly over the nodes needed. */
-static int
-spill (struct ctx *c, size_t n)
+/* The nodes in the order a claim anchored at `anchor` takes them: the
+ * anchor, then the nearest (same package first with align-by-socket; more
+ * room first among equals). Returns how many there are. */
+static size_t
+node_order (const struct ctx *c, const size_t *free_of, size_t anchor, size_t *order)
 {
   const struct nrm_topology *t = c->t;
-  size_t nn = t->n_numa, *free_of = calloc (nn + 1, sizeof (size_t)), *order = calloc (nn + 1, sizeof (size_t));
+  size_t nn = t->n_numa, count = 0;
   bool *done = calloc (nn + 1, sizeof (bool));
-  size_t count = 0, anchor = 0;
-  int r = -1;
-  for (size_t i = 0; i < nn; i++)
-    {
-      struct unit u = { LEVEL_NODE, -1, (int) i, -1 };
-      free_of[i] = unit_avail (c, &u);
-      if (free_of[i] > free_of[anchor])
-        anchor = i;
-    }
+  if (done == NULL)
+    return 0;
   order[count++] = anchor;
   done[anchor] = true;
   int apkg = t->numa[anchor].package;
@@ -451,6 +444,54 @@ spill (struct ctx *c, size_t n)
       order[count++] = (size_t) pick;
       done[pick] = true;
     }
+  free (done);
+  return count;
+}
+
+/* Across NUMA nodes: the anchor whose nearest nodes hold the claim in the
+ * fewest nodes, then with the least room to spare (the emptiest nodes stay
+ * whole for later claims), then the nearest ones. With
+ * distribute-cpus-across-numa, even shares. */
+static int
+spill (struct ctx *c, size_t n)
+{
+  const struct nrm_topology *t = c->t;
+  size_t nn = t->n_numa, *free_of = calloc (nn + 1, sizeof (size_t)), *order = calloc (nn + 1, sizeof (size_t));
+  size_t *cand = calloc (nn + 1, sizeof (size_t));
+  size_t count = 0, best_need = 0, best_sum = 0;
+  uint64_t best_dist = 0;
+  int r = -1;
+  if (free_of == NULL || order == NULL || cand == NULL)
+    goto out;
+  for (size_t i = 0; i < nn; i++)
+    {
+      struct unit u = { LEVEL_NODE, -1, (int) i, -1 };
+      free_of[i] = unit_avail (c, &u);
+    }
+  for (size_t anchor = 0; anchor < nn; anchor++)
+    {
+      if (free_of[anchor] == 0)
+        continue;
+      size_t k = node_order (c, free_of, anchor, cand), need = 0, sum = 0;
+      uint64_t dist = 0;
+      while (need < k && sum < n)
+        {
+          dist += nrm_topology_distance (t, anchor, cand[need]);
+          sum += free_of[cand[need++]];
+        }
+      if (sum < n)
+        continue;
+      if (count == 0 || need < best_need || (need == best_need && (sum < best_sum || (sum == best_sum && dist < best_dist))))
+        {
+          memcpy (order, cand, k * sizeof (size_t));
+          count = k;
+          best_need = need;
+          best_sum = sum;
+          best_dist = dist;
+        }
+    }
+  if (count == 0)
+    goto out;
   size_t need = 0, sum = 0;
   while (need < count && sum < n)
     sum += free_of[order[need++]];
@@ -500,7 +541,7 @@ spill (struct ctx *c, size_t n)
 out:
   free (free_of);
   free (order);
-  free (done);
+  free (cand);
   return r;
 }
 
