@@ -561,8 +561,8 @@ reconcile (struct nrm_publisher *p, nrm_error_t *err)
   if (!dropped_any)
     set_status (p, 1, -1, NULL);
   if (!in_sync || json_array_size (obsolete))
-    LOG (p, NRM_LOG_INFO, "ResourceSlices of %s pool %s are in sync at generation %lld (%zu slices)", p->driver,
-         p->node, target, n);
+    LOG (p, NRM_LOG_INFO, "ResourceSlices of %s pool %s %s at generation %lld (%zu slices)", p->driver, p->node,
+         dropped_any ? "published without the fields the API server dropped" : "are in sync", target, n);
   r = 0;
 out:
   for (size_t j = 0; j < n; j++)
@@ -642,9 +642,24 @@ wait_wake (struct nrm_publisher *p, int ms)
   return !stop;
 }
 
+static bool
+stopping (struct nrm_publisher *p)
+{
+  pthread_mutex_lock (&p->lock);
+  bool stop = p->stop;
+  pthread_mutex_unlock (&p->lock);
+  return stop;
+}
+
 static void
 failed (struct nrm_publisher *p, nrm_error_t *err)
 {
+  /* Requests cut short by a stop are no error. */
+  if (stopping (p))
+    {
+      nrm_error_release (err);
+      return;
+    }
   bool conflict = (*err)->status == EAGAIN;
   if (conflict)
     LOG (p, NRM_LOG_INFO, "%s", nrm_error_msg (*err));

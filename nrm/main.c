@@ -48,7 +48,7 @@ static const char usage_text[]
       "  slices     print the node's ResourceSlices (resource.k8s.io/v1) as one List document\n"
       "  plugin     serve the CPU and memory drivers to the kubelet (DRA kubelet plugin)\n"
       "  run        run a command on CPUs (and memory) picked as for a claim, then release them:\n"
-      "             nrm run --cpus N [--memory SIZE] [--numa-node K] [--option NAME]... -- COMMAND...\n"
+      "             nrm run --cpus N [--memory SIZE] [--hugepages-2Mi SIZE] [--numa-node K] -- COMMAND...\n"
       "  status     what nrm has handed out: pools, claims and runs, exclusive and shared CPUs\n"
       "             (options: --json, --state-dir, and those of every command)\n"
       "  hook       OCI createRuntime hook: bind a new container to its claim's CPUs and memory\n"
@@ -102,7 +102,8 @@ static const char usage_text[]
       "\n"
       "Options of run (and --state-dir, --cpu-options, --min-shared-cpus as for plugin):\n"
       "      --cpus N               exclusive CPUs for the command\n"
-      "      --memory SIZE          memory on the same NUMA node (e.g. 1Gi)\n"
+      "      --memory SIZE          memory on the same NUMA node, also its limit (e.g. 1Gi)\n"
+      "      --hugepages-2Mi SIZE   2 MiB huge pages on that node (e.g. 64Mi); --hugepages-1Gi too\n"
       "      --numa-node K          that NUMA node only (default: the first with room)\n"
       "      --option NAME          a CPU placement option for this run (repeatable)\n"
       "  The command runs in a transient cgroup v2 (nrm.slice/run-<pid>), or, without a\n"
@@ -137,6 +138,8 @@ enum
   OPT_HOOK_PATH,
   OPT_CPUS,
   OPT_MEMORY,
+  OPT_HUGEPAGES_2MI,
+  OPT_HUGEPAGES_1GI,
   OPT_NUMA_NODE,
   OPT_OPTION,
   OPT_KUBECONFIG,
@@ -170,6 +173,8 @@ static const struct option long_options[] = {
   { "hook-path", required_argument, NULL, OPT_HOOK_PATH },
   { "cpus", required_argument, NULL, OPT_CPUS },
   { "memory", required_argument, NULL, OPT_MEMORY },
+  { "hugepages-2Mi", required_argument, NULL, OPT_HUGEPAGES_2MI },
+  { "hugepages-1Gi", required_argument, NULL, OPT_HUGEPAGES_1GI },
   { "numa-node", required_argument, NULL, OPT_NUMA_NODE },
   { "option", required_argument, NULL, OPT_OPTION },
   { "kubeconfig", required_argument, NULL, OPT_KUBECONFIG },
@@ -302,6 +307,22 @@ parse_options (struct cli *cli, const char *cmd, int argc, char **argv, nrm_erro
               cli->cfg.min_shared_cpus = v;
             else
               cli->cfg.reconcile_interval = v;
+          }
+          break;
+        case OPT_HUGEPAGES_2MI:
+        case OPT_HUGEPAGES_1GI:
+          if (strcmp (cmd, "run") != 0)
+            return nrm_error_set (err, EINVAL, "%s: `--%s` is an option of `nrm run`", cmd, flag);
+          {
+            uint64_t bytes = 0, page = c == OPT_HUGEPAGES_2MI ? 2u << 20 : 1u << 30;
+            nrm_error_t qerr = NULL;
+            if (nrm_quantity_parse_bytes (optarg, &bytes, &qerr) < 0 || bytes == 0 || bytes % page)
+              {
+                nrm_error_release (&qerr);
+                return nrm_error_set (err, EINVAL, "run: `--%s` needs an amount of whole pages such as %s, not `%s`",
+                                      flag, c == OPT_HUGEPAGES_2MI ? "64Mi" : "2Gi", optarg);
+              }
+            *(c == OPT_HUGEPAGES_2MI ? &cli->run.hugepages_2mi : &cli->run.hugepages_1gi) = optarg;
           }
           break;
         case OPT_CPUS:

@@ -96,17 +96,55 @@ release_stale (struct nrm_plugin *pl)
 }
 
 static json_t *
-claim_for (const char *uid, const char *name, const char *driver, const char *node, const char *device_kind,
+result_for (const char *request, const char *driver, const char *node, const char *device, const char *key,
+            const char *amount)
+{
+  return json_pack ("{s:s, s:s, s:s, s:s, s:{s:s}}", "request", request, "driver", driver, "pool", node, "device",
+                    device, "consumedCapacity", key, amount);
+}
+
+/* A ResourceClaim as the scheduler would have allocated it: results is an
+ * array of allocation results (stolen). */
+static json_t *
+claim_with (const char *uid, const char *name, json_t *results, json_t *config)
+{
+  return json_pack ("{s:s, s:s, s:{s:s, s:s, s:s}, s:{s:{s:{s:o, s:O}}}}", "apiVersion", "resource.k8s.io/v1", "kind",
+                    "ResourceClaim", "metadata", "namespace", RUN_NAMESPACE, "name", name, "uid", uid, "status",
+                    "allocation", "devices", "results", results, "config", config);
+}
+
+static json_t *
+claim_for (const char *uid, const char *name, const char *driver, const char *node, const char *device,
            const char *key, const char *amount, json_t *config)
 {
-  char device[64];
-  snprintf (device, sizeof (device), "%s", device_kind);
-  json_t *claim = json_pack ("{s:s, s:s, s:{s:s, s:s, s:s}, s:{s:{s:{s:[{s:s, s:s, s:s, s:s, s:{s:s}}], s:O}}}}",
-                             "apiVersion", "resource.k8s.io/v1", "kind", "ResourceClaim", "metadata", "namespace",
-                             RUN_NAMESPACE, "name", name, "uid", uid, "status", "allocation", "devices", "results",
-                             "request", "run", "driver", driver, "pool", node, "device", device, "consumedCapacity",
-                             key, amount, "config", config);
-  return claim;
+  return claim_with (uid, name, json_pack ("[o]", result_for ("run", driver, node, device, key, amount)), config);
+}
+
+/* The limits the memory driver asked for (its NRM_MEMORY_MAX and
+ * NRM_HUGETLB_<size> variables), into a binding; the values stay in env,
+ * the size names in sizes. */
+static void
+memory_limits (json_t *env, struct nrm_binding *b, char sizes[4][16])
+{
+  size_t i;
+  json_t *v;
+  json_array_foreach (env, i, v)
+  {
+    const char *kv = json_string_value (v), *eq = kv ? strchr (kv, '=') : NULL;
+    if (eq == NULL)
+      continue;
+    if (strncmp (kv, "NRM_MEMORY_MAX=", 15) == 0)
+      b->memory_max = eq + 1;
+    else if (strncmp (kv, "NRM_HUGETLB_", 12) == 0 && b->n_hugetlb < 4
+             && memchr (kv + 12, '_', (size_t) (eq - kv) - 12) == NULL) /* not the per-claim copy */
+      {
+        size_t len = (size_t) (eq - kv) - 12;
+        snprintf (sizes[b->n_hugetlb], sizeof (sizes[0]), "%.*s", (int) (len < 15 ? len : 15), kv + 12);
+        b->hugetlb[b->n_hugetlb].size = sizes[b->n_hugetlb];
+        b->hugetlb[b->n_hugetlb].max = eq + 1;
+        b->n_hugetlb++;
+      }
+  }
 }
 
 static bool
@@ -141,11 +179,16 @@ make_cgroup (struct nrm_cgroupfs *fs, const char *name, nrm_error_t *err)
         nrm_error_errno (err, errno, "cannot create `%s`", parent);
       return -1;
     }
-  /* The memory controller is welcome, not needed. */
-  nrm_error_t ignored = NULL;
-  if (nrm_cgroup_write (fs, "", "cgroup.subtree_control", "+memory", &ignored) == 0)
-    nrm_cgroup_write (fs, "nrm.slice", "cgroup.subtree_control", "+memory", &ignored);
-  nrm_error_release (&ignored);
+  /* The memory and hugetlb controllers are welcome, not needed: a run that
+   * asks for a limit fails later, naming the file, when one is missing. */
+  static const char *const welcome[] = { "+memory", "+hugetlb" };
+  for (size_t i = 0; i < 2; i++)
+    {
+      nrm_error_t ignored = NULL;
+      if (nrm_cgroup_write (fs, "", "cgroup.subtree_control", welcome[i], &ignored) == 0)
+        nrm_cgroup_write (fs, "nrm.slice", "cgroup.subtree_control", welcome[i], &ignored);
+      nrm_error_release (&ignored);
+    }
   if (mkdir (child, 0755) < 0 && errno != EEXIST)
     return nrm_error_errno (err, errno, "cannot create `%s`", child);
   return 0;
@@ -171,7 +214,9 @@ nrm_cmd_run (struct nrm_config *c, struct nrm_topology *t, const struct nrm_run_
   cleanup_free char *uid = NULL, *name = NULL, *cpus = NULL, *mems = NULL, *cgname = NULL;
   cleanup_json json_t *config = json_array ();
   cleanup_free size_t *order = nrm_numa_preference (t);
-  bool use_mem = rq->memory != NULL, prepared[2] = { false, false };
+  bool use_mem = rq->memory != NULL || rq->hugepages_2mi != NULL || rq->hugepages_1gi != NULL;
+  bool prepared[2] = { false, false };
+  cleanup_json json_t *mem_env = NULL;
   int r = -1;
 
   pid_t self = getpid ();
@@ -252,20 +297,70 @@ nrm_cmd_run (struct nrm_config *c, struct nrm_topology *t, const struct nrm_run_
         }
       goto out;
     }
+  for (int h = 0; h < 2 && node >= 0; h++)
+    {
+      const char *want = h == 0 ? rq->hugepages_2mi : rq->hugepages_1gi;
+      uint64_t size = h == 0 ? 2u << 20 : 1u << 30;
+      int ni = nrm_topology_numa_index (t, (unsigned) node);
+      bool have = false;
+      for (size_t k = 0; want && ni >= 0 && k < t->numa[ni].n_hugepages; k++)
+        have |= t->numa[ni].hugepages[k].size == size && t->numa[ni].hugepages[k].count > 0;
+      if (want && !have)
+        {
+          nrm_error_set (err, ENOSPC,
+                         "NUMA node %d has no %s huge pages (reserve some in "
+                         "/sys/devices/system/node/node%d/hugepages/hugepages-%ukB/nr_hugepages)",
+                         node, h == 0 ? "2Mi" : "1Gi", node, (unsigned) (size >> 10));
+          goto out;
+        }
+    }
   if (use_mem)
     {
-      char dev[32];
-      snprintf (dev, sizeof (dev), "numa%d", node);
-      cleanup_json json_t *none = json_array ();
-      src[1].claim = claim_for (uid, name, c->publish.memory_driver, c->node_name, dev, "memory", rq->memory, none);
+      /* Memory and huge pages of the CPUs' node; the run's memory is also
+       * its limit (MemoryConfig limit). */
+      char dev[64];
+      const char *md = c->publish.memory_driver;
+      cleanup_json json_t *results = json_array ();
+      cleanup_json json_t *mconfig = json_pack ("[{s:s, s:{s:s, s:{s:s, s:s, s:b}}}]", "source", "FromClaim", "opaque",
+                                                "driver", md, "parameters", "apiVersion", "memory.nrm.io/v1alpha1",
+                                                "kind", "MemoryConfig", "limit", 1);
+      cleanup_free char *what = NULL;
+      if (rq->memory)
+        {
+          snprintf (dev, sizeof (dev), "numa%d", node);
+          json_array_append_new (results, result_for ("memory", md, c->node_name, dev, "memory", rq->memory));
+        }
+      if (rq->hugepages_2mi)
+        {
+          snprintf (dev, sizeof (dev), "numa%d-hugepages-2mi", node);
+          json_array_append_new (results,
+                                 result_for ("hugepages-2mi", md, c->node_name, dev, "hugepages", rq->hugepages_2mi));
+        }
+      if (rq->hugepages_1gi)
+        {
+          snprintf (dev, sizeof (dev), "numa%d-hugepages-1gi", node);
+          json_array_append_new (results,
+                                 result_for ("hugepages-1gi", md, c->node_name, dev, "hugepages", rq->hugepages_1gi));
+        }
+      if (asprintf (&what, "%s%s%s%s%s%s%s%s on NUMA node %d", rq->memory ? "memory " : "", rq->memory ?: "",
+                    rq->hugepages_2mi ? (rq->memory ? ", " : "") : "", rq->hugepages_2mi ? "2Mi huge pages " : "",
+                    rq->hugepages_2mi ?: "", rq->hugepages_1gi ? (rq->memory || rq->hugepages_2mi ? ", " : "") : "",
+                    rq->hugepages_1gi ? "1Gi huge pages " : "", rq->hugepages_1gi ?: "", node)
+          < 0)
+        what = NULL;
+      src[1].claim = claim_with (uid, name, TAKE_PTR (results), mconfig);
       json_t *devs = nrm_plugin_prepare (pl[1], RUN_NAMESPACE, name, uid, err);
       if (devs == NULL)
         {
-          nrm_error_wrap (err, "memory %s on NUMA node %d", rq->memory, node);
+          nrm_error_wrap (err, "%s", what ? what : "memory");
           goto out;
         }
       json_decref (devs);
       prepared[1] = true;
+      cleanup_json json_t *mclaims = nrm_plugin_claims (pl[1], err);
+      mem_env = json_incref (json_object_get (json_object_get (mclaims, uid), "env"));
+      if (*err)
+        nrm_error_release (err);
     }
 
   /* What was picked. */
@@ -281,6 +376,8 @@ nrm_cmd_run (struct nrm_config *c, struct nrm_topology *t, const struct nrm_run_
   if (cgroup)
     {
       struct nrm_binding b = { .cpus = cpus, .mems = mems };
+      char sizes[4][16];
+      memory_limits (mem_env, &b, sizes);
       cleanup_free char *rel = NULL;
       if (asprintf (&rel, "nrm.slice/%s", cgname) < 0)
         {
@@ -292,7 +389,15 @@ nrm_cmd_run (struct nrm_config *c, struct nrm_topology *t, const struct nrm_run_
         goto out;
     }
   else
-    nrm_log (NULL, NRM_LOG_INFO, "no cgroup v2 cpuset here: pinning with sched_setaffinity and set_mempolicy");
+    {
+      nrm_log (NULL, NRM_LOG_INFO, "no cgroup v2 cpuset here: pinning with sched_setaffinity and set_mempolicy");
+      struct nrm_binding b = { 0 };
+      char sizes[4][16];
+      memory_limits (mem_env, &b, sizes);
+      if (b.memory_max || b.n_hugetlb)
+        nrm_log (NULL, NRM_LOG_INFO, "without cgroup v2 the memory and huge pages are held for this run but not "
+                                     "enforced as limits");
+    }
 
   int go[2];
   if (pipe2 (go, O_CLOEXEC) < 0)
@@ -302,6 +407,21 @@ nrm_cmd_run (struct nrm_config *c, struct nrm_topology *t, const struct nrm_run_
     }
   setenv ("NRM_CPUS", cpus, 1);
   setenv ("NRM_MEMS", mems, 1);
+  /* The memory driver's variables, as a container gets them. */
+  {
+    size_t i;
+    json_t *v;
+    json_array_foreach (mem_env, i, v)
+    {
+      const char *kv = json_string_value (v), *eq = kv ? strchr (kv, '=') : NULL;
+      if (eq && strncmp (kv, "NRM_MEMS=", 9) != 0)
+        {
+          cleanup_free char *k = strndup (kv, (size_t) (eq - kv));
+          if (k)
+            setenv (k, eq + 1, 1);
+        }
+    }
+  }
   pid_t parent = getpid ();
   child_pid = fork ();
   if (child_pid < 0)

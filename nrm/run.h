@@ -9,7 +9,9 @@
 struct nrm_run_request
 {
   unsigned cpus;
-  const char *memory;       /* quantity, or NULL */
+  const char *memory;       /* quantity, or NULL: bound to the node and limited (memory.max) */
+  const char *hugepages_2mi; /* bytes of 2 MiB huge pages on the node, or NULL */
+  const char *hugepages_1gi; /* bytes of 1 GiB huge pages on the node, or NULL */
   int numa_node;            /* -1: any */
   const char *const *options; /* CPU options, NULL-terminated, or NULL */
   char **argv;              /* the command */

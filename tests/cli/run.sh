@@ -33,6 +33,22 @@ grep -q '"nrm-run"' "$S/cpu.nrm.io.checkpoint.json" && fail "a finished run kept
 $RUN --cpus 1 --memory 16Mi -- sh -c 'echo "$NRM_MEMS"' >"$TMP/out" 2>"$TMP/err" && ok \
   || fail "run --memory: $(cat "$TMP/err")"
 grep -q '^[0-9]' "$TMP/out" && ok || fail "no NRM_MEMS with --memory"
+# --memory is also the run's limit: the command is told (cgroup v2 writes
+# memory.max, tests/vm/commit-guest.sh reads it back).
+$RUN --cpus 1 --memory 16Mi -- sh -c 'echo "$NRM_MEMORY_MAX"' >"$TMP/out" 2>"$TMP/err"
+[ "$(cat "$TMP/out")" = 16777216 ] && ok || fail "NRM_MEMORY_MAX is not 16Mi: $(cat "$TMP/out" "$TMP/err")"
+if ! grep -q cpuset /sys/fs/cgroup/cgroup.controllers 2>/dev/null; then
+  grep -q "held for this run but not enforced" "$TMP/err" && ok || fail "the fallback did not say limits are not enforced"
+fi
+# Huge pages: whole pages only; a node without any is refused up front.
+expect_error "bad huge pages" "whole pages" -- run --state-dir "$S" --cpus 1 --hugepages-2Mi 3Mi -- true
+expect_error "huge pages outside run" "is an option of \`nrm run\`" -- slices --hugepages-2Mi 4Mi
+node0=$(ls -d /sys/devices/system/node/node0 2>/dev/null)
+if [ -n "$node0" ] && [ "$(cat "$node0/hugepages/hugepages-1048576kB/nr_hugepages" 2>/dev/null || echo 0)" = 0 ]; then
+  expect_error "no 1Gi huge pages" "has no 1Gi huge pages" -- run --state-dir "$S" --cpus 1 --numa-node 0 \
+    --hugepages-1Gi 1Gi -- touch "$TMP/ran"
+  [ -e "$TMP/ran" ] && fail "the command ran although its huge pages were refused" || ok
+fi
 
 # A request that cannot be met fails before the command starts.
 expect_error "too many CPUs" "CPUs asked" -- run --state-dir "$S" --cpus 4096 -- touch "$TMP/ran"

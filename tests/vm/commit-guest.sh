@@ -137,6 +137,18 @@ check "nrm run's command has 2 CPUs ($run_cpus), none of the claim's" \
 check "nrm run's command is in nrm.slice" grep -q '^0::/nrm.slice/run-' "$W/run.out"
 check "nrm run removes its cgroup" sh -c "! ls -d $CG/nrm.slice/run-* 2>/dev/null | grep -q ."
 
+# A run with memory and huge pages: both limits are in its cgroup, and the
+# huge pages are held while it runs.
+"$NRM" run --cpus 1 --memory 32Mi --hugepages-2Mi 4Mi --numa-node 0 --state-dir "$W/state" -- \
+  sh -c 'cg=$(sed -n "s/^0:://p" /proc/self/cgroup); cat /sys/fs/cgroup$cg/memory.max /sys/fs/cgroup$cg/hugetlb.2MB.max;
+         echo "env $NRM_MEMORY_MAX $NRM_HUGETLB_2MB"' >"$W/runmem.out" 2>"$W/runmem.err"
+check "nrm run with --memory and --hugepages-2Mi succeeds: $(tail -1 "$W/runmem.err")" [ $? -eq 0 ]
+check "the run's memory.max is 32Mi and hugetlb.2MB.max 4Mi: $(tr '\n' ' ' <"$W/runmem.out")" \
+  [ "$(tr '\n' ' ' <"$W/runmem.out")" = "33554432 4194304 env 33554432 4194304 " ]
+"$NRM" run --cpus 1 --hugepages-2Mi 64Mi --numa-node 0 --state-dir "$W/state" -- true 2>"$W/runbig.err"
+check "more huge pages than node 0 has: refused before the command runs" \
+  sh -c "[ $? -ne 0 ] && grep -q 'numa0-hugepages-2mi' '$W/runbig.err'"
+
 # Unprepare: the CPUs go back to the shared pool.
 kill $excl_pid
 check "unprepare (CPU)" "$CLIENT" unprepare "$W/k/plugins/cpu.nrm.io/dra.sock" $uid
