@@ -12,6 +12,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <sys/eventfd.h>
+#include <sys/inotify.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -587,11 +588,29 @@ reconcile_thread (void *arg)
                nrm_error_msg (err));
       nrm_error_release (&err);
     }
+  /* A checkpoint replaced by another process (an nrm run, a rolling-update
+   * twin) changes the claimed CPUs too. */
+  cleanup_close int state_fd = inotify_init1 (IN_NONBLOCK | IN_CLOEXEC);
+  if (state_fd >= 0 && inotify_add_watch (state_fd, r->cfg->state_dir, IN_MOVED_TO | IN_CLOSE_WRITE) < 0)
+    {
+      nrm_log (NULL, NRM_LOG_WARNING, "shared pool: cannot watch `%s` (%s); runs are seen at the periodic pass",
+               r->cfg->state_dir, strerror (errno));
+      close (state_fd);
+      state_fd = -1;
+    }
   while (!__atomic_load_n (&r->stop, __ATOMIC_SEQ_CST))
     {
       reconcile_pass (r);
-      struct pollfd fds[2] = { { r->wake, POLLIN, 0 }, { w ? nrm_kubepods_watch_fd (w) : -1, POLLIN, 0 } };
-      int n = poll (fds, 2, (int) r->cfg->reconcile_interval * 1000);
+      struct pollfd fds[3] = { { r->wake, POLLIN, 0 },
+                               { w ? nrm_kubepods_watch_fd (w) : -1, POLLIN, 0 },
+                               { state_fd, POLLIN, 0 } };
+      int n = poll (fds, 3, (int) r->cfg->reconcile_interval * 1000);
+      if (n > 0 && (fds[2].revents & POLLIN))
+        {
+          char buf[4096];
+          while (read (state_fd, buf, sizeof (buf)) > 0)
+            ;
+        }
       if (n > 0 && (fds[0].revents & POLLIN))
         {
           uint64_t v;
