@@ -519,6 +519,20 @@ headers_free (struct curl_slist **h)
   curl_slist_free_all (*h);
 }
 
+/* PEM data from a kubeconfig's *-data field (copied by libcurl); type_opt
+ * names its format when the option has one. */
+static CURLcode
+set_pem (CURL *h, CURLoption blob_opt, CURLoption type_opt, const char *pem)
+{
+  if (pem == NULL)
+    return CURLE_OK;
+  struct curl_blob b = { .data = (void *) pem, .len = strlen (pem), .flags = CURL_BLOB_COPY };
+  CURLcode c = curl_easy_setopt (h, blob_opt, &b);
+  if (c == CURLE_OK && type_opt != CURLOPT_LASTENTRY)
+    c = curl_easy_setopt (h, type_opt, "PEM");
+  return c;
+}
+
 /* An easy handle for one request to path, with TLS and authentication. */
 static int
 easy_new (struct nrm_kube *k, const char *method, const char *path, bool force_token, CURL **ret,
@@ -574,27 +588,16 @@ easy_new (struct nrm_kube *k, const char *method, const char *path, bool force_t
   SET (CURLOPT_XFERINFODATA, k);
   if (k->ca_file)
     SET (CURLOPT_CAINFO, k->ca_file);
-  if (k->ca_pem)
-    {
-      struct curl_blob b = { .data = k->ca_pem, .len = strlen (k->ca_pem), .flags = CURL_BLOB_COPY };
-      SET (CURLOPT_CAINFO_BLOB, &b);
-    }
+  if (c == CURLE_OK)
+    c = set_pem (h, CURLOPT_CAINFO_BLOB, CURLOPT_LASTENTRY, k->ca_pem);
   if (k->cert_file)
     SET (CURLOPT_SSLCERT, k->cert_file);
-  if (k->cert_pem)
-    {
-      struct curl_blob b = { .data = k->cert_pem, .len = strlen (k->cert_pem), .flags = CURL_BLOB_COPY };
-      SET (CURLOPT_SSLCERT_BLOB, &b);
-      SET (CURLOPT_SSLCERTTYPE, "PEM");
-    }
+  if (c == CURLE_OK)
+    c = set_pem (h, CURLOPT_SSLCERT_BLOB, CURLOPT_SSLCERTTYPE, k->cert_pem);
   if (k->key_file)
     SET (CURLOPT_SSLKEY, k->key_file);
-  if (k->key_pem)
-    {
-      struct curl_blob b = { .data = k->key_pem, .len = strlen (k->key_pem), .flags = CURL_BLOB_COPY };
-      SET (CURLOPT_SSLKEY_BLOB, &b);
-      SET (CURLOPT_SSLKEYTYPE, "PEM");
-    }
+  if (c == CURLE_OK)
+    c = set_pem (h, CURLOPT_SSLKEY_BLOB, CURLOPT_SSLKEYTYPE, k->key_pem);
 #undef SET
   if (c != CURLE_OK)
     return nrm_error_set (err, EINVAL, "libcurl: %s", curl_easy_strerror (c));

@@ -310,38 +310,28 @@ parse_options (struct cli *cli, const char *cmd, int argc, char **argv, nrm_erro
               cli->cfg.reconcile_interval = v;
           }
           break;
-        case OPT_HUGEPAGES_2MI:
-        case OPT_HUGEPAGES_1GI:
-          if (strcmp (cmd, "run") != 0)
-            return nrm_error_set (err, EINVAL, "%s: `--%s` is an option of `nrm run`", cmd, flag);
-          {
-            uint64_t bytes = 0, page = c == OPT_HUGEPAGES_2MI ? 2u << 20 : 1u << 30;
-            nrm_error_t qerr = NULL;
-            if (nrm_quantity_parse_bytes (optarg, &bytes, &qerr) < 0 || bytes == 0 || bytes % page)
-              {
-                nrm_error_release (&qerr);
-                return nrm_error_set (err, EINVAL, "run: `--%s` needs an amount of whole pages such as %s, not `%s`",
-                                      flag, c == OPT_HUGEPAGES_2MI ? "64Mi" : "2Gi", optarg);
-              }
-            *(c == OPT_HUGEPAGES_2MI ? &cli->run.hugepages_2mi : &cli->run.hugepages_1gi) = optarg;
-          }
-          break;
         case OPT_CPUS:
         case OPT_MEMORY:
+        case OPT_HUGEPAGES_2MI:
+        case OPT_HUGEPAGES_1GI:
         case OPT_NUMA_NODE:
         case OPT_OPTION:
           if (strcmp (cmd, "run") != 0)
             return nrm_error_set (err, EINVAL, "%s: `--%s` is an option of `nrm run`", cmd, flag);
-          if (c == OPT_MEMORY)
+          if (c == OPT_MEMORY || c == OPT_HUGEPAGES_2MI || c == OPT_HUGEPAGES_1GI)
             {
-              uint64_t bytes = 0;
+              /* Bytes; huge pages in whole pages. */
+              uint64_t bytes = 0, page = c == OPT_MEMORY ? 1 : c == OPT_HUGEPAGES_2MI ? 2u << 20 : 1u << 30;
               nrm_error_t qerr = NULL;
-              if (nrm_quantity_parse_bytes (optarg, &bytes, &qerr) < 0 || bytes == 0)
+              if (nrm_quantity_parse_bytes (optarg, &bytes, &qerr) < 0 || bytes == 0 || bytes % page)
                 {
                   nrm_error_release (&qerr);
-                  return nrm_error_set (err, EINVAL, "run: `--memory` needs a size such as 512Mi, not `%s`", optarg);
+                  return nrm_error_set (err, EINVAL, "run: `--%s` needs %s such as %s, not `%s`", flag,
+                                        page == 1 ? "a size" : "an amount of whole pages",
+                                        c == OPT_MEMORY ? "512Mi" : c == OPT_HUGEPAGES_2MI ? "64Mi" : "2Gi", optarg);
                 }
-              cli->run.memory = optarg;
+              *(c == OPT_MEMORY ? &cli->run.memory
+                : c == OPT_HUGEPAGES_2MI ? &cli->run.hugepages_2mi : &cli->run.hugepages_1gi) = optarg;
             }
           else if (c == OPT_OPTION)
             {

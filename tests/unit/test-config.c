@@ -14,18 +14,8 @@
 #include <cmocka.h>
 
 #include "nrm/cleanup.h"
+#include "tests/unit/util.h"
 #include "nrm/conf.h"
-
-static char *
-write_tmp (const char *text)
-{
-  char *path = strdup ("/tmp/nrm-config-XXXXXX");
-  int fd = mkstemp (path);
-  assert_true (fd >= 0);
-  assert_int_equal (write (fd, text, strlen (text)), (ssize_t) strlen (text));
-  close (fd);
-  return path;
-}
 
 static void
 expect_load_error (const char *text, const char *needle)

@@ -17,6 +17,7 @@
 #include "driver/kube.h"
 #include "driver/publish.h"
 #include "nrm/cleanup.h"
+#include "tests/unit/util.h"
 #include "nrm/conf.h"
 #include "nrm/yaml.h"
 
@@ -88,17 +89,6 @@ test_yaml_errors (void **state)
     n += (size_t) snprintf (bomb + n, sizeof (bomb) - n, "a%d: &a%d [*a%d, *a%d, *a%d, *a%d, *a%d, *a%d, *a%d, *a%d, *a%d, *a%d]\n", i,
                             i, i - 1, i - 1, i - 1, i - 1, i - 1, i - 1, i - 1, i - 1, i - 1, i - 1);
   yaml_fails (bomb, "alias");
-}
-
-static char *
-write_tmp (const char *text)
-{
-  char *path = strdup ("/tmp/nrm-kube-XXXXXX");
-  int fd = mkstemp (path);
-  assert_true (fd >= 0);
-  assert_int_equal (write (fd, text, strlen (text)), (ssize_t) strlen (text));
-  close (fd);
-  return path;
 }
 
 static void
