@@ -70,6 +70,10 @@ bool nrm_device_is_advanced (json_t *dev);
 int nrm_slices_validate (json_t *list, nrm_error_t *err);
 
 /* Builds every pool for the node and returns the List. */
+/* The same, with taints: {driver: {device: [DeviceTaint, ...]}} (borrowed,
+ * or NULL). */
+int nrm_node_slices_tainted (const struct nrm_topology *t, const struct nrm_publish_options *o, json_t *taints,
+                             json_t **ret, nrm_error_t *err);
 int nrm_node_slices (const struct nrm_topology *t, const struct nrm_publish_options *o, json_t **ret,
                      nrm_error_t *err);
 

@@ -184,14 +184,40 @@ nrm_slices_build (const struct nrm_pool *pools, size_t n_pools, const struct nrm
   return 0;
 }
 
+/* Adds taints[device] to each named device of the pool. */
+static void
+taint_pool (struct nrm_pool *p, json_t *taints)
+{
+  size_t i;
+  json_t *dev;
+  json_array_foreach (p->devices, i, dev)
+  {
+    json_t *tn = json_object_get (taints, json_string_value (json_object_get (dev, "name")));
+    if (json_array_size (tn) > 0)
+      json_object_set_new (dev, "taints", json_deep_copy (tn));
+  }
+}
+
 int
 nrm_node_slices (const struct nrm_topology *t, const struct nrm_publish_options *o, json_t **ret, nrm_error_t *err)
+{
+  return nrm_node_slices_tainted (t, o, NULL, ret, err);
+}
+
+int
+nrm_node_slices_tainted (const struct nrm_topology *t, const struct nrm_publish_options *o, json_t *taints,
+                         json_t **ret, nrm_error_t *err)
 {
   struct nrm_pool pools[2] = { 0 };
   int r = -1;
 
   if (nrm_cpu_pool (t, o, &pools[0], err) < 0 || nrm_memory_pool (t, o, &pools[1], err) < 0)
     goto out;
+  if (taints)
+    {
+      taint_pool (&pools[0], json_object_get (taints, pools[0].driver));
+      taint_pool (&pools[1], json_object_get (taints, pools[1].driver));
+    }
   if (nrm_slices_build (pools, 2, o, ret, err) < 0)
     goto out;
   /* Never hand out a slice the API server would refuse. */

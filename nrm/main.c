@@ -741,6 +741,22 @@ check_kubelet_managers (const struct nrm_config *c, nrm_error_t *err)
   return 0;
 }
 
+/* The driver's slices of a List from nrm_node_slices() (new reference). */
+static json_t *
+driver_slices (json_t *list, const char *driver)
+{
+  json_t *mine = json_array ();
+  size_t k;
+  json_t *s;
+  json_array_foreach (json_object_get (list, "items"), k, s)
+  {
+    const char *d = json_string_value (json_object_get (json_object_get (s, "spec"), "driver"));
+    if (d && strcmp (d, driver) == 0)
+      json_array_append (mine, s);
+  }
+  return mine;
+}
+
 /* One publisher a driver, each with the driver's slices of `nrm slices`. */
 static int
 start_publishers (struct nrm_config *c, struct nrm_topology *t, struct nrm_kube *kube, struct nrm_publisher **pubs,
@@ -752,21 +768,89 @@ start_publishers (struct nrm_config *c, struct nrm_topology *t, struct nrm_kube 
   const char *drivers[2] = { c->publish.cpu_driver, c->publish.memory_driver };
   for (int i = 0; i < 2; i++)
     {
-      cleanup_json json_t *mine = json_array ();
-      size_t k;
-      json_t *s;
-      json_array_foreach (json_object_get (list, "items"), k, s)
-      {
-        const char *d = json_string_value (json_object_get (json_object_get (s, "spec"), "driver"));
-        if (d && strcmp (d, drivers[i]) == 0)
-          json_array_append (mine, s);
-      }
+      cleanup_json json_t *mine = driver_slices (list, drivers[i]);
       struct nrm_publisher_config pc = { .kube = kube, .driver = drivers[i], .node_name = c->node_name,
                                          .log = publisher_log, .log_ctx = (void *) drivers[i] };
       if (nrm_publisher_start (&pc, mine, &pubs[i], err) < 0)
         return nrm_error_wrap (err, "%s", drivers[i]);
     }
   return 0;
+}
+
+/* CPU devices whose CPUs went offline get a NoSchedule taint, so that the
+ * scheduler places no new claim on them; the taint goes when they are back.
+ * Checked every TAINT_PERIOD_S seconds (sysfs cannot be watched). */
+#define TAINT_PERIOD_S 5
+struct tainter
+{
+  struct nrm_config *cfg;
+  struct nrm_topology *t;
+  struct nrm_node_driver *cpu;
+  struct nrm_publisher *pub;
+  int wake;
+  bool stop;
+  pthread_t thread;
+};
+
+static void *
+taint_thread (void *arg)
+{
+  struct tainter *tn = arg;
+  const char *driver = tn->cfg->publish.cpu_driver;
+  cleanup_free char *key = NULL;
+  cleanup_json json_t *last = json_object ();
+  if (asprintf (&key, "%s/cpus-offline", driver) < 0)
+    return NULL;
+  while (!__atomic_load_n (&tn->stop, __ATOMIC_SEQ_CST))
+    {
+      cleanup_json json_t *now = json_object ();
+      cleanup_json json_t *names = nrm_node_driver_ops.devices (tn->cpu);
+      size_t i;
+      json_t *name;
+      json_array_foreach (names, i, name)
+      {
+        cleanup_free char *msg = NULL;
+        const char *dev = json_string_value (name);
+        if (nrm_node_driver_ops.health (tn->cpu, dev, &msg) != NRM_HEALTH_UNHEALTHY)
+          continue;
+        json_object_set_new (now, dev, json_pack ("[{s:s, s:s}]", "key", key, "effect", "NoSchedule"));
+        if (json_object_get (last, dev) == NULL)
+          nrm_log (NULL, NRM_LOG_WARNING, "%s: device %s: %s; tainted %s:NoSchedule", driver, dev,
+                   msg ? msg : "unhealthy", key);
+      }
+      const char *dev;
+      json_t *v;
+      json_object_foreach (last, dev, v)
+      if (json_object_get (now, dev) == NULL)
+        nrm_log (NULL, NRM_LOG_INFO, "%s: device %s is healthy again; taint removed", driver, dev);
+      if (!json_equal (now, last))
+        {
+          cleanup_json json_t *list = NULL, *taints = json_pack ("{s:O}", driver, now);
+          nrm_error_t err = NULL;
+          if (nrm_node_slices_tainted (tn->t, &tn->cfg->publish, taints, &list, &err) == 0)
+            {
+              cleanup_json json_t *mine = driver_slices (list, driver);
+              if (nrm_publisher_update (tn->pub, mine, &err) == 0)
+                {
+                  json_decref (last);
+                  last = json_incref (now);
+                }
+            }
+          if (err)
+            {
+              nrm_log (NULL, NRM_LOG_ERROR, "%s: tainting devices: %s", driver, nrm_error_msg (err));
+              nrm_error_release (&err);
+            }
+        }
+      struct pollfd pfd = { tn->wake, POLLIN, 0 };
+      if (poll (&pfd, 1, TAINT_PERIOD_S * 1000) > 0)
+        {
+          uint64_t x;
+          if (read (tn->wake, &x, sizeof (x)) < 0)
+            continue;
+        }
+    }
+  return NULL;
 }
 
 static char *
@@ -803,6 +887,8 @@ cmd_plugin (struct cli *cli, nrm_error_t *err)
   struct nrm_kube *kube = NULL;
   struct nrm_publisher *pubs[2] = { NULL, NULL };
   struct nrm_http *http = NULL;
+  struct tainter tainter = { .wake = -1 };
+  bool tainting = false;
   struct reconciler rec = { .cfg = c, .wake = eventfd (0, EFD_CLOEXEC | EFD_NONBLOCK) };
   cleanup_json json_t *hook = NULL;
   enum nrm_log_level level = NRM_LOG_INFO;
@@ -870,8 +956,18 @@ cmd_plugin (struct cli *cli, nrm_error_t *err)
       nrm_log (NULL, NRM_LOG_INFO, "%s: serving %s, registering at %s", pc.driver,
                nrm_plugin_dra_socket (plugins[i]), nrm_plugin_registration_socket (plugins[i]));
     }
-  if (api && !c->no_publish && start_publishers (c, t, kube, pubs, err) < 0)
-    goto out;
+  if (api && !c->no_publish)
+    {
+      if (start_publishers (c, t, kube, pubs, err) < 0)
+        goto out;
+      tainter.cfg = c;
+      tainter.t = t;
+      tainter.cpu = drv[0];
+      tainter.pub = pubs[0];
+      tainter.wake = eventfd (0, EFD_CLOEXEC | EFD_NONBLOCK);
+      if (tainter.wake >= 0 && pthread_create (&tainter.thread, NULL, taint_thread, &tainter) == 0)
+        tainting = true;
+    }
   struct nrm_metrics_sources ms = { .cfg = c, .t = t, .drivers = { c->publish.cpu_driver, c->publish.memory_driver },
                                      .plugins = { plugins[0], plugins[1] }, .publishers = { pubs[0], pubs[1] } };
   if (c->http_address)
@@ -916,6 +1012,16 @@ out:
       nrm_cgroupfs_close (rec.fs);
     }
   nrm_http_stop (http);
+  if (tainting)
+    {
+      uint64_t one = 1;
+      __atomic_store_n (&tainter.stop, true, __ATOMIC_SEQ_CST);
+      if (write (tainter.wake, &one, sizeof (one)) < 0)
+        nrm_log (NULL, NRM_LOG_DEBUG, "cannot wake the taint thread: %s", strerror (errno));
+      pthread_join (tainter.thread, NULL);
+    }
+  if (tainter.wake >= 0)
+    close (tainter.wake);
   /* Requests in flight end now: nothing waits for the API server. */
   if (kube)
     nrm_kube_cancel (kube);

@@ -376,6 +376,35 @@ for uid in ("uid-good", "uid-flaky", "uid-slow", "uid-twice"):
     subprocess.run([DRA_CLIENT, "unprepare", dra_sock, uid], check=True)
 p.stop()
 
+# --- CPUs that go offline taint their device ---------------------------------------
+fsroot = os.path.join(work, "fsroot")
+online = os.path.join(fsroot, "sys", "devices", "system", "cpu", "online")
+os.makedirs(os.path.dirname(online))
+with open(online, "w") as fh:
+    fh.write("0-127\n")
+p = Plugin("--fsroot", fsroot)
+check(wait_for(p.synced), "a plugin with a CPU online file is in sync")
+gen_t = generation(CPU)
+
+
+def device(name):
+    return [d for s in published(CPU) for d in s["spec"].get("devices", []) if d["name"] == name][0]
+
+
+with open(online + ".new", "w") as fh:
+    fh.write("0-4,6-127\n")
+os.rename(online + ".new", online)
+check(wait_for(lambda: device("numa0").get("taints"), 20), "CPU 5 offline: its device gets a taint")
+t = device("numa0").get("taints", [{}])[0]
+check(t.get("key") == CPU + "/cpus-offline" and t.get("effect") == "NoSchedule" and not device("numa1").get("taints")
+      and generation(CPU) > gen_t, "...%s:%s on numa0 only, in a new generation" % (t.get("key"), t.get("effect")))
+check("went offline; tainted" in p.text(), "...and the log says why")
+with open(online + ".new", "w") as fh:
+    fh.write("0-127\n")
+os.rename(online + ".new", online)
+check(wait_for(lambda: not device("numa0").get("taints"), 20), "back online: the taint goes")
+p.stop()
+
 # --- a feature gate that is off on the API server ------------------------------------
 for s in api.slices():
     api.delete_slice(s["metadata"]["name"])
