@@ -156,7 +156,9 @@ nrm_cgroup_write (struct nrm_cgroupfs *fs, const char *cgroup, const char *file,
   cleanup_free char *path = rel (cgroup, file);
   if (path == NULL)
     return nrm_error_set (err, EINVAL, "invalid cgroup path `%s`", cgroup);
-  cleanup_close int fd = open_at (fs, path, O_WRONLY);
+  /* O_TRUNC as a shell's `>`: cgroup files ignore it, plain files (a test
+   * tree) need it when the new value is shorter. */
+  cleanup_close int fd = open_at (fs, path, O_WRONLY | O_TRUNC);
   if (fd < 0)
     {
       if (errno == ENOENT)

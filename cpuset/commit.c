@@ -85,6 +85,39 @@ list_value (const char *name, const char *text, char **ret, nrm_error_t *err)
   return 0;
 }
 
+static char *
+shared_path (const char *state_dir)
+{
+  char *p = NULL;
+  if (asprintf (&p, "%s/shared-cpus", state_dir) < 0)
+    return NULL;
+  return p;
+}
+
+/* cpus with the shared pool the reconciler last wrote, or NULL. */
+static char *
+mixed_cpus (const char *state_dir, const char *cpus)
+{
+  cleanup_free char *path = shared_path (state_dir), *text = NULL;
+  nrm_error_t e = NULL;
+  hwloc_bitmap_t a = NULL, b = NULL;
+  char *r = NULL;
+  if (path == NULL || nrm_read_file (path, 1 << 16, &text, NULL, &e) < 0)
+    {
+      nrm_error_release (&e);
+      return NULL;
+    }
+  if (nrm_cpulist_parse (cpus, &a, &e) == 0 && nrm_cpulist_parse (text, &b, &e) == 0)
+    {
+      hwloc_bitmap_or (a, a, b);
+      r = nrm_cpulist_format (a);
+    }
+  nrm_error_release (&e);
+  hwloc_bitmap_free (a);
+  hwloc_bitmap_free (b);
+  return r;
+}
+
 int
 nrm_hook_run (const char *fsroot, const char *state, size_t len, const char *state_dir, char **ret_summary,
               nrm_error_t *err)
@@ -114,6 +147,7 @@ nrm_hook_run (const char *fsroot, const char *state, size_t len, const char *sta
 
   const char *cpus_env = NULL, *mems_env = NULL, *nodes_env = NULL, *mem_max = NULL, *mem_min = NULL;
   struct nrm_binding b = { 0 };
+  bool mixed = false;
   char hsizes[4][12];
   size_t i;
   json_t *e;
@@ -128,6 +162,8 @@ nrm_hook_run (const char *fsroot, const char *state, size_t len, const char *sta
       mems_env = kv + 9;
     else if (strncmp (kv, "NRM_CPU_NODES=", 14) == 0)
       nodes_env = kv + 14;
+    else if (strcmp (kv, "NRM_SHARED_CPUS=true") == 0)
+      mixed = true;
     else if (strncmp (kv, "NRM_MEMORY_MAX=", 15) == 0)
       mem_max = kv + 15;
     else if (strncmp (kv, "NRM_MEMORY_MIN=", 15) == 0)
@@ -177,7 +213,7 @@ nrm_hook_run (const char *fsroot, const char *state, size_t len, const char *sta
    * meanwhile either sees the record or finishes before the cgroup is
    * written, so it never moves the container back. No fsync: only a crash
    * of the machine loses page-cache data, and that ends the container too. */
-  cleanup_free char *dir = NULL, *rec = record_path (state_dir, id), *text = NULL;
+  cleanup_free char *dir = NULL, *rec = record_path (state_dir, id), *text = NULL, *with_shared = NULL;
   cleanup_close int lock = -1;
   cleanup_json json_t *doc = NULL;
   int r = -1;
@@ -189,10 +225,17 @@ nrm_hook_run (const char *fsroot, const char *state, size_t len, const char *sta
   if (nrm_mkdir_p (dir, 0700, err) < 0 || (lock = lock_records (state_dir, err)) < 0)
     goto fail;
   doc = json_pack ("{s:s, s:s, s:s?, s:s?}", "id", id, "cgroup", cgroup, "cpus", cpus, "mems", mems);
+  if (mixed && cpus)
+    json_object_set_new (doc, "sharedCPUs", json_true ());
   text = json_dumps (doc, JSON_COMPACT);
   if (text == NULL || nrm_write_atomic (rec, text, strlen (text), 0600, false, err) < 0)
     goto fail;
-  b.cpus = cpus;
+  /* A mixed claim starts on its CPUs and the shared pool as the reconciler
+   * last wrote it (under the same lock); without that file, on its own
+   * CPUs until the next pass. */
+  if (mixed && cpus)
+    with_shared = mixed_cpus (state_dir, cpus);
+  b.cpus = with_shared ? with_shared : cpus;
   b.mems = mems;
   b.memory_max = mem_max;
   b.memory_min = mem_min;
@@ -285,6 +328,23 @@ visit (const struct nrm_container_cgroup *c, void *arg)
   if (cpus)
     {
       p->st->exclusive++;
+      if (json_is_true (json_object_get (rec, "sharedCPUs")))
+        {
+          /* Mixed: its exclusive CPUs and the shared pool. */
+          hwloc_bitmap_t a = NULL, b = NULL;
+          nrm_error_t e = NULL;
+          cleanup_free char *both = NULL;
+          if (nrm_cpulist_parse (cpus, &a, &e) == 0 && nrm_cpulist_parse (p->shared_text, &b, &e) == 0)
+            {
+              hwloc_bitmap_or (a, a, b);
+              both = nrm_cpulist_format (a);
+            }
+          nrm_error_release (&e);
+          hwloc_bitmap_free (a);
+          hwloc_bitmap_free (b);
+          ensure (p, c->path, both ? both : cpus);
+          return 0;
+        }
       ensure (p, c->path, cpus);
       return 0;
     }
@@ -311,6 +371,18 @@ nrm_reconcile (struct nrm_cgroupfs *fs, const char *state_dir, const char *share
     }
   if (nrm_mkdir_p (dir, 0700, err) < 0 || (lock = lock_records (state_dir, err)) < 0)
     goto out;
+  /* The shared pool, for the hook of a mixed claim's container. */
+  {
+    cleanup_free char *path = shared_path (state_dir), *old = NULL;
+    nrm_error_t ignored = NULL;
+    if (path && (nrm_read_file (path, 1 << 16, &old, NULL, &ignored) < 0 || strcmp (old, p.shared_text) != 0))
+      {
+        nrm_error_release (&ignored);
+        if (nrm_write_atomic (path, p.shared_text, strlen (p.shared_text), 0600, false, err) < 0)
+          goto out;
+      }
+    nrm_error_release (&ignored);
+  }
   /* The hook's records. */
   DIR *d = opendir (dir);
   struct dirent *de;

@@ -203,6 +203,7 @@ struct cpu_settings
 {
   unsigned options;
   char cpu_kind[16];
+  bool shared; /* sharedCPUs: the container runs on the shared pool too */
 };
 
 static bool
@@ -270,6 +271,12 @@ cpu_settings (struct nrm_node_driver *d, json_t *config, const char *request, st
                                   i);
           snprintf (cs->cpu_kind, sizeof (cs->cpu_kind), "%s", k);
         }
+      else if (strcmp (key, "sharedCPUs") == 0)
+        {
+          if (!json_is_boolean (v))
+            return nrm_error_set (err, EINVAL, "opaque configuration %zu: `sharedCPUs` must be a boolean", i);
+          cs->shared = json_is_true (v);
+        }
       else
         return nrm_error_set (err, EINVAL, "opaque configuration %zu: unknown field `%s`", i, key);
     }
@@ -282,11 +289,16 @@ cpu_prepare (struct nrm_node_driver *d, const char *uid, const struct nrm_alloc_
              struct nrm_prepared *out, nrm_error_t *err)
 {
   cleanup_bitmap hwloc_bitmap_t claim = hwloc_bitmap_alloc ();
+  bool shared = false;
   for (size_t i = 0; i < n; i++)
     {
       json_t *dev = json_object_get (d->devices, r[i].device);
       if (dev == NULL)
         return nrm_error_set (err, ENODEV, "unknown device `%s` in pool `%s`", r[i].device, r[i].pool);
+      struct cpu_settings rs;
+      if (cpu_settings (d, config, r[i].request, &rs, err) < 0)
+        return -1;
+      shared |= rs.shared;
       cleanup_bitmap hwloc_bitmap_t cpus = device_cpus (d, r[i].device);
       if (json_is_true (json_object_get (dev, "allowMultipleAllocations")))
         {
@@ -349,9 +361,15 @@ cpu_prepare (struct nrm_node_driver *d, const char *uid, const struct nrm_alloc_
   d->claims = c;
   hwloc_bitmap_or (d->taken, d->taken, claim);
   out->state = json_pack ("{s:s, s:s}", "cpus", list, "mems", mems);
+  if (shared)
+    json_object_set_new (out->state, "sharedCPUs", json_true ());
   out->env = json_array ();
   env_var (out->env, "NRM_CPUS", uid, list);
   env_var (out->env, "NRM_CPU_NODES", uid, mems);
+  /* A mixed claim: the hook and the reconciler add the shared pool to the
+   * container's cpuset; NRM_CPUS stays the exclusive part. */
+  if (shared)
+    env_var (out->env, "NRM_SHARED_CPUS", uid, "true");
   return 0;
 }
 

@@ -489,6 +489,11 @@ test_opaque_config (void **state)
       "{\"apiVersion\":\"cpu.nrm.io/v1alpha1\",\"kind\":\"CPUConfig\",\"colour\":1}", "unknown field `colour`" },
     { "badkind", "00000000-0000-4000-8000-0000000000d5", 1, "{\"apiVersion\":\"v9\",\"kind\":\"X\"}",
       "expected apiVersion cpu.nrm.io/v1alpha1" },
+    { "mixed", "00000000-0000-4000-8000-0000000000d6", 2,
+      "{\"apiVersion\":\"cpu.nrm.io/v1alpha1\",\"kind\":\"CPUConfig\",\"sharedCPUs\":true}", NULL },
+    { "badmixed", "00000000-0000-4000-8000-0000000000d7", 2,
+      "{\"apiVersion\":\"cpu.nrm.io/v1alpha1\",\"kind\":\"CPUConfig\",\"sharedCPUs\":\"yes\"}",
+      "`sharedCPUs` must be a boolean" },
   };
   for (size_t i = 0; i < sizeof (cases) / sizeof (cases[0]); i++)
     {
@@ -520,8 +525,23 @@ test_opaque_config (void **state)
   for (unsigned c = 0; c < 12; c++)
     assert_false (hwloc_bitmap_isset (cpus, c) && hwloc_bitmap_isset (cpus, c + 12));
   hwloc_bitmap_free (cpus);
-  const char *u[] = { "00000000-0000-4000-8000-0000000000d1" };
-  unprepare (cpu_ch, u, 1);
+  /* A mixed claim: its exclusive CPUs in NRM_CPUS, and the hook told to add
+   * the shared pool; the spread claim has no such variable. */
+  char path[600];
+  for (int k = 0; k < 2; k++)
+    {
+      snprintf (path, sizeof (path), "%s/" CPU_DRIVER "-%s.json", cdi_dir,
+                k ? "00000000-0000-4000-8000-0000000000d1" : "00000000-0000-4000-8000-0000000000d6");
+      json_t *spec = json_load_file (path, 0, NULL);
+      assert_non_null (spec);
+      char *text = json_dumps (spec, 0);
+      assert_true ((strstr (text, "\"NRM_SHARED_CPUS=true\"") != NULL) == (k == 0));
+      assert_non_null (strstr (text, "NRM_CPUS="));
+      free (text);
+      json_decref (spec);
+    }
+  const char *u[] = { "00000000-0000-4000-8000-0000000000d1", "00000000-0000-4000-8000-0000000000d6" };
+  unprepare (cpu_ch, u, 2);
 }
 
 static void

@@ -303,6 +303,27 @@ test_reconcile (void **state)
   assert_int_equal (nrm_reconcile (fs, state_dir, "0-1,5,7", &st, NULL, &err), 0);
   assert_int_equal (st.updated, 0);
 
+  /* The pass leaves the shared pool for the hook. A mixed claim
+   * (CPUConfig sharedCPUs) starts on its CPUs and the shared pool, and
+   * follows the pool when it changes; NRM_CPUS stays the exclusive part. */
+  cleanup_free char *pool = get ("state/shared-cpus");
+  assert_string_equal (pool, "0-1,5,7");
+  const char *cg6 = "kubepods/pod66/c6";
+  container (cg6, "");
+  put ("proc/4747/cgroup", "0::/kubepods/pod66/c6\n");
+  bundle ("c6", ",\"NRM_CPUS=2-3\",\"NRM_CPU_NODES=0\",\"NRM_SHARED_CPUS=true\"");
+  if (hook ("c6", 4747, NULL, &err) < 0)
+    fail_msg ("%s", nrm_error_msg (err));
+  cleanup_free char *c6 = get ("sys/fs/cgroup/kubepods/pod66/c6/cpuset.cpus");
+  assert_string_equal (c6, "0-3,5,7");
+  assert_int_equal (nrm_reconcile (fs, state_dir, "0-1,5", &st, NULL, &err), 0);
+  cleanup_free char *c6b = get ("sys/fs/cgroup/kubepods/pod66/c6/cpuset.cpus");
+  cleanup_free char *c1b = get ("sys/fs/cgroup/kubepods.slice/kubepods-pod11_22.slice/cri-containerd-c1.scope/cpuset.cpus");
+  assert_string_equal (c6b, "0-3,5");
+  assert_string_equal (c1b, "2-3");
+  cleanup_free char *pool2 = get ("state/shared-cpus");
+  assert_string_equal (pool2, "0-1,5");
+
   /* The container goes away: its record is forgotten. */
   char cmd[512];
   snprintf (cmd, sizeof (cmd), "rm -rf '%s/sys/fs/cgroup/kubepods/burstable/pod33/c2'", root);

@@ -125,6 +125,20 @@ done
 check "a new shared container avoids the claim's CPUs" \
   "$CLIENT" cpus-disjoint "$(status_list $shared2 Cpus_allowed_list)" "$cpus"
 
+# A mixed claim's container (CPUConfig sharedCPUs): its claim's CPUs and the
+# shared pool, from the hook on.
+mkdir -p "$CG/kubepods/podexcl/excl3"
+sleep 600 &
+excl3=$!
+echo "$excl3" >"$CG/kubepods/podexcl/excl3/cgroup.procs"
+echo "{\"ociVersion\":\"1.0.2\",\"process\":{\"env\":[\"NRM_CPUS=$cpus\",\"NRM_MEMS=$mems\",\"NRM_SHARED_CPUS=true\"]}}" \
+  >"$W/bundle/config.json"
+echo "{\"id\":\"excl3\",\"pid\":$excl3,\"bundle\":\"$W/bundle\"}" | "$hook_path" --fsroot / --state-dir "$W/state"
+shared_now=$(status_list $shared_pid Cpus_allowed_list)
+check "a mixed claim's container runs on its CPUs and the shared pool ($cpus + $shared_now)" \
+  "$CLIENT" cpus-equal "$(status_list $excl3 Cpus_allowed_list)" "$cpus,$shared_now"
+kill $excl3
+
 # nrm run beside the plugin: the same state, so never the claim's CPUs; a
 # transient cgroup v2 holds the command.
 "$NRM" run --cpus 2 --state-dir "$W/state" -- sh -c 'cat /proc/self/cgroup; grep _allowed_list /proc/self/status' \
