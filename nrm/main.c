@@ -106,6 +106,7 @@ static const char usage_text[]
       "      --memory SIZE          memory on the same NUMA node, also its limit (e.g. 1Gi)\n"
       "      --hugepages-2Mi SIZE   2 MiB huge pages on that node (e.g. 64Mi); --hugepages-1Gi too\n"
       "      --numa-node K          that NUMA node only (default: the first with room)\n"
+      "      --isolated             isolated CPUs (see --isolated-cpus) instead of allocatable ones\n"
       "      --option NAME          a CPU placement option for this run (repeatable)\n"
       "  The command runs in a transient cgroup v2 (nrm.slice/run-<pid>), or, without a\n"
       "  cgroup v2 cpuset, pinned with sched_setaffinity and set_mempolicy. The CPUs come from\n"
@@ -141,6 +142,7 @@ enum
   OPT_MEMORY,
   OPT_HUGEPAGES_2MI,
   OPT_HUGEPAGES_1GI,
+  OPT_ISOLATED,
   OPT_NUMA_NODE,
   OPT_OPTION,
   OPT_KUBECONFIG,
@@ -176,6 +178,7 @@ static const struct option long_options[] = {
   { "memory", required_argument, NULL, OPT_MEMORY },
   { "hugepages-2Mi", required_argument, NULL, OPT_HUGEPAGES_2MI },
   { "hugepages-1Gi", required_argument, NULL, OPT_HUGEPAGES_1GI },
+  { "isolated", no_argument, NULL, OPT_ISOLATED },
   { "numa-node", required_argument, NULL, OPT_NUMA_NODE },
   { "option", required_argument, NULL, OPT_OPTION },
   { "kubeconfig", required_argument, NULL, OPT_KUBECONFIG },
@@ -309,6 +312,11 @@ parse_options (struct cli *cli, const char *cmd, int argc, char **argv, nrm_erro
             else
               cli->cfg.reconcile_interval = v;
           }
+          break;
+        case OPT_ISOLATED:
+          if (strcmp (cmd, "run") != 0)
+            return nrm_error_set (err, EINVAL, "%s: `--%s` is an option of `nrm run`", cmd, flag);
+          cli->run.isolated = true;
           break;
         case OPT_CPUS:
         case OPT_MEMORY:

@@ -271,9 +271,9 @@ nrm_cmd_run (struct nrm_config *c, struct nrm_topology *t, const struct nrm_run_
       char dev[32];
       if (rq->numa_node >= 0 && (int) n->os_index != rq->numa_node)
         continue;
-      if (hwloc_bitmap_iszero (n->cpus))
+      if (hwloc_bitmap_iszero (n->cpus) || (rq->isolated && !hwloc_bitmap_intersects (n->cpus, t->isolated)))
         continue;
-      snprintf (dev, sizeof (dev), "numa%u", n->os_index);
+      snprintf (dev, sizeof (dev), rq->isolated ? "numa%u-isolated" : "numa%u", n->os_index);
       json_decref (src[0].claim);
       src[0].claim = claim_for (uid, name, c->publish.cpu_driver, c->node_name, dev, "cpus", count, config);
       nrm_error_release (&last);
@@ -287,7 +287,10 @@ nrm_cmd_run (struct nrm_config *c, struct nrm_topology *t, const struct nrm_run_
     }
   if (node < 0)
     {
-      if (last == NULL)
+      if (last == NULL && rq->isolated)
+        nrm_error_set (err, ENOSPC, "no NUMA node%s has isolated CPUs (--isolated-cpus, or isolcpus= on the kernel "
+                       "command line)", rq->numa_node >= 0 ? " asked for" : "");
+      else if (last == NULL)
         nrm_error_set (err, EINVAL, "NUMA node %d does not exist or has no CPUs", rq->numa_node);
       else
         {

@@ -2,6 +2,8 @@
 #ifndef NRM_RUN_H
 #define NRM_RUN_H
 
+#include <stdbool.h>
+
 #include "nrm/conf.h"
 #include "nrm/error.h"
 #include "topology/topology.h"
@@ -13,6 +15,7 @@ struct nrm_run_request
   const char *hugepages_2mi; /* bytes of 2 MiB huge pages on the node, or NULL */
   const char *hugepages_1gi; /* bytes of 1 GiB huge pages on the node, or NULL */
   int numa_node;            /* -1: any */
+  bool isolated;            /* isolated CPUs (numa<N>-isolated devices) */
   const char *const *options; /* CPU options, NULL-terminated, or NULL */
   char **argv;              /* the command */
 };

@@ -40,6 +40,17 @@ $RUN --cpus 1 --memory 16Mi -- sh -c 'echo "$NRM_MEMORY_MAX"' >"$TMP/out" 2>"$TM
 if ! grep -q cpuset /sys/fs/cgroup/cgroup.controllers 2>/dev/null; then
   grep -q "held for this run but not enforced" "$TMP/err" && ok || fail "the fallback did not say limits are not enforced"
 fi
+# Isolated CPUs only with --isolated, and only when the node has some.
+if [ ! -s /sys/devices/system/cpu/isolated ]; then
+  expect_error "no isolated CPUs" "has isolated CPUs" -- run --state-dir "$S" --cpus 1 --isolated -- true
+fi
+if [ "$ncpu" -ge 2 ]; then
+  last=$(( ncpu - 1 ))
+  $RUN --cpus 1 --isolated --isolated-cpus "$last" -- sh -c 'echo "$NRM_CPUS"' >"$TMP/out" 2>"$TMP/err"
+  [ "$(cat "$TMP/out")" = "$last" ] && ok || fail "--isolated did not give isolated CPU $last: $(cat "$TMP/out" "$TMP/err")"
+  $RUN --cpus 1 --isolated-cpus "$last" -- sh -c 'echo "$NRM_CPUS"' >"$TMP/out" 2>"$TMP/err"
+  [ "$(cat "$TMP/out")" != "$last" ] && ok || fail "a run without --isolated got isolated CPU $last"
+fi
 # Huge pages: whole pages only; a node without any is refused up front.
 expect_error "bad huge pages" "whole pages" -- run --state-dir "$S" --cpus 1 --hugepages-2Mi 3Mi -- true
 expect_error "huge pages outside run" "is an option of \`nrm run\`" -- slices --hugepages-2Mi 4Mi
