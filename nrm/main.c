@@ -1007,8 +1007,17 @@ cmd_plugin (struct cli *cli, nrm_error_t *err)
                  strcmp (c->fsroot, "/") ? c->fsroot : "", cerr ? ": " : "", cerr ? nrm_error_msg (cerr) : "");
       nrm_error_release (&cerr);
     }
-  while (sigwait (&set, &sig) != 0)
-    ;
+  /* Until a signal; meanwhile, every minute, the claims of runs killed
+   * with -9 go back (a run releases them too, but runs may be rare). */
+  for (;;)
+    {
+      for (int i = 0; i < 2; i++)
+        nrm_run_release_stale (plugins[i]);
+      struct timespec minute = { .tv_sec = 60 };
+      sig = sigtimedwait (&set, NULL, &minute);
+      if (sig > 0)
+        break;
+    }
   nrm_log (NULL, NRM_LOG_INFO, "%s: finishing calls in flight and stopping", strsignal (sig));
   r = 0;
 out:

@@ -70,8 +70,8 @@ start_time (pid_t pid)
   return v;
 }
 
-static void
-release_stale (struct nrm_plugin *pl)
+void
+nrm_run_release_stale (struct nrm_plugin *pl)
 {
   nrm_error_t err = NULL;
   cleanup_json json_t *claims = nrm_plugin_claims (pl, &err);
@@ -256,8 +256,8 @@ nrm_cmd_run (struct nrm_config *c, struct nrm_topology *t, const struct nrm_run_
     }
   /* Runs whose nrm process is gone (killed with -9) still hold their
    * claims, CPUs and memory: released first. */
-  release_stale (pl[0]);
-  release_stale (pl[1]);
+  nrm_run_release_stale (pl[0]);
+  nrm_run_release_stale (pl[1]);
 
   /* The node: the one asked for, else the first in preference order that
    * has room. */

@@ -26,4 +26,10 @@ struct nrm_run_request
 int nrm_cmd_run (struct nrm_config *c, struct nrm_topology *t, const struct nrm_run_request *rq, int *ret_status,
                  nrm_error_t *err);
 
+/* Releases the claims of runs whose nrm run process is gone (killed with
+ * -9): nrm run does it before it allocates, nrm plugin at start and every
+ * minute. */
+struct nrm_plugin;
+void nrm_run_release_stale (struct nrm_plugin *pl);
+
 #endif

@@ -111,5 +111,23 @@ if [ "$ncpu" -ge 2 ]; then
   $RUN --cpus 1 -- true 2>/dev/null || fail "run after a killed run with memory"
   "$NRM" status --state-dir "$S" >"$TMP/out" 2>&1
   grep -q "^claims: 0" "$TMP/out" && ok || fail "a killed run's memory is still held: $(cat "$TMP/out")"
+  # nrm plugin releases a killed run's claim too, without waiting for a run.
+  $RUN --cpus 1 -- sleep 30 2>/dev/null &
+  r=$!
+  sleep 0.5
+  child=$(pgrep -P $r sleep)
+  kill -9 $r
+  wait $r 2>/dev/null
+  [ -n "$child" ] && kill $child
+  mkdir -p "$TMP/claims"
+  "$NRM" plugin --state-dir "$S" --claims-dir "$TMP/claims" --kubelet-dir "$TMP/kubelet" --cdi-dir "$TMP/cdi" \
+    --reconcile-interval 0 2>"$TMP/plog" &
+  p=$!
+  for _ in $(seq 50); do grep -q "its nrm process is gone" "$TMP/plog" && break; sleep 0.1; done
+  kill $p
+  wait $p
+  grep -q "its nrm process is gone" "$TMP/plog" && ok || fail "nrm plugin kept a killed run's claim: $(cat "$TMP/plog")"
+  "$NRM" status --state-dir "$S" >"$TMP/out" 2>&1
+  grep -q "^claims: 0" "$TMP/out" && ok || fail "a killed run's claim is still held after nrm plugin: $(cat "$TMP/out")"
 fi
 finish
