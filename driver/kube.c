@@ -508,7 +508,6 @@ header_cb (char *ptr, size_t size, size_t nmemb, void *ctx)
 }
 
 DEFINE_TRIVIAL_CLEANUP_FUNC (CURL *, curl_easy_cleanup)
-DEFINE_TRIVIAL_CLEANUP_FUNC (struct curl_slist *, curl_slist_free_all)
 
 /* Headers with the token: wiped before they are freed. */
 static void

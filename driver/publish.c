@@ -63,6 +63,9 @@ now_ms (void)
   return ts.tv_sec * 1000LL + ts.tv_nsec / 1000000;
 }
 
+static void set_status (struct nrm_publisher *p, int synced, int connected, const char *fmt, ...)
+    __attribute__ ((format (printf, 4, 5)));
+
 static void
 set_status (struct nrm_publisher *p, int synced, int connected, const char *fmt, ...)
 {

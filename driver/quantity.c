@@ -86,9 +86,11 @@ nrm_quantity_parse (const char *text, nrm_quantity_t *ret, nrm_error_t *err)
     mult *= 10;
   for (; e < 0; e++)
     div *= 10;
-  nrm_quantity_t v = whole * mult;
-  if (whole != 0 && v / whole != mult)
+  /* Checked before multiplying: a signed overflow is undefined. */
+  const nrm_quantity_t top = (nrm_quantity_t) (((unsigned __int128) 1 << 127) - 1);
+  if ((whole != 0 && mult > top / whole) || (frac != 0 && mult > top / frac))
     return nrm_error_set (err, ERANGE, "quantity `%s` is too large", text);
+  nrm_quantity_t v = whole * mult;
   /* Round up a remainder below one nano-unit, as Kubernetes does. */
   nrm_quantity_t f = frac * mult;
   v = (v + div - 1) / div + (f + frac_scale * div - 1) / (frac_scale * div);
