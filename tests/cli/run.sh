@@ -100,25 +100,23 @@ if [ "$ncpu" -ge 2 ]; then
   [ -n "$child" ] && { [ -z "$state" ] || [ "$state" = Z ]; } && ok || fail "the command outlived its killed nrm run ($state)"
   $RUN --cpus "$ncpu" -- true 2>"$TMP/err" && ok || fail "stale claim of a killed nrm run kept: $(cat "$TMP/err")"
   grep -q "its nrm process is gone" "$TMP/err" && ok || fail "the stale claim was not reported"
+  # A run killed with -9 (its command is ended too): its claim stays behind.
+  killed_run () {
+    $RUN "$@" -- sleep 30 2>/dev/null &
+    r=$!
+    sleep 0.5
+    child=$(pgrep -P $r sleep)
+    kill -9 $r
+    wait $r 2>/dev/null
+    [ -n "$child" ] && kill $child
+  }
   # The memory of a killed run is released too, by any later run.
-  $RUN --cpus 1 --memory 16Mi -- sleep 30 2>/dev/null &
-  r=$!
-  sleep 0.5
-  child=$(pgrep -P $r sleep)
-  kill -9 $r
-  wait $r 2>/dev/null
-  [ -n "$child" ] && kill $child
+  killed_run --cpus 1 --memory 16Mi
   $RUN --cpus 1 -- true 2>/dev/null || fail "run after a killed run with memory"
   "$NRM" status --state-dir "$S" >"$TMP/out" 2>&1
   grep -q "^claims: 0" "$TMP/out" && ok || fail "a killed run's memory is still held: $(cat "$TMP/out")"
   # nrm plugin releases a killed run's claim too, without waiting for a run.
-  $RUN --cpus 1 -- sleep 30 2>/dev/null &
-  r=$!
-  sleep 0.5
-  child=$(pgrep -P $r sleep)
-  kill -9 $r
-  wait $r 2>/dev/null
-  [ -n "$child" ] && kill $child
+  killed_run --cpus 1
   mkdir -p "$TMP/claims"
   "$NRM" plugin --state-dir "$S" --claims-dir "$TMP/claims" --kubelet-dir "$TMP/kubelet" --cdi-dir "$TMP/cdi" \
     --reconcile-interval 0 2>"$TMP/plog" &

@@ -19,6 +19,7 @@
 #include "topology/topology.h"
 
 int LLVMFuzzerTestOneInput (const uint8_t *data, size_t size);
+int LLVMFuzzerInitialize (int *argc, char ***argv);
 
 static json_t *current;
 
@@ -33,8 +34,8 @@ fuzz_get (void *self, const char *ns, const char *name, json_t **ret, nrm_error_
 
 static struct nrm_plugin *plugins[4];
 
-static void
-setup (void)
+int
+LLVMFuzzerInitialize (int *argc, char ***argv)
 {
   static char dir[] = "/dev/shm/nrm-fuzz-claim-XXXXXX";
   struct nrm_topology *t = NULL;
@@ -64,17 +65,12 @@ setup (void)
         abort ();
     }
   /* The topology and drivers live as long as the process. */
+  return 0;
 }
 
 int
 LLVMFuzzerTestOneInput (const uint8_t *data, size_t size)
 {
-  static bool ready;
-  if (!ready)
-    {
-      setup ();
-      ready = true;
-    }
   current = json_loadb ((const char *) data, size, 0, NULL);
   if (current == NULL)
     return 0;

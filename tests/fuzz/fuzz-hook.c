@@ -14,6 +14,7 @@
 #include "cpuset/commit.h"
 
 int LLVMFuzzerTestOneInput (const uint8_t *data, size_t size);
+int LLVMFuzzerInitialize (int *argc, char ***argv);
 
 static char root[] = "/dev/shm/nrm-fuzz-hook-XXXXXX";
 
@@ -32,8 +33,8 @@ put (const char *rel, const char *text)
   fclose (f);
 }
 
-static void
-setup (void)
+int
+LLVMFuzzerInitialize (int *argc, char ***argv)
 {
   if (mkdtemp (root) == NULL)
     abort ();
@@ -48,17 +49,12 @@ setup (void)
     }
   put ("proc/1/cgroup", "0::/kubepods/pod1/c1\n");
   put ("state/shared-cpus", "0-3");
+  return 0;
 }
 
 int
 LLVMFuzzerTestOneInput (const uint8_t *data, size_t size)
 {
-  static bool ready;
-  if (!ready)
-    {
-      setup ();
-      ready = true;
-    }
   const uint8_t *nl = memchr (data, '\n', size);
   size_t slen = nl ? (size_t) (nl - data) : size;
   char bundle[600], path[700], state_dir[600];
