@@ -30,6 +30,7 @@ CPU, MEM = "cpu.nrm.io", "memory.nrm.io"
 
 passed = 0
 failures = []
+exits = []
 
 
 def skip(why):
@@ -148,6 +149,7 @@ class Plugin:
             except subprocess.TimeoutExpired:
                 self.p.kill()
                 self.p.wait()
+        exits.append((self.p.returncode, self.log))
         return self.p.returncode
 
 
@@ -460,6 +462,10 @@ check(wait_for(lambda: "certificate" in p.text().lower() and "error" in p.text()
 check(writes_since(n) == [], "...and nothing was written")
 p.stop()
 
+bad_exits = [(rc, log) for rc, log in exits if rc != 0]
+check(not bad_exits, "every plugin stopped with status 0 (a sanitizer's finding would show here)%s"
+      % ("" if not bad_exits else ": %d in %s: %s" % (bad_exits[0][0], bad_exits[0][1],
+                                                        open(bad_exits[0][1]).read()[-2000:])))
 api.stop()
 shutil.rmtree(work, ignore_errors=True)
 print("%d passed, %d failed" % (passed, len(failures)))
