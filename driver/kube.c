@@ -103,8 +103,8 @@ void
 nrm_kube_options_init (struct nrm_kube_options *o)
 {
   memset (o, 0, sizeof (*o));
-  o->qps = 5;
-  o->burst = 10;
+  o->qps = 20;
+  o->burst = 100;
   o->timeout_ms = 10000;
   o->max_tries = 5;
   o->user_agent = PACKAGE_NAME "/" PACKAGE_VERSION;

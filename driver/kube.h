@@ -16,8 +16,8 @@
 struct nrm_kube_options
 {
   const char *kubeconfig; /* a kubeconfig file, or NULL for the in-cluster settings */
-  double qps;             /* requests per second (5; 0 or less: no limit) */
-  int burst;              /* requests allowed at once above qps (10) */
+  double qps;             /* requests per second (20; 0 or less: no limit) */
+  int burst;              /* requests allowed at once above qps (100) */
   int timeout_ms;         /* one request, transfer included (10000) */
   int max_tries;          /* of a request that failed with a transient error (5) */
   const char *user_agent;

@@ -24,8 +24,8 @@ nrm_config_init (struct nrm_config *c)
   nrm_publish_options_init (&c->publish);
   c->min_shared_cpus = 1;
   c->reconcile_interval = 5;
-  c->api_qps = 5;
-  c->api_burst = 10;
+  c->api_qps = 20;
+  c->api_burst = 100;
 }
 
 void

@@ -89,7 +89,7 @@ static const char usage_text[]
       "                             its service account, without this flag)\n"
       "      --claims-dir DIR       read ResourceClaims from the *.json files in DIR instead\n"
       "      --no-publish           do not publish ResourceSlices\n"
-      "      --api-qps N            API requests per second (5), --api-burst N above it (10)\n"
+      "      --api-qps N            API requests per second (20), --api-burst N above it (100)\n"
       "      --http-address A:PORT  serve /healthz, /readyz and /metrics (Prometheus) there\n"
       "      --min-shared-cpus N    allocatable CPUs that always stay shared (1)\n"
       "      --reconcile-interval S seconds between passes that keep every container on the\n"
