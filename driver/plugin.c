@@ -93,6 +93,7 @@ nrm_error_kind_of (int status)
     case EINVAL:
       return NRM_ERRKIND_INVALID;
     case ENOENT:
+    case ENODEV:
       return NRM_ERRKIND_NOT_FOUND;
     case ESTALE:
       return NRM_ERRKIND_REPLACED;

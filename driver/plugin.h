@@ -138,7 +138,7 @@ extern const double nrm_latency_bounds[NRM_LATENCY_BUCKETS]; /* seconds, ascendi
 enum nrm_error_kind
 {
   NRM_ERRKIND_INVALID,    /* a malformed claim, request or configuration */
-  NRM_ERRKIND_NOT_FOUND,  /* the claim or a device is unknown */
+  NRM_ERRKIND_NOT_FOUND,  /* the claim or one of its devices is unknown */
   NRM_ERRKIND_REPLACED,   /* the claim's UID changed */
   NRM_ERRKIND_NO_CAPACITY, /* the node cannot fit it */
   NRM_ERRKIND_API,        /* the Kubernetes API did not answer */
