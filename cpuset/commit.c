@@ -119,6 +119,64 @@ mixed_cpus (const char *state_dir, const char *cpus)
 }
 
 int
+nrm_env_binding_parse (json_t *env, const char *what, struct nrm_env_binding *eb, nrm_error_t *err)
+{
+  size_t i;
+  json_t *e;
+  memset (eb, 0, sizeof (*eb));
+  json_array_foreach (env, i, e)
+  {
+    const char *kv = json_string_value (e);
+    if (kv == NULL)
+      continue;
+    if (strncmp (kv, "NRM_CPUS=", 9) == 0)
+      eb->cpus = kv + 9;
+    else if (strncmp (kv, "NRM_MEMS=", 9) == 0)
+      eb->mems = kv + 9;
+    else if (strncmp (kv, "NRM_CPU_NODES=", 14) == 0)
+      eb->cpu_nodes = kv + 14;
+    else if (strcmp (kv, "NRM_SHARED_CPUS=true") == 0)
+      eb->shared_cpus = true;
+    else if (strncmp (kv, "NRM_MEMORY_MAX=", 15) == 0)
+      eb->memory_max = kv + 15;
+    else if (strncmp (kv, "NRM_MEMORY_MIN=", 15) == 0)
+      eb->memory_min = kv + 15;
+    else if (strncmp (kv, "NRM_HUGETLB_", 12) == 0)
+      {
+        /* NRM_HUGETLB_<size>=<bytes>, the size as the kernel names it; the
+         * per-claim copies (NRM_HUGETLB_<size>_<UID>) say the same. */
+        const char *eq = strchr (kv, '=');
+        size_t sl = eq ? (size_t) (eq - kv - 12) : 0;
+        if (eq && memchr (kv + 12, '_', sl) != NULL)
+          continue;
+        if (sl == 0 || sl > 8 || strspn (kv + 12, "0123456789KMGB") != sl || !digits_only (eq + 1))
+          return nrm_error_set (err, EINVAL, "%s: malformed `%.40s`", what, kv);
+        if (eb->n_hugetlb == 4)
+          return nrm_error_set (err, EINVAL, "%s: more than 4 huge page sizes", what);
+        snprintf (eb->hugetlb[eb->n_hugetlb].size, sizeof (eb->hugetlb[0].size), "%.*s", (int) sl, kv + 12);
+        eb->hugetlb[eb->n_hugetlb].max = eq + 1;
+        eb->n_hugetlb++;
+      }
+  }
+  if ((eb->memory_max && !digits_only (eb->memory_max)) || (eb->memory_min && !digits_only (eb->memory_min)))
+    return nrm_error_set (err, EINVAL, "%s: NRM_MEMORY_MAX and NRM_MEMORY_MIN must be byte counts", what);
+  return 0;
+}
+
+void
+nrm_env_binding_memory (const struct nrm_env_binding *eb, struct nrm_binding *b)
+{
+  b->memory_max = eb->memory_max;
+  b->memory_min = eb->memory_min;
+  b->n_hugetlb = eb->n_hugetlb;
+  for (size_t h = 0; h < eb->n_hugetlb; h++)
+    {
+      b->hugetlb[h].size = eb->hugetlb[h].size;
+      b->hugetlb[h].max = eb->hugetlb[h].max;
+    }
+}
+
+int
 nrm_hook_run (const char *fsroot, const char *state, size_t len, const char *state_dir, char **ret_summary,
               nrm_error_t *err)
 {
@@ -145,57 +203,21 @@ nrm_hook_run (const char *fsroot, const char *state, size_t len, const char *sta
   if (cfg == NULL)
     return nrm_error_set (err, EINVAL, "container %s: `%s` is not JSON: %s", id, cfg_path, jerr.text);
 
-  const char *cpus_env = NULL, *mems_env = NULL, *nodes_env = NULL, *mem_max = NULL, *mem_min = NULL;
+  cleanup_free char *who = NULL;
+  struct nrm_env_binding eb;
+  if (asprintf (&who, "container %s", id) < 0)
+    return nrm_error_set (err, ENOMEM, "out of memory");
+  if (nrm_env_binding_parse (json_object_get (json_object_get (cfg, "process"), "env"), who, &eb, err) < 0)
+    return -1;
   struct nrm_binding b = { 0 };
-  bool mixed = false;
-  char hsizes[4][12];
-  size_t i;
-  json_t *e;
-  json_array_foreach (json_object_get (json_object_get (cfg, "process"), "env"), i, e)
-  {
-    const char *kv = json_string_value (e);
-    if (kv == NULL)
-      continue;
-    if (strncmp (kv, "NRM_CPUS=", 9) == 0)
-      cpus_env = kv + 9;
-    else if (strncmp (kv, "NRM_MEMS=", 9) == 0)
-      mems_env = kv + 9;
-    else if (strncmp (kv, "NRM_CPU_NODES=", 14) == 0)
-      nodes_env = kv + 14;
-    else if (strcmp (kv, "NRM_SHARED_CPUS=true") == 0)
-      mixed = true;
-    else if (strncmp (kv, "NRM_MEMORY_MAX=", 15) == 0)
-      mem_max = kv + 15;
-    else if (strncmp (kv, "NRM_MEMORY_MIN=", 15) == 0)
-      mem_min = kv + 15;
-    else if (strncmp (kv, "NRM_HUGETLB_", 12) == 0)
-      {
-        /* NRM_HUGETLB_<size>=<bytes>, the size as the kernel names it; the
-         * per-claim copies (NRM_HUGETLB_<size>_<UID>) say the same. */
-        const char *eq = strchr (kv, '=');
-        size_t sl = eq ? (size_t) (eq - kv - 12) : 0;
-        if (eq && memchr (kv + 12, '_', sl) != NULL)
-          continue;
-        if (sl == 0 || sl > 8 || strspn (kv + 12, "0123456789KMGB") != sl || !digits_only (eq + 1))
-          return nrm_error_set (err, EINVAL, "container %s: malformed `%.40s`", id, kv);
-        if (b.n_hugetlb == 4)
-          return nrm_error_set (err, EINVAL, "container %s: more than 4 huge page sizes", id);
-        snprintf (hsizes[b.n_hugetlb], sizeof (hsizes[0]), "%.*s", (int) sl, kv + 12);
-        b.hugetlb[b.n_hugetlb].size = hsizes[b.n_hugetlb];
-        b.hugetlb[b.n_hugetlb].max = eq + 1;
-        b.n_hugetlb++;
-      }
-  }
-  if ((mem_max && !digits_only (mem_max)) || (mem_min && !digits_only (mem_min)))
-    return nrm_error_set (err, EINVAL, "container %s: NRM_MEMORY_MAX and NRM_MEMORY_MIN must be byte counts", id);
+  nrm_env_binding_memory (&eb, &b);
   cleanup_free char *cpus = NULL, *mems = NULL;
-  if (cpus_env && list_value ("NRM_CPUS", cpus_env, &cpus, err) < 0)
+  if (eb.cpus && list_value ("NRM_CPUS", eb.cpus, &cpus, err) < 0)
     return nrm_error_wrap (err, "container %s", id);
-  if ((mems_env || nodes_env) && list_value (mems_env ? "NRM_MEMS" : "NRM_CPU_NODES", mems_env ? mems_env : nodes_env,
-                                             &mems, err)
-                                     < 0)
+  if ((eb.mems || eb.cpu_nodes)
+      && list_value (eb.mems ? "NRM_MEMS" : "NRM_CPU_NODES", eb.mems ? eb.mems : eb.cpu_nodes, &mems, err) < 0)
     return nrm_error_wrap (err, "container %s", id);
-  if (cpus == NULL && mems == NULL && mem_max == NULL && mem_min == NULL && b.n_hugetlb == 0)
+  if (cpus == NULL && mems == NULL && b.memory_max == NULL && b.memory_min == NULL && b.n_hugetlb == 0)
     {
       if (ret_summary)
         *ret_summary = strdup ("no nrm binding in the container's environment; nothing to do");
@@ -225,7 +247,7 @@ nrm_hook_run (const char *fsroot, const char *state, size_t len, const char *sta
   if (nrm_mkdir_p (dir, 0700, err) < 0 || (lock = lock_records (state_dir, err)) < 0)
     goto fail;
   doc = json_pack ("{s:s, s:s, s:s?, s:s?}", "id", id, "cgroup", cgroup, "cpus", cpus, "mems", mems);
-  if (mixed && cpus)
+  if (eb.shared_cpus && cpus)
     json_object_set_new (doc, "sharedCPUs", json_true ());
   text = json_dumps (doc, JSON_COMPACT);
   if (text == NULL || nrm_write_atomic (rec, text, strlen (text), 0600, false, err) < 0)
@@ -233,12 +255,10 @@ nrm_hook_run (const char *fsroot, const char *state, size_t len, const char *sta
   /* A mixed claim starts on its CPUs and the shared pool as the reconciler
    * last wrote it (under the same lock); without that file, on its own
    * CPUs until the next pass. */
-  if (mixed && cpus)
+  if (eb.shared_cpus && cpus)
     with_shared = mixed_cpus (state_dir, cpus);
   b.cpus = with_shared ? with_shared : cpus;
   b.mems = mems;
-  b.memory_max = mem_max;
-  b.memory_min = mem_min;
   if (nrm_cgroup_apply (fs, cgroup, &b, err) < 0)
     {
       unlink (rec);

@@ -20,6 +20,7 @@
 #include <numa.h>
 
 #include "cpuset/cgroup.h"
+#include "cpuset/commit.h"
 #include "driver/nodedrv.h"
 #include "driver/plugin.h"
 #include "nrm/cleanup.h"
@@ -120,33 +121,6 @@ claim_for (const char *uid, const char *name, const char *driver, const char *no
   return claim_with (uid, name, json_pack ("[o]", result_for ("run", driver, node, device, key, amount)), config);
 }
 
-/* The limits the memory driver asked for (its NRM_MEMORY_MAX and
- * NRM_HUGETLB_<size> variables), into a binding; the values stay in env,
- * the size names in sizes. */
-static void
-memory_limits (json_t *env, struct nrm_binding *b, char sizes[4][16])
-{
-  size_t i;
-  json_t *v;
-  json_array_foreach (env, i, v)
-  {
-    const char *kv = json_string_value (v), *eq = kv ? strchr (kv, '=') : NULL;
-    if (eq == NULL)
-      continue;
-    if (strncmp (kv, "NRM_MEMORY_MAX=", 15) == 0)
-      b->memory_max = eq + 1;
-    else if (strncmp (kv, "NRM_HUGETLB_", 12) == 0 && b->n_hugetlb < 4
-             && memchr (kv + 12, '_', (size_t) (eq - kv) - 12) == NULL) /* not the per-claim copy */
-      {
-        size_t len = (size_t) (eq - kv) - 12;
-        snprintf (sizes[b->n_hugetlb], sizeof (sizes[0]), "%.*s", (int) (len < 15 ? len : 15), kv + 12);
-        b->hugetlb[b->n_hugetlb].size = sizes[b->n_hugetlb];
-        b->hugetlb[b->n_hugetlb].max = eq + 1;
-        b->n_hugetlb++;
-      }
-  }
-}
-
 static bool
 have_cgroup_cpuset (const char *fsroot)
 {
@@ -217,6 +191,7 @@ nrm_cmd_run (struct nrm_config *c, struct nrm_topology *t, const struct nrm_run_
   bool use_mem = rq->memory != NULL || rq->hugepages_2mi != NULL || rq->hugepages_1gi != NULL;
   bool prepared[2] = { false, false };
   cleanup_json json_t *mem_env = NULL;
+  struct nrm_env_binding mem_eb = { 0 }; /* the memory driver's limits, from its environment */
   int r = -1;
 
   pid_t self = getpid ();
@@ -364,6 +339,8 @@ nrm_cmd_run (struct nrm_config *c, struct nrm_topology *t, const struct nrm_run_
       mem_env = json_incref (json_object_get (json_object_get (mclaims, uid), "env"));
       if (*err)
         nrm_error_release (err);
+      if (nrm_env_binding_parse (mem_env, name, &mem_eb, err) < 0)
+        goto out;
     }
 
   /* What was picked. */
@@ -379,8 +356,7 @@ nrm_cmd_run (struct nrm_config *c, struct nrm_topology *t, const struct nrm_run_
   if (cgroup)
     {
       struct nrm_binding b = { .cpus = cpus, .mems = mems };
-      char sizes[4][16];
-      memory_limits (mem_env, &b, sizes);
+      nrm_env_binding_memory (&mem_eb, &b);
       cleanup_free char *rel = NULL;
       if (asprintf (&rel, "nrm.slice/%s", cgname) < 0)
         {
@@ -394,10 +370,7 @@ nrm_cmd_run (struct nrm_config *c, struct nrm_topology *t, const struct nrm_run_
   else
     {
       nrm_log (NULL, NRM_LOG_INFO, "no cgroup v2 cpuset here: pinning with sched_setaffinity and set_mempolicy");
-      struct nrm_binding b = { 0 };
-      char sizes[4][16];
-      memory_limits (mem_env, &b, sizes);
-      if (b.memory_max || b.n_hugetlb)
+      if (mem_eb.memory_max || mem_eb.n_hugetlb)
         nrm_log (NULL, NRM_LOG_INFO, "without cgroup v2 the memory and huge pages are held for this run but not "
                                      "enforced as limits");
     }
