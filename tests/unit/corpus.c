@@ -2,9 +2,14 @@
 #include "config.h"
 
 #include <inttypes.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <cmocka.h>
 
 #include "tests/unit/corpus.h"
 
@@ -75,4 +80,31 @@ corpus_free (struct corpus_entry *e, size_t n)
       free (e[i].name);
     }
   free (e);
+}
+
+int
+corpus_run (const char *group, const struct corpus_test *per_machine, size_t n_per,
+            const struct CMUnitTest *others, size_t n_others)
+{
+  struct corpus_entry *c = NULL;
+  size_t n = corpus_load (&c), k = 0;
+  struct CMUnitTest *tests = calloc (n * n_per + n_others + 1, sizeof (*tests));
+  if (tests == NULL)
+    return 99;
+  for (size_t i = 0; i < n; i++)
+    for (size_t j = 0; j < n_per; j++)
+      {
+        char *name = NULL;
+        if (asprintf (&name, "%s %s", per_machine[j].label, c[i].name) < 0)
+          return 99;
+        tests[k++] = (struct CMUnitTest){ .name = name, .test_func = per_machine[j].fn, .initial_state = &c[i] };
+      }
+  for (size_t j = 0; j < n_others; j++)
+    tests[k + j] = others[j];
+  int r = _cmocka_run_group_tests (group, tests, k + n_others, NULL, NULL);
+  for (size_t i = 0; i < k; i++)
+    free ((char *) tests[i].name);
+  free (tests);
+  corpus_free (c, n);
+  return r;
 }

@@ -5,6 +5,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+struct CMUnitTest;
+
 /* One row of the corpus MANIFEST.tsv: what hwloc's own tools count. */
 struct corpus_entry
 {
@@ -18,5 +20,18 @@ struct corpus_entry
  * the corpus is not there, 99 when it is malformed. */
 size_t corpus_load (struct corpus_entry **ret);
 void corpus_free (struct corpus_entry *e, size_t n);
+
+/* A test run on every recorded machine, named "<label> <machine>". */
+struct corpus_test
+{
+  const char *label;
+  void (*fn) (void **state); /* state: the struct corpus_entry */
+};
+
+/* Runs the cmocka group: each per-machine test on every machine of the
+ * corpus (machine by machine), then the other tests; returns cmocka's
+ * result. */
+int corpus_run (const char *group, const struct corpus_test *per_machine, size_t n_per,
+                const struct CMUnitTest *others, size_t n_others);
 
 #endif

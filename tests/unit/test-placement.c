@@ -291,21 +291,7 @@ test_golden (void **state)
 int
 main (void)
 {
-  struct corpus_entry *c = NULL;
-  size_t n = corpus_load (&c);
-  struct CMUnitTest *tests = calloc (n + 1, sizeof (*tests));
-  for (size_t i = 0; i < n; i++)
-    {
-      char *name = NULL;
-      if (asprintf (&name, "churn %s", c[i].name) < 0)
-        return 99;
-      tests[i] = (struct CMUnitTest){ .name = name, .test_func = test_churn, .initial_state = &c[i] };
-    }
-  tests[n] = (struct CMUnitTest){ .name = "golden", .test_func = test_golden };
-  int r = _cmocka_run_group_tests ("placement", tests, n + 1, NULL, NULL);
-  for (size_t i = 0; i < n; i++)
-    free ((char *) tests[i].name);
-  free (tests);
-  corpus_free (c, n);
-  return r;
+  const struct corpus_test per_machine[] = { { "churn", test_churn } };
+  const struct CMUnitTest others[] = { { .name = "golden", .test_func = test_golden } };
+  return corpus_run ("placement", per_machine, 1, others, 1);
 }

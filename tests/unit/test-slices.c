@@ -445,22 +445,10 @@ test_counter_sets_split (void **state)
 int
 main (void)
 {
-  struct corpus_entry *c = NULL;
-  size_t n = corpus_load (&c);
-  struct CMUnitTest *tests = calloc (n + 2, sizeof (*tests));
-  for (size_t i = 0; i < n; i++)
-    {
-      char *name = NULL;
-      if (asprintf (&name, "slices %s", c[i].name) < 0)
-        return 99;
-      tests[i] = (struct CMUnitTest){ .name = name, .test_func = test_machine, .initial_state = &c[i] };
-    }
-  tests[n] = (struct CMUnitTest){ .name = "validator refuses broken slices", .test_func = test_validator };
-  tests[n + 1] = (struct CMUnitTest){ .name = "counter sets split", .test_func = test_counter_sets_split };
-  int r = _cmocka_run_group_tests ("slices", tests, n + 2, NULL, NULL);
-  for (size_t i = 0; i < n; i++)
-    free ((char *) tests[i].name);
-  free (tests);
-  corpus_free (c, n);
-  return r;
+  const struct corpus_test per_machine[] = { { "slices", test_machine } };
+  const struct CMUnitTest others[] = {
+    { .name = "validator refuses broken slices", .test_func = test_validator },
+    { .name = "counter sets split", .test_func = test_counter_sets_split },
+  };
+  return corpus_run ("slices", per_machine, 1, others, 2);
 }

@@ -207,23 +207,10 @@ test_bad_files (void **state)
 int
 main (void)
 {
-  struct corpus_entry *c = NULL;
-  size_t n = corpus_load (&c);
-  struct CMUnitTest *tests = calloc (2 * n + 2, sizeof (*tests));
-  for (size_t i = 0; i < n; i++)
-    {
-      char *name1 = NULL, *name2 = NULL;
-      if (asprintf (&name1, "scan %s", c[i].name) < 0 || asprintf (&name2, "reserved %s", c[i].name) < 0)
-        return 99;
-      tests[2 * i] = (struct CMUnitTest){ .name = name1, .test_func = test_machine, .initial_state = &c[i] };
-      tests[2 * i + 1] = (struct CMUnitTest){ .name = name2, .test_func = test_reserved, .initial_state = &c[i] };
-    }
-  tests[2 * n] = (struct CMUnitTest){ .name = "special machines", .test_func = test_special_machines };
-  tests[2 * n + 1] = (struct CMUnitTest){ .name = "bad files", .test_func = test_bad_files };
-  int r = _cmocka_run_group_tests ("topology", tests, 2 * n + 2, NULL, NULL);
-  for (size_t i = 0; i < 2 * n; i++)
-    free ((char *) tests[i].name);
-  free (tests);
-  corpus_free (c, n);
-  return r;
+  const struct corpus_test per_machine[] = { { "scan", test_machine }, { "reserved", test_reserved } };
+  const struct CMUnitTest others[] = {
+    { .name = "special machines", .test_func = test_special_machines },
+    { .name = "bad files", .test_func = test_bad_files },
+  };
+  return corpus_run ("topology", per_machine, 2, others, 2);
 }
