@@ -56,35 +56,12 @@ answer (void *cls, struct MHD_Connection *conn, const char *url, const char *met
   return ret;
 }
 
-static int
-finish_start (struct nrm_http *s, const char *address, struct nrm_http **ret, nrm_error_t *err)
+/* One daemon; addr NULL is every address. */
+static struct MHD_Daemon *
+start_daemon (struct nrm_http *s, unsigned flags, uint16_t port, const struct sockaddr *addr)
 {
-  if (s->d == NULL)
-    {
-      free (s);
-      return nrm_error_set (err, EADDRINUSE, "cannot serve HTTP on `%s` (address in use or not local?)", address);
-    }
-  const union MHD_DaemonInfo *info = MHD_get_daemon_info (s->d, MHD_DAEMON_INFO_BIND_PORT);
-  s->port = info ? info->port : 0;
-  *ret = s;
-  return 0;
-}
-
-static int
-start_any (uint16_t port, nrm_http_handler fn, void *ctx, const char *address, struct nrm_http **ret,
-           nrm_error_t *err)
-{
-  struct nrm_http *s = calloc (1, sizeof (*s));
-  if (s == NULL)
-    return nrm_error_set (err, ENOMEM, "out of memory");
-  s->fn = fn;
-  s->ctx = ctx;
-  s->d = MHD_start_daemon (MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_DUAL_STACK, port, NULL, NULL, answer, s,
-                           MHD_OPTION_CONNECTION_LIMIT, 16u, MHD_OPTION_CONNECTION_TIMEOUT, 10u, MHD_OPTION_END);
-  if (s->d == NULL) /* no IPv6 on this machine: IPv4 only */
-    s->d = MHD_start_daemon (MHD_USE_INTERNAL_POLLING_THREAD, port, NULL, NULL, answer, s, MHD_OPTION_CONNECTION_LIMIT,
-                             16u, MHD_OPTION_CONNECTION_TIMEOUT, 10u, MHD_OPTION_END);
-  return finish_start (s, address, ret, err);
+  return MHD_start_daemon (MHD_USE_INTERNAL_POLLING_THREAD | flags, port, NULL, NULL, answer, s, MHD_OPTION_SOCK_ADDR,
+                           addr, MHD_OPTION_CONNECTION_LIMIT, 16u, MHD_OPTION_CONNECTION_TIMEOUT, 10u, MHD_OPTION_END);
 }
 
 int
@@ -110,28 +87,43 @@ nrm_http_start (const char *address, nrm_http_handler fn, void *ctx, struct nrm_
 
   struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE | AI_NUMERICSERV };
   struct addrinfo *ai = NULL;
-  /* ":PORT" is every address, IPv4 and IPv6 (one dual-stack socket). */
-  if (*host == '\0')
-    return start_any ((uint16_t) port, fn, ctx, address, ret, err);
-  int gr = getaddrinfo (host, colon + 1, &hints, &ai);
-  if (gr != 0)
-    return nrm_error_set (err, EINVAL, "HTTP address `%s`: %s", address, gai_strerror (gr));
-
+  if (*host != '\0')
+    {
+      int gr = getaddrinfo (host, colon + 1, &hints, &ai);
+      if (gr != 0)
+        return nrm_error_set (err, EINVAL, "HTTP address `%s`: %s", address, gai_strerror (gr));
+    }
   struct nrm_http *s = calloc (1, sizeof (*s));
   if (s == NULL)
     {
-      freeaddrinfo (ai);
+      if (ai)
+        freeaddrinfo (ai);
       return nrm_error_set (err, ENOMEM, "out of memory");
     }
   s->fn = fn;
   s->ctx = ctx;
-  unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD;
-  if (ai->ai_family == AF_INET6)
-    flags |= MHD_USE_IPv6;
-  s->d = MHD_start_daemon (flags, (uint16_t) port, NULL, NULL, answer, s, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
-                           MHD_OPTION_CONNECTION_LIMIT, 16u, MHD_OPTION_CONNECTION_TIMEOUT, 10u, MHD_OPTION_END);
-  freeaddrinfo (ai);
-  return finish_start (s, address, ret, err);
+  if (ai)
+    {
+      s->d = start_daemon (s, ai->ai_family == AF_INET6 ? MHD_USE_IPv6 : 0, (uint16_t) port, ai->ai_addr);
+      freeaddrinfo (ai);
+    }
+  else
+    {
+      /* ":PORT" is every address, IPv4 and IPv6 (one dual-stack socket);
+       * IPv4 only on a machine without IPv6. */
+      s->d = start_daemon (s, MHD_USE_DUAL_STACK, (uint16_t) port, NULL);
+      if (s->d == NULL)
+        s->d = start_daemon (s, 0, (uint16_t) port, NULL);
+    }
+  if (s->d == NULL)
+    {
+      free (s);
+      return nrm_error_set (err, EADDRINUSE, "cannot serve HTTP on `%s` (address in use or not local?)", address);
+    }
+  const union MHD_DaemonInfo *info = MHD_get_daemon_info (s->d, MHD_DAEMON_INFO_BIND_PORT);
+  s->port = info ? info->port : 0;
+  *ret = s;
+  return 0;
 }
 
 int
