@@ -11,6 +11,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -374,6 +375,13 @@ check(r.returncode == 0 and dev["consumed"] == "8" and sorted(dev["claims"]) == 
       "nrm status counts a device held twice by one claim once (%s CPUs, %s)" % (dev["consumed"], dev["claims"]))
 errs = p.metric("nrm_claim_errors_total", driver=CPU, operation="prepare", kind="not_found")
 check(errs == 1, "/metrics counts the missing claim as not_found (%s)" % errs)
+nd = claim("nodevice", "uid-nodevice")
+nd["status"]["allocation"]["devices"]["results"][0]["device"] = "numa99"
+api.put_claim(nd)
+r = prepare("nodevice", "uid-nodevice")
+check(r.returncode != 0 and "numa99" in r.stderr
+      and p.metric("nrm_claim_errors_total", driver=CPU, operation="prepare", kind="not_found") == 2,
+      "a claim on an unknown device is refused, named and counted as not_found: " + r.stderr.strip())
 for uid in ("uid-good", "uid-flaky", "uid-slow", "uid-twice"):
     subprocess.run([DRA_CLIENT, "unprepare", dra_sock, uid], check=True)
 p.stop()
@@ -433,8 +441,20 @@ with open(os.path.join(sa, "token"), "w") as fh:
 env = os.environ.copy()
 env.update(KUBERNETES_SERVICE_HOST="127.0.0.1", KUBERNETES_SERVICE_PORT=api.url.rsplit(":", 1)[1],
            NRM_SERVICE_ACCOUNT_DIR=sa)
-p = Plugin(env=env, kubeconfig_path=None)
+p = Plugin("--http-address", ":0", env=env, kubeconfig_path=None)
 check(wait_for(lambda: matches(want, CPU) and matches(want, MEM)), "in a pod (service account settings) it publishes too")
+# ":PORT" listens on every address: IPv4 and, where the machine has it, IPv6.
+check(p.get("/healthz")[0] == 200, "--http-address :PORT answers on 127.0.0.1")
+try:
+    six = socket.create_connection(("::1", p.port), timeout=2)
+    six.close()
+    have6 = True
+except OSError:
+    have6 = os.path.exists("/proc/net/if_inet6") and "00000000000000000000000000000001" in open("/proc/net/if_inet6").read()
+    check(not have6, "--http-address :PORT answers on [::1] too")
+if have6:
+    with urllib.request.urlopen("http://[::1]:%d/healthz" % p.port, timeout=5) as resp:
+        check(resp.status == 200, "--http-address :PORT answers on [::1] too")
 p.stop()
 
 # --- bad settings --------------------------------------------------------------------
