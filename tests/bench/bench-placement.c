@@ -46,8 +46,65 @@ avail_in (hwloc_const_bitmap_t avail, hwloc_const_bitmap_t set)
   return weight (x);
 }
 
+/* prefer-align-cpus-by-uncorecache, as the static policy does it: whole
+ * free L3 groups while the claim needs one, then, groups with the fewest
+ * available CPUs first, the first group whose whole free cores give exactly
+ * the rest (so on SMT machines only an even rest is aligned). */
+static void
+kubelet_uncore (const struct nrm_topology *t, hwloc_bitmap_t avail, size_t *n, hwloc_bitmap_t out)
+{
+  size_t ng = t->n_l3, *order = calloc (ng + 1, sizeof (size_t));
+  for (size_t i = 0; i < ng; i++)
+    order[i] = i;
+  for (size_t i = 0; i < ng; i++)
+    for (size_t j = i + 1; j < ng; j++)
+      {
+        size_t ai = avail_in (avail, t->l3[order[i]].cpus), aj = avail_in (avail, t->l3[order[j]].cpus);
+        if (aj < ai || (aj == ai && order[j] < order[i]))
+          {
+            size_t tmp = order[i];
+            order[i] = order[j];
+            order[j] = tmp;
+          }
+      }
+  for (size_t oi = 0; oi < ng && *n > 0; oi++)
+    {
+      cleanup_bitmap hwloc_bitmap_t s = hwloc_bitmap_dup (t->l3[order[oi]].cpus);
+      hwloc_bitmap_and (s, s, t->online);
+      hwloc_bitmap_andnot (s, s, t->reserved);
+      size_t w = weight (s);
+      if (w == 0 || w > *n || !hwloc_bitmap_isincluded (s, avail))
+        continue;
+      hwloc_bitmap_or (out, out, s);
+      hwloc_bitmap_andnot (avail, avail, s);
+      *n -= w;
+    }
+  for (size_t oi = 0; oi < ng && *n > 0; oi++)
+    {
+      size_t g = order[oi], size = 0, whole = 0;
+      for (size_t k = 0; k < t->n_cores; k++)
+        if (t->cores[k].l3 == (int) g && !hwloc_bitmap_iszero (t->cores[k].cpus))
+          {
+            size = size ? size : weight (t->cores[k].cpus);
+            whole += hwloc_bitmap_isincluded (t->cores[k].cpus, avail);
+          }
+      if (size == 0 || *n % size != 0 || whole < *n / size)
+        continue;
+      for (size_t k = 0; k < t->n_cores && *n > 0; k++)
+        if (t->cores[k].l3 == (int) g && !hwloc_bitmap_iszero (t->cores[k].cpus)
+            && hwloc_bitmap_isincluded (t->cores[k].cpus, avail))
+          {
+            hwloc_bitmap_or (out, out, t->cores[k].cpus);
+            hwloc_bitmap_andnot (avail, avail, t->cores[k].cpus);
+            *n -= weight (t->cores[k].cpus);
+          }
+      break;
+    }
+  free (order);
+}
+
 static int
-kubelet_take (const struct nrm_topology *t, hwloc_const_bitmap_t free_set, size_t n, hwloc_bitmap_t out)
+kubelet_take (const struct nrm_topology *t, hwloc_const_bitmap_t free_set, size_t n, bool uncore, hwloc_bitmap_t out)
 {
   cleanup_bitmap hwloc_bitmap_t avail = hwloc_bitmap_dup (free_set);
   hwloc_bitmap_zero (out);
@@ -86,6 +143,8 @@ kubelet_take (const struct nrm_topology *t, hwloc_const_bitmap_t free_set, size_
             order[j] = tmp;
           }
       }
+  if (uncore && t->n_l3 > 0)
+    kubelet_uncore (t, avail, &n, out);
   /* 3. whole cores. */
   for (size_t oi = 0; oi < t->n_numa && n > 0; oi++)
     for (size_t k = 0; k < t->n_cores && n > 0; k++)
@@ -122,15 +181,72 @@ kubelet_take (const struct nrm_topology *t, hwloc_const_bitmap_t free_set, size_
   return n == 0 ? 0 : -1;
 }
 
+/* The kubelet static policy under the Topology Manager (best-effort,
+ * restricted or single-numa-node, container scope), as operators run it for
+ * alignment: the CPU manager's hints are the masks of NUMA nodes with enough
+ * available CPUs; the merged hint is the narrowest, and among masks of one
+ * width the numerically lowest (bitmask IsNarrowerThan), i.e. the lowest node
+ * numbers; the static policy then takes the CPUs inside that mask. */
+/* The sum of the k largest of v[0..hi). */
+static size_t
+top_sum (const size_t *v, size_t hi, size_t k)
+{
+  size_t sorted[64], sum = 0;
+  memcpy (sorted, v, hi * sizeof (size_t));
+  for (size_t i = 0; i < hi && i < k; i++)
+    {
+      size_t m = i;
+      for (size_t j = i + 1; j < hi; j++)
+        if (sorted[j] > sorted[m])
+          m = j;
+      size_t tmp = sorted[i];
+      sorted[i] = sorted[m];
+      sorted[m] = tmp;
+      sum += sorted[i];
+    }
+  return sum;
+}
+
+static int
+kubelet_tm_take (const struct nrm_topology *t, hwloc_const_bitmap_t free_set, size_t n, hwloc_bitmap_t out)
+{
+  size_t nn = t->n_numa, free_of[64];
+  if (nn == 0 || nn > 64)
+    return kubelet_take (t, free_set, n, true, out);
+  for (size_t i = 0; i < nn; i++)
+    free_of[i] = avail_in (free_set, t->numa[i].cpus);
+  /* The narrowest width, then the lowest mask of that width: its highest
+   * node as low as a mask of k nodes below it can still hold the rest. */
+  size_t k = 1;
+  while (k <= nn && top_sum (free_of, nn, k) < n)
+    k++;
+  if (k > nn)
+    return -1;
+  cleanup_bitmap hwloc_bitmap_t aligned = hwloc_bitmap_alloc ();
+  size_t need = n, hi = nn;
+  for (; k > 0; k--)
+    {
+      size_t h = k - 1;
+      while (h < hi && free_of[h] + top_sum (free_of, h, k - 1) < need)
+        h++;
+      hwloc_bitmap_or (aligned, aligned, t->numa[h].cpus);
+      need = free_of[h] >= need ? 0 : need - free_of[h];
+      hi = h;
+    }
+  hwloc_bitmap_and (aligned, aligned, free_set);
+  return kubelet_take (t, aligned, n, true, out);
+}
+
 /* --- churn -------------------------------------------------------------------- */
 
 struct stats
 {
   size_t placed, failed;
   size_t l3_possible, l3_ok, numa_possible, numa_ok;
-  double shared;        /* cores holding CPUs of two or more claims, averaged */
-  double exposed;       /* claimed CPUs whose core is not wholly their claim's, averaged */
-  double largest_block; /* whole free cores in one L3 group, in CPUs, averaged */
+  /* Sums over the states after each placement, averaged at the end. */
+  double shared;        /* cores holding CPUs of two or more claims */
+  double exposed;       /* claimed CPUs whose core is not wholly their claim's */
+  double largest_block; /* whole free cores in one L3 group, in CPUs */
   double ns;
 };
 
@@ -173,16 +289,22 @@ largest_block (const struct nrm_topology *t, hwloc_const_bitmap_t free_set)
   return best;
 }
 
+/* One seeded churn; adds its sums to st. */
+enum engine
+{
+  NRM,
+  KUBELET,
+  KUBELET_TM,
+};
+
 static void
-churn (const struct nrm_topology *t, bool kubelet, struct stats *st)
+churn (const struct nrm_topology *t, enum engine engine, uint64_t seed, struct stats *st)
 {
   cleanup_bitmap hwloc_bitmap_t free_set = hwloc_bitmap_dup (t->online);
   hwloc_bitmap_andnot (free_set, free_set, t->reserved);
   hwloc_bitmap_t claims[MAX_CLAIMS];
   size_t n_claims = 0, total = weight (free_set);
-  double block_sum = 0;
-  memset (st, 0, sizeof (*st));
-  rng = 0x2545f4914f6cdd1dULL ^ total;
+  rng = (0x2545f4914f6cdd1dULL + seed * 0x9e3779b97f4a7c15ULL) ^ total;
   for (int step = 0; step < STEPS; step++)
     {
       bool alloc = n_claims == 0 || (n_claims < MAX_CLAIMS && next () % 100 < 55);
@@ -195,7 +317,7 @@ churn (const struct nrm_topology *t, bool kubelet, struct stats *st)
           continue;
         }
       /* Mostly small claims, sometimes a node's worth. */
-      size_t max = next () % 10 == 0 ? total / 3 + 1 : 8;
+      size_t max = next () % 10 < (getenv ("BIG") ? (unsigned) atoi (getenv ("BIG")) : 1) ? total / 3 + 1 : 8;
       size_t count = 1 + next () % max;
       bool l3 = t->n_l3 > 0 && fits_in (t, free_set, count, true);
       bool node = fits_in (t, free_set, count, false);
@@ -203,8 +325,10 @@ churn (const struct nrm_topology *t, bool kubelet, struct stats *st)
       struct timespec a, b;
       clock_gettime (CLOCK_MONOTONIC, &a);
       int r;
-      if (kubelet)
-        r = kubelet_take (t, free_set, count, out);
+      if (engine == KUBELET)
+        r = kubelet_take (t, free_set, count, false, out);
+      else if (engine == KUBELET_TM)
+        r = kubelet_tm_take (t, free_set, count, out);
       else
         {
           struct nrm_cpu_request req = { .count = count };
@@ -240,14 +364,20 @@ churn (const struct nrm_topology *t, bool kubelet, struct stats *st)
               }
           st->shared += owners >= 2;
         }
-      block_sum += (double) largest_block (t, free_set);
+      st->largest_block += (double) largest_block (t, free_set);
     }
-  st->largest_block = st->placed ? block_sum / (double) st->placed : 0;
-  st->shared = st->placed ? st->shared / (double) st->placed : 0;
-  st->exposed = st->placed ? st->exposed / (double) st->placed : 0;
-  st->ns /= (double) (st->placed + st->failed);
   for (size_t k = 0; k < n_claims; k++)
     hwloc_bitmap_free (claims[k]);
+}
+
+static void
+average (struct stats *st)
+{
+  double placed = st->placed ? (double) st->placed : 1;
+  st->largest_block /= placed;
+  st->shared /= placed;
+  st->exposed /= placed;
+  st->ns /= (double) (st->placed + st->failed ? st->placed + st->failed : 1);
 }
 
 static double
@@ -256,14 +386,57 @@ pct (size_t a, size_t b)
   return b ? 100.0 * (double) a / (double) b : 100.0;
 }
 
+/* Appends to buf the figures on which a is behind b: fewer aligned claims,
+ * more shared cores or exposed CPUs, smaller free blocks. Returns how many. */
+static int
+behind (const struct stats *a, const struct stats *b, char *buf, size_t len)
+{
+  struct
+  {
+    const char *name;
+    double a, b;
+    bool lower_better;
+  } f[] = {
+    { "L3", pct (a->l3_ok, a->l3_possible), pct (b->l3_ok, b->l3_possible), false },
+    { "NUMA", pct (a->numa_ok, a->numa_possible), pct (b->numa_ok, b->numa_possible), false },
+    { "shared", a->shared, b->shared, true },
+    { "exposed", a->exposed, b->exposed, true },
+    { "block", a->largest_block, b->largest_block, false },
+  };
+  int count = 0;
+  buf[0] = '\0';
+  for (size_t i = 0; i < sizeof (f) / sizeof (f[0]); i++)
+    if (f[i].lower_better ? f[i].a > f[i].b + 0.05 : f[i].a + 0.05 < f[i].b)
+      {
+        size_t used = strlen (buf);
+        snprintf (buf + used, len - used, "%s%s %.1f vs %.1f", count ? ", " : "", f[i].name, f[i].a, f[i].b);
+        count++;
+      }
+  return count;
+}
+
 int
 main (int argc, char **argv)
 {
-  int worse = 0;
-  printf ("placement quality, %d steps of seeded churn per machine (nrm | kubelet static policy)\n", STEPS);
-  printf ("%-40s %15s %15s %15s %15s %15s %17s\n", "machine", "in one L3 %", "in one NUMA %", "shared cores",
+  int worse[2] = { 0, 0 }, first = 1;
+  unsigned seeds = 5;
+  if (argc > 2 && strcmp (argv[1], "--seeds") == 0)
+    {
+      seeds = (unsigned) strtoul (argv[2], NULL, 10);
+      first = 3;
+    }
+  if (seeds == 0 || first >= argc)
+    {
+      fprintf (stderr, "usage: bench-placement [--seeds N] TOPOLOGY.xml...\n");
+      return 2;
+    }
+  printf ("placement quality: %u seeds x %d steps of churn per machine, figures averaged over the states after\n"
+          "each placement; per figure: nrm, the kubelet static policy (TakeByTopologyNUMAPacked) alone, and the\n"
+          "static policy under the Topology Manager (narrowest NUMA mask, lowest node ids first)\n",
+          seeds, STEPS);
+  printf ("%-34s %17s %17s %17s %17s %17s %20s\n", "machine", "in one L3 %", "in one NUMA %", "shared cores",
           "exposed CPUs", "largest block", "time/alloc us");
-  for (int i = 1; i < argc; i++)
+  for (int i = first; i < argc; i++)
     {
       nrm_error_t err = NULL;
       struct nrm_topology *t = NULL;
@@ -272,25 +445,43 @@ main (int argc, char **argv)
           fprintf (stderr, "%s\n", nrm_error_msg (err));
           return 1;
         }
-      struct stats n, k;
-      churn (t, false, &n);
-      churn (t, true, &k);
-      const char *name = strrchr (argv[i], '/') ? strrchr (argv[i], '/') + 1 : argv[i];
-      const char *label = strlen (name) > 40 ? name + strlen (name) - 40 : name;
-      printf ("%-40s %6.1f | %6.1f %6.1f | %6.1f %6.1f | %6.1f %6.1f | %6.1f %6.1f | %6.1f %7.2f | %7.2f\n", label,
-              pct (n.l3_ok, n.l3_possible), pct (k.l3_ok, k.l3_possible), pct (n.numa_ok, n.numa_possible),
-              pct (k.numa_ok, k.numa_possible), n.shared, k.shared, n.exposed, k.exposed, n.largest_block,
-              k.largest_block, n.ns / 1e3, k.ns / 1e3);
-      /* Behind on a figure: fewer aligned claims, more shared cores or exposed CPUs, smaller free blocks. */
-      if (pct (n.l3_ok, n.l3_possible) + 0.05 < pct (k.l3_ok, k.l3_possible)
-          || pct (n.numa_ok, n.numa_possible) + 0.05 < pct (k.numa_ok, k.numa_possible)
-          || n.shared > k.shared + 0.05 || n.exposed > k.exposed + 0.05 || n.largest_block + 0.05 < k.largest_block)
+      struct stats st[3];
+      memset (st, 0, sizeof (st));
+      for (int e = NRM; e <= KUBELET_TM; e++)
         {
-          printf ("  ^ nrm is behind the kubelet policy on this machine\n");
-          worse++;
+          for (unsigned s = 0; s < seeds; s++)
+            churn (t, (enum engine) e, s, &st[e]);
+          average (&st[e]);
+        }
+      const char *name = strrchr (argv[i], '/') ? strrchr (argv[i], '/') + 1 : argv[i];
+      const char *label = strlen (name) > 34 ? name + strlen (name) - 34 : name;
+      printf ("%-34s", label);
+      for (int e = NRM; e <= KUBELET_TM; e++)
+        printf ("%s%5.1f", e ? " " : " ", pct (st[e].l3_ok, st[e].l3_possible));
+      for (int e = NRM; e <= KUBELET_TM; e++)
+        printf ("%s%5.1f", e ? " " : " ", pct (st[e].numa_ok, st[e].numa_possible));
+      for (int e = NRM; e <= KUBELET_TM; e++)
+        printf (" %5.1f", st[e].shared);
+      for (int e = NRM; e <= KUBELET_TM; e++)
+        printf (" %5.1f", st[e].exposed);
+      for (int e = NRM; e <= KUBELET_TM; e++)
+        printf (" %5.1f", st[e].largest_block);
+      for (int e = NRM; e <= KUBELET_TM; e++)
+        printf (" %6.2f", st[e].ns / 1e3);
+      printf ("\n");
+      for (int e = KUBELET; e <= KUBELET_TM; e++)
+        {
+          char buf[256];
+          if (behind (&st[NRM], &st[e], buf, sizeof (buf)) > 0)
+            {
+              printf ("  ^ behind %s: %s\n", e == KUBELET ? "the static policy" : "static + Topology Manager", buf);
+              worse[e - 1]++;
+            }
         }
       nrm_topology_free (t);
     }
-  printf ("%d machine(s) where nrm is behind on a figure\n", worse);
+  printf ("machines where nrm is behind on a figure: %d of %d beside the static policy, %d of %d beside static + "
+          "Topology Manager\n",
+          worse[0], argc - first, worse[1], argc - first);
   return 0;
 }
