@@ -2,6 +2,7 @@
 #include "config.h"
 
 #include <errno.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -289,6 +290,46 @@ best_fit (const struct ctx *c, const struct unit *u, const struct usum *sum, siz
   return best;
 }
 
+/* Among NUMA nodes that hold n: the one that splits the fewest cores, then
+ * the one with an L3 group that holds n by itself, as cheaply and then as
+ * tightly as any (best fit over the groups of all nodes, not over nodes:
+ * the fullest node may have no group with room while another has one that
+ * fits exactly), then the fullest node. -1 if none holds n. */
+static int
+best_node (const struct ctx *c, const struct unit *u, const struct usum *sum, size_t nu, size_t n)
+{
+  size_t max = c->t->n_l3 + 2;
+  struct unit *cu = calloc (max, sizeof (*cu));
+  struct usum *cs = calloc (max, sizeof (*cs));
+  int best = -1;
+  size_t best_key[4] = { 0 };
+  if (cu == NULL || cs == NULL)
+    goto out;
+  for (size_t i = 0; i < nu; i++)
+    {
+      if (sum[i].avail < n)
+        continue;
+      size_t nc = children (c, &u[i], LEVEL_CELL, cu, max);
+      for (size_t j = 0; j < nc; j++)
+        summarize (c, &cu[j], &cs[j]);
+      int cb = best_fit (c, cu, cs, nc, n);
+      size_t key[4] = { summary_cost (c, &u[i], &sum[i], n), cb >= 0 ? summary_cost (c, &cu[cb], &cs[cb], n) : SIZE_MAX,
+                        cb >= 0 ? cs[cb].avail : SIZE_MAX, sum[i].avail };
+      size_t k = 0;
+      while (k < 3 && key[k] == best_key[k])
+        k++;
+      if (best < 0 || key[k] < best_key[k])
+        {
+          best = (int) i;
+          memcpy (best_key, key, sizeof (key));
+        }
+    }
+out:
+  free (cu);
+  free (cs);
+  return best;
+}
+
 static int fill (struct ctx *c, const struct unit *scope, enum level lv, size_t n);
 
 static int
@@ -307,13 +348,12 @@ fill (struct ctx *c, const struct unit *scope, enum level lv, size_t n)
 {
   size_t max = c->t->n_numa + c->t->n_l3 + c->t->n_packages + 2;
   struct unit *u = calloc (max, sizeof (*u));
-  bool *used = calloc (max, sizeof (bool));
   size_t nu = children (c, scope, lv, u, max);
   struct usum *sum = calloc (max, sizeof (*sum));
   int r = -1;
   for (size_t i = 0; i < nu; i++)
     summarize (c, &u[i], &sum[i]);
-  int b = best_fit (c, u, sum, nu, n);
+  int b = lv == LEVEL_NODE ? best_node (c, u, sum, nu, n) : best_fit (c, u, sum, nu, n);
   /* Two units that hold it together, a's whole cores first (a is taken
    * whole when it has none): the pair that splits the fewest cores, then
    * the one with the least room left over, so that larger free units stay
@@ -328,17 +368,31 @@ fill (struct ctx *c, const struct unit *scope, enum level lv, size_t n)
         size_t fi = sum[i].avail, fj = sum[j].avail, wi = sum[i].whole;
         if (c->req->options & (NRM_OPT_DISTRIBUTE_ACROSS_CORES | NRM_OPT_FULL_PCPUS_ONLY))
           wi = fi;
-        size_t ta = wi > 0 && wi < n && fj >= n - wi ? wi : fi;
-        if (ta >= n || fj < n - ta)
-          continue;
-        size_t cost = summary_cost (c, &u[i], &sum[i], ta) + summary_cost (c, &u[j], &sum[j], n - ta), total = fi + fj;
-        if (pa < 0 || cost < pcost || (cost == pcost && total < psum))
+        /* a's share: its whole cores, all of it, or the whole-core part of the claim (the odd
+         * thread then pairs up in b rather than split a core of a) */
+        size_t opts[3], no = 0;
+        opts[no++] = wi > 0 && wi < n && fj >= n - wi ? wi : fi;
+        if (sum[i].uniform && sum[i].size > 1)
           {
-            pa = (int) i;
-            pb = (int) j;
-            take_a = ta;
-            pcost = cost;
-            psum = total;
+            size_t part = n / sum[i].size * sum[i].size;
+            if (part > 0 && part < n && part <= wi)
+              opts[no++] = part;
+          }
+        for (size_t o = 0; o < no; o++)
+          {
+            size_t ta = opts[o];
+            if (ta >= n || fj < n - ta)
+              continue;
+            size_t cost = summary_cost (c, &u[i], &sum[i], ta) + summary_cost (c, &u[j], &sum[j], n - ta),
+                   total = fi + fj;
+            if (pa < 0 || cost < pcost || (cost == pcost && total < psum))
+              {
+                pa = (int) i;
+                pb = (int) j;
+                take_a = ta;
+                pcost = cost;
+                psum = total;
+              }
           }
       }
   /* One unit holds it: taken unless, among L3 groups, it would split more
@@ -356,49 +410,54 @@ fill (struct ctx *c, const struct unit *scope, enum level lv, size_t n)
       r = descend (c, &u[pa], take_a) < 0 ? -1 : descend (c, &u[pb], n - take_a);
       goto out;
     }
-  for (;;)
-    {
-      int pick = -1;
-      size_t pf = 0;
-      for (size_t i = 0; i < nu; i++)
-        {
-          size_t f = used[i] ? 0 : unit_avail (c, &u[i]);
-          if (f > 0 && f <= n && f > pf)
-            {
-              pick = (int) i;
-              pf = f;
-            }
-        }
-      if (pick < 0)
-        break;
-      used[pick] = true;
-      if (descend (c, &u[pick], pf) < 0)
-        goto out;
-      n -= pf;
-      if (n == 0)
-        break;
-    }
+  /* Several units: whole cores first, from the units with the most of
+   * them (the fewest units), until one unit holds the rest; then free
+   * threads the same way. */
+  for (int pass = 0; pass < 2 && n > 0; pass++)
+    for (;;)
+      {
+        int pick = -1, fit = -1;
+        size_t pf = 0, fit_cost = 0, fit_free = 0;
+        for (size_t i = 0; i < nu; i++)
+          {
+            struct usum su;
+            summarize (c, &u[i], &su);
+            size_t w = pass == 1 || (c->req->options & (NRM_OPT_DISTRIBUTE_ACROSS_CORES | NRM_OPT_FULL_PCPUS_ONLY))
+                           ? su.avail
+                           : su.whole;
+            if (w >= n)
+              {
+                size_t cost = summary_cost (c, &u[i], &su, n);
+                if (fit < 0 || cost < fit_cost || (cost == fit_cost && su.avail < fit_free))
+                  {
+                    fit = (int) i;
+                    fit_cost = cost;
+                    fit_free = su.avail;
+                  }
+              }
+            else if (w > pf)
+              {
+                pick = (int) i;
+                pf = w;
+              }
+          }
+        if (fit >= 0)
+          {
+            r = descend (c, &u[fit], n);
+            goto out;
+          }
+        if (pick < 0)
+          break;
+        if (descend (c, &u[pick], pf) < 0)
+          goto out;
+        n -= pf;
+      }
   if (n > 0)
-    {
-      struct unit *rest = calloc (max, sizeof (*rest));
-      size_t nr = 0;
-      for (size_t i = 0; i < nu; i++)
-        if (!used[i])
-          rest[nr++] = u[i];
-      struct usum *rsum = calloc (max, sizeof (*rsum));
-      for (size_t i = 0; i < nr; i++)
-        summarize (c, &rest[i], &rsum[i]);
-      b = best_fit (c, rest, rsum, nr, n);
-      r = b >= 0 ? descend (c, &rest[b], n) : -1;
-      free (rsum);
-      free (rest);
-      goto out;
-    }
+    goto out;
   r = 0;
 out:
   free (u);
   free (sum);
-  free (used);
   return r;
 }
 

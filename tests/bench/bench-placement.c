@@ -10,6 +10,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <math.h>
 #include <string.h>
 #include <time.h>
 
@@ -317,7 +318,7 @@ churn (const struct nrm_topology *t, enum engine engine, uint64_t seed, struct s
           continue;
         }
       /* Mostly small claims, sometimes a node's worth. */
-      size_t max = next () % 10 < (getenv ("BIG") ? (unsigned) atoi (getenv ("BIG")) : 1) ? total / 3 + 1 : 8;
+      size_t max = next () % 10 == 0 ? total / 3 + 1 : 8;
       size_t count = 1 + next () % max;
       bool l3 = t->n_l3 > 0 && fits_in (t, free_set, count, true);
       bool node = fits_in (t, free_set, count, false);
@@ -386,56 +387,94 @@ pct (size_t a, size_t b)
   return b ? 100.0 * (double) a / (double) b : 100.0;
 }
 
-/* Appends to buf the figures on which a is behind b: fewer aligned claims,
- * more shared cores or exposed CPUs, smaller free blocks. Returns how many. */
-static int
-behind (const struct stats *a, const struct stats *b, char *buf, size_t len)
+#define FIGURES 5
+#define MAX_SEEDS 100
+
+static const struct
 {
-  struct
-  {
-    const char *name;
-    double a, b;
-    bool lower_better;
-  } f[] = {
-    { "L3", pct (a->l3_ok, a->l3_possible), pct (b->l3_ok, b->l3_possible), false },
-    { "NUMA", pct (a->numa_ok, a->numa_possible), pct (b->numa_ok, b->numa_possible), false },
-    { "shared", a->shared, b->shared, true },
-    { "exposed", a->exposed, b->exposed, true },
-    { "block", a->largest_block, b->largest_block, false },
-  };
+  const char *name;
+  bool lower_better;
+} figures[FIGURES] = { { "L3", false }, { "NUMA", false }, { "shared", true }, { "exposed", true }, { "block", false } };
+
+static void
+figures_of (const struct stats *st, double *f)
+{
+  f[0] = pct (st->l3_ok, st->l3_possible);
+  f[1] = pct (st->numa_ok, st->numa_possible);
+  f[2] = st->shared;
+  f[3] = st->exposed;
+  f[4] = st->largest_block;
+}
+
+/* Compares engine a with engine b figure by figure over the seeds: the
+ * mean of the paired differences (the same seed gives both the same
+ * churn) and its standard error. A figure counts as behind or ahead only
+ * when the mean is more than two standard errors (and 0.05) away from 0,
+ * so that one lucky or unlucky seed decides nothing. Appends the figures
+ * to the buffers; returns how many are behind. */
+static int
+compare (double f[][MAX_SEEDS][FIGURES], int a, int b, unsigned seeds, char *behind, char *ahead, size_t len,
+         int *n_ahead)
+{
   int count = 0;
-  buf[0] = '\0';
-  for (size_t i = 0; i < sizeof (f) / sizeof (f[0]); i++)
-    if (f[i].lower_better ? f[i].a > f[i].b + 0.05 : f[i].a + 0.05 < f[i].b)
-      {
-        size_t used = strlen (buf);
-        snprintf (buf + used, len - used, "%s%s %.1f vs %.1f", count ? ", " : "", f[i].name, f[i].a, f[i].b);
+  behind[0] = ahead[0] = '\0';
+  *n_ahead = 0;
+  for (size_t k = 0; k < FIGURES; k++)
+    {
+      double mean = 0, var = 0, ma = 0, mb = 0;
+      for (unsigned s = 0; s < seeds; s++)
+        {
+          mean += f[a][s][k] - f[b][s][k];
+          ma += f[a][s][k];
+          mb += f[b][s][k];
+        }
+      mean /= seeds;
+      ma /= seeds;
+      mb /= seeds;
+      for (unsigned s = 0; s < seeds; s++)
+        {
+          double d = f[a][s][k] - f[b][s][k] - mean;
+          var += d * d;
+        }
+      double se = seeds > 1 ? sqrt (var / (seeds - 1) / seeds) : 0, margin = 2 * se > 0.05 ? 2 * se : 0.05;
+      double worse = figures[k].lower_better ? mean : -mean;
+      char *buf = worse > margin ? behind : worse < -margin ? ahead : NULL;
+      if (buf == NULL)
+        continue;
+      size_t used = strlen (buf);
+      snprintf (buf + used, len - used, "%s%s %.1f vs %.1f (+-%.1f)", used ? ", " : "", figures[k].name, ma, mb,
+                2 * se);
+      if (buf == behind)
         count++;
-      }
+      else
+        (*n_ahead)++;
+    }
   return count;
 }
 
 int
 main (int argc, char **argv)
 {
-  int worse[2] = { 0, 0 }, first = 1;
-  unsigned seeds = 5;
+  int worse[2] = { 0, 0 }, better[2] = { 0, 0 }, first = 1;
+  unsigned seeds = 10;
   if (argc > 2 && strcmp (argv[1], "--seeds") == 0)
     {
       seeds = (unsigned) strtoul (argv[2], NULL, 10);
       first = 3;
     }
-  if (seeds == 0 || first >= argc)
+  if (seeds == 0 || seeds > MAX_SEEDS || first >= argc)
     {
-      fprintf (stderr, "usage: bench-placement [--seeds N] TOPOLOGY.xml...\n");
+      fprintf (stderr, "usage: bench-placement [--seeds N (1-%d)] TOPOLOGY.xml...\n", MAX_SEEDS);
       return 2;
     }
   printf ("placement quality: %u seeds x %d steps of churn per machine, figures averaged over the states after\n"
           "each placement; per figure: nrm, the kubelet static policy (TakeByTopologyNUMAPacked) alone, and the\n"
-          "static policy under the Topology Manager (narrowest NUMA mask, lowest node ids first)\n",
+          "static policy set up for alignment (Topology Manager, prefer-align-cpus-by-uncorecache); behind/ahead:\n"
+          "mean of the per-seed differences beyond twice its standard error (shown as +-)\n",
           seeds, STEPS);
   printf ("%-34s %17s %17s %17s %17s %17s %20s\n", "machine", "in one L3 %", "in one NUMA %", "shared cores",
           "exposed CPUs", "largest block", "time/alloc us");
+  static double f[3][MAX_SEEDS][FIGURES];
   for (int i = first; i < argc; i++)
     {
       nrm_error_t err = NULL;
@@ -445,43 +484,52 @@ main (int argc, char **argv)
           fprintf (stderr, "%s\n", nrm_error_msg (err));
           return 1;
         }
-      struct stats st[3];
-      memset (st, 0, sizeof (st));
+      double mean[3][FIGURES], ns[3];
+      memset (mean, 0, sizeof (mean));
       for (int e = NRM; e <= KUBELET_TM; e++)
         {
+          double nsum = 0, calls = 0;
           for (unsigned s = 0; s < seeds; s++)
-            churn (t, (enum engine) e, s, &st[e]);
-          average (&st[e]);
+            {
+              struct stats st = { 0 };
+              churn (t, (enum engine) e, s, &st);
+              nsum += st.ns;
+              calls += (double) (st.placed + st.failed);
+              average (&st);
+              figures_of (&st, f[e][s]);
+              for (size_t k = 0; k < FIGURES; k++)
+                mean[e][k] += f[e][s][k] / seeds;
+            }
+          ns[e] = calls > 0 ? nsum / calls : 0;
         }
       const char *name = strrchr (argv[i], '/') ? strrchr (argv[i], '/') + 1 : argv[i];
       const char *label = strlen (name) > 34 ? name + strlen (name) - 34 : name;
       printf ("%-34s", label);
+      for (size_t k = 0; k < FIGURES; k++)
+        for (int e = NRM; e <= KUBELET_TM; e++)
+          printf (" %5.1f", mean[e][k]);
       for (int e = NRM; e <= KUBELET_TM; e++)
-        printf ("%s%5.1f", e ? " " : " ", pct (st[e].l3_ok, st[e].l3_possible));
-      for (int e = NRM; e <= KUBELET_TM; e++)
-        printf ("%s%5.1f", e ? " " : " ", pct (st[e].numa_ok, st[e].numa_possible));
-      for (int e = NRM; e <= KUBELET_TM; e++)
-        printf (" %5.1f", st[e].shared);
-      for (int e = NRM; e <= KUBELET_TM; e++)
-        printf (" %5.1f", st[e].exposed);
-      for (int e = NRM; e <= KUBELET_TM; e++)
-        printf (" %5.1f", st[e].largest_block);
-      for (int e = NRM; e <= KUBELET_TM; e++)
-        printf (" %6.2f", st[e].ns / 1e3);
+        printf (" %6.2f", ns[e] / 1e3);
       printf ("\n");
       for (int e = KUBELET; e <= KUBELET_TM; e++)
         {
-          char buf[256];
-          if (behind (&st[NRM], &st[e], buf, sizeof (buf)) > 0)
+          char b[512], a[512];
+          int n_ahead;
+          const char *ref = e == KUBELET ? "the static policy" : "the aligned static policy";
+          if (compare (f, NRM, e, seeds, b, a, sizeof (b), &n_ahead) > 0)
             {
-              printf ("  ^ behind %s: %s\n", e == KUBELET ? "the static policy" : "static + Topology Manager", buf);
+              printf ("  ^ behind %s: %s\n", ref, b);
               worse[e - 1]++;
             }
+          better[e - 1] += n_ahead > 0;
         }
       nrm_topology_free (t);
     }
-  printf ("machines where nrm is behind on a figure: %d of %d beside the static policy, %d of %d beside static + "
-          "Topology Manager\n",
+  printf ("machines where nrm is behind on a figure: %d of %d beside the static policy, %d of %d beside the aligned "
+          "static policy\n",
           worse[0], argc - first, worse[1], argc - first);
+  printf ("machines where nrm is ahead on a figure: %d of %d beside the static policy, %d of %d beside the aligned "
+          "static policy\n",
+          better[0], argc - first, better[1], argc - first);
   return 0;
 }

@@ -288,10 +288,144 @@ test_golden (void **state)
   nrm_topology_free (t);
 }
 
+static struct nrm_topology *
+load (const char *name)
+{
+  char path[4096];
+  nrm_error_t err = NULL;
+  struct nrm_topology *t = NULL;
+  snprintf (path, sizeof (path), "%s/%s", getenv ("NRM_TOPOLOGIES"), name);
+  assert_int_equal (nrm_topology_load (path, &t, &err), 0);
+  return t;
+}
+
+/* Marks `threads` CPUs of core k as taken (0: the whole core). */
+static void
+take (const struct nrm_topology *t, hwloc_bitmap_t free_set, size_t k, int threads)
+{
+  int cpu, n = 0;
+  hwloc_bitmap_foreach_begin (cpu, t->cores[k].cpus)
+  {
+    if (threads == 0 || n++ < threads)
+      hwloc_bitmap_clr (free_set, (unsigned) cpu);
+  }
+  hwloc_bitmap_foreach_end ();
+}
+
+/* Is every core that the claim touches wholly the claim's? */
+static bool
+whole_cores_only (const struct nrm_topology *t, hwloc_const_bitmap_t out)
+{
+  for (size_t k = 0; k < t->n_cores; k++)
+    if (hwloc_bitmap_intersects (t->cores[k].cpus, out) && !hwloc_bitmap_isincluded (t->cores[k].cpus, out))
+      return false;
+  return true;
+}
+
+/* Among NUMA nodes that hold a claim, the one with an L3 group that holds
+ * it wins over a fuller node where it would span groups. */
+static void
+test_golden_node_by_l3 (void **state)
+{
+  (void) state;
+  nrm_error_t err = NULL;
+  struct nrm_topology *t = load ("AMD-19h-Zen4-2xEpyc-9654.xml");
+  cleanup_bitmap hwloc_bitmap_t free_set = hwloc_bitmap_dup (t->online);
+  cleanup_bitmap hwloc_bitmap_t out = hwloc_bitmap_alloc ();
+  /* Node 0: two whole free cores left in each of its L3 groups. */
+  size_t *left = calloc (t->n_l3 + 1, sizeof (size_t));
+  for (size_t k = 0; k < t->n_cores; k++)
+    if (t->cores[k].numa == 0 && t->cores[k].l3 >= 0 && left[t->cores[k].l3]++ >= 2)
+      take (t, free_set, k, 0);
+  free (left);
+  struct nrm_cpu_request req = { .count = 6 };
+  assert_int_equal (nrm_place_cpus (t, free_set, &req, out, &err), 0);
+  assert_true (hwloc_bitmap_isincluded (out, t->numa[1].cpus));
+  bool one = false;
+  for (size_t g = 0; g < t->n_l3; g++)
+    one = one || hwloc_bitmap_isincluded (out, t->l3[g].cpus);
+  assert_true (one);
+  assert_true (whole_cores_only (t, out));
+  nrm_topology_free (t);
+}
+
+/* A claim larger than any L3 group takes whole cores from the groups
+ * before the free threads of half-used cores. */
+static void
+test_golden_whole_cores_across_groups (void **state)
+{
+  (void) state;
+  nrm_error_t err = NULL;
+  struct nrm_topology *t = load ("Intel-IvyBridge-12xXeon-E5-4620v2.xml");
+  cleanup_bitmap hwloc_bitmap_t free_set = hwloc_bitmap_dup (t->online);
+  cleanup_bitmap hwloc_bitmap_t out = hwloc_bitmap_alloc ();
+  /* One thread of the first core of every group is taken: each group has
+   * 7 whole cores and one half-used core (15 CPUs). */
+  bool *seen = calloc (t->n_l3 + 1, sizeof (bool));
+  for (size_t k = 0; k < t->n_cores; k++)
+    if (t->cores[k].l3 >= 0 && !seen[t->cores[k].l3])
+      {
+        seen[t->cores[k].l3] = true;
+        take (t, free_set, k, 1);
+      }
+  free (seen);
+  struct nrm_cpu_request req = { .count = 40 };
+  assert_int_equal (nrm_place_cpus (t, free_set, &req, out, &err), 0);
+  assert_int_equal (hwloc_bitmap_weight (out), 40);
+  assert_true (whole_cores_only (t, out));
+  /* 14 + 14 + 12: three groups. */
+  size_t groups = 0;
+  for (size_t g = 0; g < t->n_l3; g++)
+    groups += hwloc_bitmap_intersects (out, t->l3[g].cpus);
+  assert_int_equal (groups, 3);
+  nrm_topology_free (t);
+}
+
+/* The odd thread of a claim pairs up with a half-used core of another L3
+ * group rather than split a free core; prefer-align-cpus-by-uncorecache
+ * keeps the claim in one group. */
+static void
+test_golden_odd_thread (void **state)
+{
+  (void) state;
+  nrm_error_t err = NULL;
+  struct nrm_topology *t = load ("Intel-Skylake-2xXeon6140.xml");
+  cleanup_bitmap hwloc_bitmap_t free_set = hwloc_bitmap_dup (t->online);
+  cleanup_bitmap hwloc_bitmap_t out = hwloc_bitmap_alloc ();
+  /* Group 1: everything taken but one thread of one core. */
+  bool half = false;
+  for (size_t k = 0; k < t->n_cores; k++)
+    if (t->cores[k].l3 == 1)
+      {
+        take (t, free_set, k, half ? 0 : 1);
+        half = true;
+      }
+  struct nrm_cpu_request req = { .count = 3 };
+  assert_int_equal (nrm_place_cpus (t, free_set, &req, out, &err), 0);
+  cleanup_bitmap hwloc_bitmap_t in1 = hwloc_bitmap_dup (out);
+  hwloc_bitmap_and (in1, in1, t->l3[1].cpus);
+  assert_int_equal (hwloc_bitmap_weight (in1), 1);
+  /* No core is split but the one that was half used already. */
+  size_t split = 0;
+  for (size_t k = 0; k < t->n_cores; k++)
+    split += hwloc_bitmap_intersects (t->cores[k].cpus, out) && !hwloc_bitmap_isincluded (t->cores[k].cpus, out);
+  assert_int_equal (split, 1);
+
+  req.options = NRM_OPT_PREFER_ALIGN_UNCORECACHE;
+  assert_int_equal (nrm_place_cpus (t, free_set, &req, out, &err), 0);
+  assert_true (hwloc_bitmap_isincluded (out, t->l3[0].cpus));
+  nrm_topology_free (t);
+}
+
 int
 main (void)
 {
   const struct corpus_test per_machine[] = { { "churn", test_churn } };
-  const struct CMUnitTest others[] = { { .name = "golden", .test_func = test_golden } };
-  return corpus_run ("placement", per_machine, 1, others, 1);
+  const struct CMUnitTest others[] = {
+    { .name = "golden", .test_func = test_golden },
+    { .name = "golden: node chosen by its L3 groups", .test_func = test_golden_node_by_l3 },
+    { .name = "golden: whole cores across L3 groups", .test_func = test_golden_whole_cores_across_groups },
+    { .name = "golden: odd thread pairs in another group", .test_func = test_golden_odd_thread },
+  };
+  return corpus_run ("placement", per_machine, 1, others, sizeof (others) / sizeof (others[0]));
 }
