@@ -69,11 +69,19 @@ bool nrm_device_is_advanced (json_t *dev);
  * and rule nrm relies on; the error names the slice, device and field. */
 int nrm_slices_validate (json_t *list, nrm_error_t *err);
 
-/* Builds every pool for the node and returns the List. */
-/* The same, with taints: {driver: {device: [DeviceTaint, ...]}} (borrowed,
- * or NULL). */
-int nrm_node_slices_tainted (const struct nrm_topology *t, const struct nrm_publish_options *o, json_t *taints,
-                             json_t **ret, nrm_error_t *err);
+/* What the running plugin knows and its slices reflect (members borrowed,
+ * each may be NULL): taints {driver: {device: [DeviceTaint, ...]}}, and the
+ * CPUs that prepared claims hold on each consumable CPU device {device:
+ * quantity}, which orders those devices fullest first (numa mode). */
+struct nrm_live
+{
+  json_t *taints;
+  json_t *cpus_used;
+};
+
+/* Builds every pool for the node and returns the List; live may be NULL. */
+int nrm_node_slices_live (const struct nrm_topology *t, const struct nrm_publish_options *o,
+                          const struct nrm_live *live, json_t **ret, nrm_error_t *err);
 int nrm_node_slices (const struct nrm_topology *t, const struct nrm_publish_options *o, json_t **ret,
                      nrm_error_t *err);
 

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "driver/devices.h"
+#include "driver/quantity.h"
 #include "nrm/cleanup.h"
 
 #define MAX_DEVICES 128
@@ -201,23 +202,98 @@ taint_pool (struct nrm_pool *p, json_t *taints)
 int
 nrm_node_slices (const struct nrm_topology *t, const struct nrm_publish_options *o, json_t **ret, nrm_error_t *err)
 {
-  return nrm_node_slices_tainted (t, o, NULL, ret, err);
+  return nrm_node_slices_live (t, o, NULL, ret, err);
+}
+
+struct ranked
+{
+  json_t *dev;
+  unsigned reserved, accelerators;
+  uint64_t free;
+  size_t pos;
+};
+
+static int
+cmp_ranked (const void *a, const void *b)
+{
+  const struct ranked *x = a, *y = b;
+  if (x->reserved != y->reserved)
+    return x->reserved < y->reserved ? -1 : 1;
+  if (x->accelerators != y->accelerators)
+    return x->accelerators < y->accelerators ? -1 : 1;
+  if (x->free != y->free)
+    return x->free < y->free ? -1 : 1;
+  return (x->pos > y->pos) - (x->pos < y->pos);
+}
+
+/* The consumable CPU devices (numa<N>, first in the pool) ordered as the
+ * scheduler should try them: the preference classes of
+ * nrm_numa_preference() first, then the fewest free CPUs. The allocator
+ * takes the first device with room, so this makes its choice a best fit:
+ * the fullest node that holds the claim, and whole nodes stay free for
+ * large claims. */
+static void
+order_by_room (const struct nrm_topology *t, struct nrm_pool *p, json_t *used)
+{
+  size_t n = 0, count = json_array_size (p->devices);
+  while (n < count && json_is_true (json_object_get (json_array_get (p->devices, n), "allowMultipleAllocations"))
+         && strncmp (json_string_value (json_object_get (json_array_get (p->devices, n), "name")), "numa", 4) == 0
+         && strstr (json_string_value (json_object_get (json_array_get (p->devices, n), "name")), "-isolated") == NULL)
+    n++;
+  cleanup_free struct ranked *r = calloc (n + 1, sizeof (*r));
+  if (r == NULL || n < 2)
+    return;
+  for (size_t i = 0; i < n; i++)
+    {
+      json_t *dev = json_array_get (p->devices, i);
+      const char *name = json_string_value (json_object_get (dev, "name"));
+      unsigned os = (unsigned) strtoul (name + 4, NULL, 10);
+      int ni = nrm_topology_numa_index (t, os);
+      nrm_quantity_t cap = 0, use = 0;
+      nrm_error_t e = NULL;
+      if (nrm_quantity_parse (json_string_value (json_object_get (json_object_get (json_object_get (dev, "capacity"),
+                                                                                   "cpus"),
+                                                                  "value")),
+                              &cap, &e)
+          < 0)
+        cap = 0;
+      nrm_error_release (&e);
+      const char *u = json_string_value (json_object_get (used, name));
+      if (u == NULL || nrm_quantity_parse (u, &use, &e) < 0)
+        use = 0;
+      nrm_error_release (&e);
+      r[i] = (struct ranked){ json_incref (dev), 0, 0, cap > use ? (uint64_t) ((cap - use) / NRM_QUANTITY_ONE) : 0, i };
+      if (ni >= 0)
+        {
+          r[i].reserved = hwloc_bitmap_intersects (t->numa[ni].cpus, t->reserved) ? 1 : 0;
+          for (size_t d = 0; d < t->n_pci; d++)
+            r[i].accelerators += t->pci[d].numa == ni && is_accelerator (&t->pci[d]);
+        }
+    }
+  qsort (r, n, sizeof (*r), cmp_ranked);
+  for (size_t i = 0; i < n; i++)
+    {
+      json_array_set (p->devices, i, r[i].dev);
+      json_decref (r[i].dev);
+    }
 }
 
 int
-nrm_node_slices_tainted (const struct nrm_topology *t, const struct nrm_publish_options *o, json_t *taints,
-                         json_t **ret, nrm_error_t *err)
+nrm_node_slices_live (const struct nrm_topology *t, const struct nrm_publish_options *o, const struct nrm_live *live,
+                      json_t **ret, nrm_error_t *err)
 {
   struct nrm_pool pools[2] = { 0 };
   int r = -1;
 
   if (nrm_cpu_pool (t, o, &pools[0], err) < 0 || nrm_memory_pool (t, o, &pools[1], err) < 0)
     goto out;
-  if (taints)
+  if (live && live->taints)
     {
-      taint_pool (&pools[0], json_object_get (taints, pools[0].driver));
-      taint_pool (&pools[1], json_object_get (taints, pools[1].driver));
+      taint_pool (&pools[0], json_object_get (live->taints, pools[0].driver));
+      taint_pool (&pools[1], json_object_get (live->taints, pools[1].driver));
     }
+  if (live && live->cpus_used && o->cpu_mode == NRM_CPU_MODE_NUMA)
+    order_by_room (t, &pools[0], live->cpus_used);
   if (nrm_slices_build (pools, 2, o, ret, err) < 0)
     goto out;
   /* Never hand out a slice the API server would refuse. */

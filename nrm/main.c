@@ -785,10 +785,14 @@ start_publishers (struct nrm_config *c, struct nrm_topology *t, struct nrm_kube 
   return 0;
 }
 
-/* CPU devices whose CPUs went offline get a NoSchedule taint, so that the
- * scheduler places no new claim on them; the taint goes when they are back.
- * Checked every TAINT_PERIOD_S seconds (sysfs cannot be watched). */
-#define TAINT_PERIOD_S 5
+/* The CPU pool follows the node while the plugin runs, checked every
+ * SLICE_PERIOD_S seconds (sysfs cannot be watched, and claims come and go):
+ * devices whose CPUs went offline get a NoSchedule taint, so that the
+ * scheduler places no new claim on them, until they are back; and the
+ * consumable devices are listed fullest first, so that the scheduler's
+ * first fit is a best fit. A new generation is published only when the
+ * slices change. */
+#define SLICE_PERIOD_S 5
 struct tainter
 {
   struct nrm_config *cfg;
@@ -800,15 +804,52 @@ struct tainter
   pthread_t thread;
 };
 
+/* {device: CPUs held} of the CPU pool, from the state dir as `nrm status`
+ * reads it; NULL when it cannot be read (the order then stays). */
+static json_t *
+cpus_used (struct tainter *tn)
+{
+  cleanup_free char *buf = NULL;
+  size_t len = 0;
+  nrm_error_t err = NULL;
+  FILE *m = open_memstream (&buf, &len);
+  if (m == NULL)
+    return NULL;
+  int r = nrm_status (tn->cfg, tn->t, true, m, &err);
+  fclose (m);
+  if (r < 0)
+    {
+      nrm_error_release (&err);
+      return NULL;
+    }
+  cleanup_json json_t *st = json_loadb (buf, len, 0, NULL);
+  json_t *used = json_object (), *pool, *dev;
+  size_t i, k;
+  json_array_foreach (json_object_get (st, "pools"), i, pool)
+  {
+    if (strcmp (json_string_value (json_object_get (pool, "driver")) ?: "", tn->cfg->publish.cpu_driver) != 0)
+      continue;
+    json_array_foreach (json_object_get (pool, "devices"), k, dev)
+    json_object_set (used, json_string_value (json_object_get (dev, "name")), json_object_get (dev, "consumed"));
+  }
+  return used;
+}
+
 static void *
 taint_thread (void *arg)
 {
   struct tainter *tn = arg;
   const char *driver = tn->cfg->publish.cpu_driver;
   cleanup_free char *key = NULL;
-  cleanup_json json_t *last = json_object ();
+  cleanup_json json_t *last = json_object (), *published = NULL, *plain = NULL;
   if (asprintf (&key, "%s/cpus-offline", driver) < 0)
     return NULL;
+  /* What start_publishers published; unknown (NULL): the first pass
+   * publishes. */
+  nrm_error_t e = NULL;
+  if (nrm_node_slices (tn->t, &tn->cfg->publish, &plain, &e) == 0)
+    published = driver_slices (plain, driver);
+  nrm_error_release (&e);
   while (!__atomic_load_n (&tn->stop, __ATOMIC_SEQ_CST))
     {
       cleanup_json json_t *now = json_object ();
@@ -831,27 +872,28 @@ taint_thread (void *arg)
       json_object_foreach (last, dev, v)
       if (json_object_get (now, dev) == NULL)
         nrm_log (NULL, NRM_LOG_INFO, "%s: device %s is healthy again; taint removed", driver, dev);
-      if (!json_equal (now, last))
+      json_decref (last);
+      last = json_incref (now);
+
+      cleanup_json json_t *list = NULL, *taints = json_pack ("{s:O}", driver, now), *used = cpus_used (tn);
+      struct nrm_live live = { taints, used };
+      nrm_error_t err = NULL;
+      if (nrm_node_slices_live (tn->t, &tn->cfg->publish, &live, &list, &err) == 0)
         {
-          cleanup_json json_t *list = NULL, *taints = json_pack ("{s:O}", driver, now);
-          nrm_error_t err = NULL;
-          if (nrm_node_slices_tainted (tn->t, &tn->cfg->publish, taints, &list, &err) == 0)
+          cleanup_json json_t *mine = driver_slices (list, driver);
+          if ((published == NULL || !json_equal (mine, published)) && nrm_publisher_update (tn->pub, mine, &err) == 0)
             {
-              cleanup_json json_t *mine = driver_slices (list, driver);
-              if (nrm_publisher_update (tn->pub, mine, &err) == 0)
-                {
-                  json_decref (last);
-                  last = json_incref (now);
-                }
-            }
-          if (err)
-            {
-              nrm_log (NULL, NRM_LOG_ERROR, "%s: tainting devices: %s", driver, nrm_error_msg (err));
-              nrm_error_release (&err);
+              json_decref (published);
+              published = json_incref (mine);
             }
         }
+      if (err)
+        {
+          nrm_log (NULL, NRM_LOG_ERROR, "%s: updating the slices: %s", driver, nrm_error_msg (err));
+          nrm_error_release (&err);
+        }
       struct pollfd pfd = { tn->wake, POLLIN, 0 };
-      if (poll (&pfd, 1, TAINT_PERIOD_S * 1000) > 0)
+      if (poll (&pfd, 1, SLICE_PERIOD_S * 1000) > 0)
         {
           uint64_t x;
           if (read (tn->wake, &x, sizeof (x)) < 0)

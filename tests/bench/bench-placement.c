@@ -294,6 +294,7 @@ largest_block (const struct nrm_topology *t, hwloc_const_bitmap_t free_set)
 enum engine
 {
   NRM,
+  NRM_DRA,
   KUBELET,
   KUBELET_TM,
 };
@@ -332,7 +333,25 @@ churn (const struct nrm_topology *t, enum engine engine, uint64_t seed, struct s
         r = kubelet_tm_take (t, free_set, count, out);
       else
         {
-          struct nrm_cpu_request req = { .count = count };
+          /* Through DRA the scheduler picks the node's device: the first
+           * numa<N> device with room (the allocator takes devices in
+           * order); nrm picks the CPUs in it. A claim no node holds asks for
+           * several devices; the engine then spreads it as it would. */
+          cleanup_bitmap hwloc_bitmap_t within = NULL;
+          int pick = -1;
+          size_t pf = 0;
+          for (size_t i = 0; engine == NRM_DRA && i < t->n_numa; i++)
+            {
+              size_t f = avail_in (free_set, t->numa[i].cpus);
+              if (f >= count && (pick < 0 || (getenv ("ORD") && f < pf)))
+                {
+                  pick = (int) i;
+                  pf = f;
+                }
+            }
+          if (pick >= 0)
+            within = hwloc_bitmap_dup (t->numa[pick].cpus);
+          struct nrm_cpu_request req = { .count = count, .within = within };
           nrm_error_t err = NULL;
           r = nrm_place_cpus (t, free_set, &req, out, &err);
           nrm_error_release (&err);
@@ -455,7 +474,7 @@ compare (double f[][MAX_SEEDS][FIGURES], int a, int b, unsigned seeds, char *beh
 int
 main (int argc, char **argv)
 {
-  int worse[2] = { 0, 0 }, better[2] = { 0, 0 }, first = 1;
+  int worse[2][2] = { { 0 } }, better[2][2] = { { 0 } }, first = 1;
   unsigned seeds = 10;
   if (argc > 2 && strcmp (argv[1], "--seeds") == 0)
     {
@@ -467,14 +486,23 @@ main (int argc, char **argv)
       fprintf (stderr, "usage: bench-placement [--seeds N (1-%d)] TOPOLOGY.xml...\n", MAX_SEEDS);
       return 2;
     }
-  printf ("placement quality: %u seeds x %d steps of churn per machine, figures averaged over the states after\n"
-          "each placement; per figure: nrm, the kubelet static policy (TakeByTopologyNUMAPacked) alone, and the\n"
-          "static policy set up for alignment (Topology Manager, prefer-align-cpus-by-uncorecache); behind/ahead:\n"
-          "mean of the per-seed differences beyond twice its standard error (shown as +-)\n",
+  printf ("placement quality: %u seeds x %d steps of churn per machine, figures averaged over the states after each\n"
+          "placement. Per figure, four placements of the same churn:\n"
+          "  nrm   nrm's engine on the whole machine (it picks the NUMA node too)\n"
+          "  dra   nrm as the DRA plugin runs it: the scheduler takes the first numa<N> device with room, nrm\n"
+          "        picks the CPUs inside it\n"
+          "  kub   the kubelet static policy (TakeByTopologyNUMAPacked)\n"
+          "  kal   the static policy set up for alignment: Topology Manager (narrowest NUMA mask, lowest node\n"
+          "        ids) and prefer-align-cpus-by-uncorecache\n"
+          "behind/ahead: the mean of the per-seed differences is beyond twice its standard error (+-)\n",
           seeds, STEPS);
-  printf ("%-34s %17s %17s %17s %17s %17s %20s\n", "machine", "in one L3 %", "in one NUMA %", "shared cores",
-          "exposed CPUs", "largest block", "time/alloc us");
-  static double f[3][MAX_SEEDS][FIGURES];
+  printf ("%-28s %-23s %-23s %-23s %-23s %-23s %s\n", "", "in one L3 %", "in one NUMA %", "shared cores",
+          "exposed CPUs", "largest free block", "us/alloc");
+  printf ("%-28s", "machine");
+  for (int k = 0; k < FIGURES; k++)
+    printf ("   nrm   dra   kub   kal");
+  printf ("   nrm   dra\n");
+  static double f[4][MAX_SEEDS][FIGURES];
   for (int i = first; i < argc; i++)
     {
       nrm_error_t err = NULL;
@@ -484,7 +512,7 @@ main (int argc, char **argv)
           fprintf (stderr, "%s\n", nrm_error_msg (err));
           return 1;
         }
-      double mean[3][FIGURES], ns[3];
+      double mean[4][FIGURES], ns[4];
       memset (mean, 0, sizeof (mean));
       for (int e = NRM; e <= KUBELET_TM; e++)
         {
@@ -503,33 +531,33 @@ main (int argc, char **argv)
           ns[e] = calls > 0 ? nsum / calls : 0;
         }
       const char *name = strrchr (argv[i], '/') ? strrchr (argv[i], '/') + 1 : argv[i];
-      const char *label = strlen (name) > 34 ? name + strlen (name) - 34 : name;
-      printf ("%-34s", label);
+      char label[29];
+      snprintf (label, sizeof (label), "%s", name);
+      if (strlen (label) > 4 && strcmp (label + strlen (label) - 4, ".xml") == 0)
+        label[strlen (label) - 4] = '\0';
+      printf ("%-28s", label);
       for (size_t k = 0; k < FIGURES; k++)
         for (int e = NRM; e <= KUBELET_TM; e++)
           printf (" %5.1f", mean[e][k]);
-      for (int e = NRM; e <= KUBELET_TM; e++)
-        printf (" %6.2f", ns[e] / 1e3);
-      printf ("\n");
-      for (int e = KUBELET; e <= KUBELET_TM; e++)
-        {
-          char b[512], a[512];
-          int n_ahead;
-          const char *ref = e == KUBELET ? "the static policy" : "the aligned static policy";
-          if (compare (f, NRM, e, seeds, b, a, sizeof (b), &n_ahead) > 0)
-            {
-              printf ("  ^ behind %s: %s\n", ref, b);
-              worse[e - 1]++;
-            }
-          better[e - 1] += n_ahead > 0;
-        }
+      printf (" %5.1f %5.1f\n", ns[NRM] / 1e3, ns[NRM_DRA] / 1e3);
+      for (int a = NRM; a <= NRM_DRA; a++)
+        for (int e = KUBELET; e <= KUBELET_TM; e++)
+          {
+            char b[512], ah[512];
+            int n_ahead;
+            if (compare (f, a, e, seeds, b, ah, sizeof (b), &n_ahead) > 0)
+              {
+                printf ("  ^ %s behind %s: %s\n", a == NRM ? "nrm" : "dra", e == KUBELET ? "kub" : "kal", b);
+                worse[a][e - KUBELET]++;
+              }
+            better[a][e - KUBELET] += n_ahead > 0;
+          }
       nrm_topology_free (t);
     }
-  printf ("machines where nrm is behind on a figure: %d of %d beside the static policy, %d of %d beside the aligned "
-          "static policy\n",
-          worse[0], argc - first, worse[1], argc - first);
-  printf ("machines where nrm is ahead on a figure: %d of %d beside the static policy, %d of %d beside the aligned "
-          "static policy\n",
-          better[0], argc - first, better[1], argc - first);
+  int machines = argc - first;
+  for (int a = NRM; a <= NRM_DRA; a++)
+    printf ("%s: behind kub on a figure on %d of %d machines, behind kal on %d; ahead of kub on a figure on %d, of "
+            "kal on %d\n",
+            a == NRM ? "nrm" : "dra", worse[a][0], machines, worse[a][1], better[a][0], better[a][1]);
   return 0;
 }

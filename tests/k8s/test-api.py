@@ -382,6 +382,28 @@ r = prepare("nodevice", "uid-nodevice")
 check(r.returncode != 0 and "numa99" in r.stderr
       and p.metric("nrm_claim_errors_total", driver=CPU, operation="prepare", kind="not_found") == 2,
       "a claim on an unknown device is refused, named and counted as not_found: " + r.stderr.strip())
+
+
+# The scheduler takes the first CPU device with room: the fullest is listed first.
+def cpu_order():
+    return [d["name"] for s in published(CPU) for d in s["spec"].get("devices", [])
+            if d.get("allowMultipleAllocations") and not d["name"].endswith("-isolated")]
+
+
+order0 = cpu_order()
+other = order0[1]
+o = claim("other", "uid-other")
+o["status"]["allocation"]["devices"]["results"][0].update(device=other, consumedCapacity={"cpus": "10"})
+api.put_claim(o)
+gen_o = generation(CPU)
+r = prepare("other", "uid-other")
+check(r.returncode == 0 and wait_for(lambda: cpu_order()[0] == other, 20) and generation(CPU) > gen_o,
+      "10 CPUs held on %s, 8 on %s: %s is listed first, in a new generation (%s)" % (other, pool_dev, other, cpu_order()))
+subprocess.run([DRA_CLIENT, "unprepare", dra_sock, "uid-other"], check=True)
+check(wait_for(lambda: cpu_order() == order0, 20), "...and the first order is back when the claim goes")
+n_w = len(api.writes())
+time.sleep(6)
+check(len(api.writes()) == n_w, "nothing is written while nothing changes")
 for uid in ("uid-good", "uid-flaky", "uid-slow", "uid-twice"):
     subprocess.run([DRA_CLIENT, "unprepare", dra_sock, uid], check=True)
 p.stop()
