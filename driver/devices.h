@@ -56,6 +56,12 @@ void nrm_pool_done (struct nrm_pool *p);
  * caller frees. */
 size_t *nrm_numa_preference (const struct nrm_topology *t);
 
+/* The same, and within a class the nodes with the fewest free CPUs first
+ * (free_cpus: per NUMA node index; NULL: none known). Offered in this order,
+ * a scheduler's first fit is a best fit: the fullest node that holds the
+ * claim, and empty nodes stay whole for large claims. */
+size_t *nrm_numa_preference_by_room (const struct nrm_topology *t, const uint64_t *free_cpus);
+
 /* Splits the pools into ResourceSlices within the API limits and returns
  * them as one {"apiVersion":"v1","kind":"List","items":[...]} document. */
 int nrm_slices_build (const struct nrm_pool *pools, size_t n_pools, const struct nrm_publish_options *o,
@@ -71,12 +77,12 @@ int nrm_slices_validate (json_t *list, nrm_error_t *err);
 
 /* What the running plugin knows and its slices reflect (members borrowed,
  * each may be NULL): taints {driver: {device: [DeviceTaint, ...]}}, and the
- * CPUs that prepared claims hold on each consumable CPU device {device:
- * quantity}, which orders those devices fullest first (numa mode). */
+ * free CPUs of each NUMA node's consumable CPU device (per node index),
+ * which order those devices by nrm_numa_preference_by_room() (numa mode). */
 struct nrm_live
 {
   json_t *taints;
-  json_t *cpus_used;
+  const uint64_t *cpus_free;
 };
 
 /* Builds every pool for the node and returns the List; live may be NULL. */

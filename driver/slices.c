@@ -7,7 +7,6 @@
 #include <string.h>
 
 #include "driver/devices.h"
-#include "driver/quantity.h"
 #include "nrm/cleanup.h"
 
 #define MAX_DEVICES 128
@@ -47,6 +46,7 @@ struct pref
 {
   size_t index;
   unsigned reserved, accelerators, os_index;
+  uint64_t free;
 };
 
 static int
@@ -57,11 +57,19 @@ cmp_pref (const void *a, const void *b)
     return x->reserved < y->reserved ? -1 : 1;
   if (x->accelerators != y->accelerators)
     return x->accelerators < y->accelerators ? -1 : 1;
+  if (x->free != y->free)
+    return x->free < y->free ? -1 : 1;
   return (x->os_index > y->os_index) - (x->os_index < y->os_index);
 }
 
 size_t *
 nrm_numa_preference (const struct nrm_topology *t)
+{
+  return nrm_numa_preference_by_room (t, NULL);
+}
+
+size_t *
+nrm_numa_preference_by_room (const struct nrm_topology *t, const uint64_t *free_cpus)
 {
   cleanup_free struct pref *p = calloc (t->n_numa ? t->n_numa : 1, sizeof (*p));
   size_t *order = calloc (t->n_numa ? t->n_numa : 1, sizeof (size_t));
@@ -75,6 +83,7 @@ nrm_numa_preference (const struct nrm_topology *t)
       p[i].index = i;
       p[i].os_index = t->numa[i].os_index;
       p[i].reserved = hwloc_bitmap_intersects (t->numa[i].cpus, t->reserved) ? 1 : 0;
+      p[i].free = free_cpus ? free_cpus[i] : 0;
       for (size_t d = 0; d < t->n_pci; d++)
         if (t->pci[d].numa == (int) i && is_accelerator (&t->pci[d]))
           p[i].accelerators++;
@@ -205,77 +214,32 @@ nrm_node_slices (const struct nrm_topology *t, const struct nrm_publish_options 
   return nrm_node_slices_live (t, o, NULL, ret, err);
 }
 
-struct ranked
-{
-  json_t *dev;
-  unsigned reserved, accelerators;
-  uint64_t free;
-  size_t pos;
-};
-
+/* The consumable CPU devices (numa<N>, first in the pool) in the order of
+ * nrm_numa_preference_by_room(). */
 static int
-cmp_ranked (const void *a, const void *b)
-{
-  const struct ranked *x = a, *y = b;
-  if (x->reserved != y->reserved)
-    return x->reserved < y->reserved ? -1 : 1;
-  if (x->accelerators != y->accelerators)
-    return x->accelerators < y->accelerators ? -1 : 1;
-  if (x->free != y->free)
-    return x->free < y->free ? -1 : 1;
-  return (x->pos > y->pos) - (x->pos < y->pos);
-}
-
-/* The consumable CPU devices (numa<N>, first in the pool) ordered as the
- * scheduler should try them: the preference classes of
- * nrm_numa_preference() first, then the fewest free CPUs. The allocator
- * takes the first device with room, so this makes its choice a best fit:
- * the fullest node that holds the claim, and whole nodes stay free for
- * large claims. */
-static void
-order_by_room (const struct nrm_topology *t, struct nrm_pool *p, json_t *used)
+order_by_room (const struct nrm_topology *t, struct nrm_pool *p, const uint64_t *free_cpus, nrm_error_t *err)
 {
   size_t n = 0, count = json_array_size (p->devices);
-  while (n < count && json_is_true (json_object_get (json_array_get (p->devices, n), "allowMultipleAllocations"))
-         && strncmp (json_string_value (json_object_get (json_array_get (p->devices, n), "name")), "numa", 4) == 0
-         && strstr (json_string_value (json_object_get (json_array_get (p->devices, n), "name")), "-isolated") == NULL)
+  cleanup_free size_t *order = nrm_numa_preference_by_room (t, free_cpus);
+  cleanup_json json_t *sorted = json_array ();
+  if (order == NULL || sorted == NULL)
+    return nrm_error_set (err, ENOMEM, "out of memory");
+  while (n < count && json_is_true (json_object_get (json_array_get (p->devices, n), "allowMultipleAllocations")))
     n++;
-  cleanup_free struct ranked *r = calloc (n + 1, sizeof (*r));
-  if (r == NULL || n < 2)
-    return;
-  for (size_t i = 0; i < n; i++)
+  for (size_t k = 0; k < t->n_numa; k++)
     {
-      json_t *dev = json_array_get (p->devices, i);
-      const char *name = json_string_value (json_object_get (dev, "name"));
-      unsigned os = (unsigned) strtoul (name + 4, NULL, 10);
-      int ni = nrm_topology_numa_index (t, os);
-      nrm_quantity_t cap = 0, use = 0;
-      nrm_error_t e = NULL;
-      if (nrm_quantity_parse (json_string_value (json_object_get (json_object_get (json_object_get (dev, "capacity"),
-                                                                                   "cpus"),
-                                                                  "value")),
-                              &cap, &e)
-          < 0)
-        cap = 0;
-      nrm_error_release (&e);
-      const char *u = json_string_value (json_object_get (used, name));
-      if (u == NULL || nrm_quantity_parse (u, &use, &e) < 0)
-        use = 0;
-      nrm_error_release (&e);
-      r[i] = (struct ranked){ json_incref (dev), 0, 0, cap > use ? (uint64_t) ((cap - use) / NRM_QUANTITY_ONE) : 0, i };
-      if (ni >= 0)
-        {
-          r[i].reserved = hwloc_bitmap_intersects (t->numa[ni].cpus, t->reserved) ? 1 : 0;
-          for (size_t d = 0; d < t->n_pci; d++)
-            r[i].accelerators += t->pci[d].numa == ni && is_accelerator (&t->pci[d]);
-        }
+      char name[32];
+      snprintf (name, sizeof (name), "numa%u", t->numa[order[k]].os_index);
+      for (size_t i = 0; i < n; i++)
+        if (strcmp (json_string_value (json_object_get (json_array_get (p->devices, i), "name")), name) == 0)
+          json_array_append (sorted, json_array_get (p->devices, i));
     }
-  qsort (r, n, sizeof (*r), cmp_ranked);
+  /* Only a reordering: anything not matched keeps the old order. */
+  if (json_array_size (sorted) != n)
+    return 0;
   for (size_t i = 0; i < n; i++)
-    {
-      json_array_set (p->devices, i, r[i].dev);
-      json_decref (r[i].dev);
-    }
+    json_array_set (p->devices, i, json_array_get (sorted, i));
+  return 0;
 }
 
 int
@@ -292,8 +256,8 @@ nrm_node_slices_live (const struct nrm_topology *t, const struct nrm_publish_opt
       taint_pool (&pools[0], json_object_get (live->taints, pools[0].driver));
       taint_pool (&pools[1], json_object_get (live->taints, pools[1].driver));
     }
-  if (live && live->cpus_used && o->cpu_mode == NRM_CPU_MODE_NUMA)
-    order_by_room (t, &pools[0], live->cpus_used);
+  if (live && live->cpus_free && o->cpu_mode == NRM_CPU_MODE_NUMA && order_by_room (t, &pools[0], live->cpus_free, err) < 0)
+    goto out;
   if (nrm_slices_build (pools, 2, o, ret, err) < 0)
     goto out;
   /* Never hand out a slice the API server would refuse. */

@@ -804,37 +804,6 @@ struct tainter
   pthread_t thread;
 };
 
-/* {device: CPUs held} of the CPU pool, from the state dir as `nrm status`
- * reads it; NULL when it cannot be read (the order then stays). */
-static json_t *
-cpus_used (struct tainter *tn)
-{
-  cleanup_free char *buf = NULL;
-  size_t len = 0;
-  nrm_error_t err = NULL;
-  FILE *m = open_memstream (&buf, &len);
-  if (m == NULL)
-    return NULL;
-  int r = nrm_status (tn->cfg, tn->t, true, m, &err);
-  fclose (m);
-  if (r < 0)
-    {
-      nrm_error_release (&err);
-      return NULL;
-    }
-  cleanup_json json_t *st = json_loadb (buf, len, 0, NULL);
-  json_t *used = json_object (), *pool, *dev;
-  size_t i, k;
-  json_array_foreach (json_object_get (st, "pools"), i, pool)
-  {
-    if (strcmp (json_string_value (json_object_get (pool, "driver")) ?: "", tn->cfg->publish.cpu_driver) != 0)
-      continue;
-    json_array_foreach (json_object_get (pool, "devices"), k, dev)
-    json_object_set (used, json_string_value (json_object_get (dev, "name")), json_object_get (dev, "consumed"));
-  }
-  return used;
-}
-
 static void *
 taint_thread (void *arg)
 {
@@ -875,9 +844,12 @@ taint_thread (void *arg)
       json_decref (last);
       last = json_incref (now);
 
-      cleanup_json json_t *list = NULL, *taints = json_pack ("{s:O}", driver, now), *used = cpus_used (tn);
-      struct nrm_live live = { taints, used };
+      cleanup_json json_t *list = NULL, *taints = json_pack ("{s:O}", driver, now);
       nrm_error_t err = NULL;
+      /* Unreadable state: the devices keep the preference order. */
+      cleanup_free uint64_t *free_cpus = nrm_status_cpus_free (tn->cfg, tn->t, &err);
+      nrm_error_release (&err);
+      struct nrm_live live = { taints, free_cpus };
       if (nrm_node_slices_live (tn->t, &tn->cfg->publish, &live, &list, &err) == 0)
         {
           cleanup_json json_t *mine = driver_slices (list, driver);

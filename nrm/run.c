@@ -27,6 +27,7 @@
 #include "nrm/fs.h"
 #include "nrm/log.h"
 #include "nrm/run.h"
+#include "nrm/status.h"
 
 #define RUN_NAMESPACE "nrm-run"
 
@@ -187,7 +188,8 @@ nrm_cmd_run (struct nrm_config *c, struct nrm_topology *t, const struct nrm_run_
   struct nrm_cgroupfs *fs = NULL;
   cleanup_free char *uid = NULL, *name = NULL, *cpus = NULL, *mems = NULL, *cgname = NULL;
   cleanup_json json_t *config = json_array ();
-  cleanup_free size_t *order = nrm_numa_preference (t);
+  cleanup_free size_t *order = NULL;
+  cleanup_free uint64_t *free_cpus = NULL;
   bool use_mem = rq->memory != NULL || rq->hugepages_2mi != NULL || rq->hugepages_1gi != NULL;
   bool prepared[2] = { false, false };
   cleanup_json json_t *mem_env = NULL;
@@ -235,7 +237,12 @@ nrm_cmd_run (struct nrm_config *c, struct nrm_topology *t, const struct nrm_run_
   nrm_run_release_stale (pl[1]);
 
   /* The node: the one asked for, else the first in preference order that
-   * has room. */
+   * has room, the fullest first (a best fit, as the slices offer the nodes
+   * to the scheduler). */
+  nrm_error_t e = NULL;
+  free_cpus = nrm_status_cpus_free (c, t, &e);
+  nrm_error_release (&e);
+  order = nrm_numa_preference_by_room (t, free_cpus);
   char count[32];
   snprintf (count, sizeof (count), "%u", rq->cpus);
   nrm_error_t last = NULL;

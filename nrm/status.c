@@ -366,3 +366,43 @@ out:
   nrm_pool_done (&pools[1]);
   return r;
 }
+
+uint64_t *
+nrm_status_cpus_free (struct nrm_config *c, const struct nrm_topology *t, nrm_error_t *err)
+{
+  struct nrm_publish_options po = c->publish;
+  struct nrm_pool pool = { 0 };
+  uint64_t *free_cpus = NULL;
+  /* Consumable numa<N> devices whatever the mode: the claims of every mode
+   * are CPU sets, counted on the nodes they fall in. */
+  po.cpu_mode = NRM_CPU_MODE_NUMA;
+  if (nrm_cpu_pool (t, &po, &pool, err) < 0)
+    return NULL;
+  cleanup_json json_t *claims = read_claims (c->state_dir, pool.driver, err);
+  cleanup_json json_t *st = claims ? pool_status (t, &pool, claims, c->node_name) : NULL;
+  free_cpus = claims && st ? calloc (t->n_numa + 1, sizeof (uint64_t)) : NULL;
+  if (claims && st && free_cpus == NULL)
+    nrm_error_set (err, ENOMEM, "out of memory");
+  size_t i;
+  json_t *dev;
+  json_array_foreach (json_object_get (st, "devices"), i, dev)
+  {
+    const char *name = json_string_value (json_object_get (dev, "name"));
+    unsigned os;
+    char tail;
+    nrm_quantity_t cap = 0, used = 0;
+    nrm_error_t e = NULL;
+    if (free_cpus == NULL || name == NULL || sscanf (name, "numa%u%c", &os, &tail) != 1
+        || nrm_topology_numa_index (t, os) < 0
+        || nrm_quantity_parse (json_string_value (json_object_get (json_object_get (dev, "capacity"), "cpus")), &cap, &e)
+               < 0
+        || nrm_quantity_parse (json_string_value (json_object_get (dev, "consumed")), &used, &e) < 0)
+      {
+        nrm_error_release (&e);
+        continue;
+      }
+    free_cpus[nrm_topology_numa_index (t, os)] = cap > used ? (uint64_t) ((cap - used) / NRM_QUANTITY_ONE) : 0;
+  }
+  nrm_pool_done (&pool);
+  return free_cpus;
+}

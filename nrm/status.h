@@ -3,6 +3,7 @@
 #define NRM_STATUS_H
 
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 
 #include "nrm/conf.h"
@@ -13,5 +14,9 @@
  * of a KEP-5677 ResourcePoolStatus); every claim and run with its CPUs and
  * memory nodes; exclusive, shared, reserved and isolated CPUs. */
 int nrm_status (struct nrm_config *c, const struct nrm_topology *t, bool as_json, FILE *out, nrm_error_t *err);
+
+/* Per NUMA node index, the CPUs of the node's consumable CPU device that no
+ * prepared claim or run holds (from the state dir); the caller frees. */
+uint64_t *nrm_status_cpus_free (struct nrm_config *c, const struct nrm_topology *t, nrm_error_t *err);
 
 #endif

@@ -15,6 +15,7 @@
 #include <time.h>
 
 #include "cpuset/placement.h"
+#include "driver/devices.h"
 #include "nrm/cleanup.h"
 #include "tests/rng.h"
 #include "topology/topology.h"
@@ -334,23 +335,23 @@ churn (const struct nrm_topology *t, enum engine engine, uint64_t seed, struct s
       else
         {
           /* Through DRA the scheduler picks the node's device: the first
-           * numa<N> device with room (the allocator takes devices in
-           * order); nrm picks the CPUs in it. A claim no node holds asks for
-           * several devices; the engine then spreads it as it would. */
+           * numa<N> device with room in the order nrm publishes them
+           * (nrm_numa_preference_by_room: the fullest first); nrm picks
+           * the CPUs in it. A claim no node holds asks for several
+           * devices; the engine then spreads it as it would. */
           cleanup_bitmap hwloc_bitmap_t within = NULL;
-          int pick = -1;
-          size_t pf = 0;
-          for (size_t i = 0; engine == NRM_DRA && i < t->n_numa; i++)
+          if (engine == NRM_DRA)
             {
-              size_t f = avail_in (free_set, t->numa[i].cpus);
-              if (f >= count && (pick < 0 || (getenv ("ORD") && f < pf)))
-                {
-                  pick = (int) i;
-                  pf = f;
-                }
+              uint64_t *room = calloc (t->n_numa + 1, sizeof (uint64_t));
+              for (size_t i = 0; i < t->n_numa; i++)
+                room[i] = avail_in (free_set, t->numa[i].cpus);
+              size_t *order = nrm_numa_preference_by_room (t, room);
+              for (size_t k = 0; order && k < t->n_numa && within == NULL; k++)
+                if (room[order[k]] >= count)
+                  within = hwloc_bitmap_dup (t->numa[order[k]].cpus);
+              free (order);
+              free (room);
             }
-          if (pick >= 0)
-            within = hwloc_bitmap_dup (t->numa[pick].cpus);
           struct nrm_cpu_request req = { .count = count, .within = within };
           nrm_error_t err = NULL;
           r = nrm_place_cpus (t, free_set, &req, out, &err);
@@ -489,8 +490,8 @@ main (int argc, char **argv)
   printf ("placement quality: %u seeds x %d steps of churn per machine, figures averaged over the states after each\n"
           "placement. Per figure, four placements of the same churn:\n"
           "  nrm   nrm's engine on the whole machine (it picks the NUMA node too)\n"
-          "  dra   nrm as the DRA plugin runs it: the scheduler takes the first numa<N> device with room, nrm\n"
-          "        picks the CPUs inside it\n"
+          "  dra   nrm as the DRA plugin runs it: the scheduler takes the first numa<N> device with room in\n"
+          "        the order nrm publishes them (fullest first), nrm picks the CPUs inside it\n"
           "  kub   the kubelet static policy (TakeByTopologyNUMAPacked)\n"
           "  kal   the static policy set up for alignment: Topology Manager (narrowest NUMA mask, lowest node\n"
           "        ids) and prefer-align-cpus-by-uncorecache\n"

@@ -174,6 +174,18 @@ done
 check "the claim's CPUs are back in the shared pool" \
   "$CLIENT" cpus-within "$cpus" "$(status_list $shared_pid Cpus_allowed_list)"
 
+# nrm run takes the fullest node with room (the order in which the slices
+# offer the nodes to the scheduler): with one CPU of the last node held, the
+# next run goes there too.
+last=$((NODES - 1))
+"$NRM" run --cpus 1 --numa-node $last --min-shared-cpus 0 --state-dir "$W/state" -- sleep 60 2>/dev/null &
+holder=$!
+for _ in $(seq 50); do grep -q '"nrm-run"' "$W/state/cpu.nrm.io.checkpoint.json" 2>/dev/null && break; sleep 0.1; done
+"$NRM" run --cpus 1 --min-shared-cpus 0 --state-dir "$W/state" -- sh -c 'echo "$NRM_MEMS"' >"$W/fit.out" 2>"$W/fit.err"
+check "a run goes to the fullest node with room, node $last ($(cat "$W/fit.out"))" [ "$(cat "$W/fit.out")" = "$last" ]
+kill $holder
+wait $holder 2>/dev/null
+
 kill -TERM $plugin
 wait $plugin
 check "the plugin stops cleanly on SIGTERM" [ $? -eq 0 ]
