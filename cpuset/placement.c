@@ -298,23 +298,51 @@ best_fit (const struct ctx *c, const struct unit *u, const struct usum *sum, siz
 static int
 best_node (const struct ctx *c, const struct unit *u, const struct usum *sum, size_t nu, size_t n)
 {
-  size_t max = c->t->n_l3 + 2;
-  struct unit *cu = calloc (max, sizeof (*cu));
-  struct usum *cs = calloc (max, sizeof (*cs));
+  const struct nrm_topology *t = c->t;
+  size_t ng = t->n_l3 + 1; /* slot 0: cores without an L3 */
+  struct usum *cs = calloc (t->n_numa * ng + 1, sizeof (*cs));
   int best = -1;
   size_t best_key[4] = { 0 };
-  if (cu == NULL || cs == NULL)
+  if (cs == NULL || nu == 0)
     goto out;
+  /* Every cell of every node in one pass over the cores (as summarize()). */
+  for (size_t i = 0; i < t->n_numa * ng; i++)
+    cs[i].uniform = true;
+  for (size_t k = 0; k < t->n_cores; k++)
+    {
+      const struct nrm_core *core = &t->cores[k];
+      if (c->avail[k] == 0 || core->numa < 0 || (u[0].package >= 0 && core->package != u[0].package))
+        continue;
+      struct usum *x = &cs[(size_t) core->numa * ng + (core->l3 >= 0 ? (size_t) core->l3 + 1 : 0)];
+      x->avail += c->avail[k];
+      if (c->avail[k] == c->size[k])
+        x->whole += c->avail[k];
+      else
+        x->partial += c->avail[k];
+      if (x->size == 0)
+        x->size = c->size[k];
+      else if (x->size != c->size[k])
+        x->uniform = false;
+    }
   for (size_t i = 0; i < nu; i++)
     {
-      if (sum[i].avail < n)
+      if (sum[i].avail < n || u[i].node < 0)
         continue;
-      size_t nc = children (c, &u[i], LEVEL_CELL, cu, max);
-      for (size_t j = 0; j < nc; j++)
-        summarize (c, &cu[j], &cs[j]);
-      int cb = best_fit (c, cu, cs, nc, n);
-      size_t key[4] = { summary_cost (c, &u[i], &sum[i], n), cb >= 0 ? summary_cost (c, &cu[cb], &cs[cb], n) : SIZE_MAX,
-                        cb >= 0 ? cs[cb].avail : SIZE_MAX, sum[i].avail };
+      size_t cell_cost = SIZE_MAX, cell_free = SIZE_MAX;
+      for (size_t g = 0; g < ng; g++)
+        {
+          const struct usum *x = &cs[(size_t) u[i].node * ng + g];
+          if (x->avail < n)
+            continue;
+          struct unit cu = { LEVEL_CELL, u[i].package, u[i].node, g ? (int) g - 1 : -2 };
+          size_t cost = summary_cost (c, &cu, x, n);
+          if (cost < cell_cost || (cost == cell_cost && x->avail < cell_free))
+            {
+              cell_cost = cost;
+              cell_free = x->avail;
+            }
+        }
+      size_t key[4] = { summary_cost (c, &u[i], &sum[i], n), cell_cost, cell_free, sum[i].avail };
       size_t k = 0;
       while (k < 3 && key[k] == best_key[k])
         k++;
@@ -325,7 +353,6 @@ best_node (const struct ctx *c, const struct unit *u, const struct usum *sum, si
         }
     }
 out:
-  free (cu);
   free (cs);
   return best;
 }
