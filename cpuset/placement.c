@@ -258,11 +258,28 @@ children (const struct ctx *c, const struct unit *parent, enum level lv, struct 
     for (int l = -2; l < (int) t->n_l3 && n < max; l++)
       if (l != -1)
         out[n++] = (struct unit){ LEVEL_CELL, parent->package, parent->node, l };
-  /* Keep those with usable CPUs. */
+  /* Keep those with usable CPUs: one pass over the parent's cores. */
+  size_t slots = (lv == LEVEL_PACKAGE ? t->n_packages : lv == LEVEL_NODE ? t->n_numa : t->n_l3 + 1) + 1;
+  bool *has = calloc (slots, sizeof (bool));
+  if (has == NULL)
+    return 0;
+  for (size_t k = 0; k < t->n_cores; k++)
+    {
+      const struct nrm_core *core = &t->cores[k];
+      if (c->avail[k] == 0 || !matches (c, parent, k))
+        continue;
+      int key = lv == LEVEL_PACKAGE ? core->package : lv == LEVEL_NODE ? core->numa : core->l3 >= 0 ? core->l3 + 1 : 0;
+      if (key >= 0 && (size_t) key < slots)
+        has[key] = true;
+    }
   size_t k = 0;
   for (size_t i = 0; i < n; i++)
-    if (unit_avail (c, &out[i]) > 0)
-      out[k++] = out[i];
+    {
+      int key = lv == LEVEL_PACKAGE ? out[i].package : lv == LEVEL_NODE ? out[i].node : out[i].l3 >= 0 ? out[i].l3 + 1 : 0;
+      if (key >= 0 && (size_t) key < slots && has[key])
+        out[k++] = out[i];
+    }
+  free (has);
   return k;
 }
 
@@ -673,10 +690,16 @@ nrm_place_cpus (const struct nrm_topology *t, hwloc_const_bitmap_t free_set, con
       /* full-pcpus-only: only cores whose every thread is usable. */
       if ((req->options & NRM_OPT_FULL_PCPUS_ONLY) && !hwloc_bitmap_isincluded (t->cores[k].cpus, c.cand))
         hwloc_bitmap_andnot (c.cand, c.cand, t->cores[k].cpus);
-      cleanup_bitmap hwloc_bitmap_t a = hwloc_bitmap_dup (t->cores[k].cpus);
-      hwloc_bitmap_and (a, a, c.cand);
-      c.avail[k] = weight (a);
     }
+  /* Usable CPUs per core, in one pass over the candidates. */
+  int cpu;
+  hwloc_bitmap_foreach_begin (cpu, c.cand)
+  {
+    int pi = nrm_topology_pu_index (t, (unsigned) cpu);
+    if (pi >= 0 && t->pus[pi].core >= 0 && (size_t) t->pus[pi].core < t->n_cores)
+      c.avail[t->pus[pi].core]++;
+  }
+  hwloc_bitmap_foreach_end ();
 
   size_t avail = weight (c.cand);
   int r;
