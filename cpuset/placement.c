@@ -115,25 +115,29 @@ struct usum
   bool uniform;
 };
 
+/* Counts core k (with usable CPUs) into s. */
+static void
+summary_add (const struct ctx *c, struct usum *s, size_t k)
+{
+  s->avail += c->avail[k];
+  if (c->avail[k] == c->size[k])
+    s->whole += c->avail[k];
+  else
+    s->partial += c->avail[k];
+  if (s->size == 0)
+    s->size = c->size[k];
+  else if (s->size != c->size[k])
+    s->uniform = false;
+}
+
 static void
 summarize (const struct ctx *c, const struct unit *u, struct usum *s)
 {
   memset (s, 0, sizeof (*s));
   s->uniform = true;
   for (size_t k = 0; k < c->t->n_cores; k++)
-    {
-      if (c->avail[k] == 0 || !matches (c, u, k))
-        continue;
-      s->avail += c->avail[k];
-      if (c->avail[k] == c->size[k])
-        s->whole += c->avail[k];
-      else
-        s->partial += c->avail[k];
-      if (s->size == 0)
-        s->size = c->size[k];
-      else if (s->size != c->size[k])
-        s->uniform = false;
-    }
+    if (c->avail[k] && matches (c, u, k))
+      summary_add (c, s, k);
 }
 
 /* unit_cost() from the summary when all cores have one size. */
@@ -330,16 +334,7 @@ best_node (const struct ctx *c, const struct unit *u, const struct usum *sum, si
       const struct nrm_core *core = &t->cores[k];
       if (c->avail[k] == 0 || core->numa < 0 || (u[0].package >= 0 && core->package != u[0].package))
         continue;
-      struct usum *x = &cs[(size_t) core->numa * ng + (core->l3 >= 0 ? (size_t) core->l3 + 1 : 0)];
-      x->avail += c->avail[k];
-      if (c->avail[k] == c->size[k])
-        x->whole += c->avail[k];
-      else
-        x->partial += c->avail[k];
-      if (x->size == 0)
-        x->size = c->size[k];
-      else if (x->size != c->size[k])
-        x->uniform = false;
+      summary_add (c, &cs[(size_t) core->numa * ng + (core->l3 >= 0 ? (size_t) core->l3 + 1 : 0)], k);
     }
   for (size_t i = 0; i < nu; i++)
     {
