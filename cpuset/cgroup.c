@@ -178,8 +178,8 @@ nrm_cgroup_write (struct nrm_cgroupfs *fs, const char *cgroup, const char *file,
                         : e == EBUSY  ? " (in use: a partition or a child holds it)"
                         : e == ENOSPC ? " (empty set for a cgroup with tasks)"
                                       : "";
-      return nrm_error_set (err, e, "cannot write `%s` to `%s` of cgroup `%s`: %s%s", value, file, cgroup,
-                            strerror (e), why);
+      return nrm_error_set (err, e, "cannot write `%s` to `%s` of cgroup `%s`: %s%s", value, file, cgroup, strerror (e),
+                            why);
     }
   if ((size_t) n != len)
     return nrm_error_set (err, EIO, "short write of `%s` to `%s` of cgroup `%s`", value, file, cgroup);

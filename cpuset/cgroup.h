@@ -30,10 +30,10 @@ bool nrm_cgroup_exists (struct nrm_cgroupfs *fs, const char *cgroup);
 /* What a container is bound to; NULL fields are left alone. */
 struct nrm_binding
 {
-  const char *cpus;         /* cpuset.cpus */
-  const char *mems;         /* cpuset.mems */
-  const char *memory_max;   /* memory.max */
-  const char *memory_min;   /* memory.min */
+  const char *cpus;       /* cpuset.cpus */
+  const char *mems;       /* cpuset.mems */
+  const char *memory_max; /* memory.max */
+  const char *memory_min; /* memory.min */
   size_t n_hugetlb;
   struct
   {

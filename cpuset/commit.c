@@ -272,9 +272,10 @@ out:
   nrm_cgroupfs_close (fs);
   if (r < 0)
     return -1;
-  if (ret_summary && asprintf (ret_summary, "container %s in %s: cpus %s, mems %s", id, cgroup, cpus ? cpus : "-",
-                               mems ? mems : "-")
-                         < 0)
+  if (ret_summary
+      && asprintf (ret_summary, "container %s in %s: cpus %s, mems %s", id, cgroup, cpus ? cpus : "-",
+                   mems ? mems : "-")
+             < 0)
     *ret_summary = NULL;
   return 0;
 }
@@ -317,8 +318,8 @@ ensure (struct pass *p, const char *cgroup, const char *want)
     }
   hwloc_bitmap_t h = NULL, w = NULL;
   nrm_error_t pe = NULL;
-  bool same = nrm_cpulist_parse (have, &h, &pe) == 0 && nrm_cpulist_parse (want, &w, &pe) == 0
-              && hwloc_bitmap_isequal (h, w);
+  bool same
+      = nrm_cpulist_parse (have, &h, &pe) == 0 && nrm_cpulist_parse (want, &w, &pe) == 0 && hwloc_bitmap_isequal (h, w);
   nrm_error_release (&pe);
   hwloc_bitmap_free (h);
   hwloc_bitmap_free (w);
@@ -374,8 +375,8 @@ visit (const struct nrm_container_cgroup *c, void *arg)
 }
 
 int
-nrm_reconcile (struct nrm_cgroupfs *fs, const char *state_dir, const char *shared_cpus,
-               struct nrm_reconcile_stats *st, char **ret_first_error, nrm_error_t *err)
+nrm_reconcile (struct nrm_cgroupfs *fs, const char *state_dir, const char *shared_cpus, struct nrm_reconcile_stats *st,
+               char **ret_first_error, nrm_error_t *err)
 {
   struct pass p = { fs, state_dir, NULL, json_object (), json_object (), st, ret_first_error };
   cleanup_free char *dir = NULL;

@@ -17,8 +17,8 @@ struct nrm_container_cgroup
 {
   char path[1024]; /* relative to the cgroup root */
   char pod_uid[64];
-  char id[128];    /* container id, runtime prefix and .scope removed */
-  char qos[16];    /* guaranteed, burstable, besteffort */
+  char id[128]; /* container id, runtime prefix and .scope removed */
+  char qos[16]; /* guaranteed, burstable, besteffort */
 };
 
 /* Recognises a container cgroup path; false for anything else. */
@@ -26,7 +26,7 @@ bool nrm_kubepods_parse (const char *path, struct nrm_container_cgroup *out);
 
 /* Calls fn for every container cgroup under kubepods.slice and kubepods;
  * stops at the first non-zero return. */
-int nrm_kubepods_walk (struct nrm_cgroupfs *fs, int (*fn) (const struct nrm_container_cgroup *c, void *arg),
-                       void *arg, nrm_error_t *err);
+int nrm_kubepods_walk (struct nrm_cgroupfs *fs, int (*fn) (const struct nrm_container_cgroup *c, void *arg), void *arg,
+                       nrm_error_t *err);
 
 #endif

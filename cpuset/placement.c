@@ -32,8 +32,8 @@ struct ctx
   const struct nrm_cpu_request *req;
   hwloc_bitmap_t cand; /* usable CPUs not yet taken */
   hwloc_bitmap_t out;
-  size_t *avail;       /* per core: usable CPUs left */
-  size_t *size;        /* per core: online CPUs */
+  size_t *avail; /* per core: usable CPUs left */
+  size_t *size;  /* per core: online CPUs */
 };
 
 static size_t
@@ -279,7 +279,10 @@ children (const struct ctx *c, const struct unit *parent, enum level lv, struct 
   size_t k = 0;
   for (size_t i = 0; i < n; i++)
     {
-      int key = lv == LEVEL_PACKAGE ? out[i].package : lv == LEVEL_NODE ? out[i].node : out[i].l3 >= 0 ? out[i].l3 + 1 : 0;
+      int key = lv == LEVEL_PACKAGE ? out[i].package
+                : lv == LEVEL_NODE  ? out[i].node
+                : out[i].l3 >= 0    ? out[i].l3 + 1
+                                    : 0;
       if (key >= 0 && (size_t) key < slots && has[key])
         out[k++] = out[i];
     }
@@ -579,7 +582,8 @@ spill (struct ctx *c, size_t n)
         }
       if (sum < n)
         continue;
-      if (count == 0 || need < best_need || (need == best_need && (sum < best_sum || (sum == best_sum && dist < best_dist))))
+      if (count == 0 || need < best_need
+          || (need == best_need && (sum < best_sum || (sum == best_sum && dist < best_dist))))
         {
           memcpy (order, cand, k * sizeof (size_t));
           count = k;
@@ -650,7 +654,11 @@ nrm_place_cpus (const struct nrm_topology *t, hwloc_const_bitmap_t free_set, con
   hwloc_bitmap_zero (out);
   if (nrm_cpu_options_check (req->options, err) < 0)
     return -1;
-  struct ctx c = { t, req, hwloc_bitmap_dup (free_set), out, calloc (t->n_cores + 1, sizeof (size_t)),
+  struct ctx c = { t,
+                   req,
+                   hwloc_bitmap_dup (free_set),
+                   out,
+                   calloc (t->n_cores + 1, sizeof (size_t)),
                    calloc (t->n_cores + 1, sizeof (size_t)) };
   if (c.cand == NULL || c.avail == NULL || c.size == NULL)
     {
@@ -727,8 +735,8 @@ nrm_place_cpus (const struct nrm_topology *t, hwloc_const_bitmap_t free_set, con
     return 0;
   hwloc_bitmap_zero (out);
   if (r == -2)
-    return nrm_error_set (err, ENOSPC, "%zu CPU%s asked, %zu usable%s%s%s", req->count, req->count == 1 ? "" : "s", avail,
-                          req->options & NRM_OPT_FULL_PCPUS_ONLY ? " in whole free cores" : "",
+    return nrm_error_set (err, ENOSPC, "%zu CPU%s asked, %zu usable%s%s%s", req->count, req->count == 1 ? "" : "s",
+                          avail, req->options & NRM_OPT_FULL_PCPUS_ONLY ? " in whole free cores" : "",
                           req->isolated ? " among isolated CPUs" : "", req->cpu_kind ? " of the requested kind" : "");
   return nrm_error_set (err, ENOSPC, "%zu CPU%s cannot be placed%s", req->count, req->count == 1 ? "" : "s",
                         req->options & NRM_OPT_FULL_PCPUS_ONLY ? " as whole cores" : "");

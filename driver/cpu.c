@@ -27,8 +27,7 @@ struct cpu_stats
 
 /* Summarises the CPUs "set" (a subset of the node's allocatable CPUs). */
 static void
-cpu_stats (const struct nrm_topology *t, hwloc_const_bitmap_t set, hwloc_const_bitmap_t node_cpus,
-           struct cpu_stats *st)
+cpu_stats (const struct nrm_topology *t, hwloc_const_bitmap_t set, hwloc_const_bitmap_t node_cpus, struct cpu_stats *st)
 {
   memset (st, 0, sizeof (*st));
   st->package = -1;
@@ -88,8 +87,8 @@ hybrid (const struct nrm_topology *t)
 /* Attributes every CPU device carries. nodes[] are the NUMA positions the
  * device's CPUs belong to (one, or two for an L3 group split by nodes). */
 static void
-cpu_attributes (const struct nrm_topology *t, const struct nrm_publish_options *o, json_t *attrs,
-                const size_t *nodes, size_t n_nodes, const struct cpu_stats *st)
+cpu_attributes (const struct nrm_topology *t, const struct nrm_publish_options *o, json_t *attrs, const size_t *nodes,
+                size_t n_nodes, const struct cpu_stats *st)
 {
   int64_t near[MAX_NEAR];
   size_t n_near = 0;
@@ -179,12 +178,10 @@ consumable_device (const struct nrm_topology *t, const struct nrm_publish_option
     policy = json_pack ("{s:s, s:{s:s, s:s}}", "default", "1", "validRange", "min", "1", "step", "1");
   else
     policy = json_pack ("{s:s, s:[s]}", "default", "1", "validValues", "1");
-  json_t *dev = json_pack ("{s:s, s:o, s:{s:{s:o, s:o}}, s:b}", "name", name, "attributes", attrs, "capacity",
-                           "cpus", "value", cpu_count (st.cpus), "requestPolicy", policy,
-                           "allowMultipleAllocations", 1);
+  json_t *dev = json_pack ("{s:s, s:o, s:{s:{s:o, s:o}}, s:b}", "name", name, "attributes", attrs, "capacity", "cpus",
+                           "value", cpu_count (st.cpus), "requestPolicy", policy, "allowMultipleAllocations", 1);
   if (o->node_allocatable)
-    json_object_set_new (dev, "nodeAllocatableResourceMappings",
-                         json_pack ("{s:{s:s}}", "cpu", "capacityKey", "cpus"));
+    json_object_set_new (dev, "nodeAllocatableResourceMappings", json_pack ("{s:{s:s}}", "cpu", "capacityKey", "cpus"));
   json_array_append_new (devices, dev);
 }
 
@@ -231,8 +228,8 @@ numa_device (const struct nrm_topology *t, const struct nrm_publish_options *o, 
  * whole-L3 and a whole-core device can never hold the same CPUs twice. */
 struct cell
 {
-  int l3;        /* position in t->l3, or -1 */
-  size_t cpus;   /* allocatable CPUs in the cell */
+  int l3;      /* position in t->l3, or -1 */
+  size_t cpus; /* allocatable CPUs in the cell */
 };
 
 static void
@@ -245,8 +242,7 @@ cell_name (const struct nrm_topology *t, int l3, bool merged, char *buf, size_t 
 }
 
 static int
-node_cells (const struct nrm_topology *t, hwloc_const_bitmap_t alloc, struct cell *cells, size_t *n_cells,
-            size_t max)
+node_cells (const struct nrm_topology *t, hwloc_const_bitmap_t alloc, struct cell *cells, size_t *n_cells, size_t max)
 {
   size_t n = 0;
   int cpu;
@@ -353,10 +349,9 @@ partitioned_devices (const struct nrm_topology *t, const struct nrm_publish_opti
       cpu_attributes (t, o, attrs, &i, 1, &st);
       jattr_int (attrs, "reservedCPUs", (int64_t) st.reserved);
       snprintf (name, sizeof (name), "numa%u", t->numa[i].os_index);
-      json_array_append_new (devices,
-                             partitioned_device (name, "numa", attrs, st.cpus,
-                                                 json_pack ("[{s:s, s:o}]", "counterSet", setname, "counters", use),
-                                                 o));
+      json_array_append_new (
+          devices, partitioned_device (name, "numa", attrs, st.cpus,
+                                       json_pack ("[{s:s, s:o}]", "counterSet", setname, "counters", use), o));
     }
 
   /* Whole L3 groups, in the order of their first node; an L3 group split
@@ -396,8 +391,7 @@ partitioned_devices (const struct nrm_topology *t, const struct nrm_publish_opti
               hwloc_bitmap_or (set, set, part);
               snprintf (setname, sizeof (setname), "numa%u", t->numa[nodes[k]].os_index);
               cell_name (t, (int) l, false, cname, sizeof (cname));
-              json_array_append_new (consumes,
-                                     consumption (setname, cname, (size_t) hwloc_bitmap_weight (part)));
+              json_array_append_new (consumes, consumption (setname, cname, (size_t) hwloc_bitmap_weight (part)));
             }
           struct cpu_stats st;
           char name[32];
@@ -447,8 +441,7 @@ out:
 }
 
 int
-nrm_cpu_pool (const struct nrm_topology *t, const struct nrm_publish_options *o, struct nrm_pool *ret,
-              nrm_error_t *err)
+nrm_cpu_pool (const struct nrm_topology *t, const struct nrm_publish_options *o, struct nrm_pool *ret, nrm_error_t *err)
 {
   cleanup_free size_t *order = nrm_numa_preference (t);
   struct nrm_pool p = { .driver = strdup (o->cpu_driver), .devices = json_array (), .counter_sets = json_array () };

@@ -30,8 +30,8 @@ struct nrm_publish_options
   enum nrm_cpu_mode cpu_mode;
   uint64_t memory_granularity; /* bytes; the step of consumable memory */
   /* API server feature gates the output may rely on (alpha in 1.36, off by default). */
-  bool list_attributes;      /* DRAListTypeAttributes */
-  bool node_allocatable;     /* DRANodeAllocatableResources (KEP-5517) */
+  bool list_attributes;  /* DRAListTypeAttributes */
+  bool node_allocatable; /* DRANodeAllocatableResources (KEP-5517) */
 };
 
 /* The devices of one driver's pool on this node, in preference order, and
@@ -64,8 +64,8 @@ size_t *nrm_numa_preference_by_room (const struct nrm_topology *t, const uint64_
 
 /* Splits the pools into ResourceSlices within the API limits and returns
  * them as one {"apiVersion":"v1","kind":"List","items":[...]} document. */
-int nrm_slices_build (const struct nrm_pool *pools, size_t n_pools, const struct nrm_publish_options *o,
-                      json_t **ret, nrm_error_t *err);
+int nrm_slices_build (const struct nrm_pool *pools, size_t n_pools, const struct nrm_publish_options *o, json_t **ret,
+                      nrm_error_t *err);
 
 /* Whether the device lowers its slice's limit to 64 devices (taints,
  * counter consumption or list-typed attributes). */
@@ -88,7 +88,6 @@ struct nrm_live
 /* Builds every pool for the node and returns the List; live may be NULL. */
 int nrm_node_slices_live (const struct nrm_topology *t, const struct nrm_publish_options *o,
                           const struct nrm_live *live, json_t **ret, nrm_error_t *err);
-int nrm_node_slices (const struct nrm_topology *t, const struct nrm_publish_options *o, json_t **ret,
-                     nrm_error_t *err);
+int nrm_node_slices (const struct nrm_topology *t, const struct nrm_publish_options *o, json_t **ret, nrm_error_t *err);
 
 #endif

@@ -47,7 +47,7 @@ struct nrm_grpc_server
   pthread_mutex_t lock;
   pthread_cond_t cond;
   bool stopping, shutdown_done;
-  long live;                      /* calls and pending requests not yet freed */
+  long live;                       /* calls and pending requests not yet freed */
   struct nrm_grpc_stream *streams; /* open streams, to end them at stop */
   struct tag shutdown_tag;
 };
@@ -517,8 +517,7 @@ nrm_grpc_server_start (const char *path, const struct nrm_grpc_method *methods, 
     {
       grpc_server_destroy (s->server);
       grpc_completion_queue_shutdown (s->cq);
-      while (grpc_completion_queue_next (s->cq, gpr_inf_future (GPR_CLOCK_REALTIME), NULL).type
-             != GRPC_QUEUE_SHUTDOWN)
+      while (grpc_completion_queue_next (s->cq, gpr_inf_future (GPR_CLOCK_REALTIME), NULL).type != GRPC_QUEUE_SHUTDOWN)
         ;
       grpc_completion_queue_destroy (s->cq);
       free (s->methods);

@@ -22,8 +22,8 @@
 #include "nrm/yaml.h"
 
 #define SA_DIR "/var/run/secrets/kubernetes.io/serviceaccount"
-#define MAX_BODY (64u << 20)       /* a list of slices is far smaller */
-#define MAX_EVENT (16u << 20)      /* one watch event line */
+#define MAX_BODY (64u << 20)      /* a list of slices is far smaller */
+#define MAX_EVENT (16u << 20)     /* one watch event line */
 #define MAX_SMALL_FILE (1u << 20) /* tokens, certificates, kubeconfigs */
 #define TOKEN_REFRESH_NS (60LL * 1000000000LL)
 
@@ -268,13 +268,12 @@ load_kubeconfig (struct nrm_kube *k, const char *path, nrm_error_t *err)
 
   const char *server = json_string_value (json_object_get (cluster, "server"));
   if (server == NULL || strncmp (server, "https://", 8) != 0 || server[8] == '\0')
-    return nrm_error_set (err, EINVAL, "kubeconfig `%s`: cluster `%s` needs an https:// server", path,
-                          cluster_name);
+    return nrm_error_set (err, EINVAL, "kubeconfig `%s`: cluster `%s` needs an https:// server", path, cluster_name);
   if (json_is_true (json_object_get (cluster, "insecure-skip-tls-verify")))
     return nrm_error_set (err, EINVAL,
-                         "kubeconfig `%s`: cluster `%s` sets insecure-skip-tls-verify; nrm always verifies the "
-                         "API server's certificate: give certificate-authority(-data)",
-                         path, cluster_name);
+                          "kubeconfig `%s`: cluster `%s` sets insecure-skip-tls-verify; nrm always verifies the "
+                          "API server's certificate: give certificate-authority(-data)",
+                          path, cluster_name);
   if (json_object_get (cluster, "proxy-url") || json_object_get (cluster, "tls-server-name"))
     return nrm_error_set (err, EINVAL, "kubeconfig `%s`: cluster `%s`: proxy-url and tls-server-name are not supported",
                           path, cluster_name);
@@ -619,8 +618,7 @@ not_sent (CURLcode c)
 }
 
 int
-nrm_kube_call (struct nrm_kube *k, const char *method, const char *path, json_t *body, json_t **ret,
-               nrm_error_t *err)
+nrm_kube_call (struct nrm_kube *k, const char *method, const char *path, json_t *body, json_t **ret, nrm_error_t *err)
 {
   cleanup_free char *payload = NULL;
   bool is_post = strcmp (method, "POST") == 0;
@@ -809,8 +807,8 @@ nrm_kube_watch_close (struct nrm_kube_watch *w)
 }
 
 int
-nrm_kube_watch_open (struct nrm_kube *k, const char *path, nrm_kube_event_fn fn, void *ctx,
-                     struct nrm_kube_watch **ret, nrm_error_t *err)
+nrm_kube_watch_open (struct nrm_kube *k, const char *path, nrm_kube_event_fn fn, void *ctx, struct nrm_kube_watch **ret,
+                     nrm_error_t *err)
 {
   struct nrm_kube_watch *w = calloc (1, sizeof (*w));
   if (w == NULL)

@@ -28,8 +28,8 @@ consumable (uint64_t value, uint64_t step)
     /* min + step must fit in the capacity: a single valid value instead. */
     return json_pack ("{s:o, s:{s:o, s:[o]}}", "value", qbytes (value), "requestPolicy", "default", qbytes (step),
                       "validValues", qbytes (step));
-  return json_pack ("{s:o, s:{s:o, s:{s:o, s:o}}}", "value", qbytes (value), "requestPolicy", "default",
-                    qbytes (step), "validRange", "min", qbytes (step), "step", qbytes (step));
+  return json_pack ("{s:o, s:{s:o, s:{s:o, s:o}}}", "value", qbytes (value), "requestPolicy", "default", qbytes (step),
+                    "validRange", "min", qbytes (step), "step", qbytes (step));
 }
 
 static void
@@ -110,8 +110,8 @@ nrm_memory_pool (const struct nrm_topology *t, const struct nrm_publish_options 
         }
       jattr_bool (attrs, "hugeTLB", false);
       snprintf (name, sizeof (name), "numa%u", n->os_index);
-      json_t *dev = json_pack ("{s:s, s:o, s:{s:o}, s:b}", "name", name, "attributes", attrs, "capacity", "memory",
-                               cap, "allowMultipleAllocations", 1);
+      json_t *dev = json_pack ("{s:s, s:o, s:{s:o}, s:b}", "name", name, "attributes", attrs, "capacity", "memory", cap,
+                               "allowMultipleAllocations", 1);
       if (o->node_allocatable)
         json_object_set_new (dev, "nodeAllocatableResourceMappings",
                              json_pack ("{s:{s:s}}", "memory", "capacityKey", "memory"));

@@ -5,9 +5,9 @@
 #include <stdbool.h>
 
 /* Kubernetes name formats (RFC 1123 as the API server checks them). */
-bool nrm_is_dns_label (const char *s);                /* <= 63, [a-z0-9]([-a-z0-9]*[a-z0-9])? */
-bool nrm_is_dns_subdomain (const char *s, int max);   /* dot-separated RFC 1123 labels, <= max in all */
-bool nrm_is_c_identifier (const char *s, int max);    /* [A-Za-z_][A-Za-z0-9_]*, <= max */
-bool nrm_is_qualified_name (const char *s);           /* [<subdomain <= 63>/]<identifier <= 32> */
+bool nrm_is_dns_label (const char *s);              /* <= 63, [a-z0-9]([-a-z0-9]*[a-z0-9])? */
+bool nrm_is_dns_subdomain (const char *s, int max); /* dot-separated RFC 1123 labels, <= max in all */
+bool nrm_is_c_identifier (const char *s, int max);  /* [A-Za-z_][A-Za-z0-9_]*, <= max */
+bool nrm_is_qualified_name (const char *s);         /* [<subdomain <= 63>/]<identifier <= 32> */
 
 #endif

@@ -17,8 +17,8 @@
 struct claim_entry
 {
   char *uid;
-  hwloc_bitmap_t cpus;  /* CPU driver */
-  json_t *used;         /* memory driver: device -> bytes */
+  hwloc_bitmap_t cpus; /* CPU driver */
+  json_t *used;        /* memory driver: device -> bytes */
   struct claim_entry *next;
 };
 
@@ -223,8 +223,7 @@ names_request (json_t *requests, const char *request)
 }
 
 static int
-cpu_settings (struct nrm_node_driver *d, json_t *config, const char *request, struct cpu_settings *cs,
-              nrm_error_t *err)
+cpu_settings (struct nrm_node_driver *d, json_t *config, const char *request, struct cpu_settings *cs, nrm_error_t *err)
 {
   size_t i;
   json_t *entry;
@@ -310,12 +309,12 @@ cpu_prepare (struct nrm_node_driver *d, const char *uid, const struct nrm_alloc_
           struct cpu_settings cs;
           if (cpu_settings (d, config, r[i].request, &cs, err) < 0)
             return -1;
-          struct nrm_cpu_request req = { .count = (size_t) (q / NRM_QUANTITY_ONE),
-                                         .within = cpus,
-                                         .options = cs.options,
-                                         .cpu_kind = cs.cpu_kind[0] ? cs.cpu_kind : NULL,
-                                         .isolated = hwloc_bitmap_isincluded (cpus, d->t->isolated)
-                                                     && !hwloc_bitmap_iszero (cpus) };
+          struct nrm_cpu_request req
+              = { .count = (size_t) (q / NRM_QUANTITY_ONE),
+                  .within = cpus,
+                  .options = cs.options,
+                  .cpu_kind = cs.cpu_kind[0] ? cs.cpu_kind : NULL,
+                  .isolated = hwloc_bitmap_isincluded (cpus, d->t->isolated) && !hwloc_bitmap_iszero (cpus) };
           cleanup_bitmap hwloc_bitmap_t free_set = hwloc_bitmap_dup (d->t->online);
           cleanup_bitmap hwloc_bitmap_t got = hwloc_bitmap_alloc ();
           hwloc_bitmap_andnot (free_set, free_set, d->taken);
@@ -345,8 +344,7 @@ cpu_prepare (struct nrm_node_driver *d, const char *uid, const struct nrm_alloc_
       hwloc_bitmap_andnot (left, left, claim);
       if ((size_t) hwloc_bitmap_weight (left) < d->min_shared)
         return nrm_error_set (err, ENOSPC, "this claim would leave %d shared CPU%s, fewer than the minimum of %zu",
-                              hwloc_bitmap_weight (left), hwloc_bitmap_weight (left) == 1 ? "" : "s",
-                              d->min_shared);
+                              hwloc_bitmap_weight (left), hwloc_bitmap_weight (left) == 1 ? "" : "s", d->min_shared);
     }
   cleanup_free char *list = nrm_cpulist_format (claim), *mems = mems_of (d->t, claim);
   struct claim_entry *c = calloc (1, sizeof (*c));
@@ -449,8 +447,8 @@ memory_settings (json_t *config, const struct nrm_alloc_result *r, size_t n, boo
     const char *kind = json_string_value (json_object_get (params, "kind"));
     if (!json_is_object (params) || api == NULL || strcmp (api, "memory.nrm.io/v1alpha1") != 0 || kind == NULL
         || strcmp (kind, "MemoryConfig") != 0)
-      return nrm_error_set (err, EINVAL,
-                            "opaque configuration %zu: expected apiVersion memory.nrm.io/v1alpha1, kind MemoryConfig", i);
+      return nrm_error_set (
+          err, EINVAL, "opaque configuration %zu: expected apiVersion memory.nrm.io/v1alpha1, kind MemoryConfig", i);
     json_object_foreach (params, key, v)
     {
       if (strcmp (key, "apiVersion") == 0 || strcmp (key, "kind") == 0)
@@ -507,7 +505,8 @@ mem_prepare (struct nrm_node_driver *d, const char *uid, const struct nrm_alloc_
       json_int_t used = json_integer_value (json_object_get (d->used, r[i].device))
                         + json_integer_value (json_object_get (add, r[i].device));
       if ((nrm_quantity_t) (used + bytes) * NRM_QUANTITY_ONE > cap)
-        return nrm_error_set (err, ENOSPC, "device %s: %" JSON_INTEGER_FORMAT " bytes asked, %" JSON_INTEGER_FORMAT
+        return nrm_error_set (err, ENOSPC,
+                              "device %s: %" JSON_INTEGER_FORMAT " bytes asked, %" JSON_INTEGER_FORMAT
                               " of %" JSON_INTEGER_FORMAT " free",
                               r[i].device, bytes, (json_int_t) (cap / NRM_QUANTITY_ONE) - used,
                               (json_int_t) (cap / NRM_QUANTITY_ONE));

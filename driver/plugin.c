@@ -65,12 +65,12 @@ struct nrm_plugin
   size_t n_streams;
 };
 
-#define LOG(p, lvl, ...)                                                                                          \
-  do                                                                                                              \
-    {                                                                                                             \
-      if ((p)->cfg.log)                                                                                           \
-        (p)->cfg.log ((p)->cfg.log_ctx, lvl, __VA_ARGS__);                                                        \
-    }                                                                                                             \
+#define LOG(p, lvl, ...)                                                                                               \
+  do                                                                                                                   \
+    {                                                                                                                  \
+      if ((p)->cfg.log)                                                                                                \
+        (p)->cfg.log ((p)->cfg.log_ctx, lvl, __VA_ARGS__);                                                             \
+    }                                                                                                                  \
   while (0)
 
 /* --- metrics ---------------------------------------------------------------- */
@@ -413,8 +413,8 @@ response_devices (struct nrm_plugin *p, const char *uid, const struct nrm_alloc_
   for (size_t i = 0; i < n; i++)
     {
       cleanup_free char *req = strip_subrequest (r[i].request);
-      json_t *d = json_pack ("{s:[s], s:s, s:s, s:[s]}", "requestNames", req, "pool", r[i].pool, "device",
-                             r[i].device, "cdiDeviceIDs", id);
+      json_t *d = json_pack ("{s:[s], s:s, s:s, s:[s]}", "requestNames", req, "pool", r[i].pool, "device", r[i].device,
+                             "cdiDeviceIDs", id);
       if (r[i].share_id)
         json_object_set_new (d, "shareID", json_string (r[i].share_id));
       json_array_append_new (devs, d);
@@ -434,8 +434,7 @@ claim_allocation (struct nrm_plugin *p, json_t *claim, const char *uid, struct n
   json_t *r;
 
   if (cuid == NULL || strcmp (cuid, uid) != 0)
-    return nrm_error_set (err, ESTALE, "claim UID is %s, not %s: the claim was replaced", cuid ? cuid : "(none)",
-                          uid);
+    return nrm_error_set (err, ESTALE, "claim UID is %s, not %s: the claim was replaced", cuid ? cuid : "(none)", uid);
   if (!json_is_object (alloc))
     return nrm_error_set (err, EINVAL, "claim is not allocated");
   if (!json_is_array (results))
@@ -567,8 +566,9 @@ prepare_claim (struct nrm_plugin *p, const char *ns, const char *name, const cha
 
   struct nrm_prepared prep = { NULL, NULL };
   json_t *devs = response_devices (p, uid, results, n);
-  json_object_set_new (claims, uid, json_pack ("{s:s, s:s, s:s, s:O}", "namespace", ns, "name", name, "phase",
-                                               "PrepareStarted", "devices", devs));
+  json_object_set_new (
+      claims, uid,
+      json_pack ("{s:s, s:s, s:s, s:O}", "namespace", ns, "name", name, "phase", "PrepareStarted", "devices", devs));
   if (checkpoint_write (p, p->cp, false, err) < 0)
     goto rollback_entry;
   if (p->ops->prepare (p->self, uid, results, n, config, &prep, err) < 0)
@@ -739,8 +739,7 @@ prepare_common (struct nrm_plugin *p, const uint8_t *req, size_t len, uint8_t **
       record (p, &p->metrics.prepare, &t0, err);
       if (devs == NULL)
         {
-          if (asprintf (&errors[n_out], "%s: claim %s/%s: %s", p->driver, c->namespace_, c->name,
-                        nrm_error_msg (err))
+          if (asprintf (&errors[n_out], "%s: claim %s/%s: %s", p->driver, c->namespace_, c->name, nrm_error_msg (err))
               < 0)
             errors[n_out] = NULL;
           r->error = errors[n_out] ? errors[n_out] : (char *) "error";

@@ -18,8 +18,8 @@ struct nrm_alloc_result
   const char *request; /* as allocated, "req" or "req/subrequest" */
   const char *pool;
   const char *device;
-  const char *share_id;   /* or NULL */
-  json_t *consumed;       /* consumedCapacity: name -> quantity string, or NULL */
+  const char *share_id; /* or NULL */
+  json_t *consumed;     /* consumedCapacity: name -> quantity string, or NULL */
 };
 
 /* What a driver returns from prepare. */
@@ -80,11 +80,11 @@ typedef void (*nrm_log_fn) (void *ctx, enum nrm_log_level level, const char *fmt
 
 struct nrm_plugin_config
 {
-  const char *driver;      /* driver name */
-  const char *node_name;   /* the pool name of node-local devices */
-  const char *kubelet_dir; /* /var/lib/kubelet */
-  const char *cdi_dir;     /* /var/run/cdi */
-  const char *state_dir;   /* checkpoints and locks */
+  const char *driver;       /* driver name */
+  const char *node_name;    /* the pool name of node-local devices */
+  const char *kubelet_dir;  /* /var/lib/kubelet */
+  const char *cdi_dir;      /* /var/run/cdi */
+  const char *state_dir;    /* checkpoints and locks */
   const char *instance_uid; /* rolling-update mode: the pod UID in socket names, or NULL */
   int health_interval_s;    /* complete device list at least this often (10) */
   int threads;              /* gRPC polling threads */
@@ -113,8 +113,7 @@ int nrm_plugin_start (const struct nrm_plugin_config *cfg, const struct nrm_driv
 /* Prepares and unprepares as NodePrepareResources/NodeUnprepareResources do
  * for one claim (for local use); prepare returns the devices (new
  * reference) or NULL with an error. */
-json_t *nrm_plugin_prepare (struct nrm_plugin *p, const char *ns, const char *name, const char *uid,
-                            nrm_error_t *err);
+json_t *nrm_plugin_prepare (struct nrm_plugin *p, const char *ns, const char *name, const char *uid, nrm_error_t *err);
 int nrm_plugin_unprepare (struct nrm_plugin *p, const char *uid, nrm_error_t *err);
 
 /* The prepared claims as the checkpoint has them (uid -> entry with
@@ -137,12 +136,12 @@ extern const double nrm_latency_bounds[NRM_LATENCY_BUCKETS]; /* seconds, ascendi
 
 enum nrm_error_kind
 {
-  NRM_ERRKIND_INVALID,    /* a malformed claim, request or configuration */
-  NRM_ERRKIND_NOT_FOUND,  /* the claim or one of its devices is unknown */
-  NRM_ERRKIND_REPLACED,   /* the claim's UID changed */
+  NRM_ERRKIND_INVALID,     /* a malformed claim, request or configuration */
+  NRM_ERRKIND_NOT_FOUND,   /* the claim or one of its devices is unknown */
+  NRM_ERRKIND_REPLACED,    /* the claim's UID changed */
   NRM_ERRKIND_NO_CAPACITY, /* the node cannot fit it */
-  NRM_ERRKIND_API,        /* the Kubernetes API did not answer */
-  NRM_ERRKIND_INTERNAL,   /* anything else: files, cgroups, memory */
+  NRM_ERRKIND_API,         /* the Kubernetes API did not answer */
+  NRM_ERRKIND_INTERNAL,    /* anything else: files, cgroups, memory */
   NRM_ERRKIND_COUNT
 };
 const char *nrm_error_kind_name (enum nrm_error_kind k);

@@ -41,10 +41,10 @@ struct nrm_publisher
 
   /* Thread-private. */
   char *node_uid;
-  json_t *cache;   /* name -> slice, as list and watch report them */
-  json_t *work;    /* the desired slices being reconciled */
+  json_t *cache;    /* name -> slice, as list and watch report them */
+  json_t *work;     /* the desired slices being reconciled */
   json_t *accepted; /* per slot: the spec the server kept when it dropped fields */
-  char *rv;        /* resourceVersion to watch from */
+  char *rv;         /* resourceVersion to watch from */
   bool need_list, dirty;
   int backoff_ms;
 };
@@ -133,9 +133,7 @@ equal (json_t *a, json_t *b, const char *key)
         if (!equal (v, json_object_get (b, k), k))
           return false;
       }
-      json_object_foreach (b, k, v)
-      if (strcmp (k, "timeAdded") != 0)
-        nb++;
+      json_object_foreach (b, k, v) if (strcmp (k, "timeAdded") != 0) nb++;
       return na == nb;
     }
   if (json_is_array (a) && json_is_array (b))
@@ -314,9 +312,8 @@ list_slices (struct nrm_publisher *p, nrm_error_t *err)
                               nrm_kube_status_message (list, code));
       size_t i;
       json_t *s;
-      json_array_foreach (json_object_get (list, "items"), i, s)
-      if (ours (p, s))
-        json_object_set (cache, slice_name (s), s);
+      json_array_foreach (json_object_get (list, "items"), i, s) if (ours (p, s))
+          json_object_set (cache, slice_name (s), s);
       json_t *meta = json_object_get (list, "metadata");
       const char *c = json_string_value (json_object_get (meta, "continue"));
       const char *r = json_string_value (json_object_get (meta, "resourceVersion"));
@@ -379,10 +376,10 @@ write_slot (struct nrm_publisher *p, size_t slot, json_t *current, long long gen
 {
   json_t *want = json_array_get (p->work, slot);
   cleanup_free char *prefix = generate_prefix (want), *path = NULL;
-  cleanup_json json_t *body = json_pack ("{s:s, s:s, s:{s:[{s:s, s:s, s:s, s:s, s:b}]}, s:o}", "apiVersion",
-                                         "resource.k8s.io/v1", "kind", "ResourceSlice", "metadata",
-                                         "ownerReferences", "apiVersion", "v1", "kind", "Node", "name", p->node,
-                                         "uid", p->node_uid, "controller", 1, "spec", desired_spec (want, generation));
+  cleanup_json json_t *body
+      = json_pack ("{s:s, s:s, s:{s:[{s:s, s:s, s:s, s:s, s:b}]}, s:o}", "apiVersion", "resource.k8s.io/v1", "kind",
+                   "ResourceSlice", "metadata", "ownerReferences", "apiVersion", "v1", "kind", "Node", "name", p->node,
+                   "uid", p->node_uid, "controller", 1, "spec", desired_spec (want, generation));
   cleanup_json json_t *answer = NULL;
   if (prefix == NULL || body == NULL)
     return nrm_error_set (err, ENOMEM, "out of memory");
@@ -392,7 +389,8 @@ write_slot (struct nrm_publisher *p, size_t slot, json_t *current, long long gen
     {
       method = "PUT";
       json_object_set (meta, "name", json_object_get (json_object_get (current, "metadata"), "name"));
-      json_object_set (meta, "resourceVersion", json_object_get (json_object_get (current, "metadata"), "resourceVersion"));
+      json_object_set (meta, "resourceVersion",
+                       json_object_get (json_object_get (current, "metadata"), "resourceVersion"));
       if (asprintf (&path, SLICES_PATH "/%s", slice_name (current)) < 0)
         return nrm_error_set (err, ENOMEM, "out of memory");
     }
@@ -413,8 +411,8 @@ write_slot (struct nrm_publisher *p, size_t slot, json_t *current, long long gen
       return nrm_error_set (err, EAGAIN, "ResourceSlice %s changed meanwhile (HTTP %d); listing again", what, code);
     }
   if (code != 200 && code != 201)
-    return nrm_error_set (err, EIO, "%s ResourceSlice %s: HTTP %d: %s", current ? "updating" : "creating", what,
-                          code, nrm_kube_status_message (answer, code));
+    return nrm_error_set (err, EIO, "%s ResourceSlice %s: HTTP %d: %s", current ? "updating" : "creating", what, code,
+                          nrm_kube_status_message (answer, code));
   const char *name = slice_name (answer);
   if (name == NULL)
     return nrm_error_set (err, EPROTO, "ResourceSlice %s: the answer has no name", what);
@@ -436,8 +434,8 @@ write_slot (struct nrm_publisher *p, size_t slot, json_t *current, long long gen
   pthread_mutex_lock (&p->lock);
   p->st.writes++;
   pthread_mutex_unlock (&p->lock);
-  LOG (p, NRM_LOG_INFO, "%s ResourceSlice %s (pool %s generation %lld)", current ? "updated" : "created", name,
-       p->node, generation);
+  LOG (p, NRM_LOG_INFO, "%s ResourceSlice %s (pool %s generation %lld)", current ? "updated" : "created", name, p->node,
+       generation);
   return 0;
 }
 
@@ -497,7 +495,8 @@ reconcile (struct nrm_publisher *p, nrm_error_t *err)
   json_object_foreach (p->cache, name, s)
   {
     long long g = slice_generation (s);
-    const char *pool = json_string_value (json_object_get (json_object_get (json_object_get (s, "spec"), "pool"), "name"));
+    const char *pool
+        = json_string_value (json_object_get (json_object_get (json_object_get (s, "spec"), "pool"), "name"));
     size_t slot = n;
     if (g > max_gen)
       max_gen = g;
@@ -554,9 +553,7 @@ reconcile (struct nrm_publisher *p, nrm_error_t *err)
       dropped_any |= json_array_get (p->accepted, i) != NULL && !json_is_null (json_array_get (p->accepted, i));
 
   size_t i;
-  json_array_foreach (obsolete, i, s)
-  if (delete_slice (p, s, err) < 0)
-    goto out;
+  json_array_foreach (obsolete, i, s) if (delete_slice (p, s, err) < 0) goto out;
 
   pthread_mutex_lock (&p->lock);
   p->st.generation = target;
@@ -591,8 +588,8 @@ on_event (void *ctx, const char *type, json_t *obj)
     {
       /* 410 Expired: the history is gone; anything else: start over too. */
       long code = (long) json_integer_value (json_object_get (obj, "code"));
-      LOG (p, code == 410 ? NRM_LOG_DEBUG : NRM_LOG_WARNING, "ResourceSlice watch of %s: %s; listing again",
-           p->driver, nrm_kube_status_message (obj, (int) code));
+      LOG (p, code == 410 ? NRM_LOG_DEBUG : NRM_LOG_WARNING, "ResourceSlice watch of %s: %s; listing again", p->driver,
+           nrm_kube_status_message (obj, (int) code));
       p->need_list = true;
       return -1;
     }
@@ -732,7 +729,8 @@ thread_main (void *arg)
           if (getrandom (&r, sizeof (r), GRND_NONBLOCK) != sizeof (r))
             r = 0;
           if (sel == NULL
-              || asprintf (&path, SLICES_PATH "?%s&watch=true&allowWatchBookmarks=true&resourceVersion=%s&timeoutSeconds=%u",
+              || asprintf (&path,
+                           SLICES_PATH "?%s&watch=true&allowWatchBookmarks=true&resourceVersion=%s&timeoutSeconds=%u",
                            sel, p->rv, 300 + r % 300)
                      < 0)
             {

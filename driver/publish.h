@@ -41,11 +41,11 @@ int nrm_publisher_update (struct nrm_publisher *p, json_t *slices, nrm_error_t *
 
 struct nrm_publisher_status
 {
-  bool synced;           /* the API server holds the desired slices */
-  bool connected;        /* the last request to the API server got an answer */
-  long long generation;  /* of the published pool, 0 before the first */
-  long long writes;      /* creates, updates and deletes so far */
-  char *error;           /* the last problem, or NULL; malloc'd */
+  bool synced;          /* the API server holds the desired slices */
+  bool connected;       /* the last request to the API server got an answer */
+  long long generation; /* of the published pool, 0 before the first */
+  long long writes;     /* creates, updates and deletes so far */
+  char *error;          /* the last problem, or NULL; malloc'd */
 };
 
 void nrm_publisher_status (struct nrm_publisher *p, struct nrm_publisher_status *st);

@@ -256,7 +256,8 @@ nrm_node_slices_live (const struct nrm_topology *t, const struct nrm_publish_opt
       taint_pool (&pools[0], json_object_get (live->taints, pools[0].driver));
       taint_pool (&pools[1], json_object_get (live->taints, pools[1].driver));
     }
-  if (live && live->cpus_free && o->cpu_mode == NRM_CPU_MODE_NUMA && order_by_room (t, &pools[0], live->cpus_free, err) < 0)
+  if (live && live->cpus_free && o->cpu_mode == NRM_CPU_MODE_NUMA
+      && order_by_room (t, &pools[0], live->cpus_free, err) < 0)
     goto out;
   if (nrm_slices_build (pools, 2, o, ret, err) < 0)
     goto out;

@@ -234,10 +234,20 @@ node_resource_ok (const char *r)
 static int
 check_device (json_t *dev, json_t *pool, nrm_error_t *err)
 {
-  static const char *const keys[]
-      = { "name",     "attributes",        "capacity",          "consumesCounters",         "nodeName",
-          "nodeSelector", "allNodes",       "taints",            "bindsToNode",              "bindingConditions",
-          "bindingFailureConditions", "allowMultipleAllocations", "nodeAllocatableResourceMappings", NULL };
+  static const char *const keys[] = { "name",
+                                      "attributes",
+                                      "capacity",
+                                      "consumesCounters",
+                                      "nodeName",
+                                      "nodeSelector",
+                                      "allNodes",
+                                      "taints",
+                                      "bindsToNode",
+                                      "bindingConditions",
+                                      "bindingFailureConditions",
+                                      "allowMultipleAllocations",
+                                      "nodeAllocatableResourceMappings",
+                                      NULL };
   const char *bad = NULL, *key;
   json_t *v, *attrs = json_object_get (dev, "attributes"), *caps = json_object_get (dev, "capacity");
   size_t values = 0;
@@ -311,9 +321,8 @@ check_device (json_t *dev, json_t *pool, nrm_error_t *err)
         if (check_counters (what, json_object_get (c, "counters"), NULL, err) < 0)
           return -1;
         /* Checked against the pool's counter sets once all slices are read. */
-        json_array_append_new (json_object_get (pool, "uses"), json_pack ("{s:s, s:s, s:O}", "device", name,
-                                                                          "set", set, "counters",
-                                                                          json_object_get (c, "counters")));
+        json_array_append_new (json_object_get (pool, "uses"), json_pack ("{s:s, s:s, s:O}", "device", name, "set", set,
+                                                                          "counters", json_object_get (c, "counters")));
       }
     }
   json_t *taints = json_object_get (dev, "taints");
@@ -350,8 +359,7 @@ check_device (json_t *dev, json_t *pool, nrm_error_t *err)
       FAIL ("device `%s`: mapping `%s` has unknown field `%s`", name, key, bad ? bad : "?");
     const char *ck = json_string_value (json_object_get (v, "capacityKey"));
     if (json_object_get (v, "capacityKey") && (ck == NULL || json_object_get (caps, ck) == NULL))
-      FAIL ("device `%s`: mapping `%s` names capacity `%s`, which the device does not have", name, key,
-            ck ? ck : "?");
+      FAIL ("device `%s`: mapping `%s` names capacity `%s`, which the device does not have", name, key, ck ? ck : "?");
     snprintf (what, sizeof (what), "device `%s`: mapping `%s` allocationMultiplier", name, key);
     if (json_object_get (v, "allocationMultiplier")
         && quantity (json_object_get (v, "allocationMultiplier"), what, &q, err) < 0)
@@ -379,8 +387,9 @@ pool_name_ok (const char *s)
 static int
 check_slice (json_t *s, json_t *pools, json_t *names, nrm_error_t *err)
 {
-  static const char *const spec_keys[] = { "driver", "pool", "nodeName", "nodeSelector", "allNodes",
-                                           "devices", "perDeviceNodeSelection", "sharedCounters", NULL };
+  static const char *const spec_keys[]
+      = { "driver",         "pool", "nodeName", "nodeSelector", "allNodes", "devices", "perDeviceNodeSelection",
+          "sharedCounters", NULL };
   const char *bad = NULL;
   json_t *meta = json_object_get (s, "metadata"), *spec = json_object_get (s, "spec");
   const char *name = json_string_value (json_object_get (meta, "name"));
@@ -503,8 +512,7 @@ nrm_slices_validate (json_t *list, nrm_error_t *err)
     json_t *u;
     const char *nl = strchr (key, '\n');
     if (json_integer_value (json_object_get (s, "seen")) != json_integer_value (json_object_get (s, "count")))
-      FAIL ("pool `%s`: resourceSliceCount is %" JSON_INTEGER_FORMAT " but %" JSON_INTEGER_FORMAT
-            " slices were found",
+      FAIL ("pool `%s`: resourceSliceCount is %" JSON_INTEGER_FORMAT " but %" JSON_INTEGER_FORMAT " slices were found",
             nl ? nl + 1 : key, json_integer_value (json_object_get (s, "count")),
             json_integer_value (json_object_get (s, "seen")));
     /* Every consumption names an existing counter and fits in it. */

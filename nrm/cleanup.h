@@ -13,25 +13,25 @@
 /* Owned locals release themselves when they go out of scope; hand ownership
  * on with TAKE_PTR(). Initialise every such variable to NULL (or -1). */
 
-#define TAKE_PTR(p)                                                                                \
-  ({                                                                                               \
-    __typeof__ (p) _p = (p);                                                                       \
-    (p) = NULL;                                                                                    \
-    _p;                                                                                            \
+#define TAKE_PTR(p)                                                                                                    \
+  ({                                                                                                                   \
+    __typeof__ (p) _p = (p);                                                                                           \
+    (p) = NULL;                                                                                                        \
+    _p;                                                                                                                \
   })
 
-#define TAKE_FD(fd)                                                                                \
-  ({                                                                                               \
-    int _fd = (fd);                                                                                \
-    (fd) = -1;                                                                                     \
-    _fd;                                                                                           \
+#define TAKE_FD(fd)                                                                                                    \
+  ({                                                                                                                   \
+    int _fd = (fd);                                                                                                    \
+    (fd) = -1;                                                                                                         \
+    _fd;                                                                                                               \
   })
 
-#define DEFINE_TRIVIAL_CLEANUP_FUNC(type, func)                                                    \
-  static inline void func##p (type *p)                                                             \
-  {                                                                                                \
-    if (*p)                                                                                        \
-      func (*p);                                                                                   \
+#define DEFINE_TRIVIAL_CLEANUP_FUNC(type, func)                                                                        \
+  static inline void func##p (type *p)                                                                                 \
+  {                                                                                                                    \
+    if (*p)                                                                                                            \
+      func (*p);                                                                                                       \
   }
 
 static inline void

@@ -107,12 +107,10 @@ add_reserved (struct nrm_config *c, unsigned node, const char *resource, const c
 {
   uint64_t bytes;
   if (!memory_resource_ok (resource))
-    return nrm_error_set (err, EINVAL, "reserved memory: unknown resource `%s` (memory or hugepages-<size>)",
-                          resource);
+    return nrm_error_set (err, EINVAL, "reserved memory: unknown resource `%s` (memory or hugepages-<size>)", resource);
   if (nrm_quantity_parse_bytes (amount, &bytes, err) < 0)
     return nrm_error_wrap (err, "reserved memory: %s on NUMA node %u", resource, node);
-  struct nrm_reserved_memory *r
-      = realloc (c->node.reserved_memory, (c->node.n_reserved_memory + 1) * sizeof (*r));
+  struct nrm_reserved_memory *r = realloc (c->node.reserved_memory, (c->node.n_reserved_memory + 1) * sizeof (*r));
   if (r == NULL)
     return nrm_error_set (err, ENOMEM, "out of memory");
   c->node.reserved_memory = r;
@@ -179,9 +177,8 @@ set_gate (struct nrm_config *c, const char *name, bool value, nrm_error_t *err)
   else if (strcmp (name, "DRANodeAllocatableResources") == 0)
     c->publish.node_allocatable = value;
   else
-    return nrm_error_set (err, EINVAL,
-                          "unknown feature gate `%s` (known: DRAListTypeAttributes, DRANodeAllocatableResources)",
-                          name);
+    return nrm_error_set (
+        err, EINVAL, "unknown feature gate `%s` (known: DRAListTypeAttributes, DRANodeAllocatableResources)", name);
   return 0;
 }
 
@@ -259,12 +256,12 @@ type_name (json_t *v)
   return "?";
 }
 
-#define WANT(v, pred, key, what)                                                                          \
-  do                                                                                                       \
-    {                                                                                                      \
-      if (!pred (v))                                                                                       \
-        return nrm_error_set (err, EINVAL, "key `%s` must be %s, not %s", key, what, type_name (v));       \
-    }                                                                                                      \
+#define WANT(v, pred, key, what)                                                                                       \
+  do                                                                                                                   \
+    {                                                                                                                  \
+      if (!pred (v))                                                                                                   \
+        return nrm_error_set (err, EINVAL, "key `%s` must be %s, not %s", key, what, type_name (v));                   \
+    }                                                                                                                  \
   while (0)
 
 static int
@@ -328,11 +325,12 @@ string_key (struct nrm_config *c, const char *key)
   {
     const char *key;
     char **field;
-  } keys[] = { { "nodeName", &c->node_name },   { "topology", &c->topology },
-               { "fsroot", &c->fsroot },         { "kubeletDir", &c->kubelet_dir }, { "cdiDir", &c->cdi_dir },
-               { "stateDir", &c->state_dir },    { "claimsDir", &c->claims_dir },   { "instanceUID", &c->instance_uid },
-               { "logLevel", &c->log_level },    { "logFormat", &c->log_format },   { "hookPath", &c->hook_path },
-               { "kubeconfig", &c->kubeconfig },  { "httpAddress", &c->http_address } };
+  } keys[]
+      = { { "nodeName", &c->node_name },      { "topology", &c->topology },        { "fsroot", &c->fsroot },
+          { "kubeletDir", &c->kubelet_dir },  { "cdiDir", &c->cdi_dir },           { "stateDir", &c->state_dir },
+          { "claimsDir", &c->claims_dir },    { "instanceUID", &c->instance_uid }, { "logLevel", &c->log_level },
+          { "logFormat", &c->log_format },    { "hookPath", &c->hook_path },       { "kubeconfig", &c->kubeconfig },
+          { "httpAddress", &c->http_address } };
   for (size_t i = 0; i < sizeof (keys) / sizeof (keys[0]); i++)
     if (strcmp (keys[i].key, key) == 0)
       return keys[i].field;
@@ -567,8 +565,10 @@ nrm_config_finish (struct nrm_config *c, nrm_error_t *err)
   {
     char **field;
     const char *dflt;
-  } defaults[] = { { &c->kubelet_dir, "/var/lib/kubelet" }, { &c->cdi_dir, "/var/run/cdi" },
-                   { &c->state_dir, "/var/lib/nrm" },       { &c->log_level, "info" },
+  } defaults[] = { { &c->kubelet_dir, "/var/lib/kubelet" },
+                   { &c->cdi_dir, "/var/run/cdi" },
+                   { &c->state_dir, "/var/lib/nrm" },
+                   { &c->log_level, "info" },
                    { &c->log_format, "plain" } };
   for (size_t i = 0; i < sizeof (defaults) / sizeof (defaults[0]); i++)
     if (*defaults[i].field == NULL && nrm_config_set_string (defaults[i].field, defaults[i].dflt, err) < 0)
@@ -576,8 +576,10 @@ nrm_config_finish (struct nrm_config *c, nrm_error_t *err)
   const struct
   {
     const char *name, *value;
-  } dirs[] = { { "kubelet directory", c->kubelet_dir }, { "CDI directory", c->cdi_dir },
-               { "state directory", c->state_dir },     { "claims directory", c->claims_dir } };
+  } dirs[] = { { "kubelet directory", c->kubelet_dir },
+               { "CDI directory", c->cdi_dir },
+               { "state directory", c->state_dir },
+               { "claims directory", c->claims_dir } };
   for (size_t i = 0; i < sizeof (dirs) / sizeof (dirs[0]); i++)
     if (dirs[i].value && dirs[i].value[0] != '/')
       return nrm_error_set (err, EINVAL, "the %s `%s` must be an absolute path", dirs[i].name, dirs[i].value);
@@ -602,8 +604,8 @@ nrm_config_finish (struct nrm_config *c, nrm_error_t *err)
   if (strcmp (c->log_level, "error") && strcmp (c->log_level, "warning") && strcmp (c->log_level, "info")
       && strcmp (c->log_level, "debug"))
     return nrm_error_set (err, EINVAL, "log level `%s` is not one of error, warning, info, debug", c->log_level);
-  if (c->fsroot == NULL && nrm_config_set_string (&c->fsroot, getenv ("NRM_FSROOT") ? getenv ("NRM_FSROOT") : "/",
-                                                  err) < 0)
+  if (c->fsroot == NULL
+      && nrm_config_set_string (&c->fsroot, getenv ("NRM_FSROOT") ? getenv ("NRM_FSROOT") : "/", err) < 0)
     return -1;
   return 0;
 }

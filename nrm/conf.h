@@ -19,8 +19,8 @@ struct nrm_config
   struct nrm_publish_options publish;
   char *cpu_driver, *memory_driver; /* owned strings behind publish */
 
-  unsigned cpu_options; /* node-wide placement options (enum nrm_cpu_option) */
-  long min_shared_cpus; /* allocatable CPUs kept shared (1) */
+  unsigned cpu_options;    /* node-wide placement options (enum nrm_cpu_option) */
+  long min_shared_cpus;    /* allocatable CPUs kept shared (1) */
   long reconcile_interval; /* seconds between shared-pool passes (5); 0: off */
   char *hook_path;         /* nrm executable for the CDI hook; "": no hook */
 

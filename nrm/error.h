@@ -16,12 +16,10 @@ struct nrm_error_s
 typedef struct nrm_error_s *nrm_error_t;
 
 /* Stores a new error in *err (which must be NULL) and returns -1. */
-int nrm_error_set (nrm_error_t *err, int status, const char *fmt, ...)
-    __attribute__ ((format (printf, 3, 4)));
+int nrm_error_set (nrm_error_t *err, int status, const char *fmt, ...) __attribute__ ((format (printf, 3, 4)));
 
 /* Like nrm_error_set(), with ": <strerror(errno)>" appended and status errno. */
-int nrm_error_errno (nrm_error_t *err, int errnum, const char *fmt, ...)
-    __attribute__ ((format (printf, 3, 4)));
+int nrm_error_errno (nrm_error_t *err, int errnum, const char *fmt, ...) __attribute__ ((format (printf, 3, 4)));
 
 /* Prefixes the message of *err with "<context>: " and returns -1. */
 int nrm_error_wrap (nrm_error_t *err, const char *fmt, ...) __attribute__ ((format (printf, 2, 3)));

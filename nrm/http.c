@@ -85,7 +85,8 @@ nrm_http_start (const char *address, nrm_http_handler fn, void *ctx, struct nrm_
   if (*end || port < 0 || port > 65535)
     return nrm_error_set (err, EINVAL, "HTTP address `%s`: bad port", address);
 
-  struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE | AI_NUMERICSERV };
+  struct addrinfo hints
+      = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE | AI_NUMERICSERV };
   struct addrinfo *ai = NULL;
   if (*host != '\0')
     {

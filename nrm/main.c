@@ -224,8 +224,7 @@ parse_options (struct cli *cli, const char *cmd, int argc, char **argv, nrm_erro
         {
           if (optopt > 0 && optopt < 128)
             return nrm_error_set (err, EINVAL, "%s: option -%c needs an argument or is unknown", cmd, optopt);
-          return nrm_error_set (err, EINVAL, "%s: unknown option or missing argument in `%s`", cmd,
-                                argv[optind - 1]);
+          return nrm_error_set (err, EINVAL, "%s: unknown option or missing argument in `%s`", cmd, argv[optind - 1]);
         }
       if (c == 'h')
         return 1;
@@ -291,7 +290,7 @@ parse_options (struct cli *cli, const char *cmd, int argc, char **argv, nrm_erro
                    && c == OPT_STATE_DIR))
             return nrm_error_set (err, EINVAL, "%s: `--%s` is an option of `nrm plugin`", cmd, flag);
           {
-            char **field[] = { &cli->cfg.kubelet_dir, &cli->cfg.cdi_dir,      &cli->cfg.state_dir, &cli->cfg.claims_dir,
+            char **field[] = { &cli->cfg.kubelet_dir,  &cli->cfg.cdi_dir,   &cli->cfg.state_dir, &cli->cfg.claims_dir,
                                &cli->cfg.instance_uid, &cli->cfg.log_level, &cli->cfg.log_format };
             r = nrm_config_set_string (field[c - OPT_KUBELET_DIR], optarg, err);
           }
@@ -336,10 +335,15 @@ parse_options (struct cli *cli, const char *cmd, int argc, char **argv, nrm_erro
                   nrm_error_release (&qerr);
                   return nrm_error_set (err, EINVAL, "run: `--%s` needs %s such as %s, not `%s`", flag,
                                         page == 1 ? "a size" : "an amount of whole pages",
-                                        c == OPT_MEMORY ? "512Mi" : c == OPT_HUGEPAGES_2MI ? "64Mi" : "2Gi", optarg);
+                                        c == OPT_MEMORY          ? "512Mi"
+                                        : c == OPT_HUGEPAGES_2MI ? "64Mi"
+                                                                 : "2Gi",
+                                        optarg);
                 }
-              *(c == OPT_MEMORY ? &cli->run.memory
-                : c == OPT_HUGEPAGES_2MI ? &cli->run.hugepages_2mi : &cli->run.hugepages_1gi) = optarg;
+              *(c == OPT_MEMORY          ? &cli->run.memory
+                : c == OPT_HUGEPAGES_2MI ? &cli->run.hugepages_2mi
+                                         : &cli->run.hugepages_1gi)
+                  = optarg;
             }
           else if (c == OPT_OPTION)
             {
@@ -568,8 +572,8 @@ reconcile_pass (struct reconciler *r)
     nrm_log (NULL, NRM_LOG_WARNING, "shared pool %s: %zu of %zu containers could not be updated; first: %s", list,
              st.failed, st.containers, first ? first : "?");
   if (st.updated || st.forgotten)
-    nrm_log (NULL, NRM_LOG_INFO, "shared pool %s: containers updated %zu, exclusive %zu, gone %zu", list,
-             st.updated, st.exclusive, st.forgotten);
+    nrm_log (NULL, NRM_LOG_INFO, "shared pool %s: containers updated %zu, exclusive %zu, gone %zu", list, st.updated,
+             st.exclusive, st.forgotten);
 }
 
 /* A pass at start, then whenever a claim changes, a pod cgroup appears
@@ -599,9 +603,8 @@ reconcile_thread (void *arg)
   while (!__atomic_load_n (&r->stop, __ATOMIC_SEQ_CST))
     {
       reconcile_pass (r);
-      struct pollfd fds[3] = { { r->wake, POLLIN, 0 },
-                               { w ? nrm_kubepods_watch_fd (w) : -1, POLLIN, 0 },
-                               { state_fd, POLLIN, 0 } };
+      struct pollfd fds[3]
+          = { { r->wake, POLLIN, 0 }, { w ? nrm_kubepods_watch_fd (w) : -1, POLLIN, 0 }, { state_fd, POLLIN, 0 } };
       int n = poll (fds, 3, (int) r->cfg->reconcile_interval * 1000);
       if (n > 0 && (fds[2].revents & POLLIN))
         {
@@ -777,8 +780,11 @@ start_publishers (struct nrm_config *c, struct nrm_topology *t, struct nrm_kube 
   for (int i = 0; i < 2; i++)
     {
       cleanup_json json_t *mine = driver_slices (list, drivers[i]);
-      struct nrm_publisher_config pc = { .kube = kube, .driver = drivers[i], .node_name = c->node_name,
-                                         .log = publisher_log, .log_ctx = (void *) drivers[i] };
+      struct nrm_publisher_config pc = { .kube = kube,
+                                         .driver = drivers[i],
+                                         .node_name = c->node_name,
+                                         .log = publisher_log,
+                                         .log_ctx = (void *) drivers[i] };
       if (nrm_publisher_start (&pc, mine, &pubs[i], err) < 0)
         return nrm_error_wrap (err, "%s", drivers[i]);
     }
@@ -838,9 +844,8 @@ taint_thread (void *arg)
       }
       const char *dev;
       json_t *v;
-      json_object_foreach (last, dev, v)
-      if (json_object_get (now, dev) == NULL)
-        nrm_log (NULL, NRM_LOG_INFO, "%s: device %s is healthy again; taint removed", driver, dev);
+      json_object_foreach (last, dev, v) if (json_object_get (now, dev) == NULL)
+          nrm_log (NULL, NRM_LOG_INFO, "%s: device %s is healthy again; taint removed", driver, dev);
       json_decref (last);
       last = json_incref (now);
 
@@ -975,8 +980,8 @@ cmd_plugin (struct cli *cli, nrm_error_t *err)
       if (nrm_node_driver_watch_online (drv[i], online, err) < 0
           || nrm_plugin_start (&pc, &nrm_node_driver_ops, drv[i], &plugins[i], err) < 0)
         goto out;
-      nrm_log (NULL, NRM_LOG_INFO, "%s: serving %s, registering at %s", pc.driver,
-               nrm_plugin_dra_socket (plugins[i]), nrm_plugin_registration_socket (plugins[i]));
+      nrm_log (NULL, NRM_LOG_INFO, "%s: serving %s, registering at %s", pc.driver, nrm_plugin_dra_socket (plugins[i]),
+               nrm_plugin_registration_socket (plugins[i]));
     }
   if (api && !c->no_publish)
     {
@@ -990,8 +995,11 @@ cmd_plugin (struct cli *cli, nrm_error_t *err)
       if (tainter.wake >= 0 && pthread_create (&tainter.thread, NULL, taint_thread, &tainter) == 0)
         tainting = true;
     }
-  struct nrm_metrics_sources ms = { .cfg = c, .t = t, .drivers = { c->publish.cpu_driver, c->publish.memory_driver },
-                                     .plugins = { plugins[0], plugins[1] }, .publishers = { pubs[0], pubs[1] } };
+  struct nrm_metrics_sources ms = { .cfg = c,
+                                    .t = t,
+                                    .drivers = { c->publish.cpu_driver, c->publish.memory_driver },
+                                    .plugins = { plugins[0], plugins[1] },
+                                    .publishers = { pubs[0], pubs[1] } };
   if (c->http_address)
     {
       if (nrm_http_start (c->http_address, http_handler, &ms, &http, err) < 0)

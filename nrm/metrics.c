@@ -54,8 +54,8 @@ op_metrics (FILE *f, const char *name, const char *op, const char *driver, const
   for (size_t i = 0; i < NRM_LATENCY_BUCKETS; i++)
     {
       cum += m->buckets[i];
-      fprintf (f, "%s_bucket{driver=\"%s\",operation=\"%s\",le=\"%g\"} %llu\n", name, driver, op,
-               nrm_latency_bounds[i], cum);
+      fprintf (f, "%s_bucket{driver=\"%s\",operation=\"%s\",le=\"%g\"} %llu\n", name, driver, op, nrm_latency_bounds[i],
+               cum);
     }
   fprintf (f, "%s_bucket{driver=\"%s\",operation=\"%s\",le=\"+Inf\"} %llu\n", name, driver, op, m->count);
   fprintf (f, "%s_sum{driver=\"%s\",operation=\"%s\"} %.9f\n", name, driver, op, m->sum_s);
@@ -122,8 +122,7 @@ status_metrics (FILE *f, struct nrm_metrics_sources *s)
             label (f, json_string_value (json_object_get (dev, "name")));
             fputs ("\",resource=\"", f);
             label (f, res);
-            fprintf (f, "\"} %.17g\n",
-                     quantity (json_string_value (which ? json_object_get (dev, "consumed") : cap)));
+            fprintf (f, "\"} %.17g\n", quantity (json_string_value (which ? json_object_get (dev, "consumed") : cap)));
             break; /* one capacity a device: the one consumed counts */
           }
         }
@@ -157,7 +156,8 @@ nrm_metrics_render (struct nrm_metrics_sources *s)
   if (f == NULL)
     return NULL;
 
-  header (f, "nrm_registered", "gauge", "1 when the kubelet accepted the plugin's registration, 0 when it refused, -1 before.");
+  header (f, "nrm_registered", "gauge",
+          "1 when the kubelet accepted the plugin's registration, 0 when it refused, -1 before.");
   for (int i = 0; i < 2; i++)
     fprintf (f, "nrm_registered{driver=\"%s\"} %d\n", s->drivers[i], nrm_plugin_registered (s->plugins[i]));
 
@@ -175,8 +175,8 @@ nrm_metrics_render (struct nrm_metrics_sources *s)
       {
         fprintf (f, "nrm_claim_errors_total{driver=\"%s\",operation=\"prepare\",kind=\"%s\"} %llu\n", s->drivers[i],
                  nrm_error_kind_name (k), pm[i].prepare.errors[k]);
-        fprintf (f, "nrm_claim_errors_total{driver=\"%s\",operation=\"unprepare\",kind=\"%s\"} %llu\n",
-                 s->drivers[i], nrm_error_kind_name (k), pm[i].unprepare.errors[k]);
+        fprintf (f, "nrm_claim_errors_total{driver=\"%s\",operation=\"unprepare\",kind=\"%s\"} %llu\n", s->drivers[i],
+                 nrm_error_kind_name (k), pm[i].unprepare.errors[k]);
       }
 
   if (s->publishers[0])
@@ -239,9 +239,10 @@ nrm_metrics_ready (struct nrm_metrics_sources *s, char **why)
           struct nrm_publisher_status ps;
           nrm_publisher_status (s->publishers[i], &ps);
           bool ok = ps.synced;
-          if (!ok && asprintf (why, "%s: ResourceSlices not in sync%s%s", s->drivers[i], ps.error ? ": " : "",
-                               ps.error ? ps.error : "")
-                         < 0)
+          if (!ok
+              && asprintf (why, "%s: ResourceSlices not in sync%s%s", s->drivers[i], ps.error ? ": " : "",
+                           ps.error ? ps.error : "")
+                     < 0)
             *why = NULL;
           free (ps.error);
           if (!ok)

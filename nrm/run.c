@@ -86,8 +86,7 @@ nrm_run_release_stale (struct nrm_plugin *pl)
     const char *name = json_string_value (json_object_get (c, "name"));
     int pid = 0;
     unsigned long long st = 0;
-    if (ns == NULL || strcmp (ns, RUN_NAMESPACE) != 0 || name == NULL
-        || sscanf (name, "run-%d-%llu", &pid, &st) != 2)
+    if (ns == NULL || strcmp (ns, RUN_NAMESPACE) != 0 || name == NULL || sscanf (name, "run-%d-%llu", &pid, &st) != 2)
       continue;
     if (pid > 0 && start_time (pid) == st)
       continue;
@@ -116,8 +115,8 @@ claim_with (const char *uid, const char *name, json_t *results, json_t *config)
 }
 
 static json_t *
-claim_for (const char *uid, const char *name, const char *driver, const char *node, const char *device,
-           const char *key, const char *amount, json_t *config)
+claim_for (const char *uid, const char *name, const char *driver, const char *node, const char *device, const char *key,
+           const char *amount, json_t *config)
 {
   return claim_with (uid, name, json_pack ("[o]", result_for ("run", driver, node, device, key, amount)), config);
 }
@@ -203,10 +202,9 @@ nrm_cmd_run (struct nrm_config *c, struct nrm_topology *t, const struct nrm_run_
       || asprintf (&cgname, "run-%d", (int) self) < 0)
     return nrm_error_set (err, ENOMEM, "out of memory");
   if (rq->options && rq->options[0])
-    json_array_append_new (
-        config, json_pack ("{s:s, s:{s:s, s:{s:s, s:s, s:o}}}", "source", "FromClaim", "opaque", "driver",
-                           c->publish.cpu_driver, "parameters", "apiVersion", "cpu.nrm.io/v1alpha1", "kind",
-                           "CPUConfig", "options", json_pack ("[]")));
+    json_array_append_new (config, json_pack ("{s:s, s:{s:s, s:{s:s, s:s, s:o}}}", "source", "FromClaim", "opaque",
+                                              "driver", c->publish.cpu_driver, "parameters", "apiVersion",
+                                              "cpu.nrm.io/v1alpha1", "kind", "CPUConfig", "options", json_pack ("[]")));
   for (size_t i = 0; rq->options && rq->options[i]; i++)
     json_array_append_new (
         json_object_get (json_object_get (json_object_get (json_array_get (config, 0), "opaque"), "parameters"),
@@ -270,8 +268,10 @@ nrm_cmd_run (struct nrm_config *c, struct nrm_topology *t, const struct nrm_run_
   if (node < 0)
     {
       if (last == NULL && rq->isolated)
-        nrm_error_set (err, ENOSPC, "no NUMA node%s has isolated CPUs (--isolated-cpus, or isolcpus= on the kernel "
-                       "command line)", rq->numa_node >= 0 ? " asked for" : "");
+        nrm_error_set (err, ENOSPC,
+                       "no NUMA node%s has isolated CPUs (--isolated-cpus, or isolcpus= on the kernel "
+                       "command line)",
+                       rq->numa_node >= 0 ? " asked for" : "");
       else if (last == NULL)
         nrm_error_set (err, EINVAL, "NUMA node %d does not exist or has no CPUs", rq->numa_node);
       else
@@ -306,9 +306,9 @@ nrm_cmd_run (struct nrm_config *c, struct nrm_topology *t, const struct nrm_run_
       char dev[64];
       const char *md = c->publish.memory_driver;
       cleanup_json json_t *results = json_array ();
-      cleanup_json json_t *mconfig = json_pack ("[{s:s, s:{s:s, s:{s:s, s:s, s:b}}}]", "source", "FromClaim", "opaque",
-                                                "driver", md, "parameters", "apiVersion", "memory.nrm.io/v1alpha1",
-                                                "kind", "MemoryConfig", "limit", 1);
+      cleanup_json json_t *mconfig
+          = json_pack ("[{s:s, s:{s:s, s:{s:s, s:s, s:b}}}]", "source", "FromClaim", "opaque", "driver", md,
+                       "parameters", "apiVersion", "memory.nrm.io/v1alpha1", "kind", "MemoryConfig", "limit", 1);
       cleanup_free char *what = NULL;
       if (rq->memory)
         {
@@ -378,8 +378,9 @@ nrm_cmd_run (struct nrm_config *c, struct nrm_topology *t, const struct nrm_run_
     {
       nrm_log (NULL, NRM_LOG_INFO, "no cgroup v2 cpuset here: pinning with sched_setaffinity and set_mempolicy");
       if (mem_eb.memory_max || mem_eb.n_hugetlb)
-        nrm_log (NULL, NRM_LOG_INFO, "without cgroup v2 the memory and huge pages are held for this run but not "
-                                     "enforced as limits");
+        nrm_log (NULL, NRM_LOG_INFO,
+                 "without cgroup v2 the memory and huge pages are held for this run but not "
+                 "enforced as limits");
     }
 
   int go[2];

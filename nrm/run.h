@@ -11,13 +11,13 @@
 struct nrm_run_request
 {
   unsigned cpus;
-  const char *memory;       /* quantity, or NULL: bound to the node and limited (memory.max) */
-  const char *hugepages_2mi; /* bytes of 2 MiB huge pages on the node, or NULL */
-  const char *hugepages_1gi; /* bytes of 1 GiB huge pages on the node, or NULL */
-  int numa_node;            /* -1: any */
-  bool isolated;            /* isolated CPUs (numa<N>-isolated devices) */
+  const char *memory;         /* quantity, or NULL: bound to the node and limited (memory.max) */
+  const char *hugepages_2mi;  /* bytes of 2 MiB huge pages on the node, or NULL */
+  const char *hugepages_1gi;  /* bytes of 1 GiB huge pages on the node, or NULL */
+  int numa_node;              /* -1: any */
+  bool isolated;              /* isolated CPUs (numa<N>-isolated devices) */
   const char *const *options; /* CPU options, NULL-terminated, or NULL */
-  char **argv;              /* the command */
+  char **argv;                /* the command */
 };
 
 /* Allocates, runs the command pinned, waits for it and releases; *ret_status

@@ -161,7 +161,7 @@ pool_status (const struct nrm_topology *t, const struct nrm_pool *p, json_t *cla
     json_t *cap;
     json_t *capacity = json_object ();
     json_object_foreach (json_object_get (dev, "capacity"), key, cap)
-      json_object_set (capacity, key, json_object_get (cap, "value"));
+        json_object_set (capacity, key, json_object_get (cap, "value"));
     /* Claims that hold this device, and how much of a consumable one. */
     json_t *holders = json_array ();
     cleanup_bitmap hwloc_bitmap_t devcpus = device_cpus (t, name);
@@ -207,12 +207,11 @@ pool_status (const struct nrm_topology *t, const struct nrm_pool *p, json_t *cla
     if (json_array_size (holders) > 0)
       json_array_append (held, dev);
     char buf[32];
-    json_array_append_new (devices,
-                           json_pack ("{s:s, s:o, s:s, s:o}", "name", name, "capacity", capacity, "consumed",
-                                      nrm_quantity_format ((uint64_t) (used / NRM_QUANTITY_ONE),
-                                                           json_object_get (capacity, "cpus") == NULL, buf,
-                                                           sizeof (buf)),
-                                      "claims", holders));
+    json_array_append_new (
+        devices, json_pack ("{s:s, s:o, s:s, s:o}", "name", name, "capacity", capacity, "consumed",
+                            nrm_quantity_format ((uint64_t) (used / NRM_QUANTITY_ONE),
+                                                 json_object_get (capacity, "cpus") == NULL, buf, sizeof (buf)),
+                            "claims", holders));
   }
   /* Partitionable devices: what held devices consume of the shared
    * counters is gone; a free device that needs more than what is left
@@ -273,7 +272,7 @@ nrm_status (struct nrm_config *c, const struct nrm_topology *t, bool as_json, FI
         json_t *dev;
         json_t *names = json_array ();
         json_array_foreach (json_object_get (cl, "devices"), k, dev)
-          json_array_append (names, json_object_get (dev, "device"));
+            json_array_append (names, json_object_get (dev, "device"));
         json_object_set_new (d, "devices", names);
         if (json_object_get (st, "cpus"))
           {
@@ -301,8 +300,9 @@ nrm_status (struct nrm_config *c, const struct nrm_topology *t, bool as_json, FI
   sh = nrm_cpulist_format (shared);
   res = nrm_cpulist_format (t->reserved);
   iso = nrm_cpulist_format (t->isolated);
-  json_object_set_new (doc, "cpus", json_pack ("{s:s, s:s, s:s, s:s}", "exclusive", ex ?: "", "shared", sh ?: "",
-                                               "reserved", res ?: "", "isolated", iso ?: ""));
+  json_object_set_new (doc, "cpus",
+                       json_pack ("{s:s, s:s, s:s, s:s}", "exclusive", ex ?: "", "shared", sh ?: "", "reserved",
+                                  res ?: "", "isolated", iso ?: ""));
 
   if (as_json)
     {
@@ -316,8 +316,9 @@ nrm_status (struct nrm_config *c, const struct nrm_topology *t, bool as_json, FI
   json_t *p;
   json_array_foreach (json_object_get (doc, "pools"), i, p)
   {
-    fprintf (out, "%s pool %s: %" JSON_INTEGER_FORMAT " devices, %" JSON_INTEGER_FORMAT " allocated, %" JSON_INTEGER_FORMAT
-                  " available, %" JSON_INTEGER_FORMAT " unavailable\n",
+    fprintf (out,
+             "%s pool %s: %" JSON_INTEGER_FORMAT " devices, %" JSON_INTEGER_FORMAT " allocated, %" JSON_INTEGER_FORMAT
+             " available, %" JSON_INTEGER_FORMAT " unavailable\n",
              json_string_value (json_object_get (p, "driver")), json_string_value (json_object_get (p, "pool")),
              json_integer_value (json_object_get (p, "totalDevices")),
              json_integer_value (json_object_get (p, "allocatedDevices")),
@@ -330,8 +331,7 @@ nrm_status (struct nrm_config *c, const struct nrm_topology *t, bool as_json, FI
       const char *key;
       json_t *v;
       fprintf (out, "  %-24s", json_string_value (json_object_get (d, "name")));
-      json_object_foreach (json_object_get (d, "capacity"), key, v)
-        fprintf (out, " %s %s", key, json_string_value (v));
+      json_object_foreach (json_object_get (d, "capacity"), key, v) fprintf (out, " %s %s", key, json_string_value (v));
       fprintf (out, ", consumed %s, %zu claim%s\n", json_string_value (json_object_get (d, "consumed")),
                json_array_size (json_object_get (d, "claims")),
                json_array_size (json_object_get (d, "claims")) == 1 ? "" : "s");
@@ -345,7 +345,7 @@ nrm_status (struct nrm_config *c, const struct nrm_topology *t, bool as_json, FI
     fprintf (out, "  %s/%s (%s)%s", json_string_value (json_object_get (cl, "namespace")) ?: "?",
              json_string_value (json_object_get (cl, "name")) ?: "?", uid,
              strcmp (json_string_value (json_object_get (cl, "phase")) ?: "", "PrepareCompleted") ? " being prepared"
-                                                                                                   : "");
+                                                                                                  : "");
     const char *drv;
     json_t *d;
     json_object_foreach (json_object_get (cl, "drivers"), drv, d)
@@ -358,8 +358,8 @@ nrm_status (struct nrm_config *c, const struct nrm_topology *t, bool as_json, FI
     }
     fputc ('\n', out);
   }
-  fprintf (out, "CPUs: exclusive %s; shared %s; reserved %s; isolated %s\n", ex && *ex ? ex : "-",
-           sh && *sh ? sh : "-", res && *res ? res : "-", iso && *iso ? iso : "-");
+  fprintf (out, "CPUs: exclusive %s; shared %s; reserved %s; isolated %s\n", ex && *ex ? ex : "-", sh && *sh ? sh : "-",
+           res && *res ? res : "-", iso && *iso ? iso : "-");
   r = ferror (out) ? nrm_error_set (err, EIO, "cannot write the status") : 0;
 out:
   nrm_pool_done (&pools[0]);
@@ -394,7 +394,8 @@ nrm_status_cpus_free (struct nrm_config *c, const struct nrm_topology *t, nrm_er
     nrm_error_t e = NULL;
     if (free_cpus == NULL || name == NULL || sscanf (name, "numa%u%c", &os, &tail) != 1
         || nrm_topology_numa_index (t, os) < 0
-        || nrm_quantity_parse (json_string_value (json_object_get (json_object_get (dev, "capacity"), "cpus")), &cap, &e)
+        || nrm_quantity_parse (json_string_value (json_object_get (json_object_get (dev, "capacity"), "cpus")), &cap,
+                               &e)
                < 0
         || nrm_quantity_parse (json_string_value (json_object_get (dev, "consumed")), &used, &e) < 0)
       {

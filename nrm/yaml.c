@@ -103,14 +103,13 @@ convert_mapping (struct conv *c, yaml_node_t *n, int depth, json_t **ret, nrm_er
         return nrm_error_set (err, EINVAL, "%s: line %zu: merge keys (<<) are not supported", c->what,
                               k->start_mark.line + 1);
       if (json_object_get (obj, key))
-        return nrm_error_set (err, EINVAL, "%s: line %zu: duplicate key `%s`", c->what, k->start_mark.line + 1,
-                              key);
+        return nrm_error_set (err, EINVAL, "%s: line %zu: duplicate key `%s`", c->what, k->start_mark.line + 1, key);
       json_t *val = NULL;
       if (convert (c, v, depth + 1, &val, err) < 0)
         return -1;
       if (json_object_set_new (obj, key, val) < 0)
-        return nrm_error_set (err, EINVAL, "%s: line %zu: key `%s` is not valid UTF-8", c->what,
-                              k->start_mark.line + 1, key);
+        return nrm_error_set (err, EINVAL, "%s: line %zu: key `%s` is not valid UTF-8", c->what, k->start_mark.line + 1,
+                              key);
     }
   *ret = TAKE_PTR (obj);
   return 0;
@@ -120,8 +119,8 @@ static int
 convert (struct conv *c, yaml_node_t *n, int depth, json_t **ret, nrm_error_t *err)
 {
   if (depth > MAX_DEPTH)
-    return nrm_error_set (err, EINVAL, "%s: line %zu: nested deeper than %d levels", c->what,
-                          n->start_mark.line + 1, MAX_DEPTH);
+    return nrm_error_set (err, EINVAL, "%s: line %zu: nested deeper than %d levels", c->what, n->start_mark.line + 1,
+                          MAX_DEPTH);
   if (++c->values > MAX_VALUES)
     return nrm_error_set (err, EINVAL, "%s: more than %d values (alias expansion?)", c->what, MAX_VALUES);
 

@@ -34,21 +34,21 @@ numa_json (const struct nrm_topology *t, size_t i)
   for (size_t h = 0; h < n->n_hugepages; h++)
     {
       cleanup_free char *name = nrm_pagesize_name (n->hugepages[h].size);
-      json_array_append_new (hp, json_pack ("{s:s?, s:I, s:I, s:I}", "pageSize", name, "pageSizeBytes",
-                                            (json_int_t) n->hugepages[h].size, "count",
-                                            (json_int_t) n->hugepages[h].count, "reservedBytes",
-                                            (json_int_t) n->reserved_hugepages[h]));
+      json_array_append_new (hp,
+                             json_pack ("{s:s?, s:I, s:I, s:I}", "pageSize", name, "pageSizeBytes",
+                                        (json_int_t) n->hugepages[h].size, "count", (json_int_t) n->hugepages[h].count,
+                                        "reservedBytes", (json_int_t) n->reserved_hugepages[h]));
     }
   for (size_t j = 0; j < t->n_numa; j++)
     json_array_append_new (dist, json_integer ((json_int_t) nrm_topology_distance (t, i, j)));
   return json_pack ("{s:I, s:o, s:b, s:s, s:i, s:I, s:I, s:I, s:o, s:o, s:o, s:b, s:o, s:o}", "id",
                     (json_int_t) n->os_index, "package",
-                    jint_or_null (n->package >= 0 ? (int) t->packages[n->package].os_index : -1), "allowed",
-                    n->allowed, "memoryKind", n->kind, "memoryTier", n->tier, "memoryBytes",
-                    (json_int_t) n->memory, "reservedMemoryBytes", (json_int_t) n->reserved_memory,
-                    "allocatableMemoryBytes", (json_int_t) nrm_topology_node_allocatable_memory (t, i),
-                    "hugepages", hp, "cpus", jcpus (n->cpus), "allocatableCPUs", jcpus (alloc), "cpuless",
-                    hwloc_bitmap_iszero (n->cpus), "locality", jcpus (n->locality), "distances", dist);
+                    jint_or_null (n->package >= 0 ? (int) t->packages[n->package].os_index : -1), "allowed", n->allowed,
+                    "memoryKind", n->kind, "memoryTier", n->tier, "memoryBytes", (json_int_t) n->memory,
+                    "reservedMemoryBytes", (json_int_t) n->reserved_memory, "allocatableMemoryBytes",
+                    (json_int_t) nrm_topology_node_allocatable_memory (t, i), "hugepages", hp, "cpus", jcpus (n->cpus),
+                    "allocatableCPUs", jcpus (alloc), "cpuless", hwloc_bitmap_iszero (n->cpus), "locality",
+                    jcpus (n->locality), "distances", dist);
 }
 
 json_t *
@@ -73,13 +73,13 @@ nrm_topology_to_json (const struct nrm_topology *t)
   for (size_t i = 0; i < t->n_cores; i++)
     {
       const struct nrm_core *c = &t->cores[i];
-      json_array_append_new (
-          cores, json_pack ("{s:I, s:o, s:o, s:o, s:o, s:o}", "id", (json_int_t) c->os_index, "package",
-                            jint_or_null (c->package >= 0 ? (int) t->packages[c->package].os_index : -1),
-                            "numaNode", jint_or_null (c->numa >= 0 ? (int) t->numa[c->numa].os_index : -1),
-                            "l3Cache", jint_or_null (c->l3 >= 0 ? (int) t->l3[c->l3].os_index : -1), "cpuKind",
-                            c->kind >= 0 ? json_string (t->kinds[c->kind].name) : json_null (), "cpus",
-                            jcpus (c->cpus)));
+      json_array_append_new (cores,
+                             json_pack ("{s:I, s:o, s:o, s:o, s:o, s:o}", "id", (json_int_t) c->os_index, "package",
+                                        jint_or_null (c->package >= 0 ? (int) t->packages[c->package].os_index : -1),
+                                        "numaNode", jint_or_null (c->numa >= 0 ? (int) t->numa[c->numa].os_index : -1),
+                                        "l3Cache", jint_or_null (c->l3 >= 0 ? (int) t->l3[c->l3].os_index : -1),
+                                        "cpuKind", c->kind >= 0 ? json_string (t->kinds[c->kind].name) : json_null (),
+                                        "cpus", jcpus (c->cpus)));
     }
   for (size_t i = 0; i < t->n_kinds; i++)
     json_array_append_new (kinds, json_pack ("{s:s, s:i, s:s?, s:o}", "name", t->kinds[i].name, "efficiency",
@@ -92,19 +92,19 @@ nrm_topology_to_json (const struct nrm_topology *t)
       snprintf (cls, sizeof (cls), "%04x", d->class_id);
       snprintf (vendor, sizeof (vendor), "%04x", d->vendor_id);
       snprintf (device, sizeof (device), "%04x", d->device_id);
-      json_array_append_new (
-          pci, json_pack ("{s:s, s:o, s:s, s:s, s:s, s:o, s:o, s:s?, s:s?}", "busID", d->bus_id, "pcieRoot",
-                          d->pcie_root[0] ? json_string (d->pcie_root) : json_null (), "class", cls, "vendor",
-                          vendor, "device", device, "numaNode",
-                          jint_or_null (d->numa >= 0 ? (int) t->numa[d->numa].os_index : -1), "numaNodes",
-                          jcpus (d->nodes), "osKind", d->os_kind, "osDevices", d->os_names));
+      json_array_append_new (pci,
+                             json_pack ("{s:s, s:o, s:s, s:s, s:s, s:o, s:o, s:s?, s:s?}", "busID", d->bus_id,
+                                        "pcieRoot", d->pcie_root[0] ? json_string (d->pcie_root) : json_null (),
+                                        "class", cls, "vendor", vendor, "device", device, "numaNode",
+                                        jint_or_null (d->numa >= 0 ? (int) t->numa[d->numa].os_index : -1), "numaNodes",
+                                        jcpus (d->nodes), "osKind", d->os_kind, "osDevices", d->os_names));
     }
   json_object_set_new (root, "source", json_string (t->source));
   json_object_set_new (root, "architecture", json_string (t->arch));
-  json_object_set_new (root, "cpus", json_pack ("{s:o, s:o, s:o, s:o, s:o}", "online", jcpus (t->online),
-                                                "offline", jcpus (t->offline), "disallowed",
-                                                jcpus (t->disallowed), "reserved", jcpus (t->reserved),
-                                                "isolated", jcpus (t->isolated)));
+  json_object_set_new (root, "cpus",
+                       json_pack ("{s:o, s:o, s:o, s:o, s:o}", "online", jcpus (t->online), "offline",
+                                  jcpus (t->offline), "disallowed", jcpus (t->disallowed), "reserved",
+                                  jcpus (t->reserved), "isolated", jcpus (t->isolated)));
   json_object_set_new (root, "distancesFromOS", json_boolean (t->distances_from_os));
   json_object_set_new (root, "packages", pkgs);
   json_object_set_new (root, "numaNodes", numa);
@@ -158,8 +158,8 @@ nrm_topology_print_summary (const struct nrm_topology *t, FILE *out, nrm_error_t
     cleanup_free char *on = nrm_cpulist_format (t->online), *off = nrm_cpulist_format (t->offline);
     cleanup_free char *dis = nrm_cpulist_format (t->disallowed), *res = nrm_cpulist_format (t->reserved);
     cleanup_free char *iso = nrm_cpulist_format (t->isolated);
-    fprintf (out, "CPUs: online %s; offline %s; disallowed %s; reserved %s; isolated %s\n", or_dash (on),
-             or_dash (off), or_dash (dis), or_dash (res), or_dash (iso));
+    fprintf (out, "CPUs: online %s; offline %s; disallowed %s; reserved %s; isolated %s\n", or_dash (on), or_dash (off),
+             or_dash (dis), or_dash (res), or_dash (iso));
   }
   if (t->n_kinds > 1)
     for (size_t k = 0; k < t->n_kinds; k++)
@@ -198,8 +198,8 @@ nrm_topology_print_summary (const struct nrm_topology *t, FILE *out, nrm_error_t
       if (hwloc_bitmap_iszero (n->cpus))
         fputs ("  CPUs: none (CPU-less node)\n", out);
       else
-        fprintf (out, "  CPUs: %s (%zu cores, %zu thread%s per core); allocatable %s; reserved %s; isolated %s\n",
-                 cpus, ncores, nthreads, nthreads == 1 ? "" : "s", or_dash (a), or_dash (rs), or_dash (is));
+        fprintf (out, "  CPUs: %s (%zu cores, %zu thread%s per core); allocatable %s; reserved %s; isolated %s\n", cpus,
+                 ncores, nthreads, nthreads == 1 ? "" : "s", or_dash (a), or_dash (rs), or_dash (is));
       fputs ("  memory: ", out);
       if (n->memory)
         {

@@ -286,8 +286,7 @@ scan_cpu_objects (hwloc_topology_t h, struct nrm_topology *t, nrm_error_t *err)
         best = eff;
     }
   for (size_t i = 0; i < t->n_kinds; i++)
-    t->kinds[i].name
-        = strdup (t->n_kinds > 1 && t->kinds[i].efficiency < best ? "efficiency" : "performance");
+    t->kinds[i].name = strdup (t->n_kinds > 1 && t->kinds[i].efficiency < best ? "efficiency" : "performance");
 
   /* Online PUs, with their core, caches and home node. */
   hwloc_const_cpuset_t allowed = hwloc_topology_get_allowed_cpuset (h);
@@ -375,8 +374,7 @@ scan_cpu_objects (hwloc_topology_t h, struct nrm_topology *t, nrm_error_t *err)
   t->disallowed = hwloc_bitmap_dup (t->online);
   t->reserved = hwloc_bitmap_alloc ();
   t->isolated = hwloc_bitmap_alloc ();
-  if (t->online == NULL || t->offline == NULL || t->disallowed == NULL || t->reserved == NULL
-      || t->isolated == NULL)
+  if (t->online == NULL || t->offline == NULL || t->disallowed == NULL || t->reserved == NULL || t->isolated == NULL)
     return nrm_error_set (err, ENOMEM, "out of memory");
   hwloc_bitmap_andnot (t->offline, t->offline, t->online);
   hwloc_bitmap_andnot (t->disallowed, t->disallowed, allowed);
@@ -434,8 +432,8 @@ scan_pci (hwloc_topology_t h, struct nrm_topology *t, nrm_error_t *err)
       for (hwloc_obj_t p = o->parent; p != NULL && p->type == HWLOC_OBJ_BRIDGE; p = p->parent)
         if (p->attr->bridge.upstream_type == HWLOC_OBJ_BRIDGE_HOST
             && p->attr->bridge.downstream_type == HWLOC_OBJ_BRIDGE_PCI)
-          snprintf (d->pcie_root, sizeof (d->pcie_root), "pci%04x:%02x",
-                    p->attr->bridge.downstream.pci.domain, p->attr->bridge.downstream.pci.secondary_bus);
+          snprintf (d->pcie_root, sizeof (d->pcie_root), "pci%04x:%02x", p->attr->bridge.downstream.pci.domain,
+                    p->attr->bridge.downstream.pci.secondary_bus);
       hwloc_obj_t anc = hwloc_get_non_io_ancestor_obj (h, o);
       d->nodes = hwloc_bitmap_dup (anc && anc->nodeset ? anc->nodeset : hwloc_topology_get_topology_nodeset (h));
       if (d->nodes == NULL)

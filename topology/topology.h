@@ -22,16 +22,16 @@ struct nrm_hugepages
 struct nrm_numa_node
 {
   unsigned os_index;
-  int package;              /* package holding this node's CPUs, or -1 */
-  uint64_t memory;          /* bytes; 0 when the source did not record it */
-  uint64_t base_page;       /* base page size in bytes; 0 when unknown */
-  size_t n_hugepages;       /* huge page sizes only, the base page is left out */
+  int package;        /* package holding this node's CPUs, or -1 */
+  uint64_t memory;    /* bytes; 0 when the source did not record it */
+  uint64_t base_page; /* base page size in bytes; 0 when unknown */
+  size_t n_hugepages; /* huge page sizes only, the base page is left out */
   struct nrm_hugepages *hugepages;
-  char *kind;               /* "DRAM", "HBM", "NVM", ... (hwloc subtype; DRAM when absent) */
-  int tier;                 /* 0 = fastest memory kind present on the machine */
-  hwloc_bitmap_t locality;  /* CPUs that hwloc calls local, online or not */
-  hwloc_bitmap_t cpus;      /* online CPUs whose home node this is (empty: a CPU-less node) */
-  bool allowed;             /* not excluded by the cgroup nrm runs in */
+  char *kind;              /* "DRAM", "HBM", "NVM", ... (hwloc subtype; DRAM when absent) */
+  int tier;                /* 0 = fastest memory kind present on the machine */
+  hwloc_bitmap_t locality; /* CPUs that hwloc calls local, online or not */
+  hwloc_bitmap_t cpus;     /* online CPUs whose home node this is (empty: a CPU-less node) */
+  bool allowed;            /* not excluded by the cgroup nrm runs in */
   /* Node settings applied by nrm_topology_apply_settings(). */
   uint64_t reserved_memory;
   uint64_t *reserved_hugepages; /* parallel to hugepages[], bytes */
@@ -76,8 +76,8 @@ struct nrm_pu
 
 struct nrm_cpukind
 {
-  int efficiency; /* hwloc's ranking, higher is more performant; -1 unknown */
-  char *name;     /* "performance" or "efficiency" */
+  int efficiency;  /* hwloc's ranking, higher is more performant; -1 unknown */
+  char *name;      /* "performance" or "efficiency" */
   char *core_type; /* hwloc CoreType info (e.g. IntelAtom), or NULL */
   hwloc_bitmap_t cpus;
 };
@@ -140,8 +140,8 @@ int nrm_topology_load (const char *xml_path, struct nrm_topology **ret, nrm_erro
 /* Checks the settings against the machine and records them in the model; on
  * error the model is left as it was. fsroot ("/" when NULL) prefixes
  * /sys/devices/system/cpu/isolated, read for a live machine. */
-int nrm_topology_apply_settings (struct nrm_topology *topo, const struct nrm_node_settings *s,
-                                 const char *fsroot, nrm_error_t *err);
+int nrm_topology_apply_settings (struct nrm_topology *topo, const struct nrm_node_settings *s, const char *fsroot,
+                                 nrm_error_t *err);
 
 struct nrm_topology *nrm_topology_free (struct nrm_topology *topo);
 
@@ -163,8 +163,7 @@ uint64_t nrm_topology_distance (const struct nrm_topology *topo, size_t a, size_
 
 /* The NUMA node itself first, then the nodes of the same package at the
  * smallest distance, as os indexes; returns the count (at most max). */
-size_t nrm_topology_near_nodes (const struct nrm_topology *topo, size_t numa, int64_t *out,
-                                size_t max);
+size_t nrm_topology_near_nodes (const struct nrm_topology *topo, size_t numa, int64_t *out, size_t max);
 
 /* Human summary and full JSON model. */
 int nrm_topology_print_summary (const struct nrm_topology *topo, FILE *out, nrm_error_t *err);

@@ -155,8 +155,8 @@ main (int argc, char **argv)
           hook[RUNS * 9 / 10]);
   printf ("  hook work in process                        p50 %6.3f ms\n", inproc[RUNS / 2]);
   printf ("  reconcile pass, %zu containers rewritten     %6.2f ms\n", updated, first);
-  printf ("  reconcile pass, nothing to change           p50 %6.2f ms  p90 %6.2f ms (goal < 50 ms)\n",
-          steady[RUNS / 2], steady[RUNS * 9 / 10]);
+  printf ("  reconcile pass, nothing to change           p50 %6.2f ms  p90 %6.2f ms (goal < 50 ms)\n", steady[RUNS / 2],
+          steady[RUNS * 9 / 10]);
   char cmd[128];
   snprintf (cmd, sizeof (cmd), "rm -rf '%s'", root);
   return system (cmd) == 0 ? 0 : 1;

@@ -69,7 +69,7 @@ kubelet_uncore (const struct nrm_topology *t, hwloc_bitmap_t avail, size_t *n, h
             order[j] = tmp;
           }
       }
-  for (size_t oi = 0; oi < ng && *n > 0; oi++)
+  for (size_t oi = 0; oi<ng && * n> 0; oi++)
     {
       cleanup_bitmap hwloc_bitmap_t s = hwloc_bitmap_dup (t->l3[order[oi]].cpus);
       hwloc_bitmap_and (s, s, t->online);
@@ -81,7 +81,7 @@ kubelet_uncore (const struct nrm_topology *t, hwloc_bitmap_t avail, size_t *n, h
       hwloc_bitmap_andnot (avail, avail, s);
       *n -= w;
     }
-  for (size_t oi = 0; oi < ng && *n > 0; oi++)
+  for (size_t oi = 0; oi<ng && * n> 0; oi++)
     {
       size_t g = order[oi], size = 0, whole = 0;
       for (size_t k = 0; k < t->n_cores; k++)
@@ -92,7 +92,7 @@ kubelet_uncore (const struct nrm_topology *t, hwloc_bitmap_t avail, size_t *n, h
           }
       if (size == 0 || *n % size != 0 || whole < *n / size)
         continue;
-      for (size_t k = 0; k < t->n_cores && *n > 0; k++)
+      for (size_t k = 0; k<t->n_cores && * n> 0; k++)
         if (t->cores[k].l3 == (int) g && !hwloc_bitmap_iszero (t->cores[k].cpus)
             && hwloc_bitmap_isincluded (t->cores[k].cpus, avail))
           {
@@ -414,7 +414,8 @@ static const struct
 {
   const char *name;
   bool lower_better;
-} figures[FIGURES] = { { "L3", false }, { "NUMA", false }, { "shared", true }, { "exposed", true }, { "block", false } };
+} figures[FIGURES]
+    = { { "L3", false }, { "NUMA", false }, { "shared", true }, { "exposed", true }, { "block", false } };
 
 static void
 figures_of (const struct stats *st, double *f)

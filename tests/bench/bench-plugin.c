@@ -237,8 +237,7 @@ main (int argc, char **argv)
   printf ("  GetInfo round trip           p50 %7.3f ms  p99 %7.3f ms\n", ip50 / 1e3, ip99 / 1e3);
   printf ("  prepare, 1 client            p50 %7.3f ms  p99 %7.3f ms  errors %d\n", p50_1 / 1e3, p99_1 / 1e3, e1);
   printf ("  prepare, 8 clients           p50 %7.3f ms  p99 %7.3f ms  errors %d\n", p50_8 / 1e3, p99_8 / 1e3, e8);
-  printf ("  per-driver prepare p99 / GetInfo p99: %.1fx with 1 client (goal <= 3x, p99 < 1 ms)\n",
-          p99_1 / 2 / ip99);
+  printf ("  per-driver prepare p99 / GetInfo p99: %.1fx with 1 client (goal <= 3x, p99 < 1 ms)\n", p99_1 / 2 / ip99);
   printf ("  daemon RSS %.1f MiB, peak %.1f MiB (goal < 20 MiB)\n", (double) rss / 1024, (double) hwm / 1024);
 
   kill (pid, SIGTERM);

@@ -116,7 +116,7 @@ main (int argc, char **argv)
           (double) rb.max_rss_kib / 1024);
   double ratio = rc.median_ms / rb.median_ms;
   printf ("  time ratio %.2fx (goal <= 1.5x: %s), RSS %.2f MiB (goal < 10 MiB: %s), %d runs each\n", ratio,
-          ratio <= 1.5 ? "met" : "missed", (double) rc.max_rss_kib / 1024, rc.max_rss_kib < 10 * 1024 ? "met" : "missed",
-          runs);
+          ratio <= 1.5 ? "met" : "missed", (double) rc.max_rss_kib / 1024,
+          rc.max_rss_kib < 10 * 1024 ? "met" : "missed", runs);
   return 0;
 }

@@ -39,8 +39,8 @@ LLVMFuzzerInitialize (int *argc, char ***argv)
   if (mkdtemp (root) == NULL)
     abort ();
   put ("sys/fs/cgroup/cgroup.controllers", "cpuset cpu memory hugetlb");
-  const char *files[] = { "cpuset.cpus", "cpuset.mems", "memory.max", "memory.min", "hugetlb.2MB.max",
-                          "hugetlb.2MB.rsvd.max", "cgroup.procs" };
+  const char *files[] = { "cpuset.cpus",     "cpuset.mems",          "memory.max",  "memory.min",
+                          "hugetlb.2MB.max", "hugetlb.2MB.rsvd.max", "cgroup.procs" };
   for (size_t i = 0; i < sizeof (files) / sizeof (files[0]); i++)
     {
       char rel[256];

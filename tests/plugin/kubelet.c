@@ -42,8 +42,8 @@ kc_unary (grpc_channel *ch, const char *method, const uint8_t *req, size_t len, 
 {
   grpc_completion_queue *cq = grpc_completion_queue_create_for_pluck (NULL);
   grpc_slice m = grpc_slice_from_copied_string (method);
-  grpc_call *call = grpc_channel_create_call (ch, NULL, GRPC_PROPAGATE_DEFAULTS, cq, m, NULL, after_ms (timeout_ms),
-                                              NULL);
+  grpc_call *call
+      = grpc_channel_create_call (ch, NULL, GRPC_PROPAGATE_DEFAULTS, cq, m, NULL, after_ms (timeout_ms), NULL);
   grpc_slice_unref (m);
   grpc_metadata_array initial, trailing;
   grpc_metadata_array_init (&initial);
@@ -85,8 +85,7 @@ kc_unary (grpc_channel *ch, const char *method, const uint8_t *req, size_t len, 
   grpc_metadata_array_destroy (&trailing);
   grpc_call_unref (call);
   grpc_completion_queue_shutdown (cq);
-  while (grpc_completion_queue_pluck (cq, NULL, gpr_inf_future (GPR_CLOCK_REALTIME), NULL).type
-         != GRPC_QUEUE_SHUTDOWN)
+  while (grpc_completion_queue_pluck (cq, NULL, gpr_inf_future (GPR_CLOCK_REALTIME), NULL).type != GRPC_QUEUE_SHUTDOWN)
     ;
   grpc_completion_queue_destroy (cq);
   return r;

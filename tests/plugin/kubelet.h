@@ -29,8 +29,7 @@ void kc_reply_done (struct kc_reply *r);
 
 /* A server-streaming call. */
 struct kc_stream;
-struct kc_stream *kc_stream_open (grpc_channel *ch, const char *method, const uint8_t *req, size_t len,
-                                  int timeout_ms);
+struct kc_stream *kc_stream_open (grpc_channel *ch, const char *method, const uint8_t *req, size_t len, int timeout_ms);
 /* Next message within timeout_ms: 1 got one, 0 end of stream, -1 timeout or error. */
 int kc_stream_read (struct kc_stream *s, int timeout_ms, uint8_t **data, size_t *len);
 /* Cancels and frees; returns the final status. */

@@ -62,9 +62,24 @@ spawn_plugin (const char *extra)
       int fd = open (log_path, O_WRONLY | O_CREAT | O_APPEND, 0600);
       dup2 (fd, 2);
       dup2 (fd, 1);
-      const char *args[32] = { nrm, "plugin", "--topology", topo, "--node-name", NODE, "--kubelet-dir", kubelet_dir,
-                               "--cdi-dir", cdi_dir, "--state-dir", state_dir, "--claims-dir", claims_dir,
-                               "--reserved-cpus", "0", "--isolated-cpus", "23" };
+      const char *args[32] = { nrm,
+                               "plugin",
+                               "--topology",
+                               topo,
+                               "--node-name",
+                               NODE,
+                               "--kubelet-dir",
+                               kubelet_dir,
+                               "--cdi-dir",
+                               cdi_dir,
+                               "--state-dir",
+                               state_dir,
+                               "--claims-dir",
+                               claims_dir,
+                               "--reserved-cpus",
+                               "0",
+                               "--isolated-cpus",
+                               "23" };
       int n = 18;
       if (fsroot[0])
         {
@@ -105,8 +120,8 @@ answers (const char *reg_socket)
   size_t len = protobuf_c_message_pack (&in.base, buf);
   grpc_channel *ch = kc_connect (reg_socket);
   struct kc_reply r;
-  bool ok = kc_unary (ch, "/pluginregistration.Registration/GetInfo", buf, len, 200, &r) == 0
-            && r.status == GRPC_STATUS_OK;
+  bool ok
+      = kc_unary (ch, "/pluginregistration.Registration/GetInfo", buf, len, 200, &r) == 0 && r.status == GRPC_STATUS_OK;
   kc_reply_done (&r);
   kc_close (ch);
   return ok;
@@ -394,8 +409,8 @@ test_prepare_mixed (void **state)
                          "00000000-0000-4000-8000-000000000002", "00000000-0000-4000-8000-000000000003",
                          "00000000-0000-4000-8000-000000000004", "00000000-0000-4000-8000-000000000005",
                          "00000000-0000-4000-8000-000000000006" };
-  const char *want[] = { NULL, "not found", "not allocated", "replaced", "no device of driver", "CPUs asked",
-                         "unknown device" };
+  const char *want[]
+      = { NULL, "not found", "not allocated", "replaced", "no device of driver", "CPUs asked", "unknown device" };
   PrepareResponse *resp = prepare (cpu_ch, PREPARE, names, uids, 7);
   assert_int_equal (resp->n_claims, 7);
   for (size_t i = 0; i < 7; i++)
@@ -409,7 +424,8 @@ test_prepare_mixed (void **state)
           assert_string_equal (e->devices[0]->device_name, "numa1");
           assert_string_equal (e->devices[0]->request_names[0], "cpus");
           assert_int_equal (e->devices[0]->n_cdi_device_ids, 1);
-          assert_string_equal (e->devices[0]->cdi_device_ids[0], CPU_DRIVER "/claim=" "00000000-0000-4000-8000-000000000001");
+          assert_string_equal (e->devices[0]->cdi_device_ids[0], CPU_DRIVER "/claim="
+                                                                            "00000000-0000-4000-8000-000000000001");
           assert_true (strlen (e->devices[0]->share_id) > 0);
         }
       else if (strstr (e->error, want[i]) == NULL)
@@ -480,8 +496,7 @@ test_opaque_config (void **state)
       "{\"apiVersion\":\"cpu.nrm.io/v1alpha1\",\"kind\":\"CPUConfig\",\"options\":[\"distribute-cpus-across-cores\"]}",
       NULL },
     { "odd", "00000000-0000-4000-8000-0000000000d2", 3,
-      "{\"apiVersion\":\"cpu.nrm.io/v1alpha1\",\"kind\":\"CPUConfig\",\"options\":[\"full-pcpus-only\"]}",
-      "whole" },
+      "{\"apiVersion\":\"cpu.nrm.io/v1alpha1\",\"kind\":\"CPUConfig\",\"options\":[\"full-pcpus-only\"]}", "whole" },
     { "badopt", "00000000-0000-4000-8000-0000000000d3", 1,
       "{\"apiVersion\":\"cpu.nrm.io/v1alpha1\",\"kind\":\"CPUConfig\",\"options\":[\"turbo\"]}",
       "unknown CPU option `turbo`" },
@@ -940,10 +955,9 @@ int
 main (void)
 {
   const struct CMUnitTest tests[] = {
-    cmocka_unit_test (test_registration), cmocka_unit_test (test_prepare_mixed),
-    cmocka_unit_test (test_opaque_config),
-    cmocka_unit_test (test_memory_and_beta), cmocka_unit_test (test_health),
-    cmocka_unit_test (test_health_offline),
+    cmocka_unit_test (test_registration),  cmocka_unit_test (test_prepare_mixed),
+    cmocka_unit_test (test_opaque_config), cmocka_unit_test (test_memory_and_beta),
+    cmocka_unit_test (test_health),        cmocka_unit_test (test_health_offline),
     cmocka_unit_test (test_concurrent),    cmocka_unit_test (test_restart),
     cmocka_unit_test (test_refusals),      cmocka_unit_test (test_rolling_update),
   };

@@ -83,8 +83,8 @@ corpus_free (struct corpus_entry *e, size_t n)
 }
 
 int
-corpus_run (const char *group, const struct corpus_test *per_machine, size_t n_per,
-            const struct CMUnitTest *others, size_t n_others)
+corpus_run (const char *group, const struct corpus_test *per_machine, size_t n_per, const struct CMUnitTest *others,
+            size_t n_others)
 {
   struct corpus_entry *c = NULL;
   size_t n = corpus_load (&c), k = 0;

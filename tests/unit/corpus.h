@@ -31,7 +31,7 @@ struct corpus_test
 /* Runs the cmocka group: each per-machine test on every machine of the
  * corpus (machine by machine), then the other tests; returns cmocka's
  * result. */
-int corpus_run (const char *group, const struct corpus_test *per_machine, size_t n_per,
-                const struct CMUnitTest *others, size_t n_others);
+int corpus_run (const char *group, const struct corpus_test *per_machine, size_t n_per, const struct CMUnitTest *others,
+                size_t n_others);
 
 #endif

@@ -105,9 +105,11 @@ test_paths (void **state)
     { "kubepods/besteffort/pod7/crio-77", "7", "77", "besteffort" },
   };
   static const char *const bad[] = {
-    "kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1.slice",  /* a pod, not a container */
+    "kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1.slice", /* a pod, not a container */
     "kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1.slice/crio-conmon-77.scope",
-    "system.slice/containerd.service", "kubepods/weird/pod1/x", "kubepods.slice/kubepods-pod1.slice/init.scope",
+    "system.slice/containerd.service",
+    "kubepods/weird/pod1/x",
+    "kubepods.slice/kubepods-pod1.slice/init.scope",
     "kubepods/pod1/../x",
   };
   for (size_t i = 0; i < sizeof (good) / sizeof (good[0]); i++)
@@ -144,8 +146,9 @@ static int
 hook (const char *id, int pid, char **summary, nrm_error_t *err)
 {
   char st[1024];
-  snprintf (st, sizeof (st), "{\"ociVersion\":\"1.0.2\",\"id\":\"%s\",\"status\":\"creating\",\"pid\":%d,"
-                             "\"bundle\":\"%s/bundles/%s\"}",
+  snprintf (st, sizeof (st),
+            "{\"ociVersion\":\"1.0.2\",\"id\":\"%s\",\"status\":\"creating\",\"pid\":%d,"
+            "\"bundle\":\"%s/bundles/%s\"}",
             id, pid, root, id);
   return nrm_hook_run (root, st, strlen (st), state_dir, summary, err);
 }
@@ -162,8 +165,10 @@ test_hook (void **state)
   bundle ("c1", ",\"NRM_CPUS=2-3\",\"NRM_CPU_NODES=0\"");
   if (hook ("c1", 4242, &summary, &err) < 0)
     fail_msg ("%s", nrm_error_msg (err));
-  cleanup_free char *cpus = get ("sys/fs/cgroup/kubepods.slice/kubepods-pod11_22.slice/cri-containerd-c1.scope/cpuset.cpus");
-  cleanup_free char *mems = get ("sys/fs/cgroup/kubepods.slice/kubepods-pod11_22.slice/cri-containerd-c1.scope/cpuset.mems");
+  cleanup_free char *cpus
+      = get ("sys/fs/cgroup/kubepods.slice/kubepods-pod11_22.slice/cri-containerd-c1.scope/cpuset.cpus");
+  cleanup_free char *mems
+      = get ("sys/fs/cgroup/kubepods.slice/kubepods-pod11_22.slice/cri-containerd-c1.scope/cpuset.mems");
   assert_string_equal (cpus, "2-3");
   assert_string_equal (mems, "0");
   cleanup_free char *rec = get ("state/containers/c1.json");
@@ -191,8 +196,10 @@ test_hook (void **state)
                 "\"NRM_HUGETLB_2MB=8388608\",\"NRM_HUGETLB_2MB_0000_1111=8388608\"");
   if (hook ("c4", 4545, NULL, &err) < 0)
     fail_msg ("%s", nrm_error_msg (err));
-  const char *want[][2] = { { "memory.max", "1073741824" }, { "memory.min", "1073741824" },
-                            { "hugetlb.2MB.max", "8388608" }, { "hugetlb.2MB.rsvd.max", "8388608" },
+  const char *want[][2] = { { "memory.max", "1073741824" },
+                            { "memory.min", "1073741824" },
+                            { "hugetlb.2MB.max", "8388608" },
+                            { "hugetlb.2MB.rsvd.max", "8388608" },
                             { "cpuset.mems", "0" } };
   for (size_t i = 0; i < sizeof (want) / sizeof (want[0]); i++)
     {
@@ -254,9 +261,9 @@ test_hook_errors (void **state)
   nrm_error_release (&err);
 
   /* Bad input on stdin and in the bundle. */
-  static const char *const states[] = { "not json", "{\"id\":\"../x\",\"pid\":1,\"bundle\":\"/b\"}",
-                                        "{\"id\":\"ok\",\"pid\":1,\"bundle\":\"relative\"}",
-                                        "{\"id\":\"ok\",\"pid\":0,\"bundle\":\"/b\"}" };
+  static const char *const states[]
+      = { "not json", "{\"id\":\"../x\",\"pid\":1,\"bundle\":\"/b\"}",
+          "{\"id\":\"ok\",\"pid\":1,\"bundle\":\"relative\"}", "{\"id\":\"ok\",\"pid\":0,\"bundle\":\"/b\"}" };
   for (size_t i = 0; i < sizeof (states) / sizeof (states[0]); i++)
     {
       assert_int_equal (nrm_hook_run (root, states[i], strlen (states[i]), state_dir, NULL, &err), -1);
@@ -297,7 +304,8 @@ test_reconcile (void **state)
    * with nothing to do writes nothing. */
   put ("sys/fs/cgroup/kubepods.slice/kubepods-pod11_22.slice/cri-containerd-c1.scope/cpuset.cpus", "0-7");
   assert_int_equal (nrm_reconcile (fs, state_dir, "0-1,5,7", &st, NULL, &err), 0);
-  cleanup_free char *c1 = get ("sys/fs/cgroup/kubepods.slice/kubepods-pod11_22.slice/cri-containerd-c1.scope/cpuset.cpus");
+  cleanup_free char *c1
+      = get ("sys/fs/cgroup/kubepods.slice/kubepods-pod11_22.slice/cri-containerd-c1.scope/cpuset.cpus");
   assert_string_equal (c1, "2-3");
   assert_int_equal (st.updated, 1);
   assert_int_equal (nrm_reconcile (fs, state_dir, "0-1,5,7", &st, NULL, &err), 0);
@@ -318,7 +326,8 @@ test_reconcile (void **state)
   assert_string_equal (c6, "0-3,5,7");
   assert_int_equal (nrm_reconcile (fs, state_dir, "0-1,5", &st, NULL, &err), 0);
   cleanup_free char *c6b = get ("sys/fs/cgroup/kubepods/pod66/c6/cpuset.cpus");
-  cleanup_free char *c1b = get ("sys/fs/cgroup/kubepods.slice/kubepods-pod11_22.slice/cri-containerd-c1.scope/cpuset.cpus");
+  cleanup_free char *c1b
+      = get ("sys/fs/cgroup/kubepods.slice/kubepods-pod11_22.slice/cri-containerd-c1.scope/cpuset.cpus");
   assert_string_equal (c6b, "0-3,5");
   assert_string_equal (c1b, "2-3");
   cleanup_free char *pool2 = get ("state/shared-cpus");
@@ -370,11 +379,8 @@ int
 main (void)
 {
   const struct CMUnitTest tests[] = {
-    cmocka_unit_test (test_paths),
-    cmocka_unit_test (test_hook),
-    cmocka_unit_test (test_hook_errors),
-    cmocka_unit_test (test_reconcile),
-    cmocka_unit_test (test_watch),
+    cmocka_unit_test (test_paths),     cmocka_unit_test (test_hook),  cmocka_unit_test (test_hook_errors),
+    cmocka_unit_test (test_reconcile), cmocka_unit_test (test_watch),
   };
   return cmocka_run_group_tests_name ("commit", tests, setup, teardown);
 }

@@ -37,12 +37,12 @@ test_good_file (void **state)
 {
   struct nrm_config c;
   nrm_error_t err = NULL;
-  cleanup_free char *path
-      = write_tmp ("{\"nodeName\": \"worker-1\", \"reservedCPUs\": \"0-1\", \"isolatedCPUs\": \"6-7\","
-                   " \"reservedMemory\": [{\"numaNode\": 0, \"limits\": {\"memory\": \"1Gi\", \"hugepages-2Mi\": \"4Mi\"}}],"
-                   " \"cpu\": {\"mode\": \"partitioned\", \"driverName\": \"cpu.example.com\"},"
-                   " \"memory\": {\"granularity\": \"4Mi\"},"
-                   " \"featureGates\": {\"DRAListTypeAttributes\": true}}");
+  cleanup_free char *path = write_tmp (
+      "{\"nodeName\": \"worker-1\", \"reservedCPUs\": \"0-1\", \"isolatedCPUs\": \"6-7\","
+      " \"reservedMemory\": [{\"numaNode\": 0, \"limits\": {\"memory\": \"1Gi\", \"hugepages-2Mi\": \"4Mi\"}}],"
+      " \"cpu\": {\"mode\": \"partitioned\", \"driverName\": \"cpu.example.com\"},"
+      " \"memory\": {\"granularity\": \"4Mi\"},"
+      " \"featureGates\": {\"DRAListTypeAttributes\": true}}");
   (void) state;
   nrm_config_init (&c);
   assert_int_equal (nrm_config_load_file (&c, path, &err), 0);

@@ -86,8 +86,9 @@ test_yaml_errors (void **state)
   char bomb[2048];
   size_t n = (size_t) snprintf (bomb, sizeof (bomb), "a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n");
   for (int i = 1; i <= 9; i++)
-    n += (size_t) snprintf (bomb + n, sizeof (bomb) - n, "a%d: &a%d [*a%d, *a%d, *a%d, *a%d, *a%d, *a%d, *a%d, *a%d, *a%d, *a%d]\n", i,
-                            i, i - 1, i - 1, i - 1, i - 1, i - 1, i - 1, i - 1, i - 1, i - 1, i - 1);
+    n += (size_t) snprintf (bomb + n, sizeof (bomb) - n,
+                            "a%d: &a%d [*a%d, *a%d, *a%d, *a%d, *a%d, *a%d, *a%d, *a%d, *a%d, *a%d]\n", i, i, i - 1,
+                            i - 1, i - 1, i - 1, i - 1, i - 1, i - 1, i - 1, i - 1, i - 1);
   yaml_fails (bomb, "alias");
 }
 
@@ -108,7 +109,8 @@ kubeconfig_fails (const char *text, const char *needle)
   unlink (path);
 }
 
-#define KC_HEAD "apiVersion: v1\nkind: Config\ncurrent-context: c\ncontexts:\n- name: c\n  context: {cluster: k, user: u}\n"
+#define KC_HEAD                                                                                                        \
+  "apiVersion: v1\nkind: Config\ncurrent-context: c\ncontexts:\n- name: c\n  context: {cluster: k, user: u}\n"
 
 static void
 test_kubeconfig (void **state)
@@ -119,7 +121,8 @@ test_kubeconfig (void **state)
   kubeconfig_fails (KC_HEAD "clusters:\n- name: k\n  cluster: {server: http://127.0.0.1:1}\n", "https://");
   kubeconfig_fails (KC_HEAD "clusters:\n- name: k\n  cluster: {server: https://a, insecure-skip-tls-verify: true}\n",
                     "insecure-skip-tls-verify");
-  kubeconfig_fails (KC_HEAD "clusters:\n- name: k\n  cluster: {server: https://a, certificate-authority: /nonexistent/ca}\n",
+  kubeconfig_fails (KC_HEAD
+                    "clusters:\n- name: k\n  cluster: {server: https://a, certificate-authority: /nonexistent/ca}\n",
                     "/nonexistent/ca");
   kubeconfig_fails (KC_HEAD "clusters:\n- name: k\n  cluster: {server: https://a, certificate-authority-data: '@@@'}\n",
                     "not valid base64");
@@ -152,14 +155,16 @@ test_kubeconfig (void **state)
 static void
 test_spec_equal (void **state)
 {
-  cleanup_json json_t *a = json_loads ("{\"devices\":[{\"name\":\"numa0\",\"capacity\":{\"memory\":{\"value\":\"1024Mi\","
-                                       "\"requestPolicy\":{\"default\":\"1Mi\",\"validRange\":{\"min\":\"1048576\"}}}},"
-                                       "\"taints\":[{\"key\":\"k\",\"effect\":\"NoSchedule\"}]}]}",
-                                       0, NULL);
-  cleanup_json json_t *b = json_loads ("{\"devices\":[{\"name\":\"numa0\",\"capacity\":{\"memory\":{\"value\":\"1Gi\","
-                                       "\"requestPolicy\":{\"default\":\"1Mi\",\"validRange\":{\"min\":\"1Mi\"}}}},"
-                                       "\"taints\":[{\"key\":\"k\",\"effect\":\"NoSchedule\",\"timeAdded\":\"2026-01-01T00:00:00Z\"}]}]}",
-                                       0, NULL);
+  cleanup_json json_t *a
+      = json_loads ("{\"devices\":[{\"name\":\"numa0\",\"capacity\":{\"memory\":{\"value\":\"1024Mi\","
+                    "\"requestPolicy\":{\"default\":\"1Mi\",\"validRange\":{\"min\":\"1048576\"}}}},"
+                    "\"taints\":[{\"key\":\"k\",\"effect\":\"NoSchedule\"}]}]}",
+                    0, NULL);
+  cleanup_json json_t *b
+      = json_loads ("{\"devices\":[{\"name\":\"numa0\",\"capacity\":{\"memory\":{\"value\":\"1Gi\","
+                    "\"requestPolicy\":{\"default\":\"1Mi\",\"validRange\":{\"min\":\"1Mi\"}}}},"
+                    "\"taints\":[{\"key\":\"k\",\"effect\":\"NoSchedule\",\"timeAdded\":\"2026-01-01T00:00:00Z\"}]}]}",
+                    0, NULL);
   assert_true (nrm_slice_spec_equal (a, b));
   assert_true (nrm_slice_spec_equal (b, a));
   /* A quantity-looking attribute is compared as text. */
@@ -168,7 +173,8 @@ test_spec_equal (void **state)
   assert_false (nrm_slice_spec_equal (c, d));
   /* A field only one side has differs. */
   cleanup_json json_t *e = json_loads ("{\"devices\":[{\"name\":\"numa0\"}]}", 0, NULL);
-  cleanup_json json_t *f = json_loads ("{\"devices\":[{\"name\":\"numa0\",\"allowMultipleAllocations\":true}]}", 0, NULL);
+  cleanup_json json_t *f
+      = json_loads ("{\"devices\":[{\"name\":\"numa0\",\"allowMultipleAllocations\":true}]}", 0, NULL);
   assert_false (nrm_slice_spec_equal (e, f));
   assert_false (nrm_slice_spec_equal (f, e));
   assert_false (nrm_slice_spec_equal (a, NULL));
@@ -215,10 +221,11 @@ test_dropped_fields (void **state)
 static void
 test_config_yaml (void **state)
 {
-  cleanup_free char *path = write_tmp ("# nrm settings\nnodeName: node-1\nreservedCPUs: \"0-1\"\n"
-                                       "cpu:\n  mode: partitioned\n  options: [full-pcpus-only]\n"
-                                       "kubeconfig: /etc/nrm/kubeconfig\npublishSlices: false\napiQPS: 2.5\napiBurst: 4\n"
-                                       "httpAddress: 127.0.0.1:9464\n");
+  cleanup_free char *path
+      = write_tmp ("# nrm settings\nnodeName: node-1\nreservedCPUs: \"0-1\"\n"
+                   "cpu:\n  mode: partitioned\n  options: [full-pcpus-only]\n"
+                   "kubeconfig: /etc/nrm/kubeconfig\npublishSlices: false\napiQPS: 2.5\napiBurst: 4\n"
+                   "httpAddress: 127.0.0.1:9464\n");
   struct nrm_config c;
   nrm_error_t err = NULL;
   nrm_config_init (&c);
@@ -257,9 +264,8 @@ int
 main (void)
 {
   const struct CMUnitTest tests[] = {
-    cmocka_unit_test (test_yaml_scalars),    cmocka_unit_test (test_yaml_errors),
-    cmocka_unit_test (test_kubeconfig),      cmocka_unit_test (test_spec_equal),
-    cmocka_unit_test (test_dropped_fields),  cmocka_unit_test (test_config_yaml),
+    cmocka_unit_test (test_yaml_scalars), cmocka_unit_test (test_yaml_errors),    cmocka_unit_test (test_kubeconfig),
+    cmocka_unit_test (test_spec_equal),   cmocka_unit_test (test_dropped_fields), cmocka_unit_test (test_config_yaml),
   };
   return cmocka_run_group_tests (tests, NULL, NULL);
 }

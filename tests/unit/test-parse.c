@@ -22,8 +22,8 @@ test_cpulist (void **state)
   static const struct
   {
     const char *in, *out;
-  } good[] = { { "0-3,8,10-11", "0-3,8,10-11" }, { "", "" }, { "5", "5" }, { "3,2,1", "1-3" },
-               { "0-1,1-2\n", "0-2" },             { " 7", "7" } };
+  } good[] = { { "0-3,8,10-11", "0-3,8,10-11" }, { "", "" },   { "5", "5" }, { "3,2,1", "1-3" },
+               { "0-1,1-2\n", "0-2" },           { " 7", "7" } };
   static const char *const bad[] = { "x", "1-", "-1", "3-1", "1,,2", "1,", "1 2", "0-99999", "1;2" };
   (void) state;
   for (size_t i = 0; i < sizeof (good) / sizeof (good[0]); i++)
@@ -53,13 +53,29 @@ test_quantity (void **state)
   {
     const char *in;
     long long nano;
-  } good[] = { { "1", 1000000000LL },    { "500m", 500000000LL },         { "1Ki", 1024000000000LL },
-               { "1.5", 1500000000LL },  { "2e3", 2000000000000LL },     { "1k", 1000000000000LL },
-               { "+3", 3000000000LL },   { "-1", -1000000000LL },         { "1n", 1LL },
-               { ".5", 500000000LL },    { "1E", 0 },                     { "0", 0 } };
+  } good[] = { { "1", 1000000000LL },
+               { "500m", 500000000LL },
+               { "1Ki", 1024000000000LL },
+               { "1.5", 1500000000LL },
+               { "2e3", 2000000000000LL },
+               { "1k", 1000000000000LL },
+               { "+3", 3000000000LL },
+               { "-1", -1000000000LL },
+               { "1n", 1LL },
+               { ".5", 500000000LL },
+               { "1E", 0 },
+               { "0", 0 } };
   /* The last ones overflow 128 bits unless checked before multiplying (found by fuzz-parsers). */
-  static const char *const bad[] = { "", "Gi", "1Q", "1.2.3", "1 Gi", "1gi", "--1", "1e",
-                                     "177777777777777777715Ei", "1329227995784915872903807060280344575Ei",
+  static const char *const bad[] = { "",
+                                     "Gi",
+                                     "1Q",
+                                     "1.2.3",
+                                     "1 Gi",
+                                     "1gi",
+                                     "--1",
+                                     "1e",
+                                     "177777777777777777715Ei",
+                                     "1329227995784915872903807060280344575Ei",
                                      "1.999999999999999999e27" };
   (void) state;
   for (size_t i = 0; i < sizeof (good) / sizeof (good[0]); i++)
@@ -117,8 +133,10 @@ test_names (void **state)
   assert_false (nrm_is_dns_subdomain ("cpu..io", 63));
   assert_false (nrm_is_dns_subdomain ("", 63));
   /* Kubernetes limits a subdomain's length, not its labels'. */
-  assert_true (nrm_is_dns_subdomain ("a1234567890123456789012345678901234567890123456789012345678901234567890.io", 253));
-  assert_false (nrm_is_dns_subdomain ("a1234567890123456789012345678901234567890123456789012345678901234567890.io", 63));
+  assert_true (
+      nrm_is_dns_subdomain ("a1234567890123456789012345678901234567890123456789012345678901234567890.io", 253));
+  assert_false (
+      nrm_is_dns_subdomain ("a1234567890123456789012345678901234567890123456789012345678901234567890.io", 63));
   assert_true (nrm_is_qualified_name ("numaNode"));
   assert_true (nrm_is_qualified_name ("resource.kubernetes.io/numaNode"));
   assert_false (nrm_is_qualified_name ("1abc"));

@@ -169,8 +169,8 @@ test_churn (void **state)
           if (!(req.options & NRM_OPT_FULL_PCPUS_ONLY) && (size_t) hwloc_bitmap_weight (cand) >= req.count)
             {
               cleanup_free char *cs = nrm_cpulist_format (cand), *fs = nrm_cpulist_format (free_set);
-              fail_msg ("%s: %zu CPUs with options %#x failed (%s) though %d usable: %s (free %s)", c->name,
-                        req.count, req.options, nrm_error_msg (err), hwloc_bitmap_weight (cand), cs, fs);
+              fail_msg ("%s: %zu CPUs with options %#x failed (%s) though %d usable: %s (free %s)", c->name, req.count,
+                        req.options, nrm_error_msg (err), hwloc_bitmap_weight (cand), cs, fs);
             }
           nrm_error_release (&err);
           continue;
@@ -425,7 +425,8 @@ test_golden_odd_thread (void **state)
   /* No core is split but the one that was half used already. */
   size_t split = 0;
   for (size_t k = 0; k < g.t->n_cores; k++)
-    split += hwloc_bitmap_intersects (g.t->cores[k].cpus, g.out) && !hwloc_bitmap_isincluded (g.t->cores[k].cpus, g.out);
+    split
+        += hwloc_bitmap_intersects (g.t->cores[k].cpus, g.out) && !hwloc_bitmap_isincluded (g.t->cores[k].cpus, g.out);
   assert_int_equal (split, 1);
 
   req.options = NRM_OPT_PREFER_ALIGN_UNCORECACHE;

@@ -42,9 +42,9 @@ load_reserved (const char *file, bool reserve)
       if (!hwloc_bitmap_iszero (t->numa[i].cpus))
         hwloc_bitmap_set (s.reserved_cpus, (unsigned) hwloc_bitmap_first (t->numa[i].cpus));
       if (t->numa[i].memory >= 1024 * MiB && s.n_reserved_memory < 64)
-        rm[s.n_reserved_memory++]
-            = (struct nrm_reserved_memory){ .numa_node = t->numa[i].os_index, .resource = memory,
-                                            .bytes = 64 * MiB + 1024 };
+        rm[s.n_reserved_memory++] = (struct nrm_reserved_memory){ .numa_node = t->numa[i].os_index,
+                                                                  .resource = memory,
+                                                                  .bytes = 64 * MiB + 1024 };
     }
   if (nrm_topology_apply_settings (t, &s, NULL, &err) < 0)
     fail_msg ("%s: %s", file, nrm_error_msg (err));
@@ -73,19 +73,19 @@ qvalue (json_t *v)
 }
 
 /* Calls fn for every device of a driver. */
-#define FOREACH_DEVICE(list, drv, dev, body)                                                                    \
-  do                                                                                                            \
-    {                                                                                                           \
-      size_t _i, _j;                                                                                            \
-      json_t *_s;                                                                                               \
-      json_array_foreach (json_object_get (list, "items"), _i, _s)                                              \
-      {                                                                                                         \
-        json_t *_spec = json_object_get (_s, "spec");                                                           \
-        if (strcmp (json_string_value (json_object_get (_spec, "driver")), drv) != 0)                           \
-          continue;                                                                                             \
-        json_array_foreach (json_object_get (_spec, "devices"), _j, dev) { body; }                              \
-      }                                                                                                         \
-    }                                                                                                           \
+#define FOREACH_DEVICE(list, drv, dev, body)                                                                           \
+  do                                                                                                                   \
+    {                                                                                                                  \
+      size_t _i, _j;                                                                                                   \
+      json_t *_s;                                                                                                      \
+      json_array_foreach (json_object_get (list, "items"), _i, _s)                                                     \
+      {                                                                                                                \
+        json_t *_spec = json_object_get (_s, "spec");                                                                  \
+        if (strcmp (json_string_value (json_object_get (_spec, "driver")), drv) != 0)                                  \
+          continue;                                                                                                    \
+        json_array_foreach (json_object_get (_spec, "devices"), _j, dev) { body; }                                     \
+      }                                                                                                                \
+    }                                                                                                                  \
   while (0)
 
 static void
@@ -198,9 +198,8 @@ check_partitioned (const struct corpus_entry *c, bool reserve)
       json_object_foreach (json_object_get (u, "counters"), key, v) used += qvalue (json_object_get (v, "value"));
     }
     assert_int_equal (used, value);
-    const char *g = json_string_value (json_object_get (json_object_get (json_object_get (dev, "attributes"),
-                                                                         "granularity"),
-                                                        "string"));
+    const char *g = json_string_value (
+        json_object_get (json_object_get (json_object_get (dev, "attributes"), "granularity"), "string"));
     assert_non_null (g);
     if (strcmp (g, "numa") == 0)
       {
@@ -315,9 +314,9 @@ test_validator (void **state)
   expect_invalid (l, "C identifier");
 
   l = base_list ();
-  json_object_set_new (json_object_get (dev0 (l), "attributes"), "s",
-                       json_pack ("{s:s}", "string",
-                                  "12345678901234567890123456789012345678901234567890123456789012345"));
+  json_object_set_new (
+      json_object_get (dev0 (l), "attributes"), "s",
+      json_pack ("{s:s}", "string", "12345678901234567890123456789012345678901234567890123456789012345"));
   expect_invalid (l, "longer than 64");
 
   l = base_list ();
@@ -364,8 +363,8 @@ test_validator (void **state)
   {
     json_t *sets = json_array ();
     for (int i = 0; i < 9; i++)
-      json_array_append_new (sets, json_pack ("{s:s+, s:{s:{s:s}}}", "name", "set", i == 0 ? "a" : "b", "counters",
-                                              "c", "value", "1"));
+      json_array_append_new (
+          sets, json_pack ("{s:s+, s:{s:{s:s}}}", "name", "set", i == 0 ? "a" : "b", "counters", "c", "value", "1"));
     json_object_set_new (spec0 (l), "sharedCounters", sets);
   }
   expect_invalid (l, "not both");
