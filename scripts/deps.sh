@@ -5,7 +5,7 @@ PKGS="build-essential autoconf automake pkg-config
  libhwloc-dev hwloc-nox libnuma-dev libcgroup-dev
  libprotobuf-c-dev protobuf-c-compiler libgrpc-dev
  libcurl4-openssl-dev libssl-dev libjansson-dev libyaml-dev libmicrohttpd-dev libcmocka-dev
- openssl python3 help2man clang
+ openssl python3 help2man clang clang-format
  valgrind
  qemu-system-x86 busybox-static cpio"
 missing=""
