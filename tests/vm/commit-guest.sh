@@ -189,6 +189,30 @@ wait $holder 2>/dev/null
 kill -TERM $plugin
 wait $plugin
 check "the plugin stops cleanly on SIGTERM" [ $? -eq 0 ]
+
+# Another process's checkpoint (a run) wakes the shared-pool reconciler at
+# once through inotify: with an hour between periodic passes, the shared
+# container still leaves the run's CPUs within 3 s.
+"$NRM" plugin --node-name vm --kubelet-dir "$W/k" --cdi-dir "$W/cdi" --state-dir "$W/state" --claims-dir "$W/claims" \
+  --reconcile-interval 3600 --hook-path "$HOOK" 2>>"$W/plugin.log" &
+plugin=$!
+for _ in $(seq 100); do [ -S "$W/k/plugins_registry/memory.nrm.io-reg.sock" ] && break; sleep 0.1; done
+sleep 2 # the pass at start is over
+"$NRM" run --cpus 2 --min-shared-cpus 0 --state-dir "$W/state" -- sh -c 'echo "$NRM_CPUS"; sleep 60' \
+  >"$W/wake.out" 2>/dev/null &
+runner=$!
+for _ in $(seq 50); do [ -s "$W/wake.out" ] && break; sleep 0.1; done
+wake_cpus=$(head -n 1 "$W/wake.out")
+for _ in $(seq 30); do
+  "$CLIENT" cpus-disjoint "$(status_list $shared_pid Cpus_allowed_list)" "$wake_cpus" && break
+  sleep 0.1
+done
+check "a run's checkpoint wakes the reconciler: the shared container leaves its CPUs ($wake_cpus) at once" \
+  sh -c "[ -n '$wake_cpus' ] && '$CLIENT' cpus-disjoint '$(status_list $shared_pid Cpus_allowed_list)' '$wake_cpus'"
+kill $runner
+wait $runner 2>/dev/null
+kill -TERM $plugin
+wait $plugin
 kill $shared_pid $shared2 2>/dev/null
 if [ "$fail" -ne 0 ]; then
   echo "--- plugin log"
