@@ -214,31 +214,35 @@ nrm_node_slices (const struct nrm_topology *t, const struct nrm_publish_options 
   return nrm_node_slices_live (t, o, NULL, ret, err);
 }
 
-/* The consumable CPU devices (numa<N>, first in the pool) in the order of
- * nrm_numa_preference_by_room(). */
+/* The numa<N> CPU devices in the order of nrm_numa_preference_by_room(),
+ * in the places they had in the pool (the isolated and other devices keep
+ * theirs). */
 static int
 order_by_room (const struct nrm_topology *t, struct nrm_pool *p, const uint64_t *free_cpus, nrm_error_t *err)
 {
-  size_t n = 0, count = json_array_size (p->devices);
+  size_t count = json_array_size (p->devices), n = 0;
   cleanup_free size_t *order = nrm_numa_preference_by_room (t, free_cpus);
-  cleanup_json json_t *sorted = json_array ();
-  if (order == NULL || sorted == NULL)
+  cleanup_free size_t *slot = calloc (count + 1, sizeof (size_t));
+  cleanup_free int *node_of = calloc (count + 1, sizeof (int));
+  cleanup_json json_t *devs = json_deep_copy (p->devices);
+  if (order == NULL || slot == NULL || node_of == NULL || devs == NULL)
     return nrm_error_set (err, ENOMEM, "out of memory");
-  while (n < count && json_is_true (json_object_get (json_array_get (p->devices, n), "allowMultipleAllocations")))
-    n++;
-  for (size_t k = 0; k < t->n_numa; k++)
+  for (size_t i = 0; i < count; i++)
     {
-      char name[32];
-      snprintf (name, sizeof (name), "numa%u", t->numa[order[k]].os_index);
-      for (size_t i = 0; i < n; i++)
-        if (strcmp (json_string_value (json_object_get (json_array_get (p->devices, i), "name")), name) == 0)
-          json_array_append (sorted, json_array_get (p->devices, i));
+      const char *name = json_string_value (json_object_get (json_array_get (p->devices, i), "name"));
+      unsigned os;
+      char tail;
+      if (name && sscanf (name, "numa%u%c", &os, &tail) == 1 && nrm_topology_numa_index (t, os) >= 0)
+        {
+          node_of[n] = nrm_topology_numa_index (t, os);
+          slot[n++] = i;
+        }
     }
-  /* Only a reordering: anything not matched keeps the old order. */
-  if (json_array_size (sorted) != n)
-    return 0;
-  for (size_t i = 0; i < n; i++)
-    json_array_set (p->devices, i, json_array_get (sorted, i));
+  size_t next = 0;
+  for (size_t k = 0; k < t->n_numa; k++)
+    for (size_t j = 0; j < n; j++)
+      if (node_of[j] == (int) order[k])
+        json_array_set (p->devices, slot[next++], json_array_get (devs, slot[j]));
   return 0;
 }
 

@@ -441,6 +441,65 @@ test_counter_sets_split (void **state)
   nrm_topology_free (t);
 }
 
+/* The names of the CPU pool's devices, comma-separated. */
+static char *
+cpu_device_names (json_t *list, const char *driver)
+{
+  char *out = NULL;
+  size_t len = 0, i, k;
+  FILE *f = open_memstream (&out, &len);
+  json_t *sl, *dev;
+  json_array_foreach (json_object_get (list, "items"), i, sl)
+  {
+    if (strcmp (json_string_value (json_object_get (json_object_get (sl, "spec"), "driver")), driver) != 0)
+      continue;
+    json_array_foreach (json_object_get (json_object_get (sl, "spec"), "devices"), k, dev)
+        fprintf (f, "%s%s", ftell (f) ? "," : "", json_string_value (json_object_get (dev, "name")));
+  }
+  fclose (f);
+  return out;
+}
+
+/* While the plugin runs, the numa<N> CPU devices are listed fullest first
+ * (ties by node); an isolated device keeps its place. */
+static void
+test_order_by_room (void **state)
+{
+  (void) state;
+  char path[4096];
+  nrm_error_t err = NULL;
+  struct nrm_topology *t = NULL;
+  snprintf (path, sizeof (path), "%s/16amd64-8n2c.xml", getenv ("NRM_TOPOLOGIES"));
+  assert_int_equal (nrm_topology_load (path, &t, &err), 0);
+  struct nrm_node_settings s = { 0 };
+  s.isolated_cpus = hwloc_bitmap_alloc ();
+  hwloc_bitmap_set (s.isolated_cpus, 15);
+  assert_int_equal (nrm_topology_apply_settings (t, &s, NULL, &err), 0);
+  hwloc_bitmap_free (s.isolated_cpus);
+  struct nrm_publish_options o;
+  nrm_publish_options_init (&o);
+  o.node_name = "n";
+
+  cleanup_json json_t *plain = NULL, *live = NULL, *part = NULL;
+  assert_int_equal (nrm_node_slices (t, &o, &plain, &err), 0);
+  cleanup_free char *names = cpu_device_names (plain, o.cpu_driver);
+  assert_string_equal (names, "numa0,numa1,numa2,numa3,numa4,numa5,numa6,numa7,numa7-isolated");
+
+  uint64_t free_cpus[8] = { 2, 1, 2, 0, 2, 2, 2, 1 };
+  struct nrm_live l = { NULL, free_cpus };
+  assert_int_equal (nrm_node_slices_live (t, &o, &l, &live, &err), 0);
+  cleanup_free char *ordered = cpu_device_names (live, o.cpu_driver);
+  assert_string_equal (ordered, "numa3,numa1,numa7,numa0,numa2,numa4,numa5,numa6,numa7-isolated");
+
+  /* Partitioned devices keep their order. */
+  o.cpu_mode = NRM_CPU_MODE_PARTITIONED;
+  cleanup_json json_t *part0 = NULL;
+  assert_int_equal (nrm_node_slices (t, &o, &part0, &err), 0);
+  assert_int_equal (nrm_node_slices_live (t, &o, &l, &part, &err), 0);
+  assert_true (json_equal (part, part0));
+  nrm_topology_free (t);
+}
+
 int
 main (void)
 {
@@ -448,6 +507,7 @@ main (void)
   const struct CMUnitTest others[] = {
     { .name = "validator refuses broken slices", .test_func = test_validator },
     { .name = "counter sets split", .test_func = test_counter_sets_split },
+    { .name = "CPU devices fullest first", .test_func = test_order_by_room },
   };
-  return corpus_run ("slices", per_machine, 1, others, 2);
+  return corpus_run ("slices", per_machine, 1, others, sizeof (others) / sizeof (others[0]));
 }
