@@ -133,7 +133,11 @@ equal (json_t *a, json_t *b, const char *key)
         if (!equal (v, json_object_get (b, k), k))
           return false;
       }
-      json_object_foreach (b, k, v) if (strcmp (k, "timeAdded") != 0) nb++;
+      json_object_foreach (b, k, v)
+      {
+        if (strcmp (k, "timeAdded") != 0)
+          nb++;
+      }
       return na == nb;
     }
   if (json_is_array (a) && json_is_array (b))
@@ -312,8 +316,11 @@ list_slices (struct nrm_publisher *p, nrm_error_t *err)
                               nrm_kube_status_message (list, code));
       size_t i;
       json_t *s;
-      json_array_foreach (json_object_get (list, "items"), i, s) if (ours (p, s))
+      json_array_foreach (json_object_get (list, "items"), i, s)
+      {
+        if (ours (p, s))
           json_object_set (cache, slice_name (s), s);
+      }
       json_t *meta = json_object_get (list, "metadata");
       const char *c = json_string_value (json_object_get (meta, "continue"));
       const char *r = json_string_value (json_object_get (meta, "resourceVersion"));
@@ -553,7 +560,11 @@ reconcile (struct nrm_publisher *p, nrm_error_t *err)
       dropped_any |= json_array_get (p->accepted, i) != NULL && !json_is_null (json_array_get (p->accepted, i));
 
   size_t i;
-  json_array_foreach (obsolete, i, s) if (delete_slice (p, s, err) < 0) goto out;
+  json_array_foreach (obsolete, i, s)
+  {
+    if (delete_slice (p, s, err) < 0)
+      goto out;
+  }
 
   pthread_mutex_lock (&p->lock);
   p->st.generation = target;

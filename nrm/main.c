@@ -844,8 +844,11 @@ taint_thread (void *arg)
       }
       const char *dev;
       json_t *v;
-      json_object_foreach (last, dev, v) if (json_object_get (now, dev) == NULL)
+      json_object_foreach (last, dev, v)
+      {
+        if (json_object_get (now, dev) == NULL)
           nrm_log (NULL, NRM_LOG_INFO, "%s: device %s is healthy again; taint removed", driver, dev);
+      }
       json_decref (last);
       last = json_incref (now);
 

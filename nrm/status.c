@@ -161,7 +161,9 @@ pool_status (const struct nrm_topology *t, const struct nrm_pool *p, json_t *cla
     json_t *cap;
     json_t *capacity = json_object ();
     json_object_foreach (json_object_get (dev, "capacity"), key, cap)
-        json_object_set (capacity, key, json_object_get (cap, "value"));
+    {
+      json_object_set (capacity, key, json_object_get (cap, "value"));
+    }
     /* Claims that hold this device, and how much of a consumable one. */
     json_t *holders = json_array ();
     cleanup_bitmap hwloc_bitmap_t devcpus = device_cpus (t, name);
@@ -272,7 +274,9 @@ nrm_status (struct nrm_config *c, const struct nrm_topology *t, bool as_json, FI
         json_t *dev;
         json_t *names = json_array ();
         json_array_foreach (json_object_get (cl, "devices"), k, dev)
-            json_array_append (names, json_object_get (dev, "device"));
+        {
+          json_array_append (names, json_object_get (dev, "device"));
+        }
         json_object_set_new (d, "devices", names);
         if (json_object_get (st, "cpus"))
           {
@@ -331,7 +335,10 @@ nrm_status (struct nrm_config *c, const struct nrm_topology *t, bool as_json, FI
       const char *key;
       json_t *v;
       fprintf (out, "  %-24s", json_string_value (json_object_get (d, "name")));
-      json_object_foreach (json_object_get (d, "capacity"), key, v) fprintf (out, " %s %s", key, json_string_value (v));
+      json_object_foreach (json_object_get (d, "capacity"), key, v)
+      {
+        fprintf (out, " %s %s", key, json_string_value (v));
+      }
       fprintf (out, ", consumed %s, %zu claim%s\n", json_string_value (json_object_get (d, "consumed")),
                json_array_size (json_object_get (d, "claims")),
                json_array_size (json_object_get (d, "claims")) == 1 ? "" : "s");

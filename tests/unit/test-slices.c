@@ -167,7 +167,7 @@ check_partitioned (const struct corpus_entry *c, bool reserve)
       const char *key;
       json_t *v;
       uint64_t total = 0;
-      json_object_foreach (json_object_get (cs, "counters"), key, v) total += qvalue (json_object_get (v, "value"));
+      json_object_foreach (json_object_get (cs, "counters"), key, v) { total += qvalue (json_object_get (v, "value")); }
       json_object_set_new (sets, json_string_value (json_object_get (cs, "name")), json_integer ((json_int_t) total));
     }
   }
@@ -195,7 +195,7 @@ check_partitioned (const struct corpus_entry *c, bool reserve)
     {
       const char *key;
       json_t *v;
-      json_object_foreach (json_object_get (u, "counters"), key, v) used += qvalue (json_object_get (v, "value"));
+      json_object_foreach (json_object_get (u, "counters"), key, v) { used += qvalue (json_object_get (v, "value")); }
     }
     assert_int_equal (used, value);
     const char *g = json_string_value (
@@ -454,7 +454,9 @@ cpu_device_names (json_t *list, const char *driver)
     if (strcmp (json_string_value (json_object_get (json_object_get (sl, "spec"), "driver")), driver) != 0)
       continue;
     json_array_foreach (json_object_get (json_object_get (sl, "spec"), "devices"), k, dev)
-        fprintf (f, "%s%s", ftell (f) ? "," : "", json_string_value (json_object_get (dev, "name")));
+    {
+      fprintf (f, "%s%s", ftell (f) ? "," : "", json_string_value (json_object_get (dev, "name")));
+    }
   }
   fclose (f);
   return out;
