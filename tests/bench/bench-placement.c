@@ -542,6 +542,9 @@ main (int argc, char **argv)
         for (int e = NRM; e <= KUBELET_TM; e++)
           printf (" %5.1f", mean[e][k]);
       printf (" %5.1f %5.1f\n", ns[NRM] / 1e3, ns[NRM_DRA] / 1e3);
+      if (t->n_pus >= 384)
+        printf ("  time per allocation on %zu CPUs: %.1f us (goal < 50 us: %s)\n", t->n_pus, ns[NRM] / 1e3,
+                ns[NRM] < 50e3 ? "met" : "NOT met");
       for (int a = NRM; a <= NRM_DRA; a++)
         for (int e = KUBELET; e <= KUBELET_TM; e++)
           {
