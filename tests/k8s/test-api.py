@@ -448,8 +448,25 @@ m = re.search(r"dropped (spec\.\S+);", p.text())
 check(m is not None and ("requestPolicy" in m.group(1) or "allowMultipleAllocations" in m.group(1)),
       "...and the field: %s" % (m.group(1) if m else "?"))
 check(wait_for(lambda: p.metric("nrm_slices_synced", driver=CPU) == 0), "/metrics shows the pool out of sync")
+
+
+def settled(quiet=1.5, timeout=20):
+    """Waits until no write has come for `quiet` seconds (both publishers
+    are past their first writes, however slow the build)."""
+    end = time.time() + timeout
+    last, since = len(api.writes()), time.time()
+    while time.time() < end:
+        time.sleep(0.1)
+        if len(api.writes()) != last:
+            last, since = len(api.writes()), time.time()
+        elif time.time() - since >= quiet:
+            return True
+    return False
+
+
+check(settled(), "the publishers stop writing (%d writes)" % (len(api.writes()) - n))
 count = len(api.writes())
-time.sleep(2)
+time.sleep(3)
 check(len(api.writes()) == count, "no endless rewriting of what the server drops (%d writes)" % (len(api.writes()) - n))
 p.stop()
 api.set_gates({"DRAConsumableCapacity": True})
