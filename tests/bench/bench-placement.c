@@ -105,6 +105,55 @@ kubelet_uncore (const struct nrm_topology *t, hwloc_bitmap_t avail, size_t *n, h
   free (order);
 }
 
+/* sortAvailableCores(): cores with available CPUs, by the available CPUs
+ * of their NUMA node, then of their socket (the other way round when a
+ * socket holds several nodes: NumSockets < NumNUMANodes), then of the core,
+ * fewest first, each tie by id. Returns every core index, in that order. */
+struct core_key
+{
+  size_t k, first, first_id, second, second_id, core;
+};
+
+static int
+cmp_core_key (const void *a, const void *b)
+{
+  const struct core_key *x = a, *y = b;
+  size_t kx[] = { x->first, x->first_id, x->second, x->second_id, x->core, x->k };
+  size_t ky[] = { y->first, y->first_id, y->second, y->second_id, y->core, y->k };
+  for (size_t i = 0; i < sizeof (kx) / sizeof (kx[0]); i++)
+    if (kx[i] != ky[i])
+      return kx[i] < ky[i] ? -1 : 1;
+  return 0;
+}
+
+static size_t *
+kubelet_core_order (const struct nrm_topology *t, hwloc_const_bitmap_t avail)
+{
+  bool numa_first = t->n_packages >= t->n_numa;
+  size_t *node_free = calloc (t->n_numa + 1, sizeof (size_t)), *pkg_free = calloc (t->n_packages + 1, sizeof (size_t));
+  struct core_key *keys = calloc (t->n_cores + 1, sizeof (*keys));
+  size_t *order = calloc (t->n_cores + 1, sizeof (size_t));
+  for (size_t i = 0; i < t->n_numa; i++)
+    node_free[i] = avail_in (avail, t->numa[i].cpus);
+  for (size_t i = 0; i < t->n_packages; i++)
+    pkg_free[i] = avail_in (avail, t->packages[i].cpus);
+  for (size_t k = 0; k < t->n_cores; k++)
+    {
+      const struct nrm_core *c = &t->cores[k];
+      size_t nf = c->numa >= 0 ? node_free[c->numa] : 0, pf = c->package >= 0 ? pkg_free[c->package] : 0;
+      size_t ni = (size_t) (c->numa + 1), pi = (size_t) (c->package + 1);
+      keys[k] = numa_first ? (struct core_key){ k, nf, ni, pf, pi, avail_in (avail, c->cpus) }
+                           : (struct core_key){ k, pf, pi, nf, ni, avail_in (avail, c->cpus) };
+    }
+  qsort (keys, t->n_cores, sizeof (*keys), cmp_core_key);
+  for (size_t k = 0; k < t->n_cores; k++)
+    order[k] = keys[k].k;
+  free (node_free);
+  free (pkg_free);
+  free (keys);
+  return order;
+}
+
 static int
 kubelet_take (const struct nrm_topology *t, hwloc_const_bitmap_t free_set, size_t n, bool uncore, hwloc_bitmap_t out)
 {
@@ -112,13 +161,16 @@ kubelet_take (const struct nrm_topology *t, hwloc_const_bitmap_t free_set, size_
   hwloc_bitmap_zero (out);
   if (weight (avail) < n)
     return -1;
-  /* 1. whole sockets, 2. whole NUMA nodes, while the rest needs one. */
+  /* 1-2. whole NUMA nodes then whole sockets (whole sockets then nodes
+   * when a socket holds several nodes), while the rest needs one. */
+  bool numa_first = t->n_packages >= t->n_numa;
   for (int pass = 0; pass < 2; pass++)
     {
-      size_t count = pass == 0 ? t->n_packages : t->n_numa;
+      bool sockets = (pass == 0) != numa_first;
+      size_t count = sockets ? t->n_packages : t->n_numa;
       for (size_t i = 0; i < count && n > 0; i++)
         {
-          hwloc_const_bitmap_t set = pass == 0 ? t->packages[i].cpus : t->numa[i].cpus;
+          hwloc_const_bitmap_t set = sockets ? t->packages[i].cpus : t->numa[i].cpus;
           cleanup_bitmap hwloc_bitmap_t s = hwloc_bitmap_dup (set);
           hwloc_bitmap_and (s, s, t->online);
           hwloc_bitmap_andnot (s, s, t->reserved);
@@ -130,43 +182,26 @@ kubelet_take (const struct nrm_topology *t, hwloc_const_bitmap_t free_set, size_
           n -= w;
         }
     }
-  /* NUMA nodes ordered by available CPUs, fewest first (packing), then id. */
-  size_t *order = calloc (t->n_numa + 1, sizeof (size_t));
-  for (size_t i = 0; i < t->n_numa; i++)
-    order[i] = i;
-  for (size_t i = 0; i < t->n_numa; i++)
-    for (size_t j = i + 1; j < t->n_numa; j++)
-      {
-        size_t ai = avail_in (avail, t->numa[order[i]].cpus), aj = avail_in (avail, t->numa[order[j]].cpus);
-        if (aj < ai || (aj == ai && order[j] < order[i]))
-          {
-            size_t tmp = order[i];
-            order[i] = order[j];
-            order[j] = tmp;
-          }
-      }
   if (uncore && t->n_l3 > 0)
     kubelet_uncore (t, avail, &n, out);
-  /* 3. whole cores. */
-  for (size_t oi = 0; oi < t->n_numa && n > 0; oi++)
-    for (size_t k = 0; k < t->n_cores && n > 0; k++)
-      {
-        const struct nrm_core *c = &t->cores[k];
-        size_t w = weight (c->cpus);
-        if (c->numa != (int) order[oi] || w == 0 || w > n || !hwloc_bitmap_isincluded (c->cpus, avail))
-          continue;
-        hwloc_bitmap_or (out, out, c->cpus);
-        hwloc_bitmap_andnot (avail, avail, c->cpus);
-        n -= w;
-      }
-  /* 4. single threads: nodes with fewest available first, partly used cores first. */
-  for (size_t oi = 0; oi < t->n_numa && n > 0; oi++)
-    for (size_t want = 1; want <= 8 && n > 0; want++)
-      for (size_t k = 0; k < t->n_cores && n > 0; k++)
+  /* 3. whole cores, 4. single threads, each in sortAvailableCores() order
+   * taken once at the start of the step. */
+  for (int step = 3; step <= 4 && n > 0; step++)
+    {
+      size_t *order = kubelet_core_order (t, avail);
+      for (size_t oi = 0; oi < t->n_cores && n > 0; oi++)
         {
-          const struct nrm_core *c = &t->cores[k];
-          if (c->numa != (int) order[oi] || avail_in (avail, c->cpus) != want)
-            continue;
+          const struct nrm_core *c = &t->cores[order[oi]];
+          size_t w = weight (c->cpus);
+          if (step == 3)
+            {
+              if (w == 0 || w > n || !hwloc_bitmap_isincluded (c->cpus, avail))
+                continue;
+              hwloc_bitmap_or (out, out, c->cpus);
+              hwloc_bitmap_andnot (avail, avail, c->cpus);
+              n -= w;
+              continue;
+            }
           int cpu;
           hwloc_bitmap_foreach_begin (cpu, c->cpus)
           {
@@ -179,7 +214,8 @@ kubelet_take (const struct nrm_topology *t, hwloc_const_bitmap_t free_set, size_
           }
           hwloc_bitmap_foreach_end ();
         }
-  free (order);
+      free (order);
+    }
   return n == 0 ? 0 : -1;
 }
 
