@@ -62,6 +62,11 @@ size_t *nrm_numa_preference (const struct nrm_topology *t);
  * claim, and empty nodes stay whole for large claims. */
 size_t *nrm_numa_preference_by_room (const struct nrm_topology *t, const uint64_t *free_cpus);
 
+/* The NUMA node index of a consumable CPU or memory device named
+ * "numa<N>" (and, when isolated is not NULL, of "numa<N>-isolated", telling
+ * which), or -1 for any other name or an unknown node. */
+int nrm_numa_device_index (const struct nrm_topology *t, const char *name, bool *isolated);
+
 /* Splits the pools into ResourceSlices within the API limits and returns
  * them as one {"apiVersion":"v1","kind":"List","items":[...]} document. */
 int nrm_slices_build (const struct nrm_pool *pools, size_t n_pools, const struct nrm_publish_options *o, json_t **ret,

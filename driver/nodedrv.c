@@ -108,12 +108,11 @@ device_cpus (struct nrm_node_driver *d, const char *name)
       cleanup_bitmap hwloc_bitmap_t a = nrm_topology_node_allocatable (t, i);
       hwloc_bitmap_or (set, set, a);
     }
-  char iso[16];
-  bool isolated = sscanf (name, "numa%u-%15s", &id, iso) == 2 && strcmp (iso, "isolated") == 0;
-  if (isolated || sscanf (name, "numa%u%c", &id, &tail) == 1)
+  bool isolated = false;
+  int i = nrm_numa_device_index (t, name, &isolated);
+  if (i >= 0)
     {
-      int i = nrm_topology_numa_index (t, id);
-      cleanup_bitmap hwloc_bitmap_t a = i >= 0 ? nrm_topology_node_allocatable (t, (size_t) i) : NULL;
+      cleanup_bitmap hwloc_bitmap_t a = nrm_topology_node_allocatable (t, (size_t) i);
       if (a)
         hwloc_bitmap_and (set, set, a);
       else

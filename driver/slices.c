@@ -68,6 +68,22 @@ nrm_numa_preference (const struct nrm_topology *t)
   return nrm_numa_preference_by_room (t, NULL);
 }
 
+int
+nrm_numa_device_index (const struct nrm_topology *t, const char *name, bool *isolated)
+{
+  unsigned os;
+  int end = 0;
+  if (name == NULL || strncmp (name, "numa", 4) != 0 || name[4] < '0' || name[4] > '9'
+      || sscanf (name, "numa%u%n", &os, &end) != 1)
+    return -1;
+  bool iso = strcmp (name + end, "-isolated") == 0;
+  if (name[end] != '\0' && !(iso && isolated != NULL))
+    return -1;
+  if (isolated)
+    *isolated = iso;
+  return nrm_topology_numa_index (t, os);
+}
+
 size_t *
 nrm_numa_preference_by_room (const struct nrm_topology *t, const uint64_t *free_cpus)
 {
@@ -229,12 +245,11 @@ order_by_room (const struct nrm_topology *t, struct nrm_pool *p, const uint64_t 
     return nrm_error_set (err, ENOMEM, "out of memory");
   for (size_t i = 0; i < count; i++)
     {
-      const char *name = json_string_value (json_object_get (json_array_get (p->devices, i), "name"));
-      unsigned os;
-      char tail;
-      if (name && sscanf (name, "numa%u%c", &os, &tail) == 1 && nrm_topology_numa_index (t, os) >= 0)
+      int ni = nrm_numa_device_index (t, json_string_value (json_object_get (json_array_get (p->devices, i), "name")),
+                                      NULL);
+      if (ni >= 0)
         {
-          node_of[n] = nrm_topology_numa_index (t, os);
+          node_of[n] = ni;
           slot[n++] = i;
         }
     }

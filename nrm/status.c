@@ -131,15 +131,12 @@ fits_counters (json_t *dev, json_t *left)
 static hwloc_bitmap_t
 device_cpus (const struct nrm_topology *t, const char *name)
 {
-  unsigned node;
-  char rest[16] = "";
-  if (sscanf (name, "numa%u%15s", &node, rest) < 1 || (rest[0] && strcmp (rest, "-isolated") != 0))
-    return NULL;
-  int ni = nrm_topology_numa_index (t, node);
+  bool isolated = false;
+  int ni = nrm_numa_device_index (t, name, &isolated);
   if (ni < 0)
     return NULL;
   hwloc_bitmap_t set = hwloc_bitmap_dup (t->numa[ni].cpus);
-  if (set && rest[0])
+  if (set && isolated)
     hwloc_bitmap_and (set, set, t->isolated);
   else if (set)
     hwloc_bitmap_andnot (set, set, t->isolated);
@@ -394,13 +391,10 @@ nrm_status_cpus_free (struct nrm_config *c, const struct nrm_topology *t, nrm_er
   json_t *dev;
   json_array_foreach (json_object_get (st, "devices"), i, dev)
   {
-    const char *name = json_string_value (json_object_get (dev, "name"));
-    unsigned os;
-    char tail;
+    int ni = nrm_numa_device_index (t, json_string_value (json_object_get (dev, "name")), NULL);
     nrm_quantity_t cap = 0, used = 0;
     nrm_error_t e = NULL;
-    if (free_cpus == NULL || name == NULL || sscanf (name, "numa%u%c", &os, &tail) != 1
-        || nrm_topology_numa_index (t, os) < 0
+    if (free_cpus == NULL || ni < 0
         || nrm_quantity_parse (json_string_value (json_object_get (json_object_get (dev, "capacity"), "cpus")), &cap,
                                &e)
                < 0
@@ -409,7 +403,7 @@ nrm_status_cpus_free (struct nrm_config *c, const struct nrm_topology *t, nrm_er
         nrm_error_release (&e);
         continue;
       }
-    free_cpus[nrm_topology_numa_index (t, os)] = cap > used ? (uint64_t) ((cap - used) / NRM_QUANTITY_ONE) : 0;
+    free_cpus[ni] = cap > used ? (uint64_t) ((cap - used) / NRM_QUANTITY_ONE) : 0;
   }
   nrm_pool_done (&pool);
   return free_cpus;

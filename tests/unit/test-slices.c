@@ -493,6 +493,18 @@ test_order_by_room (void **state)
   cleanup_free char *ordered = cpu_device_names (live, o.cpu_driver);
   assert_string_equal (ordered, "numa3,numa1,numa7,numa0,numa2,numa4,numa5,numa6,numa7-isolated");
 
+  /* Device names: numa<N> and, when asked for, numa<N>-isolated. */
+  bool iso = false;
+  assert_int_equal (nrm_numa_device_index (t, "numa3", &iso), 3);
+  assert_false (iso);
+  assert_int_equal (nrm_numa_device_index (t, "numa7-isolated", &iso), 7);
+  assert_true (iso);
+  assert_int_equal (nrm_numa_device_index (t, "numa7-isolated", NULL), -1);
+  const char *bad[] = { "numa", "numa-1", "numa+1", "numa 1", "numa1x", "numa99", "numa0-hugepages-2mi", "l3-0", "" };
+  for (size_t i = 0; i < sizeof (bad) / sizeof (bad[0]); i++)
+    assert_int_equal (nrm_numa_device_index (t, bad[i], &iso), -1);
+  assert_int_equal (nrm_numa_device_index (t, NULL, NULL), -1);
+
   /* Partitioned devices keep their order. */
   o.cpu_mode = NRM_CPU_MODE_PARTITIONED;
   cleanup_json json_t *part0 = NULL;
