@@ -432,6 +432,32 @@ test_golden_odd_thread (void **state)
   req.options = NRM_OPT_PREFER_ALIGN_UNCORECACHE;
   assert_int_equal (nrm_place_cpus (g.t, g.free_set, &req, g.out, &err), 0);
   assert_true (hwloc_bitmap_isincluded (g.out, g.t->l3[0].cpus));
+
+  /* Group 1 with a whole core and a half-used one (3 CPUs) cannot hold 5:
+   * group 0 gives two whole cores and the odd thread pairs up in group 1,
+   * rather than all 5 in group 0 with a core split there. */
+  hwloc_bitmap_copy (g.free_set, g.t->online);
+  size_t seen = 0;
+  for (size_t k = 0; k < g.t->n_cores; k++)
+    if (g.t->cores[k].l3 == 1)
+      {
+        if (seen == 0)
+          take (g.t, g.free_set, k, 1);
+        else if (seen > 1)
+          take (g.t, g.free_set, k, 0);
+        seen++;
+      }
+  req.count = 5;
+  req.options = 0;
+  assert_int_equal (nrm_place_cpus (g.t, g.free_set, &req, g.out, &err), 0);
+  hwloc_bitmap_copy (in1, g.out);
+  hwloc_bitmap_and (in1, in1, g.t->l3[1].cpus);
+  assert_int_equal (hwloc_bitmap_weight (in1), 1);
+  split = 0;
+  for (size_t k = 0; k < g.t->n_cores; k++)
+    split
+        += hwloc_bitmap_intersects (g.t->cores[k].cpus, g.out) && !hwloc_bitmap_isincluded (g.t->cores[k].cpus, g.out);
+  assert_int_equal (split, 1);
   golden_end (&g);
 }
 
