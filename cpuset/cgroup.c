@@ -11,8 +11,8 @@
 #include <unistd.h>
 
 #include "cpuset/cgroup.h"
-#include "nrm/cleanup.h"
-#include "nrm/fs.h"
+#include "nrm/base/cleanup.h"
+#include "nrm/base/fs.h"
 
 struct nrm_cgroupfs
 {

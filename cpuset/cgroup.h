@@ -5,7 +5,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "nrm/error.h"
+#include "nrm/base/error.h"
 
 /* cgroup v2 through one root: every path is relative to <fsroot>/sys/fs/cgroup,
  * opened with openat() from a directory handle, so tests run on a plain

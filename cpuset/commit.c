@@ -15,8 +15,8 @@
 
 #include "cpuset/commit.h"
 #include "cpuset/kubepods.h"
-#include "nrm/cleanup.h"
-#include "nrm/fs.h"
+#include "nrm/base/cleanup.h"
+#include "nrm/base/fs.h"
 #include "topology/topology.h"
 
 #define MAX_STATE (1 << 20)

@@ -8,7 +8,7 @@
 #include <jansson.h>
 
 #include "cpuset/cgroup.h"
-#include "nrm/error.h"
+#include "nrm/base/error.h"
 
 /* Turning prepared claims into kernel state: the OCI hook that binds a new
  * container before its workload starts, and the reconciler that keeps every

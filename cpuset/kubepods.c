@@ -10,7 +10,7 @@
 #include <unistd.h>
 
 #include "cpuset/kubepods.h"
-#include "nrm/cleanup.h"
+#include "nrm/base/cleanup.h"
 
 static bool
 copy_part (char *dst, size_t cap, const char *src, size_t n)

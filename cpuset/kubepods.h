@@ -5,7 +5,7 @@
 #include <stdbool.h>
 
 #include "cpuset/cgroup.h"
-#include "nrm/error.h"
+#include "nrm/base/error.h"
 
 /* Pod and container cgroups as the kubelet lays them out, for both cgroup
  * drivers and the containerd and CRI-O naming:

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "cpuset/placement.h"
-#include "nrm/cleanup.h"
+#include "nrm/base/cleanup.h"
 
 /* The engine works on cores: how many usable CPUs each core still has, and
  * how many it has in all. A unit of the topology (package, NUMA node, or a

@@ -6,7 +6,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "nrm/error.h"
+#include "nrm/base/error.h"
 #include "topology/topology.h"
 
 /* Topology-aware choice of exclusive CPUs. */

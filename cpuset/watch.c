@@ -11,7 +11,7 @@
 #include <unistd.h>
 
 #include "cpuset/watch.h"
-#include "nrm/cleanup.h"
+#include "nrm/base/cleanup.h"
 
 /* kubepods root (0), QoS (1), pod (2): containers appear at levels 1-3. */
 #define MAX_DEPTH 3

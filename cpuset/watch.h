@@ -3,7 +3,7 @@
 #define NRM_WATCH_H
 
 #include "cpuset/cgroup.h"
-#include "nrm/error.h"
+#include "nrm/base/error.h"
 
 /* inotify on the pod cgroup tree: a new container cgroup wakes the shared
  * pool reconciler at once instead of at its next periodic pass. */

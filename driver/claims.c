@@ -9,8 +9,8 @@
 
 #include "driver/names.h"
 #include "driver/plugin.h"
-#include "nrm/cleanup.h"
-#include "nrm/fs.h"
+#include "nrm/base/cleanup.h"
+#include "nrm/base/fs.h"
 
 #define MAX_CLAIM_FILE (4 << 20)
 

@@ -8,7 +8,7 @@
 
 #include "driver/devices.h"
 #include "driver/jsonattr.h"
-#include "nrm/cleanup.h"
+#include "nrm/base/cleanup.h"
 
 /* List attributes share the 48 values a device may carry with about 14
  * scalar ones: at most 16 L3 ids, 8 NUMA nodes and 8 PCIe roots. */

@@ -6,7 +6,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "nrm/error.h"
+#include "nrm/base/error.h"
 #include "topology/topology.h"
 
 #define NRM_DEFAULT_DOMAIN "nrm.io"

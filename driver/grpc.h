@@ -8,7 +8,7 @@
 
 #include <grpc/grpc.h>
 
-#include "nrm/error.h"
+#include "nrm/base/error.h"
 
 /* A small gRPC server on gRPC core: unary and server-streaming methods over
  * one unix socket, serialized messages in and out (protobuf-c does the

@@ -17,9 +17,9 @@
 
 #include "driver/kube.h"
 #include "driver/names.h"
-#include "nrm/cleanup.h"
-#include "nrm/fs.h"
-#include "nrm/yaml.h"
+#include "nrm/base/cleanup.h"
+#include "nrm/base/fs.h"
+#include "nrm/base/yaml.h"
 
 #define SA_DIR "/var/run/secrets/kubernetes.io/serviceaccount"
 #define MAX_BODY (64u << 20)      /* a list of slices is far smaller */

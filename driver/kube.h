@@ -6,7 +6,7 @@
 #include <stdbool.h>
 
 #include "driver/plugin.h"
-#include "nrm/error.h"
+#include "nrm/base/error.h"
 
 /* A Kubernetes API client on libcurl: kubeconfig or in-cluster settings,
  * TLS always verified, bearer tokens re-read when they rotate, client-side

@@ -9,7 +9,7 @@
 #include "driver/devices.h"
 #include "driver/jsonattr.h"
 #include "driver/quantity.h"
-#include "nrm/cleanup.h"
+#include "nrm/base/cleanup.h"
 
 static json_t *
 qbytes (uint64_t v)

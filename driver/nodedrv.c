@@ -12,7 +12,7 @@
 #include "driver/devices.h"
 #include "driver/nodedrv.h"
 #include "driver/quantity.h"
-#include "nrm/cleanup.h"
+#include "nrm/base/cleanup.h"
 
 struct claim_entry
 {

@@ -6,7 +6,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "nrm/error.h"
+#include "nrm/base/error.h"
+#include "nrm/base/log.h"
 
 /* The kubelet plugin framework. A driver implements nrm_driver_ops; the
  * framework owns the sockets, registration, the DRA and health services,
@@ -65,18 +66,6 @@ struct nrm_claim_source
 
 /* Reads ResourceClaims from *.json files in a directory. */
 void nrm_claim_source_dir (struct nrm_claim_source *src, const char *dir);
-
-enum nrm_log_level
-{
-  NRM_LOG_ERROR,
-  NRM_LOG_WARNING,
-  NRM_LOG_INFO,
-  NRM_LOG_DEBUG,
-};
-
-/* Library code never logs: it reports events through this callback. */
-typedef void (*nrm_log_fn) (void *ctx, enum nrm_log_level level, const char *fmt, ...)
-    __attribute__ ((format (printf, 3, 4)));
 
 struct nrm_plugin_config
 {

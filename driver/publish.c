@@ -15,7 +15,7 @@
 
 #include "driver/publish.h"
 #include "driver/quantity.h"
-#include "nrm/cleanup.h"
+#include "nrm/base/cleanup.h"
 
 #define SLICES_PATH "/apis/resource.k8s.io/v1/resourceslices"
 /* generateName: the API server appends 5 characters to at most 248. */

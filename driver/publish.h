@@ -7,7 +7,7 @@
 
 #include "driver/kube.h"
 #include "driver/plugin.h"
-#include "nrm/error.h"
+#include "nrm/base/error.h"
 
 /* Keeps one driver's ResourceSlices on the API server equal to the desired
  * ones, as the upstream resourceslice controller does: slices owned by the

@@ -4,7 +4,7 @@
 
 #include <stdint.h>
 
-#include "nrm/error.h"
+#include "nrm/base/error.h"
 
 /* Kubernetes resource.Quantity: "<number><suffix>" with binary (Ki..Ei),
  * decimal (n, u, m, "", k, M, G, T, P, E) or exponent (e3) suffixes.

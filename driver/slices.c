@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "driver/devices.h"
-#include "nrm/cleanup.h"
+#include "nrm/base/cleanup.h"
 
 #define MAX_DEVICES 128
 #define MAX_DEVICES_ADVANCED 64

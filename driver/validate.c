@@ -9,7 +9,7 @@
 #include "driver/devices.h"
 #include "driver/names.h"
 #include "driver/quantity.h"
-#include "nrm/cleanup.h"
+#include "nrm/base/cleanup.h"
 
 /* resource.k8s.io/v1 limits (Kubernetes 1.36). */
 #define MAX_DEVICES 128

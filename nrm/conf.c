@@ -12,10 +12,10 @@
 #include "cpuset/placement.h"
 #include "driver/names.h"
 #include "driver/quantity.h"
-#include "nrm/cleanup.h"
+#include "nrm/base/cleanup.h"
 #include "nrm/conf.h"
-#include "nrm/fs.h"
-#include "nrm/yaml.h"
+#include "nrm/base/fs.h"
+#include "nrm/base/yaml.h"
 
 void
 nrm_config_init (struct nrm_config *c)

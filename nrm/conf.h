@@ -6,7 +6,7 @@
 
 #include "driver/devices.h"
 #include "driver/plugin.h"
-#include "nrm/error.h"
+#include "nrm/base/error.h"
 #include "topology/topology.h"
 
 /* Everything a command needs, from the config file with flags on top. */

@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "cpuset/commit.h"
-#include "nrm/cleanup.h"
+#include "nrm/base/cleanup.h"
 
 static const char usage[] = "Usage: nrm-hook [--fsroot DIR] [--state-dir DIR] < OCI-STATE\n"
                             "\n"

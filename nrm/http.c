@@ -9,7 +9,7 @@
 
 #include <microhttpd.h>
 
-#include "nrm/cleanup.h"
+#include "nrm/base/cleanup.h"
 #include "nrm/http.h"
 
 struct nrm_http

@@ -2,7 +2,7 @@
 #ifndef NRM_HTTP_H
 #define NRM_HTTP_H
 
-#include "nrm/error.h"
+#include "nrm/base/error.h"
 
 /* A small HTTP server (libmicrohttpd) for /healthz, /readyz and /metrics.
  * The handler gets the path of every GET and returns the body (malloc'd),

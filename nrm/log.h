@@ -4,7 +4,7 @@
 
 #include <stdbool.h>
 
-#include "driver/plugin.h"
+#include "nrm/base/log.h"
 
 /* The only place nrm writes log lines: stderr, plain or JSON, one line each. */
 void nrm_log_setup (enum nrm_log_level max, bool json);

@@ -25,7 +25,7 @@
 #include "driver/kube.h"
 #include "driver/plugin.h"
 #include "driver/publish.h"
-#include "nrm/fs.h"
+#include "nrm/base/fs.h"
 #ifdef NRM_AGENT
 #include "nrm/http.h"
 #include "nrm/metrics.h"
@@ -33,7 +33,7 @@
 #include "nrm/log.h"
 #include "nrm/run.h"
 #include "nrm/status.h"
-#include "nrm/cleanup.h"
+#include "nrm/base/cleanup.h"
 #include "nrm/conf.h"
 #include "topology/topology.h"
 

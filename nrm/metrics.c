@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "driver/quantity.h"
-#include "nrm/cleanup.h"
+#include "nrm/base/cleanup.h"
 #include "nrm/metrics.h"
 #include "nrm/status.h"
 

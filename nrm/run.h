@@ -5,7 +5,7 @@
 #include <stdbool.h>
 
 #include "nrm/conf.h"
-#include "nrm/error.h"
+#include "nrm/base/error.h"
 #include "topology/topology.h"
 
 struct nrm_run_request

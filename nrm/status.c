@@ -12,8 +12,8 @@
 #include "cpuset/placement.h"
 #include "driver/devices.h"
 #include "driver/quantity.h"
-#include "nrm/cleanup.h"
-#include "nrm/fs.h"
+#include "nrm/base/cleanup.h"
+#include "nrm/base/fs.h"
 #include "nrm/status.h"
 
 static json_t *

@@ -7,7 +7,7 @@
 #include <stdio.h>
 
 #include "nrm/conf.h"
-#include "nrm/error.h"
+#include "nrm/base/error.h"
 #include "topology/topology.h"
 
 /* Per driver and pool, the devices and what claims hold of them (the counts

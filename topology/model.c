@@ -10,7 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "nrm/cleanup.h"
+#include "nrm/base/cleanup.h"
 #include "topology/topology.h"
 
 char *

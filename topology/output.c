@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "nrm/cleanup.h"
+#include "nrm/base/cleanup.h"
 #include "topology/topology.h"
 
 static json_t *

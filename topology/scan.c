@@ -8,7 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "nrm/cleanup.h"
+#include "nrm/base/cleanup.h"
 #include "topology/topology.h"
 
 DEFINE_TRIVIAL_CLEANUP_FUNC (hwloc_topology_t, hwloc_topology_destroy)

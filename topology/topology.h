@@ -7,7 +7,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "nrm/error.h"
+#include "nrm/base/error.h"
 
 /* nrm's own model of a machine, filled from hwloc once and then read-only.
  * Every CPU set holds Linux CPU numbers (hwloc os indexes); every index field

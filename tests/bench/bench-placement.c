@@ -16,7 +16,7 @@
 
 #include "cpuset/placement.h"
 #include "driver/devices.h"
-#include "nrm/cleanup.h"
+#include "nrm/base/cleanup.h"
 #include "tests/rng.h"
 #include "topology/topology.h"
 

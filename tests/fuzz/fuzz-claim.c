@@ -15,7 +15,7 @@
 #include "driver/names.h"
 #include "driver/nodedrv.h"
 #include "driver/plugin.h"
-#include "nrm/cleanup.h"
+#include "nrm/base/cleanup.h"
 #include "topology/topology.h"
 
 int LLVMFuzzerTestOneInput (const uint8_t *data, size_t size);

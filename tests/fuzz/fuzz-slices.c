@@ -7,7 +7,7 @@
 
 #include "driver/devices.h"
 #include "driver/publish.h"
-#include "nrm/cleanup.h"
+#include "nrm/base/cleanup.h"
 
 int LLVMFuzzerTestOneInput (const uint8_t *data, size_t size);
 

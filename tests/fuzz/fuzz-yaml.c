@@ -5,7 +5,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "nrm/yaml.h"
+#include "nrm/base/yaml.h"
 
 int LLVMFuzzerTestOneInput (const uint8_t *data, size_t size);
 

@@ -22,7 +22,7 @@
 #include "cpuset/commit.h"
 #include "cpuset/kubepods.h"
 #include "cpuset/watch.h"
-#include "nrm/cleanup.h"
+#include "nrm/base/cleanup.h"
 
 static char root[128], state_dir[256];
 

@@ -13,7 +13,7 @@
 
 #include <cmocka.h>
 
-#include "nrm/cleanup.h"
+#include "nrm/base/cleanup.h"
 #include "tests/unit/util.h"
 #include "nrm/conf.h"
 

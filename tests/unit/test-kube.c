@@ -16,10 +16,10 @@
 
 #include "driver/kube.h"
 #include "driver/publish.h"
-#include "nrm/cleanup.h"
+#include "nrm/base/cleanup.h"
 #include "tests/unit/util.h"
 #include "nrm/conf.h"
-#include "nrm/yaml.h"
+#include "nrm/base/yaml.h"
 
 static json_t *
 yaml (const char *text)

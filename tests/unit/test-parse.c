@@ -13,7 +13,7 @@
 
 #include "driver/names.h"
 #include "driver/quantity.h"
-#include "nrm/cleanup.h"
+#include "nrm/base/cleanup.h"
 #include "topology/topology.h"
 
 static void

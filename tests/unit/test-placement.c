@@ -16,7 +16,7 @@
 #include <cmocka.h>
 
 #include "cpuset/placement.h"
-#include "nrm/cleanup.h"
+#include "nrm/base/cleanup.h"
 #include "tests/unit/corpus.h"
 #include "tests/rng.h"
 #include "topology/topology.h"

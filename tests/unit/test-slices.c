@@ -15,7 +15,7 @@
 
 #include "driver/devices.h"
 #include "driver/quantity.h"
-#include "nrm/cleanup.h"
+#include "nrm/base/cleanup.h"
 #include "tests/unit/corpus.h"
 #include "topology/topology.h"
 

@@ -12,7 +12,7 @@
 
 #include <cmocka.h>
 
-#include "nrm/cleanup.h"
+#include "nrm/base/cleanup.h"
 #include "tests/unit/corpus.h"
 #include "topology/topology.h"
 

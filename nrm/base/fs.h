@@ -6,7 +6,7 @@
 #include <stddef.h>
 #include <sys/types.h>
 
-#include "nrm/error.h"
+#include "nrm/base/error.h"
 
 /* Replaces path with data so that a reader sees either the old or the new
  * file: a temporary file beside it, then rename. With durable, the data and

@@ -10,8 +10,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "nrm/cleanup.h"
-#include "nrm/fs.h"
+#include "nrm/base/cleanup.h"
+#include "nrm/base/fs.h"
 
 int
 nrm_write_atomic (const char *path, const void *data, size_t len, mode_t mode, bool durable, nrm_error_t *err)

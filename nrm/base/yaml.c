@@ -10,9 +10,9 @@
 
 #include <yaml.h>
 
-#include "nrm/cleanup.h"
-#include "nrm/fs.h"
-#include "nrm/yaml.h"
+#include "nrm/base/cleanup.h"
+#include "nrm/base/fs.h"
+#include "nrm/base/yaml.h"
 
 /* Aliases can make a small document expand exponentially: cap the output. */
 #define MAX_VALUES 1000000

@@ -5,7 +5,7 @@
 #include <jansson.h>
 #include <stddef.h>
 
-#include "nrm/error.h"
+#include "nrm/base/error.h"
 
 /* Parses one YAML document (JSON is YAML too) into JSON values, the way
  * Kubernetes reads its YAML: plain scalars become null, booleans, integers

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 #include "config.h"
 
-#include "nrm/error.h"
+#include "nrm/base/error.h"
 
 #include <errno.h>
 #include <stdio.h>
