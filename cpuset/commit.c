@@ -34,12 +34,6 @@ id_valid (const char *id)
   return id[0] != '.';
 }
 
-static bool
-digits_only (const char *s)
-{
-  return s && *s && strspn (s, "0123456789") == strlen (s) && strlen (s) <= 20;
-}
-
 /* Hook and reconciler take turns on the container records. */
 static int
 lock_records (const char *state_dir, nrm_error_t *err)
@@ -119,64 +113,6 @@ mixed_cpus (const char *state_dir, const char *cpus)
 }
 
 int
-nrm_env_binding_parse (json_t *env, const char *what, struct nrm_env_binding *eb, nrm_error_t *err)
-{
-  size_t i;
-  json_t *e;
-  memset (eb, 0, sizeof (*eb));
-  json_array_foreach (env, i, e)
-  {
-    const char *kv = json_string_value (e);
-    if (kv == NULL)
-      continue;
-    if (strncmp (kv, "NRM_CPUS=", 9) == 0)
-      eb->cpus = kv + 9;
-    else if (strncmp (kv, "NRM_MEMS=", 9) == 0)
-      eb->mems = kv + 9;
-    else if (strncmp (kv, "NRM_CPU_NODES=", 14) == 0)
-      eb->cpu_nodes = kv + 14;
-    else if (strcmp (kv, "NRM_SHARED_CPUS=true") == 0)
-      eb->shared_cpus = true;
-    else if (strncmp (kv, "NRM_MEMORY_MAX=", 15) == 0)
-      eb->memory_max = kv + 15;
-    else if (strncmp (kv, "NRM_MEMORY_MIN=", 15) == 0)
-      eb->memory_min = kv + 15;
-    else if (strncmp (kv, "NRM_HUGETLB_", 12) == 0)
-      {
-        /* NRM_HUGETLB_<size>=<bytes>, the size as the kernel names it; the
-         * per-claim copies (NRM_HUGETLB_<size>_<UID>) say the same. */
-        const char *eq = strchr (kv, '=');
-        size_t sl = eq ? (size_t) (eq - kv - 12) : 0;
-        if (eq && memchr (kv + 12, '_', sl) != NULL)
-          continue;
-        if (sl == 0 || sl > 8 || strspn (kv + 12, "0123456789KMGB") != sl || !digits_only (eq + 1))
-          return nrm_error_set (err, EINVAL, "%s: malformed `%.40s`", what, kv);
-        if (eb->n_hugetlb == 4)
-          return nrm_error_set (err, EINVAL, "%s: more than 4 huge page sizes", what);
-        snprintf (eb->hugetlb[eb->n_hugetlb].size, sizeof (eb->hugetlb[0].size), "%.*s", (int) sl, kv + 12);
-        eb->hugetlb[eb->n_hugetlb].max = eq + 1;
-        eb->n_hugetlb++;
-      }
-  }
-  if ((eb->memory_max && !digits_only (eb->memory_max)) || (eb->memory_min && !digits_only (eb->memory_min)))
-    return nrm_error_set (err, EINVAL, "%s: NRM_MEMORY_MAX and NRM_MEMORY_MIN must be byte counts", what);
-  return 0;
-}
-
-void
-nrm_env_binding_memory (const struct nrm_env_binding *eb, struct nrm_binding *b)
-{
-  b->memory_max = eb->memory_max;
-  b->memory_min = eb->memory_min;
-  b->n_hugetlb = eb->n_hugetlb;
-  for (size_t h = 0; h < eb->n_hugetlb; h++)
-    {
-      b->hugetlb[h].size = eb->hugetlb[h].size;
-      b->hugetlb[h].max = eb->hugetlb[h].max;
-    }
-}
-
-int
 nrm_hook_run (const char *fsroot, const char *state, size_t len, const char *state_dir, char **ret_summary,
               nrm_error_t *err)
 {
@@ -212,10 +148,12 @@ nrm_hook_run (const char *fsroot, const char *state, size_t len, const char *sta
   struct nrm_binding b = { 0 };
   nrm_env_binding_memory (&eb, &b);
   cleanup_free char *cpus = NULL, *mems = NULL;
-  if (eb.cpus && list_value ("NRM_CPUS", eb.cpus, &cpus, err) < 0)
+  if (eb.cpus && list_value (nrm_env_name[NRM_ENV_CPUS], eb.cpus, &cpus, err) < 0)
     return nrm_error_wrap (err, "container %s", id);
   if ((eb.mems || eb.cpu_nodes)
-      && list_value (eb.mems ? "NRM_MEMS" : "NRM_CPU_NODES", eb.mems ? eb.mems : eb.cpu_nodes, &mems, err) < 0)
+      && list_value (nrm_env_name[eb.mems ? NRM_ENV_MEMS : NRM_ENV_CPU_NODES], eb.mems ? eb.mems : eb.cpu_nodes, &mems,
+                     err)
+             < 0)
     return nrm_error_wrap (err, "container %s", id);
   if (cpus == NULL && mems == NULL && b.memory_max == NULL && b.memory_min == NULL && b.n_hugetlb == 0)
     {

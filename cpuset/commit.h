@@ -8,35 +8,12 @@
 #include <jansson.h>
 
 #include "cpuset/cgroup.h"
+#include "cpuset/env.h"
 #include "nrm/base/error.h"
 
 /* Turning prepared claims into kernel state: the OCI hook that binds a new
  * container before its workload starts, and the reconciler that keeps every
  * other container on the shared pool. */
-
-/* The binding a claim's environment asks for ("NAME=value" strings, as the
- * CDI specs give them): NRM_CPUS, NRM_MEMS, NRM_CPU_NODES, NRM_SHARED_CPUS,
- * NRM_MEMORY_MAX/MIN and NRM_HUGETLB_<size>; the per-claim copies
- * (NAME_<UID>) are skipped. Values point into env; byte counts are checked;
- * CPU and node lists are left to the caller. */
-struct nrm_env_binding
-{
-  const char *cpus, *mems, *cpu_nodes, *memory_max, *memory_min;
-  bool shared_cpus;
-  size_t n_hugetlb;
-  struct
-  {
-    char size[12]; /* "2MB": the kernel's name */
-    const char *max;
-  } hugetlb[4];
-};
-
-/* what names the environment's owner in errors. */
-int nrm_env_binding_parse (json_t *env, const char *what, struct nrm_env_binding *eb, nrm_error_t *err);
-
-/* The memory limits of eb (memory.max, memory.min, hugetlb) into b; the
- * strings stay eb's. */
-void nrm_env_binding_memory (const struct nrm_env_binding *eb, struct nrm_binding *b);
 
 /* The createRuntime hook. state is the OCI state JSON from stdin; the
  * binding comes from the container's environment in <bundle>/config.json

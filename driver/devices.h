@@ -25,9 +25,10 @@ enum nrm_cpu_mode
 struct nrm_publish_options
 {
   const char *node_name;
-  const char *cpu_driver;
-  const char *memory_driver;
+  /* Settings of the built-in CPU and memory drivers. */
   enum nrm_cpu_mode cpu_mode;
+  unsigned cpu_options;        /* node-wide placement options (enum nrm_cpu_option) */
+  size_t min_shared_cpus;      /* allocatable CPUs that must stay shared */
   uint64_t memory_granularity; /* bytes; the step of consumable memory */
   /* API server feature gates the output may rely on (alpha in 1.36, off by default). */
   bool list_attributes;  /* DRAListTypeAttributes */
@@ -45,10 +46,6 @@ struct nrm_pool
 
 void nrm_publish_options_init (struct nrm_publish_options *o);
 
-int nrm_cpu_pool (const struct nrm_topology *t, const struct nrm_publish_options *o, struct nrm_pool *ret,
-                  nrm_error_t *err);
-int nrm_memory_pool (const struct nrm_topology *t, const struct nrm_publish_options *o, struct nrm_pool *ret,
-                     nrm_error_t *err);
 void nrm_pool_done (struct nrm_pool *p);
 
 /* NUMA node positions in the order devices are offered: nodes without
@@ -80,19 +77,7 @@ bool nrm_device_is_advanced (json_t *dev);
  * and rule nrm relies on; the error names the slice, device and field. */
 int nrm_slices_validate (json_t *list, nrm_error_t *err);
 
-/* What the running plugin knows and its slices reflect (members borrowed,
- * each may be NULL): taints {driver: {device: [DeviceTaint, ...]}}, and the
- * free CPUs of each NUMA node's consumable CPU device (per node index),
- * which order those devices by nrm_numa_preference_by_room() (numa mode). */
-struct nrm_live
-{
-  json_t *taints;
-  const uint64_t *cpus_free;
-};
-
-/* Builds every pool for the node and returns the List; live may be NULL. */
-int nrm_node_slices_live (const struct nrm_topology *t, const struct nrm_publish_options *o,
-                          const struct nrm_live *live, json_t **ret, nrm_error_t *err);
-int nrm_node_slices (const struct nrm_topology *t, const struct nrm_publish_options *o, json_t **ret, nrm_error_t *err);
+/* Adds taints[device] (an array of DeviceTaint) to each named device. */
+void nrm_pool_taint (struct nrm_pool *p, json_t *taints);
 
 #endif

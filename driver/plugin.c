@@ -13,6 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "driver/checkpoint.h"
 #include "driver/grpc.h"
 #include "driver/names.h"
 #include "driver/plugin.h"
@@ -23,7 +24,7 @@
 #include "proto/pluginregistration.pb-c.h"
 
 #define CHECKPOINT_VERSION 1
-#define MAX_CHECKPOINT (64 << 20)
+#define MAX_CHECKPOINT NRM_CHECKPOINT_MAX
 #define HEALTH_TIMEOUT_S 30
 #define MAX_CLAIMS_PER_CALL 4096
 
@@ -50,6 +51,7 @@ struct nrm_plugin
 
   pthread_mutex_t lock; /* serializes prepare/unprepare in this process */
   json_t *cp;           /* the checkpoint as last read or written */
+  json_t *devices;      /* the driver's device names, from its pool */
   json_int_t cp_generation;
   struct stat cp_stat; /* of the checkpoint file as last read or written */
   int registered;
@@ -239,24 +241,69 @@ cdi_id (struct nrm_plugin *p, const char *uid)
   return id;
 }
 
+/* A driver's container edits as the checkpoint keeps them (new reference). */
+static json_t *
+edits_json (const struct nrm_container_edits *e)
+{
+  json_t *o = json_object ();
+  const struct
+  {
+    const char *key;
+    json_t *v;
+  } parts[] = { { "env", e->env }, { "deviceNodes", e->device_nodes }, { "mounts", e->mounts }, { "hooks", e->hooks } };
+  for (size_t i = 0; o && i < sizeof (parts) / sizeof (parts[0]); i++)
+    if (json_array_size (parts[i].v) > 0)
+      json_object_set (o, parts[i].key, parts[i].v);
+  if (o && e->commit_hook)
+    json_object_set_new (o, "commitHook", json_true ());
+  return o;
+}
+
+/* The edits of a checkpoint entry; an entry of an nrm that kept only the
+ * environment ("env") was a CPU or memory claim, which the commit hook
+ * binds (new reference). */
+static json_t *
+entry_edits (json_t *entry)
+{
+  json_t *e = json_object_get (entry, "edits");
+  if (json_is_object (e))
+    return json_incref (e);
+  return json_pack ("{s:O, s:b}", "env", json_object_get (entry, "env") ?: json_array (), "commitHook", 1);
+}
+
 /* One spec per claim; 0.5.0 is the lowest version that allows a device name
  * starting with a digit, as claim UIDs may. Specs are not synced: every
  * start rewrites them from the checkpoint. */
 static int
-cdi_write (struct nrm_plugin *p, const char *uid, json_t *env, nrm_error_t *err)
+cdi_write (struct nrm_plugin *p, const char *uid, json_t *edits, nrm_error_t *err)
 {
   if (p->cfg.local)
     return 0;
   cleanup_free char *path = cdi_path (p, uid), *kind = NULL;
   if (path == NULL || asprintf (&kind, "%s/claim", p->driver) < 0)
     return nrm_error_set (err, ENOMEM, "out of memory");
-  cleanup_json json_t *none = json_array ();
-  cleanup_json json_t *spec = json_pack ("{s:s, s:s, s:[{s:s, s:{s:O}}]}", "cdiVersion", "0.5.0", "kind", kind,
-                                         "devices", "name", uid, "containerEdits", "env", env ? env : none);
-  /* The hook binds the container to its CPUs before the workload starts. */
-  if (spec && p->cfg.cdi_hook)
-    json_object_set_new (json_object_get (json_array_get (json_object_get (spec, "devices"), 0), "containerEdits"),
-                         "hooks", json_pack ("[O]", p->cfg.cdi_hook));
+  cleanup_json json_t *ce = json_object ();
+  json_t *env = json_object_get (edits, "env");
+  if (ce == NULL || json_object_set (ce, "env", json_is_array (env) ? env : json_array ()) < 0)
+    return nrm_error_set (err, ENOMEM, "out of memory");
+  static const char *const arrays[] = { "deviceNodes", "mounts" };
+  for (size_t i = 0; i < 2; i++)
+    if (json_array_size (json_object_get (edits, arrays[i])) > 0)
+      json_object_set (ce, arrays[i], json_object_get (edits, arrays[i]));
+  json_t *hooks = json_array ();
+  size_t i;
+  json_t *h;
+  json_array_foreach (json_object_get (edits, "hooks"), i, h) { json_array_append (hooks, h); }
+  /* The commit hook binds the container to its CPUs and memory before the
+   * workload starts: only for the drivers that ask for it. */
+  if (p->cfg.cdi_hook && json_is_true (json_object_get (edits, "commitHook")))
+    json_array_append (hooks, p->cfg.cdi_hook);
+  if (json_array_size (hooks) > 0)
+    json_object_set_new (ce, "hooks", hooks);
+  else
+    json_decref (hooks);
+  cleanup_json json_t *spec = json_pack ("{s:s, s:s, s:[{s:s, s:O}]}", "cdiVersion", "0.5.0", "kind", kind, "devices",
+                                         "name", uid, "containerEdits", ce);
   cleanup_free char *text = json_dumps (spec, JSON_INDENT (2));
   if (text == NULL)
     return nrm_error_set (err, ENOMEM, "out of memory");
@@ -383,10 +430,14 @@ recover (struct nrm_plugin *p, nrm_error_t *err)
         json_object_del (json_object_get (p->cp, "claims"), uid);
         rolled++;
       }
-    else if (cdi_write (p, uid, json_object_get (c, "env"), err) < 0)
+    else
       {
-        unlock_state (p);
-        return -1;
+        cleanup_json json_t *edits = entry_edits (c);
+        if (cdi_write (p, uid, edits, err) < 0)
+          {
+            unlock_state (p);
+            return -1;
+          }
       }
   }
   remove_orphan_specs (p);
@@ -422,10 +473,25 @@ response_devices (struct nrm_plugin *p, const char *uid, const struct nrm_alloc_
   return devs;
 }
 
-/* Checks a claim object and extracts this driver's results and config. */
+/* A claim's allocation as the driver sees it (view's arrays owned). */
+struct allocation
+{
+  struct nrm_claim_view view;
+  struct nrm_alloc_result *all, *mine;
+};
+
+static void
+allocation_done (struct allocation *a)
+{
+  free (a->all);
+  free (a->mine);
+  json_decref (a->view.config);
+}
+
+/* Checks a claim object and extracts every result (each driver's), this
+ * driver's, and this driver's opaque configuration. */
 static int
-claim_allocation (struct nrm_plugin *p, json_t *claim, const char *uid, struct nrm_alloc_result **ret, size_t *n,
-                  json_t **config, nrm_error_t *err)
+claim_allocation (struct nrm_plugin *p, json_t *claim, const char *uid, struct allocation *a, nrm_error_t *err)
 {
   const char *cuid = json_string_value (json_object_get (json_object_get (claim, "metadata"), "uid"));
   json_t *alloc = json_object_get (json_object_get (claim, "status"), "allocation");
@@ -439,59 +505,50 @@ claim_allocation (struct nrm_plugin *p, json_t *claim, const char *uid, struct n
     return nrm_error_set (err, EINVAL, "claim is not allocated");
   if (!json_is_array (results))
     return nrm_error_set (err, EINVAL, "claim allocation has no device results");
-  struct nrm_alloc_result *out = calloc (json_array_size (results) + 1, sizeof (*out));
-  if (out == NULL)
+  a->all = calloc (json_array_size (results) + 1, sizeof (*a->all));
+  a->mine = calloc (json_array_size (results) + 1, sizeof (*a->mine));
+  if (a->all == NULL || a->mine == NULL)
     return nrm_error_set (err, ENOMEM, "out of memory");
   json_array_foreach (results, i, r)
   {
-    const char *driver = json_string_value (json_object_get (r, "driver"));
-    if (driver == NULL || strcmp (driver, p->driver) != 0)
-      continue;
-    struct nrm_alloc_result *o = &out[k];
+    struct nrm_alloc_result *o = &a->all[i];
+    o->driver = json_string_value (json_object_get (r, "driver"));
     o->request = json_string_value (json_object_get (r, "request"));
     o->pool = json_string_value (json_object_get (r, "pool"));
     o->device = json_string_value (json_object_get (r, "device"));
     o->share_id = json_string_value (json_object_get (r, "shareID"));
     o->consumed = json_object_get (r, "consumedCapacity");
-    int bad = 0;
+    if (o->driver == NULL || strcmp (o->driver, p->driver) != 0)
+      continue;
     if (o->request == NULL || o->pool == NULL || o->device == NULL)
-      bad = nrm_error_set (err, EINVAL, "allocation result %zu lacks request, pool or device", i);
-    else if (strcmp (o->pool, p->node_name) != 0)
-      bad = nrm_error_set (err, EINVAL, "device %s/%s is not in this node's pool `%s`", o->pool, o->device,
-                           p->node_name);
-    else if (o->consumed && !json_is_object (o->consumed))
-      bad = nrm_error_set (err, EINVAL, "consumedCapacity of device %s is not a map", o->device);
-    if (bad < 0)
-      {
-        free (out);
-        return -1;
-      }
-    k++;
+      return nrm_error_set (err, EINVAL, "allocation result %zu lacks request, pool or device", i);
+    if (strcmp (o->pool, p->node_name) != 0)
+      return nrm_error_set (err, EINVAL, "device %s/%s is not in this node's pool `%s`", o->pool, o->device,
+                            p->node_name);
+    if (o->consumed && !json_is_object (o->consumed))
+      return nrm_error_set (err, EINVAL, "consumedCapacity of device %s is not a map", o->device);
+    a->mine[k++] = *o;
   }
   if (k == 0)
-    {
-      free (out);
-      return nrm_error_set (err, EINVAL, "no device of driver %s is allocated to this claim", p->driver);
-    }
+    return nrm_error_set (err, EINVAL, "no device of driver %s is allocated to this claim", p->driver);
   /* Opaque configuration meant for this driver. */
-  *config = json_array ();
+  a->view.config = json_array ();
+  if (a->view.config == NULL)
+    return nrm_error_set (err, ENOMEM, "out of memory");
   json_array_foreach (json_object_get (json_object_get (alloc, "devices"), "config"), i, r)
   {
     json_t *opaque = json_object_get (r, "opaque");
     const char *driver = json_string_value (json_object_get (opaque, "driver"));
     if (driver && strcmp (driver, p->driver) == 0)
-      json_array_append (*config, r);
+      json_array_append (a->view.config, r);
   }
-  *ret = out;
-  *n = k;
+  a->view.uid = uid;
+  a->view.results = a->mine;
+  a->view.n_results = k;
+  a->view.all = a->all;
+  a->view.n_all = json_array_size (results);
+  a->view.claim = claim;
   return 0;
-}
-
-static bool
-completed (json_t *entry)
-{
-  const char *phase = json_string_value (json_object_get (entry, "phase"));
-  return phase && strcmp (phase, "PrepareCompleted") == 0;
 }
 
 /* The devices of a claim prepared earlier (new reference), or NULL. An
@@ -505,7 +562,7 @@ prepared_devices (struct nrm_plugin *p, const char *uid, nrm_error_t *err)
     return NULL;
   json_t *claims = json_object_get (p->cp, "claims");
   json_t *entry = json_object_get (claims, uid);
-  if (entry != NULL && completed (entry))
+  if (entry != NULL && nrm_checkpoint_completed (entry))
     devs = json_incref (json_object_get (entry, "devices"));
   else if (entry != NULL)
     {
@@ -526,9 +583,9 @@ prepared_devices (struct nrm_plugin *p, const char *uid, nrm_error_t *err)
 static json_t *
 prepare_claim (struct nrm_plugin *p, const char *ns, const char *name, const char *uid, nrm_error_t *err)
 {
-  cleanup_json json_t *claim = NULL, *config = NULL;
-  cleanup_free struct nrm_alloc_result *results = NULL;
-  size_t n = 0;
+  cleanup_json json_t *claim = NULL;
+  struct allocation a;
+  memset (&a, 0, sizeof (a));
 
   if (!nrm_is_dns_subdomain (ns, 253) || !nrm_is_dns_subdomain (name, 253) || uid[0] == '\0' || strlen (uid) > 128)
     {
@@ -549,31 +606,41 @@ prepare_claim (struct nrm_plugin *p, const char *ns, const char *name, const cha
   /* The claim is read outside the lock, as the kubelet's own helper does. */
   if (p->cfg.claims.get (p->cfg.claims.self, ns, name, &claim, err) < 0)
     return NULL;
-  if (claim_allocation (p, claim, uid, &results, &n, &config, err) < 0)
-    return NULL;
-
-  if (lock_state (p, err) < 0)
-    return NULL;
+  if (claim_allocation (p, claim, uid, &a, err) < 0 || lock_state (p, err) < 0)
+    {
+      allocation_done (&a);
+      return NULL;
+    }
+  a.view.ns = ns;
+  a.view.name = name;
   json_t *claims = json_object_get (p->cp, "claims");
   json_t *entry = json_object_get (claims, uid);
-  if (entry != NULL && completed (entry))
+  if (entry != NULL && nrm_checkpoint_completed (entry))
     {
       /* A concurrent call prepared it meanwhile. */
       json_t *devs = json_incref (json_object_get (entry, "devices"));
       unlock_state (p);
+      allocation_done (&a);
       return devs;
     }
 
-  struct nrm_prepared prep = { NULL, NULL };
-  json_t *devs = response_devices (p, uid, results, n);
+  struct nrm_prepared prep = { 0 };
+  cleanup_json json_t *edits = NULL;
+  json_t *devs = response_devices (p, uid, a.mine, a.view.n_results);
   json_object_set_new (
       claims, uid,
       json_pack ("{s:s, s:s, s:s, s:O}", "namespace", ns, "name", name, "phase", "PrepareStarted", "devices", devs));
   if (checkpoint_write (p, p->cp, false, err) < 0)
     goto rollback_entry;
-  if (p->ops->prepare (p->self, uid, results, n, config, &prep, err) < 0)
+  if (p->ops->prepare (p->self, &a.view, &prep, err) < 0)
     goto rollback;
-  if (cdi_write (p, uid, prep.env, err) < 0)
+  if ((edits = edits_json (&prep.edits)) == NULL)
+    {
+      nrm_error_set (err, ENOMEM, "out of memory");
+      p->ops->unprepare (p->self, uid, prep.state);
+      goto rollback;
+    }
+  if (cdi_write (p, uid, edits, err) < 0)
     {
       p->ops->unprepare (p->self, uid, prep.state);
       goto rollback;
@@ -581,23 +648,22 @@ prepare_claim (struct nrm_plugin *p, const char *ns, const char *name, const cha
   entry = json_object_get (claims, uid);
   json_object_set_new (entry, "phase", json_string ("PrepareCompleted"));
   json_object_set (entry, "state", prep.state);
-  json_object_set (entry, "env", prep.env);
+  json_object_set (entry, "edits", edits);
   if (checkpoint_write (p, p->cp, true, err) < 0)
     {
       p->ops->unprepare (p->self, uid, prep.state);
       cdi_remove (p, uid);
       goto rollback;
     }
-  json_decref (prep.state);
-  json_decref (prep.env);
+  nrm_prepared_done (&prep);
   unlock_state (p);
+  allocation_done (&a);
   if (p->cfg.on_change)
     p->cfg.on_change (p->cfg.on_change_ctx);
   return devs;
 
 rollback:
-  json_decref (prep.state);
-  json_decref (prep.env);
+  nrm_prepared_done (&prep);
   json_object_del (claims, uid);
   {
     nrm_error_t werr = NULL;
@@ -610,11 +676,13 @@ rollback:
   }
   json_decref (devs);
   unlock_state (p);
+  allocation_done (&a);
   return NULL;
 rollback_entry:
   json_object_del (claims, uid);
   json_decref (devs);
   unlock_state (p);
+  allocation_done (&a);
   return NULL;
 }
 
@@ -906,47 +974,73 @@ h_notify (void *ctx, const uint8_t *req, size_t len, uint8_t **resp, size_t *res
 
 /* --- health ------------------------------------------------------------------- */
 
+/* Every device's health in one report: the driver's, or all healthy for a
+ * driver without a health check. */
+static int
+health_report (struct nrm_plugin *p, struct nrm_health_report *r, nrm_error_t *err)
+{
+  if (p->ops->health)
+    return p->ops->health (p->self, r, err);
+  size_t n = json_array_size (p->devices);
+  r->devices = calloc (n + 1, sizeof (*r->devices));
+  r->n = 0;
+  if (r->devices == NULL)
+    return nrm_error_set (err, ENOMEM, "out of memory");
+  for (size_t i = 0; i < n; i++)
+    {
+      r->devices[r->n].device = strdup (json_string_value (json_array_get (p->devices, i)));
+      r->devices[r->n++].health = NRM_HEALTH_HEALTHY;
+    }
+  return 0;
+}
+
 static uint8_t *
 health_message (struct nrm_plugin *p, size_t *len)
 {
-  cleanup_json json_t *names = p->ops->devices (p->self);
-  size_t n = json_array_size (names);
+  struct nrm_health_report rep = { 0 };
+  nrm_error_t err = NULL;
+  if (health_report (p, &rep, &err) < 0)
+    {
+      /* Nothing known: the kubelet turns the devices Unknown at its timeout. */
+      LOG (p, NRM_LOG_WARNING, "%s: health: %s", p->driver, nrm_error_msg (err));
+      nrm_error_release (&err);
+    }
+  size_t n = rep.n;
   V1alpha1__NodeWatchResourcesResponse out = V1ALPHA1__NODE_WATCH_RESOURCES_RESPONSE__INIT;
   V1alpha1__DeviceHealth *dh = calloc (n + 1, sizeof (*dh));
   V1alpha1__DeviceHealth **ptrs = calloc (n + 1, sizeof (*ptrs));
   V1alpha1__DeviceIdentifier *ids = calloc (n + 1, sizeof (*ids));
-  char **messages = calloc (n + 1, sizeof (char *));
+  uint8_t *buf = NULL;
   time_t now = time (NULL);
+  if (dh == NULL || ptrs == NULL || ids == NULL)
+    goto out;
   for (size_t i = 0; i < n; i++)
     {
+      struct nrm_device_health *h = &rep.devices[i];
       v1alpha1__device_health__init (&dh[i]);
       v1alpha1__device_identifier__init (&ids[i]);
       ids[i].pool_name = p->node_name;
-      ids[i].device_name = (char *) json_string_value (json_array_get (names, i));
+      ids[i].device_name = h->device ? h->device : (char *) "";
       dh[i].device = &ids[i];
-      enum nrm_health h = NRM_HEALTH_HEALTHY;
-      if (p->ops->health)
-        h = p->ops->health (p->self, ids[i].device_name, &messages[i]);
-      dh[i].health = h == NRM_HEALTH_HEALTHY     ? V1ALPHA1__HEALTH_STATUS__HEALTHY
-                     : h == NRM_HEALTH_UNHEALTHY ? V1ALPHA1__HEALTH_STATUS__UNHEALTHY
-                                                 : V1ALPHA1__HEALTH_STATUS__UNKNOWN;
+      dh[i].health = h->health == NRM_HEALTH_HEALTHY     ? V1ALPHA1__HEALTH_STATUS__HEALTHY
+                     : h->health == NRM_HEALTH_UNHEALTHY ? V1ALPHA1__HEALTH_STATUS__UNHEALTHY
+                                                         : V1ALPHA1__HEALTH_STATUS__UNKNOWN;
       dh[i].last_updated_time = now;
       dh[i].health_check_timeout_seconds = HEALTH_TIMEOUT_S;
       /* The kubelet keeps at most 1024 characters. */
-      if (messages[i] && strlen (messages[i]) > 1024)
-        strcpy (messages[i] + 1021, "...");
-      dh[i].message = messages[i] ? messages[i] : "";
+      if (h->message && strlen (h->message) > 1024)
+        strcpy (h->message + 1021, "...");
+      dh[i].message = h->message ? h->message : (char *) "";
       ptrs[i] = &dh[i];
     }
   out.n_devices = n;
   out.devices = ptrs;
   *len = protobuf_c_message_get_packed_size (&out.base);
-  uint8_t *buf = malloc (*len ? *len : 1);
+  buf = malloc (*len ? *len : 1);
   if (buf)
     protobuf_c_message_pack (&out.base, buf);
-  for (size_t i = 0; i < n; i++)
-    free (messages[i]);
-  free (messages);
+out:
+  nrm_health_report_done (&rep);
   free (dh);
   free (ptrs);
   free (ids);
@@ -1067,6 +1161,7 @@ plugin_free (struct nrm_plugin *p)
   free (p->serialize_lock);
   free (p->instance_lock);
   json_decref (p->cp);
+  json_decref (p->devices);
   free (p->streams);
   if (p->instance_fd >= 0)
     close (p->instance_fd);
@@ -1108,6 +1203,17 @@ nrm_plugin_start (const struct nrm_plugin_config *cfg, const struct nrm_driver_o
       plugin_free (p);
       return nrm_error_set (err, EINVAL, "instance UID `%s` is not a DNS label", uid);
     }
+  struct nrm_pool pool = { 0 };
+  if (ops->pool (self, NULL, &pool, err) < 0)
+    {
+      plugin_free (p);
+      return nrm_error_wrap (err, "%s", cfg->driver);
+    }
+  p->devices = json_array ();
+  size_t di;
+  json_t *dev;
+  json_array_foreach (pool.devices, di, dev) { json_array_append (p->devices, json_object_get (dev, "name")); }
+  nrm_pool_done (&pool);
   p->driver = strdup (cfg->driver);
   p->node_name = strdup (cfg->node_name);
   p->cdi_dir = strdup (cfg->cdi_dir);

@@ -6,55 +6,15 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "driver/checkpoint.h"
+#include "driver/driver.h"
 #include "nrm/base/error.h"
 #include "nrm/base/log.h"
 
-/* The kubelet plugin framework. A driver implements nrm_driver_ops; the
- * framework owns the sockets, registration, the DRA and health services,
- * serialization, checkpoints, CDI specs and claim lookup. */
-
-/* One allocated device of a claim, for this driver. */
-struct nrm_alloc_result
-{
-  const char *request; /* as allocated, "req" or "req/subrequest" */
-  const char *pool;
-  const char *device;
-  const char *share_id; /* or NULL */
-  json_t *consumed;     /* consumedCapacity: name -> quantity string, or NULL */
-};
-
-/* What a driver returns from prepare. */
-struct nrm_prepared
-{
-  json_t *state; /* driver-private, kept in the checkpoint; owned */
-  json_t *env;   /* array of "NAME=value" for the container; owned */
-};
-
-enum nrm_health
-{
-  NRM_HEALTH_UNKNOWN = 0,
-  NRM_HEALTH_HEALTHY = 1,
-  NRM_HEALTH_UNHEALTHY = 2,
-};
-
-struct nrm_driver_ops
-{
-  /* Device names of the driver's pool, for health reports (new reference). */
-  json_t *(*devices) (void *self);
-  /* Forgets every claim: the framework then restores the completed ones. */
-  void (*reset) (void *self);
-  /* Takes resources for a claim; on error nothing is taken. config is the
-   * claim's opaque configuration for this driver (an array, maybe empty). */
-  int (*prepare) (void *self, const char *uid, const struct nrm_alloc_result *results, size_t n, json_t *config,
-                  struct nrm_prepared *out, nrm_error_t *err);
-  /* Takes again what a completed claim holds, after a restart. */
-  int (*restore) (void *self, const char *uid, json_t *state, nrm_error_t *err);
-  /* Gives back what prepare took. */
-  void (*unprepare) (void *self, const char *uid, json_t *state);
-  /* Health of one device (optional: NULL means always healthy); *message
-   * (malloc'd, may stay NULL) says why. */
-  enum nrm_health (*health) (void *self, const char *device, char **message);
-};
+/* The kubelet plugin framework. A driver implements nrm_driver_ops
+ * (driver/driver.h); the framework owns the sockets, registration, the DRA
+ * and health services, serialization, checkpoints, CDI specs and claim
+ * lookup. */
 
 /* Where claims come from: the Kubernetes API or a directory of JSON files. */
 struct nrm_claim_source
@@ -80,11 +40,10 @@ struct nrm_plugin_config
   struct nrm_claim_source claims;
   nrm_log_fn log;
   void *log_ctx;
-  /* An OCI hook object ({hookName, path, args}) added to every claim's CDI
-   * spec, or NULL. */
+  /* The cgroup commit hook ({hookName, path, args}), added to the CDI spec
+   * of every claim whose driver asks for it (edits.commit_hook), or NULL. */
   json_t *cdi_hook;
-  /* Called after a claim was prepared or unprepared (the exclusive CPUs
-   * changed), or NULL. */
+  /* Called after a claim was prepared or unprepared, or NULL. */
   void (*on_change) (void *ctx);
   void *on_change_ctx;
   /* Local use (nrm run): no sockets, no registration, no CDI specs, no
@@ -106,7 +65,7 @@ json_t *nrm_plugin_prepare (struct nrm_plugin *p, const char *ns, const char *na
 int nrm_plugin_unprepare (struct nrm_plugin *p, const char *uid, nrm_error_t *err);
 
 /* The prepared claims as the checkpoint has them (uid -> entry with
- * namespace, name, phase, devices, state), a new reference. */
+ * namespace, name, phase, devices, state, edits), a new reference. */
 json_t *nrm_plugin_claims (struct nrm_plugin *p, nrm_error_t *err);
 
 /* Deregisters (removes the registration socket), finishes calls in flight,

@@ -17,8 +17,6 @@ void
 nrm_publish_options_init (struct nrm_publish_options *o)
 {
   memset (o, 0, sizeof (*o));
-  o->cpu_driver = "cpu." NRM_DEFAULT_DOMAIN;
-  o->memory_driver = "memory." NRM_DEFAULT_DOMAIN;
   o->cpu_mode = NRM_CPU_MODE_NUMA;
   o->memory_granularity = 1024 * 1024;
 }
@@ -210,9 +208,8 @@ nrm_slices_build (const struct nrm_pool *pools, size_t n_pools, const struct nrm
   return 0;
 }
 
-/* Adds taints[device] to each named device of the pool. */
-static void
-taint_pool (struct nrm_pool *p, json_t *taints)
+void
+nrm_pool_taint (struct nrm_pool *p, json_t *taints)
 {
   size_t i;
   json_t *dev;
@@ -222,75 +219,4 @@ taint_pool (struct nrm_pool *p, json_t *taints)
     if (json_array_size (tn) > 0)
       json_object_set_new (dev, "taints", json_deep_copy (tn));
   }
-}
-
-int
-nrm_node_slices (const struct nrm_topology *t, const struct nrm_publish_options *o, json_t **ret, nrm_error_t *err)
-{
-  return nrm_node_slices_live (t, o, NULL, ret, err);
-}
-
-/* The numa<N> CPU devices in the order of nrm_numa_preference_by_room(),
- * in the places they had in the pool (the isolated and other devices keep
- * theirs). */
-static int
-order_by_room (const struct nrm_topology *t, struct nrm_pool *p, const uint64_t *free_cpus, nrm_error_t *err)
-{
-  size_t count = json_array_size (p->devices), n = 0;
-  cleanup_free size_t *order = nrm_numa_preference_by_room (t, free_cpus);
-  cleanup_free size_t *slot = calloc (count + 1, sizeof (size_t));
-  cleanup_free int *node_of = calloc (count + 1, sizeof (int));
-  cleanup_json json_t *devs = json_deep_copy (p->devices);
-  if (order == NULL || slot == NULL || node_of == NULL || devs == NULL)
-    return nrm_error_set (err, ENOMEM, "out of memory");
-  for (size_t i = 0; i < count; i++)
-    {
-      int ni = nrm_numa_device_index (t, json_string_value (json_object_get (json_array_get (p->devices, i), "name")),
-                                      NULL);
-      if (ni >= 0)
-        {
-          node_of[n] = ni;
-          slot[n++] = i;
-        }
-    }
-  size_t next = 0;
-  for (size_t k = 0; k < t->n_numa; k++)
-    for (size_t j = 0; j < n; j++)
-      if (node_of[j] == (int) order[k])
-        json_array_set (p->devices, slot[next++], json_array_get (devs, slot[j]));
-  return 0;
-}
-
-int
-nrm_node_slices_live (const struct nrm_topology *t, const struct nrm_publish_options *o, const struct nrm_live *live,
-                      json_t **ret, nrm_error_t *err)
-{
-  struct nrm_pool pools[2] = { 0 };
-  int r = -1;
-
-  if (nrm_cpu_pool (t, o, &pools[0], err) < 0 || nrm_memory_pool (t, o, &pools[1], err) < 0)
-    goto out;
-  if (live && live->taints)
-    {
-      taint_pool (&pools[0], json_object_get (live->taints, pools[0].driver));
-      taint_pool (&pools[1], json_object_get (live->taints, pools[1].driver));
-    }
-  if (live && live->cpus_free && o->cpu_mode == NRM_CPU_MODE_NUMA
-      && order_by_room (t, &pools[0], live->cpus_free, err) < 0)
-    goto out;
-  if (nrm_slices_build (pools, 2, o, ret, err) < 0)
-    goto out;
-  /* Never hand out a slice the API server would refuse. */
-  if (nrm_slices_validate (*ret, err) < 0)
-    {
-      json_decref (*ret);
-      *ret = NULL;
-      nrm_error_wrap (err, "internal error: generated ResourceSlices are invalid");
-      goto out;
-    }
-  r = 0;
-out:
-  nrm_pool_done (&pools[0]);
-  nrm_pool_done (&pools[1]);
-  return r;
 }

@@ -13,6 +13,7 @@
 #include "driver/names.h"
 #include "driver/quantity.h"
 #include "nrm/base/cleanup.h"
+#include "driver/registry.h"
 #include "nrm/conf.h"
 #include "nrm/base/fs.h"
 #include "nrm/base/yaml.h"
@@ -26,6 +27,7 @@ nrm_config_init (struct nrm_config *c)
   c->reconcile_interval = 5;
   c->api_qps = 20;
   c->api_burst = 100;
+  c->driver_names = json_object ();
 }
 
 void
@@ -44,8 +46,9 @@ nrm_config_done (struct nrm_config *c)
   free (c->node_name);
   free (c->topology);
   free (c->fsroot);
-  free (c->cpu_driver);
-  free (c->memory_driver);
+  free (c->drivers);
+  free (c->driver_dir);
+  json_decref (c->driver_names);
   free (c->kubelet_dir);
   free (c->cdi_dir);
   free (c->state_dir);
@@ -326,11 +329,11 @@ string_key (struct nrm_config *c, const char *key)
     const char *key;
     char **field;
   } keys[]
-      = { { "nodeName", &c->node_name },      { "topology", &c->topology },        { "fsroot", &c->fsroot },
-          { "kubeletDir", &c->kubelet_dir },  { "cdiDir", &c->cdi_dir },           { "stateDir", &c->state_dir },
-          { "claimsDir", &c->claims_dir },    { "instanceUID", &c->instance_uid }, { "logLevel", &c->log_level },
-          { "logFormat", &c->log_format },    { "hookPath", &c->hook_path },       { "kubeconfig", &c->kubeconfig },
-          { "httpAddress", &c->http_address } };
+      = { { "nodeName", &c->node_name },       { "topology", &c->topology },        { "fsroot", &c->fsroot },
+          { "kubeletDir", &c->kubelet_dir },   { "cdiDir", &c->cdi_dir },           { "stateDir", &c->state_dir },
+          { "claimsDir", &c->claims_dir },     { "instanceUID", &c->instance_uid }, { "logLevel", &c->log_level },
+          { "logFormat", &c->log_format },     { "hookPath", &c->hook_path },       { "kubeconfig", &c->kubeconfig },
+          { "httpAddress", &c->http_address }, { "driverDir", &c->driver_dir } };
   for (size_t i = 0; i < sizeof (keys) / sizeof (keys[0]); i++)
     if (strcmp (keys[i].key, key) == 0)
       return keys[i].field;
@@ -406,8 +409,7 @@ load_root (struct nrm_config *c, json_t *root, nrm_error_t *err)
         if (name)
           {
             WANT (name, json_is_string, "cpu.driverName", "a string");
-            if (nrm_config_set_string (&c->cpu_driver, json_string_value (name), err) < 0)
-              return -1;
+            json_object_set (c->driver_names, "cpu", name);
           }
       }
     else if (strcmp (key, "memory") == 0)
@@ -429,9 +431,29 @@ load_root (struct nrm_config *c, json_t *root, nrm_error_t *err)
         if (name)
           {
             WANT (name, json_is_string, "memory.driverName", "a string");
-            if (nrm_config_set_string (&c->memory_driver, json_string_value (name), err) < 0)
-              return -1;
+            json_object_set (c->driver_names, "memory", name);
           }
+      }
+    else if (strcmp (key, "drivers") == 0)
+      {
+        /* A list of driver ids, as --drivers takes them. */
+        size_t k;
+        json_t *o;
+        cleanup_free char *list = NULL;
+        WANT (v, json_is_array, key, "a list of driver ids");
+        json_array_foreach (v, k, o)
+        {
+          char *next = NULL;
+          WANT (o, json_is_string, "drivers[]", "a string");
+          if (strchr (json_string_value (o), ',') != NULL)
+            return nrm_error_set (err, EINVAL, "key `drivers`: `%s` is not a driver id", json_string_value (o));
+          if (asprintf (&next, "%s%s%s", list ? list : "", list ? "," : "", json_string_value (o)) < 0)
+            return nrm_error_set (err, ENOMEM, "out of memory");
+          free (list);
+          list = next;
+        }
+        if (nrm_config_set_string (&c->drivers, list ? list : "", err) < 0)
+          return -1;
       }
     else if (strcmp (key, "publishSlices") == 0)
       {
@@ -509,10 +531,10 @@ nrm_config_load_file (struct nrm_config *c, const char *path, nrm_error_t *err)
 }
 
 void
-nrm_config_plugin (const struct nrm_config *c, bool cpu, struct nrm_plugin_config *pc)
+nrm_config_plugin (const struct nrm_config *c, const char *driver, struct nrm_plugin_config *pc)
 {
   memset (pc, 0, sizeof (*pc));
-  pc->driver = cpu ? c->publish.cpu_driver : c->publish.memory_driver;
+  pc->driver = driver;
   pc->node_name = c->node_name;
   pc->kubelet_dir = c->kubelet_dir;
   pc->cdi_dir = c->cdi_dir;
@@ -548,19 +570,31 @@ nrm_config_finish (struct nrm_config *c, nrm_error_t *err)
   if (!nrm_is_dns_subdomain (c->node_name, 253))
     return nrm_error_set (err, EINVAL, "node name `%s` is not a valid Kubernetes node name (a DNS subdomain)",
                           c->node_name);
-  if (c->cpu_driver)
-    c->publish.cpu_driver = c->cpu_driver;
-  if (c->memory_driver)
-    c->publish.memory_driver = c->memory_driver;
-  if (!nrm_is_dns_subdomain (c->publish.cpu_driver, 63))
-    return nrm_error_set (err, EINVAL, "CPU driver name `%s` is not a DNS subdomain of at most 63 characters",
-                          c->publish.cpu_driver);
-  if (!nrm_is_dns_subdomain (c->publish.memory_driver, 63))
-    return nrm_error_set (err, EINVAL, "memory driver name `%s` is not a DNS subdomain of at most 63 characters",
-                          c->publish.memory_driver);
-  if (strcmp (c->publish.cpu_driver, c->publish.memory_driver) == 0)
-    return nrm_error_set (err, EINVAL, "the CPU and memory drivers need different names");
+  /* Driver names are checked where the drivers are made, against every
+   * enabled driver (nrm_drivers_open). */
+  const char *id;
+  json_t *name;
+  json_object_foreach (c->driver_names, id, name)
+  {
+    if (!nrm_is_dns_subdomain (json_string_value (name), 63))
+      return nrm_error_set (err, EINVAL, "%s driver name `%s` is not a DNS subdomain of at most 63 characters", id,
+                            json_string_value (name));
+  }
+  if (c->drivers)
+    for (const char *p = c->drivers; *p;)
+      {
+        size_t len = strcspn (p, ",");
+        char label[64];
+        snprintf (label, sizeof (label), "%.*s", (int) (len < 63 ? len : 63), p);
+        if (len == 0 || len > 63 || !nrm_is_dns_label (label))
+          return nrm_error_set (err, EINVAL, "driver list `%s`: `%s` is not a driver id", c->drivers, label);
+        p += len + (p[len] == ',');
+      }
+  if (c->driver_dir && c->driver_dir[0] != '/')
+    return nrm_error_set (err, EINVAL, "the driver directory `%s` must be an absolute path", c->driver_dir);
   c->publish.node_name = c->node_name;
+  c->publish.cpu_options = c->cpu_options;
+  c->publish.min_shared_cpus = (size_t) c->min_shared_cpus;
   const struct
   {
     char **field;
@@ -608,4 +642,11 @@ nrm_config_finish (struct nrm_config *c, nrm_error_t *err)
       && nrm_config_set_string (&c->fsroot, getenv ("NRM_FSROOT") ? getenv ("NRM_FSROOT") : "/", err) < 0)
     return -1;
   return 0;
+}
+
+void
+nrm_config_drivers (const struct nrm_config *c, struct nrm_driver_selection *sel)
+{
+  sel->ids = c->drivers;
+  sel->names = c->driver_names;
 }

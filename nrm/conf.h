@@ -17,7 +17,9 @@ struct nrm_config
   char *fsroot;   /* prefix of the /sys files nrm reads itself; "/" by default */
   struct nrm_node_settings node;
   struct nrm_publish_options publish;
-  char *cpu_driver, *memory_driver; /* owned strings behind publish */
+  char *drivers;        /* enabled driver ids, "cpu,memory"; NULL: every registered one */
+  char *driver_dir;     /* shared-object drivers to load, or NULL */
+  json_t *driver_names; /* driver id -> name (cpu.driverName, memory.driverName) */
 
   unsigned cpu_options;    /* node-wide placement options (enum nrm_cpu_option) */
   long min_shared_cpus;    /* allocatable CPUs kept shared (1) */
@@ -60,9 +62,13 @@ int nrm_config_set_cpu_mode (struct nrm_config *c, const char *mode, nrm_error_t
 int nrm_config_set_cpu_options (struct nrm_config *c, const char *list, nrm_error_t *err);
 int nrm_config_set_string (char **field, const char *value, nrm_error_t *err);
 
-/* The plugin settings of the CPU (cpu) or memory driver, as the config has
- * them; the caller adds what is its own (claim source, hook, callbacks). */
-void nrm_config_plugin (const struct nrm_config *c, bool cpu, struct nrm_plugin_config *pc);
+/* The plugin settings of one driver, as the config has them; the caller
+ * adds what is its own (claim source, hook, callbacks). */
+void nrm_config_plugin (const struct nrm_config *c, const char *driver, struct nrm_plugin_config *pc);
+
+/* The driver selection the config makes (borrowed). */
+struct nrm_driver_selection;
+void nrm_config_drivers (const struct nrm_config *c, struct nrm_driver_selection *sel);
 
 /* Fills defaults (node name from $NODE_NAME or the host name) and checks
  * names; call once all sources are read. */

@@ -21,7 +21,7 @@
 #include "cpuset/placement.h"
 #include "driver/devices.h"
 #include "driver/quantity.h"
-#include "driver/nodedrv.h"
+#include "driver/registry.h"
 #include "driver/kube.h"
 #include "driver/plugin.h"
 #include "driver/publish.h"
@@ -47,7 +47,7 @@ static const char usage_text[]
       "Commands:\n"
       "  topology   show the machine as nrm models it (packages, NUMA nodes, caches, cores, PCI)\n"
       "  slices     print the node's ResourceSlices (resource.k8s.io/v1) as one List document\n"
-      "  plugin     serve the CPU and memory drivers to the kubelet (DRA kubelet plugin)\n"
+      "  plugin     serve the enabled drivers (CPU, memory, ...) to the kubelet (DRA kubelet plugin)\n"
       "  run        run a command on CPUs (and memory) picked as for a claim, then release them:\n"
       "             nrm run --cpus N [--memory SIZE] [--hugepages-2Mi SIZE] [--numa-node K] -- COMMAND...\n"
       "  status     what nrm has handed out: pools, claims and runs, exclusive and shared CPUs\n"
@@ -76,6 +76,11 @@ static const char usage_text[]
       "      --feature-gates LIST   API server gates the slices may use, e.g.\n"
       "                             DRAListTypeAttributes=true,DRANodeAllocatableResources=true\n"
       "      --fsroot DIR           prefix of /sys for the files nrm reads itself ($NRM_FSROOT)\n"
+      "\n"
+      "Options of slices, status and plugin:\n"
+      "      --drivers LIST         the drivers to serve, by id (default: every one; built in:\n"
+      "                             cpu, memory)\n"
+      "      --driver-dir DIR       load every driver DIR/*.so as well (docs/architecture.md)\n"
       "  -h, --help                 show this help\n"
       "\n"
       "Options of topology:\n"
@@ -150,6 +155,8 @@ enum
   OPT_API_QPS,
   OPT_API_BURST,
   OPT_HTTP_ADDRESS,
+  OPT_DRIVERS,
+  OPT_DRIVER_DIR,
 };
 
 static const struct option long_options[] = {
@@ -186,6 +193,8 @@ static const struct option long_options[] = {
   { "api-qps", required_argument, NULL, OPT_API_QPS },
   { "api-burst", required_argument, NULL, OPT_API_BURST },
   { "http-address", required_argument, NULL, OPT_HTTP_ADDRESS },
+  { "drivers", required_argument, NULL, OPT_DRIVERS },
+  { "driver-dir", required_argument, NULL, OPT_DRIVER_DIR },
   { "help", no_argument, NULL, 'h' },
   { NULL, 0, NULL, 0 },
 };
@@ -393,6 +402,13 @@ parse_options (struct cli *cli, const char *cmd, int argc, char **argv, nrm_erro
                 cli->cfg.api_burst = (long) v;
             }
           break;
+        case OPT_DRIVERS:
+        case OPT_DRIVER_DIR:
+          if (strcmp (cmd, "plugin") && strcmp (cmd, "slices") && strcmp (cmd, "status"))
+            return nrm_error_set (err, EINVAL, "%s: `--%s` is an option of `nrm plugin`, `nrm slices` and `nrm status`",
+                                  cmd, flag);
+          r = nrm_config_set_string (c == OPT_DRIVERS ? &cli->cfg.drivers : &cli->cfg.driver_dir, optarg, err);
+          break;
         case OPT_HOOK_PATH:
           if (strcmp (cmd, "plugin") != 0)
             return nrm_error_set (err, EINVAL, "%s: `--%s` is an option of `nrm plugin`", cmd, flag);
@@ -426,6 +442,34 @@ load_machine (struct cli *cli, struct nrm_topology **ret, nrm_error_t *err)
     }
   *ret = t;
   return 0;
+}
+
+/* The registry and the enabled drivers of this node, for the machine t. */
+static int
+open_drivers (struct nrm_config *c, const struct nrm_topology *t, struct nrm_registry **reg, struct nrm_drivers *d,
+              nrm_error_t *err)
+{
+  struct nrm_driver_selection sel;
+  struct nrm_driver_host h
+      = { .topo = t, .node = &c->publish, .fsroot = c->fsroot, .live = c->topology == NULL, .log = nrm_log };
+  nrm_config_drivers (c, &sel);
+  if (nrm_registry_new (reg, err) < 0)
+    return -1;
+  if ((c->driver_dir && nrm_registry_load_dir (*reg, c->driver_dir, err) < 0)
+      || nrm_drivers_open (*reg, &sel, &h, d, err) < 0)
+    {
+      nrm_registry_free (*reg);
+      *reg = NULL;
+      return -1;
+    }
+  return 0;
+}
+
+static void
+close_drivers (struct nrm_registry *reg, struct nrm_drivers *d)
+{
+  nrm_drivers_close (d);
+  nrm_registry_free (reg);
 }
 
 /* Output is built in memory and written only on success: a failing command
@@ -484,11 +528,15 @@ static int
 cmd_slices (struct cli *cli, nrm_error_t *err)
 {
   struct nrm_topology *t = NULL;
+  struct nrm_registry *reg = NULL;
+  struct nrm_drivers d = { 0 };
   cleanup_json json_t *list = NULL;
-  int r;
+  int r = -1;
   if (load_machine (cli, &t, err) < 0)
     return -1;
-  r = nrm_node_slices (t, &cli->cfg.publish, &list, err);
+  if (open_drivers (&cli->cfg, t, &reg, &d, err) == 0)
+    r = nrm_drivers_slices (&d, &cli->cfg.publish, NULL, NULL, &list, err);
+  close_drivers (reg, &d);
   nrm_topology_free (t);
   if (r < 0)
     return -1;
@@ -503,6 +551,7 @@ struct reconciler
 {
   struct nrm_config *cfg;
   struct nrm_topology *t;
+  const struct nrm_drivers *drivers;
   struct nrm_cgroupfs *fs;
   int wake; /* eventfd: a claim changed, or stop */
   bool stop;
@@ -518,47 +567,16 @@ reconcile_kick (void *arg)
     nrm_log (NULL, NRM_LOG_DEBUG, "shared pool: cannot wake the reconciler: %s", strerror (errno));
 }
 
-/* The CPUs of every prepared claim, from the CPU driver's checkpoint: the
- * file, not this process's memory, so that a rolling-update twin's claims
- * count as well. */
-static hwloc_bitmap_t
-claimed_cpus (struct reconciler *r)
-{
-  cleanup_free char *path = NULL, *text = NULL;
-  hwloc_bitmap_t all = hwloc_bitmap_alloc ();
-  nrm_error_t err = NULL;
-  if (all == NULL || asprintf (&path, "%s/%s.checkpoint.json", r->cfg->state_dir, r->cfg->publish.cpu_driver) < 0)
-    return all;
-  if (nrm_read_file (path, 64 << 20, &text, NULL, &err) < 0)
-    {
-      nrm_error_release (&err);
-      return all;
-    }
-  cleanup_json json_t *cp = json_loads (text, 0, NULL);
-  const char *uid;
-  json_t *c;
-  json_object_foreach (json_object_get (cp, "claims"), uid, c)
-  {
-    hwloc_bitmap_t set = NULL;
-    const char *list = json_string_value (json_object_get (json_object_get (c, "state"), "cpus"));
-    if (list && nrm_cpulist_parse (list, &set, &err) == 0)
-      hwloc_bitmap_or (all, all, set);
-    nrm_error_release (&err);
-    hwloc_bitmap_free (set);
-  }
-  return all;
-}
-
 static void
 reconcile_pass (struct reconciler *r)
 {
-  cleanup_bitmap hwloc_bitmap_t shared = hwloc_bitmap_dup (r->t->online);
-  cleanup_bitmap hwloc_bitmap_t taken = claimed_cpus (r);
-  hwloc_bitmap_andnot (shared, shared, r->t->disallowed);
-  hwloc_bitmap_andnot (shared, shared, r->t->isolated);
-  hwloc_bitmap_andnot (shared, shared, taken);
-  if (r->cfg->cpu_options & NRM_OPT_STRICT_CPU_RESERVATION)
-    hwloc_bitmap_andnot (shared, shared, r->t->reserved);
+  cleanup_bitmap hwloc_bitmap_t taken = nrm_status_claimed_cpus (r->cfg, r->drivers);
+  cleanup_bitmap hwloc_bitmap_t shared = taken ? nrm_status_shared_cpus (r->cfg, r->t, taken) : NULL;
+  if (shared == NULL)
+    {
+      nrm_log (NULL, NRM_LOG_ERROR, "shared pool: out of memory");
+      return;
+    }
   cleanup_free char *list = nrm_cpulist_format (shared), *first = NULL;
   struct nrm_reconcile_stats st;
   nrm_error_t err = NULL;
@@ -633,14 +651,21 @@ static int
 cmd_status (struct cli *cli, nrm_error_t *err)
 {
   struct nrm_topology *t = NULL;
+  struct nrm_registry *reg = NULL;
+  struct nrm_drivers d = { 0 };
   cleanup_free char *buf = NULL;
   size_t len = 0;
+  int r = -1;
   if (load_machine (cli, &t, err) < 0)
     return -1;
-  FILE *f = open_memstream (&buf, &len);
-  int r = f ? nrm_status (&cli->cfg, t, cli->json, f, err) : nrm_error_errno (err, errno, "open_memstream");
-  if (f)
-    fclose (f);
+  if (open_drivers (&cli->cfg, t, &reg, &d, err) == 0)
+    {
+      FILE *f = open_memstream (&buf, &len);
+      r = f ? nrm_status (&cli->cfg, t, &d, cli->json, f, err) : nrm_error_errno (err, errno, "open_memstream");
+      if (f)
+        fclose (f);
+    }
+  close_drivers (reg, &d);
   nrm_topology_free (t);
   return r < 0 ? -1 : emit (buf, len, err);
 }
@@ -752,7 +777,7 @@ check_kubelet_managers (const struct nrm_config *c, nrm_error_t *err)
   return 0;
 }
 
-/* The driver's slices of a List from nrm_node_slices() (new reference). */
+/* The driver's slices of a List from nrm_drivers_slices() (new reference). */
 static json_t *
 driver_slices (json_t *list, const char *driver)
 {
@@ -768,115 +793,152 @@ driver_slices (json_t *list, const char *driver)
   return mine;
 }
 
+/* The prepared claims of every driver, {driver name: {uid: state}}, from
+ * the checkpoints (a new reference); a driver whose checkpoint cannot be
+ * read has none here. */
+static json_t *
+held_claims (const struct nrm_config *c, const struct nrm_drivers *d)
+{
+  json_t *held = json_object ();
+  for (size_t i = 0; held && i < d->n; i++)
+    {
+      nrm_error_t err = NULL;
+      cleanup_json json_t *claims = nrm_checkpoint_claims (c->state_dir, d->slots[i].name, &err);
+      nrm_error_release (&err);
+      if (claims)
+        json_object_set_new (held, d->slots[i].name, nrm_checkpoint_held (claims));
+    }
+  return held;
+}
+
 /* One publisher a driver, each with the driver's slices of `nrm slices`. */
 static int
-start_publishers (struct nrm_config *c, struct nrm_topology *t, struct nrm_kube *kube, struct nrm_publisher **pubs,
+start_publishers (struct nrm_config *c, const struct nrm_drivers *d, struct nrm_kube *kube, struct nrm_publisher **pubs,
                   nrm_error_t *err)
 {
   cleanup_json json_t *list = NULL;
-  if (nrm_node_slices (t, &c->publish, &list, err) < 0)
+  if (nrm_drivers_slices (d, &c->publish, NULL, NULL, &list, err) < 0)
     return -1;
-  const char *drivers[2] = { c->publish.cpu_driver, c->publish.memory_driver };
-  for (int i = 0; i < 2; i++)
+  for (size_t i = 0; i < d->n; i++)
     {
-      cleanup_json json_t *mine = driver_slices (list, drivers[i]);
+      cleanup_json json_t *mine = driver_slices (list, d->slots[i].name);
       struct nrm_publisher_config pc = { .kube = kube,
-                                         .driver = drivers[i],
+                                         .driver = d->slots[i].name,
                                          .node_name = c->node_name,
                                          .log = publisher_log,
-                                         .log_ctx = (void *) drivers[i] };
+                                         .log_ctx = d->slots[i].name };
       if (nrm_publisher_start (&pc, mine, &pubs[i], err) < 0)
-        return nrm_error_wrap (err, "%s", drivers[i]);
+        return nrm_error_wrap (err, "%s", d->slots[i].name);
     }
   return 0;
 }
 
-/* The CPU pool follows the node while the plugin runs, checked every
+/* Every pool follows the node while the plugin runs, checked every
  * SLICE_PERIOD_S seconds (sysfs cannot be watched, and claims come and go):
- * devices whose CPUs went offline get a NoSchedule taint, so that the
- * scheduler places no new claim on them, until they are back; and the
- * consumable devices are listed fullest first, so that the scheduler's
- * first fit is a best fit. A new generation is published only when the
- * slices change. */
+ * a device whose driver reports it unhealthy with a taint gets that taint
+ * (the driver's effect: None, NoSchedule or NoExecute) until it is healthy
+ * again; and a driver may order its devices by what its claims hold (the
+ * CPU driver lists its consumable devices fullest first, so that the
+ * scheduler's first fit is a best fit). A new generation is published only
+ * when a driver's slices change. */
 #define SLICE_PERIOD_S 5
-struct tainter
+struct refresher
 {
   struct nrm_config *cfg;
-  struct nrm_topology *t;
-  struct nrm_node_driver *cpu;
-  struct nrm_publisher *pub;
+  const struct nrm_drivers *drivers;
+  struct nrm_publisher **pubs;
   int wake;
   bool stop;
   pthread_t thread;
 };
 
-static void *
-taint_thread (void *arg)
+/* The taints of every driver from its health report, {name: {device:
+ * [taint]}}; changes against last are logged. */
+static json_t *
+health_taints (const struct nrm_drivers *d, json_t *last)
 {
-  struct tainter *tn = arg;
-  const char *driver = tn->cfg->publish.cpu_driver;
-  cleanup_free char *key = NULL;
-  cleanup_json json_t *last = json_object (), *published = NULL, *plain = NULL;
-  if (asprintf (&key, "%s/cpus-offline", driver) < 0)
-    return NULL;
-  /* What start_publishers published; unknown (NULL): the first pass
-   * publishes. */
-  nrm_error_t e = NULL;
-  if (nrm_node_slices (tn->t, &tn->cfg->publish, &plain, &e) == 0)
-    published = driver_slices (plain, driver);
-  nrm_error_release (&e);
-  while (!__atomic_load_n (&tn->stop, __ATOMIC_SEQ_CST))
+  json_t *all = json_object ();
+  for (size_t i = 0; all && i < d->n; i++)
     {
-      cleanup_json json_t *now = json_object ();
-      cleanup_json json_t *names = nrm_node_driver_ops.devices (tn->cpu);
-      size_t i;
-      json_t *name;
-      json_array_foreach (names, i, name)
-      {
-        cleanup_free char *msg = NULL;
-        const char *dev = json_string_value (name);
-        if (nrm_node_driver_ops.health (tn->cpu, dev, &msg) != NRM_HEALTH_UNHEALTHY)
+      const struct nrm_driver_slot *s = &d->slots[i];
+      struct nrm_health_report rep = { 0 };
+      nrm_error_t err = NULL;
+      json_t *was = json_object_get (last, s->name), *now;
+      if (s->ops->health == NULL)
+        continue;
+      if (s->ops->health (s->self, &rep, &err) < 0)
+        {
+          /* Unknown health: the taints stay as they were. */
+          nrm_log (NULL, NRM_LOG_WARNING, "%s: health: %s", s->name, nrm_error_msg (err));
+          nrm_error_release (&err);
+          if (was)
+            json_object_set (all, s->name, was);
           continue;
-        json_object_set_new (now, dev, json_pack ("[{s:s, s:s}]", "key", key, "effect", "NoSchedule"));
-        if (json_object_get (last, dev) == NULL)
-          nrm_log (NULL, NRM_LOG_WARNING, "%s: device %s: %s; tainted %s:NoSchedule", driver, dev,
-                   msg ? msg : "unhealthy", key);
-      }
+        }
+      now = nrm_health_taints (s->name, &rep);
+      for (size_t k = 0; now && k < rep.n; k++)
+        {
+          const struct nrm_device_health *h = &rep.devices[k];
+          json_t *tn = h->device ? json_object_get (now, h->device) : NULL;
+          if (tn && json_object_get (was, h->device) == NULL)
+            nrm_log (NULL, NRM_LOG_WARNING, "%s: device %s: %s; tainted %s:%s", s->name, h->device,
+                     h->message ? h->message : "unhealthy",
+                     json_string_value (json_object_get (json_array_get (tn, 0), "key")),
+                     json_string_value (json_object_get (json_array_get (tn, 0), "effect")));
+        }
       const char *dev;
       json_t *v;
-      json_object_foreach (last, dev, v)
+      json_object_foreach (was, dev, v)
       {
         if (json_object_get (now, dev) == NULL)
-          nrm_log (NULL, NRM_LOG_INFO, "%s: device %s is healthy again; taint removed", driver, dev);
+          nrm_log (NULL, NRM_LOG_INFO, "%s: device %s is healthy again; taint removed", s->name, dev);
       }
-      json_decref (last);
-      last = json_incref (now);
+      nrm_health_report_done (&rep);
+      if (now)
+        json_object_set_new (all, s->name, now);
+    }
+  return all;
+}
 
-      cleanup_json json_t *list = NULL, *taints = json_pack ("{s:O}", driver, now);
+static void *
+refresh_thread (void *arg)
+{
+  struct refresher *rf = arg;
+  const struct nrm_drivers *d = rf->drivers;
+  cleanup_json json_t *last = json_object (), *published = json_object (), *plain = NULL;
+  /* What start_publishers published; unknown: the first pass publishes. */
+  nrm_error_t e = NULL;
+  if (nrm_drivers_slices (d, &rf->cfg->publish, NULL, NULL, &plain, &e) == 0)
+    for (size_t i = 0; i < d->n; i++)
+      json_object_set_new (published, d->slots[i].name, driver_slices (plain, d->slots[i].name));
+  nrm_error_release (&e);
+  while (!__atomic_load_n (&rf->stop, __ATOMIC_SEQ_CST))
+    {
+      cleanup_json json_t *taints = health_taints (d, last);
+      cleanup_json json_t *held = held_claims (rf->cfg, d);
+      cleanup_json json_t *list = NULL;
       nrm_error_t err = NULL;
-      /* Unreadable state: the devices keep the preference order. */
-      cleanup_free uint64_t *free_cpus = nrm_status_cpus_free (tn->cfg, tn->t, &err);
-      nrm_error_release (&err);
-      struct nrm_live live = { taints, free_cpus };
-      if (nrm_node_slices_live (tn->t, &tn->cfg->publish, &live, &list, &err) == 0)
-        {
-          cleanup_json json_t *mine = driver_slices (list, driver);
-          if ((published == NULL || !json_equal (mine, published)) && nrm_publisher_update (tn->pub, mine, &err) == 0)
-            {
-              json_decref (published);
-              published = json_incref (mine);
-            }
-        }
+      json_decref (last);
+      last = json_incref (taints);
+      if (nrm_drivers_slices (d, &rf->cfg->publish, held, taints, &list, &err) == 0)
+        for (size_t i = 0; i < d->n && err == NULL; i++)
+          {
+            const char *name = d->slots[i].name;
+            cleanup_json json_t *mine = driver_slices (list, name);
+            json_t *was = json_object_get (published, name);
+            if ((was == NULL || !json_equal (mine, was)) && nrm_publisher_update (rf->pubs[i], mine, &err) == 0)
+              json_object_set (published, name, mine);
+          }
       if (err)
         {
-          nrm_log (NULL, NRM_LOG_ERROR, "%s: updating the slices: %s", driver, nrm_error_msg (err));
+          nrm_log (NULL, NRM_LOG_ERROR, "updating the slices: %s", nrm_error_msg (err));
           nrm_error_release (&err);
         }
-      struct pollfd pfd = { tn->wake, POLLIN, 0 };
+      struct pollfd pfd = { rf->wake, POLLIN, 0 };
       if (poll (&pfd, 1, SLICE_PERIOD_S * 1000) > 0)
         {
           uint64_t x;
-          if (read (tn->wake, &x, sizeof (x)) < 0)
+          if (read (rf->wake, &x, sizeof (x)) < 0)
             continue;
         }
     }
@@ -904,21 +966,23 @@ http_handler (void *ctx, const char *path, int *status, const char **content_typ
   return body;
 }
 
-/* Serves both drivers until SIGTERM or SIGINT. Signals are blocked before
- * any thread starts (gRPC's own threads inherit the mask) and taken here
- * with sigwait(): no gRPC call ever runs in a signal handler. */
+/* Serves every enabled driver until SIGTERM or SIGINT. Signals are blocked
+ * before any thread starts (gRPC's own threads inherit the mask) and taken
+ * here with sigwait(): no gRPC call ever runs in a signal handler. */
 static int
 cmd_plugin (struct cli *cli, nrm_error_t *err)
 {
   struct nrm_config *c = &cli->cfg;
   struct nrm_topology *t = NULL;
-  struct nrm_node_driver *drv[2] = { NULL, NULL };
-  struct nrm_plugin *plugins[2] = { NULL, NULL };
+  struct nrm_registry *reg = NULL;
+  struct nrm_drivers d = { 0 };
+  cleanup_free struct nrm_plugin **plugins = NULL;
+  cleanup_free struct nrm_publisher **pubs = NULL;
+  cleanup_free const char **names = NULL;
   struct nrm_kube *kube = NULL;
-  struct nrm_publisher *pubs[2] = { NULL, NULL };
   struct nrm_http *http = NULL;
-  struct tainter tainter = { .wake = -1 };
-  bool tainting = false;
+  struct refresher refresher = { .wake = -1 };
+  bool refreshing = false;
   struct reconciler rec = { .cfg = c, .wake = eventfd (0, EFD_CLOEXEC | EFD_NONBLOCK) };
   cleanup_json json_t *hook = NULL;
   enum nrm_log_level level = NRM_LOG_INFO;
@@ -942,6 +1006,21 @@ cmd_plugin (struct cli *cli, nrm_error_t *err)
     return -1;
   if (load_machine (cli, &t, err) < 0)
     return -1;
+  if (open_drivers (c, t, &reg, &d, err) < 0)
+    goto out;
+  if (d.n == 0)
+    {
+      nrm_error_set (err, EINVAL, "plugin: no driver enabled (--drivers `%s`)", c->drivers ? c->drivers : "");
+      goto out;
+    }
+  plugins = calloc (d.n, sizeof (*plugins));
+  pubs = calloc (d.n, sizeof (*pubs));
+  names = calloc (d.n, sizeof (*names));
+  if (plugins == NULL || pubs == NULL || names == NULL)
+    {
+      nrm_error_set (err, ENOMEM, "out of memory");
+      goto out;
+    }
   if (api)
     {
       struct nrm_kube_options ko;
@@ -956,53 +1035,42 @@ cmd_plugin (struct cli *cli, nrm_error_t *err)
   if (c->hook_path[0])
     hook = json_pack ("{s:s, s:s, s:[s, s, s, s, s]}", "hookName", "createRuntime", "path", c->hook_path, "args",
                       "nrm-hook", "--fsroot", c->fsroot, "--state-dir", c->state_dir);
-  for (int i = 0; i < 2; i++)
+  for (size_t i = 0; i < d.n; i++)
     {
       struct nrm_plugin_config pc;
-      nrm_config_plugin (c, i == 0, &pc);
+      names[i] = d.slots[i].name;
+      nrm_config_plugin (c, d.slots[i].name, &pc);
       pc.log = nrm_log;
       pc.cdi_hook = hook;
-      pc.on_change = i == 0 ? reconcile_kick : NULL;
+      /* Any claim may change the exclusive CPUs: the shared pool follows. */
+      pc.on_change = reconcile_kick;
       pc.on_change_ctx = &rec;
       if (c->claims_dir)
         nrm_claim_source_dir (&pc.claims, c->claims_dir);
       else
         nrm_claim_source_kube (&pc.claims, kube);
-      /* CPU health follows the online CPUs of this machine, or of the tree
-       * under --fsroot when a recorded machine is served. */
-      cleanup_free char *online = NULL;
-      if ((c->topology == NULL || strcmp (c->fsroot, "/") != 0)
-          && asprintf (&online, "%s/sys/devices/system/cpu/online", strcmp (c->fsroot, "/") ? c->fsroot : "") < 0)
-        {
-          nrm_error_set (err, ENOMEM, "out of memory");
-          goto out;
-        }
-      if (nrm_node_driver_new (t, &c->publish, i == 0, &drv[i], err) < 0)
-        goto out;
-      nrm_node_driver_set_cpu_options (drv[i], c->cpu_options, (size_t) c->min_shared_cpus);
-      if (nrm_node_driver_watch_online (drv[i], online, err) < 0
-          || nrm_plugin_start (&pc, &nrm_node_driver_ops, drv[i], &plugins[i], err) < 0)
+      if (nrm_plugin_start (&pc, d.slots[i].ops, d.slots[i].self, &plugins[i], err) < 0)
         goto out;
       nrm_log (NULL, NRM_LOG_INFO, "%s: serving %s, registering at %s", pc.driver, nrm_plugin_dra_socket (plugins[i]),
                nrm_plugin_registration_socket (plugins[i]));
     }
   if (api && !c->no_publish)
     {
-      if (start_publishers (c, t, kube, pubs, err) < 0)
+      if (start_publishers (c, &d, kube, pubs, err) < 0)
         goto out;
-      tainter.cfg = c;
-      tainter.t = t;
-      tainter.cpu = drv[0];
-      tainter.pub = pubs[0];
-      tainter.wake = eventfd (0, EFD_CLOEXEC | EFD_NONBLOCK);
-      if (tainter.wake >= 0 && pthread_create (&tainter.thread, NULL, taint_thread, &tainter) == 0)
-        tainting = true;
+      refresher.cfg = c;
+      refresher.drivers = &d;
+      refresher.pubs = pubs;
+      refresher.wake = eventfd (0, EFD_CLOEXEC | EFD_NONBLOCK);
+      if (refresher.wake >= 0 && pthread_create (&refresher.thread, NULL, refresh_thread, &refresher) == 0)
+        refreshing = true;
     }
   struct nrm_metrics_sources ms = { .cfg = c,
                                     .t = t,
-                                    .drivers = { c->publish.cpu_driver, c->publish.memory_driver },
-                                    .plugins = { plugins[0], plugins[1] },
-                                    .publishers = { pubs[0], pubs[1] } };
+                                    .drivers = &d,
+                                    .names = names,
+                                    .plugins = plugins,
+                                    .publishers = api && !c->no_publish ? pubs : NULL };
   if (c->http_address)
     {
       if (nrm_http_start (c->http_address, http_handler, &ms, &http, err) < 0)
@@ -1021,6 +1089,7 @@ cmd_plugin (struct cli *cli, nrm_error_t *err)
           && access (ctl, F_OK) == 0 && nrm_cgroupfs_open (c->fsroot, &rec.fs, &cerr) == 0)
         {
           rec.t = t;
+          rec.drivers = &d;
           if (pthread_create (&rec.thread, NULL, reconcile_thread, &rec) != 0)
             {
               nrm_cgroupfs_close (rec.fs);
@@ -1036,7 +1105,7 @@ cmd_plugin (struct cli *cli, nrm_error_t *err)
    * with -9 go back (a run releases them too, but runs may be rare). */
   for (;;)
     {
-      for (int i = 0; i < 2; i++)
+      for (size_t i = 0; i < d.n; i++)
         nrm_run_release_stale (plugins[i]);
       struct timespec minute = { .tv_sec = 60 };
       sig = sigtimedwait (&set, NULL, &minute);
@@ -1054,26 +1123,24 @@ out:
       nrm_cgroupfs_close (rec.fs);
     }
   nrm_http_stop (http);
-  if (tainting)
+  if (refreshing)
     {
       uint64_t one = 1;
-      __atomic_store_n (&tainter.stop, true, __ATOMIC_SEQ_CST);
-      if (write (tainter.wake, &one, sizeof (one)) < 0)
-        nrm_log (NULL, NRM_LOG_DEBUG, "cannot wake the taint thread: %s", strerror (errno));
-      pthread_join (tainter.thread, NULL);
+      __atomic_store_n (&refresher.stop, true, __ATOMIC_SEQ_CST);
+      if (write (refresher.wake, &one, sizeof (one)) < 0)
+        nrm_log (NULL, NRM_LOG_DEBUG, "cannot wake the slice refresher: %s", strerror (errno));
+      pthread_join (refresher.thread, NULL);
     }
-  if (tainter.wake >= 0)
-    close (tainter.wake);
+  if (refresher.wake >= 0)
+    close (refresher.wake);
   /* Requests in flight end now: nothing waits for the API server. */
   if (kube)
     nrm_kube_cancel (kube);
-  for (int i = 1; i >= 0; i--)
+  for (size_t i = d.n; pubs && i-- > 0;)
     nrm_publisher_stop (pubs[i]);
-  for (int i = 1; i >= 0; i--)
-    {
-      nrm_plugin_stop (plugins[i]);
-      nrm_node_driver_free (drv[i]);
-    }
+  for (size_t i = d.n; plugins && i-- > 0;)
+    nrm_plugin_stop (plugins[i]);
+  close_drivers (reg, &d);
   nrm_kube_free (kube);
   if (rec.wake >= 0)
     close (rec.wake);

@@ -71,7 +71,7 @@ status_metrics (FILE *f, struct nrm_metrics_sources *s)
   FILE *m = open_memstream (&buf, &len);
   if (m == NULL)
     return;
-  int r = nrm_status (s->cfg, s->t, true, m, &err);
+  int r = nrm_status (s->cfg, s->t, s->drivers, true, m, &err);
   fclose (m);
   if (r < 0)
     {
@@ -158,44 +158,49 @@ nrm_metrics_render (struct nrm_metrics_sources *s)
 
   header (f, "nrm_registered", "gauge",
           "1 when the kubelet accepted the plugin's registration, 0 when it refused, -1 before.");
-  for (int i = 0; i < 2; i++)
-    fprintf (f, "nrm_registered{driver=\"%s\"} %d\n", s->drivers[i], nrm_plugin_registered (s->plugins[i]));
+  size_t n = s->drivers->n;
+  for (size_t i = 0; i < n; i++)
+    fprintf (f, "nrm_registered{driver=\"%s\"} %d\n", s->names[i], nrm_plugin_registered (s->plugins[i]));
 
   header (f, "nrm_claim_operation_duration_seconds", "histogram", "Time to prepare or unprepare one claim.");
-  struct nrm_plugin_metrics pm[2];
-  for (int i = 0; i < 2; i++)
+  cleanup_free struct nrm_plugin_metrics *pm = calloc (n + 1, sizeof (*pm));
+  for (size_t i = 0; pm && i < n; i++)
     {
       nrm_plugin_metrics (s->plugins[i], &pm[i]);
-      op_metrics (f, "nrm_claim_operation_duration_seconds", "prepare", s->drivers[i], &pm[i].prepare);
-      op_metrics (f, "nrm_claim_operation_duration_seconds", "unprepare", s->drivers[i], &pm[i].unprepare);
+      op_metrics (f, "nrm_claim_operation_duration_seconds", "prepare", s->names[i], &pm[i].prepare);
+      op_metrics (f, "nrm_claim_operation_duration_seconds", "unprepare", s->names[i], &pm[i].unprepare);
     }
   header (f, "nrm_claim_errors_total", "counter", "Claims that failed to prepare or unprepare, by kind of error.");
-  for (int i = 0; i < 2; i++)
+  for (size_t i = 0; pm && i < n; i++)
     for (int k = 0; k < NRM_ERRKIND_COUNT; k++)
       {
-        fprintf (f, "nrm_claim_errors_total{driver=\"%s\",operation=\"prepare\",kind=\"%s\"} %llu\n", s->drivers[i],
+        fprintf (f, "nrm_claim_errors_total{driver=\"%s\",operation=\"prepare\",kind=\"%s\"} %llu\n", s->names[i],
                  nrm_error_kind_name (k), pm[i].prepare.errors[k]);
-        fprintf (f, "nrm_claim_errors_total{driver=\"%s\",operation=\"unprepare\",kind=\"%s\"} %llu\n", s->drivers[i],
+        fprintf (f, "nrm_claim_errors_total{driver=\"%s\",operation=\"unprepare\",kind=\"%s\"} %llu\n", s->names[i],
                  nrm_error_kind_name (k), pm[i].unprepare.errors[k]);
       }
 
-  if (s->publishers[0])
+  cleanup_free struct nrm_publisher_status *ps = s->publishers ? calloc (n + 1, sizeof (*ps)) : NULL;
+  if (ps)
     {
-      struct nrm_publisher_status ps[2];
-      for (int i = 0; i < 2; i++)
-        nrm_publisher_status (s->publishers[i], &ps[i]);
+      bool connected = true;
+      for (size_t i = 0; i < n; i++)
+        {
+          nrm_publisher_status (s->publishers[i], &ps[i]);
+          connected &= ps[i].connected;
+        }
       header (f, "nrm_slices_synced", "gauge", "1 when the API server holds the desired ResourceSlices.");
-      for (int i = 0; i < 2; i++)
-        fprintf (f, "nrm_slices_synced{driver=\"%s\"} %d\n", s->drivers[i], ps[i].synced);
+      for (size_t i = 0; i < n; i++)
+        fprintf (f, "nrm_slices_synced{driver=\"%s\"} %d\n", s->names[i], ps[i].synced);
       header (f, "nrm_slices_pool_generation", "gauge", "Generation of the published pool.");
-      for (int i = 0; i < 2; i++)
-        fprintf (f, "nrm_slices_pool_generation{driver=\"%s\"} %lld\n", s->drivers[i], ps[i].generation);
+      for (size_t i = 0; i < n; i++)
+        fprintf (f, "nrm_slices_pool_generation{driver=\"%s\"} %lld\n", s->names[i], ps[i].generation);
       header (f, "nrm_slices_writes_total", "counter", "ResourceSlice creates, updates and deletes.");
-      for (int i = 0; i < 2; i++)
-        fprintf (f, "nrm_slices_writes_total{driver=\"%s\"} %lld\n", s->drivers[i], ps[i].writes);
+      for (size_t i = 0; i < n; i++)
+        fprintf (f, "nrm_slices_writes_total{driver=\"%s\"} %lld\n", s->names[i], ps[i].writes);
       header (f, "nrm_api_connected", "gauge", "1 when the last request to the Kubernetes API got an answer.");
-      fprintf (f, "nrm_api_connected %d\n", ps[0].connected && ps[1].connected);
-      for (int i = 0; i < 2; i++)
+      fprintf (f, "nrm_api_connected %d\n", connected);
+      for (size_t i = 0; i < n; i++)
         free (ps[i].error);
     }
   status_metrics (f, s);
@@ -207,10 +212,10 @@ bool
 nrm_metrics_live (struct nrm_metrics_sources *s, char **why)
 {
   *why = NULL;
-  for (int i = 0; i < 2; i++)
+  for (size_t i = 0; i < s->drivers->n; i++)
     if (s->plugins[i] == NULL || access (nrm_plugin_dra_socket (s->plugins[i]), F_OK) < 0)
       {
-        if (asprintf (why, "%s: the DRA socket is gone", s->drivers[i]) < 0)
+        if (asprintf (why, "%s: the DRA socket is gone", s->names[i]) < 0)
           *why = NULL;
         return false;
       }
@@ -223,24 +228,24 @@ nrm_metrics_ready (struct nrm_metrics_sources *s, char **why)
   *why = NULL;
   if (!nrm_metrics_live (s, why))
     return false;
-  for (int i = 0; i < 2; i++)
+  for (size_t i = 0; i < s->drivers->n; i++)
     {
       int reg = nrm_plugin_registered (s->plugins[i]);
       if (reg != 1)
         {
-          if (asprintf (why, "%s: %s", s->drivers[i],
+          if (asprintf (why, "%s: %s", s->names[i],
                         reg == 0 ? "the kubelet refused the registration" : "not registered with the kubelet yet")
               < 0)
             *why = NULL;
           return false;
         }
-      if (s->publishers[i])
+      if (s->publishers && s->publishers[i])
         {
           struct nrm_publisher_status ps;
           nrm_publisher_status (s->publishers[i], &ps);
           bool ok = ps.synced;
           if (!ok
-              && asprintf (why, "%s: ResourceSlices not in sync%s%s", s->drivers[i], ps.error ? ": " : "",
+              && asprintf (why, "%s: ResourceSlices not in sync%s%s", s->names[i], ps.error ? ": " : "",
                            ps.error ? ps.error : "")
                      < 0)
             *why = NULL;

@@ -6,6 +6,7 @@
 
 #include "driver/plugin.h"
 #include "driver/publish.h"
+#include "driver/registry.h"
 #include "nrm/conf.h"
 #include "topology/topology.h"
 
@@ -14,15 +15,16 @@ struct nrm_metrics_sources
 {
   struct nrm_config *cfg;
   const struct nrm_topology *t;
-  const char *drivers[2];
-  struct nrm_plugin *plugins[2];
-  struct nrm_publisher *publishers[2]; /* or NULL without the API */
+  const struct nrm_drivers *drivers; /* drivers->n of each below */
+  const char **names;
+  struct nrm_plugin **plugins;
+  struct nrm_publisher **publishers; /* or NULL without the API */
 };
 
 /* Prometheus text format (version 0.0.4). */
 char *nrm_metrics_render (struct nrm_metrics_sources *s);
 
-/* Liveness: both plugins serve. Readiness: both registered with the
+/* Liveness: every plugin serves. Readiness: every one registered with the
  * kubelet and, with the API, their slices published. *why says what is
  * missing (malloc'd). */
 bool nrm_metrics_live (struct nrm_metrics_sources *s, char **why);

@@ -21,8 +21,9 @@
 
 #include "cpuset/cgroup.h"
 #include "cpuset/commit.h"
-#include "driver/nodedrv.h"
+#include "driver/cpu/cpu.h"
 #include "driver/plugin.h"
+#include "driver/registry.h"
 #include "nrm/base/cleanup.h"
 #include "nrm/base/fs.h"
 #include "nrm/log.h"
@@ -181,7 +182,9 @@ int
 nrm_cmd_run (struct nrm_config *c, struct nrm_topology *t, const struct nrm_run_request *rq, int *ret_status,
              nrm_error_t *err)
 {
-  struct nrm_node_driver *drv[2] = { NULL, NULL };
+  struct nrm_registry *reg = NULL;
+  struct nrm_drivers drivers = { 0 };
+  struct nrm_driver_slot *drv[2] = { NULL, NULL };
   struct nrm_plugin *pl[2] = { NULL, NULL };
   struct run_source src[2] = { { NULL }, { NULL } };
   struct nrm_cgroupfs *fs = NULL;
@@ -191,7 +194,7 @@ nrm_cmd_run (struct nrm_config *c, struct nrm_topology *t, const struct nrm_run_
   cleanup_free uint64_t *free_cpus = NULL;
   bool use_mem = rq->memory != NULL || rq->hugepages_2mi != NULL || rq->hugepages_1gi != NULL;
   bool prepared[2] = { false, false };
-  cleanup_json json_t *mem_env = NULL;
+  cleanup_json json_t *mem_env = NULL, *cpu_claims = NULL, *held = NULL;
   struct nrm_env_binding mem_eb = { 0 }; /* the memory driver's limits, from its environment */
   int r = -1;
 
@@ -201,32 +204,37 @@ nrm_cmd_run (struct nrm_config *c, struct nrm_topology *t, const struct nrm_run_
       || asprintf (&uid, "%08x-0000-4000-8000-%012llx", (unsigned) self, st & 0xffffffffffffULL) < 0
       || asprintf (&cgname, "run-%d", (int) self) < 0)
     return nrm_error_set (err, ENOMEM, "out of memory");
+  /* A run is the command line of the CPU and memory drivers: their claims,
+   * with their names, in their checkpoints. */
+  struct nrm_publish_options po = c->publish;
+  struct nrm_driver_selection sel = { "cpu,memory", c->driver_names };
+  struct nrm_driver_host host = { .topo = t, .node = &po, .fsroot = c->fsroot, .live = true, .log = nrm_log };
+  /* A run takes CPUs by count from a node's consumable device, whatever
+   * device mode the plugin publishes: the claims of both are CPU sets. */
+  po.cpu_mode = NRM_CPU_MODE_NUMA;
+  if (nrm_registry_new (&reg, err) < 0 || nrm_drivers_open (reg, &sel, &host, &drivers, err) < 0)
+    goto out;
+  drv[0] = nrm_drivers_find (&drivers, "cpu");
+  drv[1] = nrm_drivers_find (&drivers, "memory");
   if (rq->options && rq->options[0])
     json_array_append_new (config, json_pack ("{s:s, s:{s:s, s:{s:s, s:s, s:o}}}", "source", "FromClaim", "opaque",
-                                              "driver", c->publish.cpu_driver, "parameters", "apiVersion",
-                                              "cpu.nrm.io/v1alpha1", "kind", "CPUConfig", "options", json_pack ("[]")));
+                                              "driver", drv[0]->name, "parameters", "apiVersion", "cpu.nrm.io/v1alpha1",
+                                              "kind", "CPUConfig", "options", json_pack ("[]")));
   for (size_t i = 0; rq->options && rq->options[i]; i++)
     json_array_append_new (
         json_object_get (json_object_get (json_object_get (json_array_get (config, 0), "opaque"), "parameters"),
                          "options"),
         json_string (rq->options[i]));
 
-  /* A run takes CPUs by count from a node's consumable device, whatever
-   * device mode the plugin publishes: the claims of both are CPU sets. */
-  struct nrm_publish_options po = c->publish;
-  po.cpu_mode = NRM_CPU_MODE_NUMA;
   for (int i = 0; i < 2; i++)
     {
       struct nrm_plugin_config pc;
-      nrm_config_plugin (c, i == 0, &pc);
+      nrm_config_plugin (c, drv[i]->name, &pc);
       pc.instance_uid = NULL;
       pc.log = nrm_log;
       pc.local = true;
       pc.claims = (struct nrm_claim_source){ run_get, &src[i] };
-      if (nrm_node_driver_new (t, &po, i == 0, &drv[i], err) < 0)
-        goto out;
-      nrm_node_driver_set_cpu_options (drv[i], c->cpu_options, (size_t) c->min_shared_cpus);
-      if (nrm_plugin_start (&pc, &nrm_node_driver_ops, drv[i], &pl[i], err) < 0)
+      if (nrm_plugin_start (&pc, drv[i]->ops, drv[i]->self, &pl[i], err) < 0)
         goto out;
     }
   /* Runs whose nrm process is gone (killed with -9) still hold their
@@ -238,8 +246,11 @@ nrm_cmd_run (struct nrm_config *c, struct nrm_topology *t, const struct nrm_run_
    * has room, the fullest first (a best fit, as the slices offer the nodes
    * to the scheduler). */
   nrm_error_t e = NULL;
-  free_cpus = nrm_status_cpus_free (c, t, &e);
+  cpu_claims = nrm_checkpoint_claims (c->state_dir, drv[0]->name, &e);
+  held = cpu_claims ? nrm_checkpoint_held (cpu_claims) : NULL;
   nrm_error_release (&e);
+  /* Unreadable state: the nodes keep the preference order. */
+  free_cpus = held ? nrm_cpu_free_per_node (t, held) : NULL;
   order = nrm_numa_preference_by_room (t, free_cpus);
   char count[32];
   snprintf (count, sizeof (count), "%u", rq->cpus);
@@ -255,7 +266,7 @@ nrm_cmd_run (struct nrm_config *c, struct nrm_topology *t, const struct nrm_run_
         continue;
       snprintf (dev, sizeof (dev), rq->isolated ? "numa%u-isolated" : "numa%u", n->os_index);
       json_decref (src[0].claim);
-      src[0].claim = claim_for (uid, name, c->publish.cpu_driver, c->node_name, dev, "cpus", count, config);
+      src[0].claim = claim_for (uid, name, drv[0]->name, c->node_name, dev, "cpus", count, config);
       nrm_error_release (&last);
       json_t *devs = nrm_plugin_prepare (pl[0], RUN_NAMESPACE, name, uid, &last);
       if (devs != NULL)
@@ -304,7 +315,7 @@ nrm_cmd_run (struct nrm_config *c, struct nrm_topology *t, const struct nrm_run_
       /* Memory and huge pages of the CPUs' node; the run's memory is also
        * its limit (MemoryConfig limit). */
       char dev[64];
-      const char *md = c->publish.memory_driver;
+      const char *md = drv[1]->name;
       cleanup_json json_t *results = json_array ();
       cleanup_json json_t *mconfig
           = json_pack ("[{s:s, s:{s:s, s:{s:s, s:s, s:b}}}]", "source", "FromClaim", "opaque", "driver", md,
@@ -343,7 +354,7 @@ nrm_cmd_run (struct nrm_config *c, struct nrm_topology *t, const struct nrm_run_
       json_decref (devs);
       prepared[1] = true;
       cleanup_json json_t *mclaims = nrm_plugin_claims (pl[1], err);
-      mem_env = json_incref (json_object_get (json_object_get (mclaims, uid), "env"));
+      mem_env = json_incref (json_object_get (json_object_get (json_object_get (mclaims, uid), "edits"), "env"));
       if (*err)
         nrm_error_release (err);
       if (nrm_env_binding_parse (mem_env, name, &mem_eb, err) < 0)
@@ -389,8 +400,8 @@ nrm_cmd_run (struct nrm_config *c, struct nrm_topology *t, const struct nrm_run_
       nrm_error_errno (err, errno, "pipe");
       goto out;
     }
-  setenv ("NRM_CPUS", cpus, 1);
-  setenv ("NRM_MEMS", mems, 1);
+  setenv (nrm_env_name[NRM_ENV_CPUS], cpus, 1);
+  setenv (nrm_env_name[NRM_ENV_MEMS], mems, 1);
   /* The memory driver's variables, as a container gets them. */
   {
     size_t i;
@@ -398,7 +409,8 @@ nrm_cmd_run (struct nrm_config *c, struct nrm_topology *t, const struct nrm_run_
     json_array_foreach (mem_env, i, v)
     {
       const char *kv = json_string_value (v), *eq = kv ? strchr (kv, '=') : NULL;
-      if (eq && strncmp (kv, "NRM_MEMS=", 9) != 0)
+      size_t ml = strlen (nrm_env_name[NRM_ENV_MEMS]);
+      if (eq && !(strncmp (kv, nrm_env_name[NRM_ENV_MEMS], ml) == 0 && kv[ml] == '='))
         {
           cleanup_free char *k = strndup (kv, (size_t) (eq - kv));
           if (k)
@@ -478,9 +490,10 @@ out:
           nrm_error_release (&uerr);
         }
       nrm_plugin_stop (pl[i]);
-      nrm_node_driver_free (drv[i]);
       json_decref (src[i].claim);
     }
+  nrm_drivers_close (&drivers);
+  nrm_registry_free (reg);
   if (fs)
     {
       cleanup_free char *dir = NULL;

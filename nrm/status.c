@@ -11,50 +11,11 @@
 
 #include "cpuset/placement.h"
 #include "driver/devices.h"
+#include "driver/plugin.h"
 #include "driver/quantity.h"
 #include "nrm/base/cleanup.h"
 #include "nrm/base/fs.h"
 #include "nrm/status.h"
-
-static json_t *
-read_claims (const char *state_dir, const char *driver, nrm_error_t *err)
-{
-  cleanup_free char *path = NULL, *text = NULL;
-  nrm_error_t rerr = NULL;
-  json_error_t jerr;
-  if (asprintf (&path, "%s/%s.checkpoint.json", state_dir, driver) < 0)
-    {
-      nrm_error_set (err, ENOMEM, "out of memory");
-      return NULL;
-    }
-  if (nrm_read_file (path, 64 << 20, &text, NULL, &rerr) < 0)
-    {
-      if (rerr->status == ENOENT)
-        {
-          nrm_error_release (&rerr);
-          return json_object ();
-        }
-      *err = rerr;
-      return NULL;
-    }
-  json_t *cp = json_loads (text, 0, &jerr);
-  if (!json_is_object (json_object_get (cp, "claims")))
-    {
-      json_decref (cp);
-      nrm_error_set (err, EINVAL, "checkpoint `%s` is corrupt", path);
-      return NULL;
-    }
-  json_t *claims = json_incref (json_object_get (cp, "claims"));
-  json_decref (cp);
-  return claims;
-}
-
-static bool
-completed (json_t *c)
-{
-  const char *phase = json_string_value (json_object_get (c, "phase"));
-  return phase && strcmp (phase, "PrepareCompleted") == 0;
-}
 
 /* One pool: devices with their capacity and what claims hold of them. */
 static nrm_quantity_t
@@ -126,25 +87,18 @@ fits_counters (json_t *dev, json_t *left)
   return true;
 }
 
-/* The CPUs behind a consumable NUMA-node device ("numa<N>", "numa<N>-isolated"),
- * or NULL for other devices (whole L3 groups and cores: held whole). */
-static hwloc_bitmap_t
-device_cpus (const struct nrm_topology *t, const char *name)
+/* Whether a capacity is counted in bytes (binary suffixes) rather than in
+ * units: its published value carries a suffix. */
+static bool
+binary_capacity (json_t *value)
 {
-  bool isolated = false;
-  int ni = nrm_numa_device_index (t, name, &isolated);
-  if (ni < 0)
-    return NULL;
-  hwloc_bitmap_t set = hwloc_bitmap_dup (t->numa[ni].cpus);
-  if (set && isolated)
-    hwloc_bitmap_and (set, set, t->isolated);
-  else if (set)
-    hwloc_bitmap_andnot (set, set, t->isolated);
-  return set;
+  const char *v = json_string_value (value);
+  return v && v[strspn (v, "0123456789")] != '\0';
 }
 
+/* descs: uid -> what the driver says the claim holds (describe). */
 static json_t *
-pool_status (const struct nrm_topology *t, const struct nrm_pool *p, json_t *claims, const char *node)
+pool_status (const struct nrm_pool *p, json_t *claims, json_t *descs, const char *node)
 {
   json_t *devices = json_array ();
   cleanup_json json_t *held = json_array ();
@@ -154,50 +108,37 @@ pool_status (const struct nrm_topology *t, const struct nrm_pool *p, json_t *cla
   json_array_foreach (p->devices, i, dev)
   {
     const char *name = json_string_value (json_object_get (dev, "name"));
-    const char *key;
+    const char *key, *first = NULL;
     json_t *cap;
     json_t *capacity = json_object ();
     json_object_foreach (json_object_get (dev, "capacity"), key, cap)
     {
       json_object_set (capacity, key, json_object_get (cap, "value"));
+      if (first == NULL)
+        first = key;
     }
-    /* Claims that hold this device, and how much of a consumable one. */
+    /* Claims that hold this device, and how much of its (first) capacity. */
     json_t *holders = json_array ();
-    cleanup_bitmap hwloc_bitmap_t devcpus = device_cpus (t, name);
-    nrm_quantity_t used = 0;
+    uint64_t used = 0;
     const char *uid;
     json_t *c;
     json_object_foreach (claims, uid, c)
     {
       size_t k;
       json_t *d;
-      if (!completed (c))
+      if (!nrm_checkpoint_completed (c))
         continue;
       json_array_foreach (json_object_get (c, "devices"), k, d)
       {
         if (strcmp (json_string_value (json_object_get (d, "device")) ?: "", name) != 0)
           continue;
         /* A claim may hold a shareable device several times: count it once,
-         * with the CPUs or bytes it holds there. */
+         * with what it holds there. */
         json_array_append_new (holders, json_string (uid));
-        json_t *st = json_object_get (c, "state");
-        const char *cpus = json_string_value (json_object_get (st, "cpus"));
-        json_t *mem = json_object_get (json_object_get (st, "devices"), name);
-        if (cpus)
-          {
-            hwloc_bitmap_t set = NULL;
-            nrm_error_t e = NULL;
-            if (nrm_cpulist_parse (cpus, &set, &e) == 0)
-              {
-                if (devcpus)
-                  hwloc_bitmap_and (set, set, devcpus);
-                used += (nrm_quantity_t) hwloc_bitmap_weight (set) * NRM_QUANTITY_ONE;
-              }
-            nrm_error_release (&e);
-            hwloc_bitmap_free (set);
-          }
-        else if (json_is_integer (mem))
-          used += (nrm_quantity_t) json_integer_value (mem) * NRM_QUANTITY_ONE;
+        json_t *amount = json_object_get (
+            json_object_get (json_object_get (json_object_get (descs, uid), "devices"), name), first ? first : "");
+        if (json_is_integer (amount) && json_integer_value (amount) > 0)
+          used += (uint64_t) json_integer_value (amount);
         break;
       }
     }
@@ -208,8 +149,8 @@ pool_status (const struct nrm_topology *t, const struct nrm_pool *p, json_t *cla
     char buf[32];
     json_array_append_new (
         devices, json_pack ("{s:s, s:o, s:s, s:o}", "name", name, "capacity", capacity, "consumed",
-                            nrm_quantity_format ((uint64_t) (used / NRM_QUANTITY_ONE),
-                                                 json_object_get (capacity, "cpus") == NULL, buf, sizeof (buf)),
+                            nrm_quantity_format (used, binary_capacity (json_object_get (capacity, first ? first : "")),
+                                                 buf, sizeof (buf)),
                             "claims", holders));
   }
   /* Partitionable devices: what held devices consume of the shared
@@ -232,28 +173,79 @@ pool_status (const struct nrm_topology *t, const struct nrm_pool *p, json_t *cla
                     "devices", devices);
 }
 
-int
-nrm_status (struct nrm_config *c, const struct nrm_topology *t, bool as_json, FILE *out, nrm_error_t *err)
+hwloc_bitmap_t
+nrm_status_claimed_cpus (const struct nrm_config *c, const struct nrm_drivers *d)
 {
-  struct nrm_pool pools[2] = { { 0 } };
+  hwloc_bitmap_t all = hwloc_bitmap_alloc ();
+  for (size_t i = 0; all && i < d->n; i++)
+    {
+      const struct nrm_driver_slot *s = &d->slots[i];
+      nrm_error_t err = NULL;
+      if (s->ops->describe == NULL)
+        continue;
+      cleanup_json json_t *claims = nrm_checkpoint_claims (c->state_dir, s->name, &err);
+      nrm_error_release (&err);
+      const char *uid;
+      json_t *cl;
+      json_object_foreach (claims, uid, cl)
+      {
+        if (!nrm_checkpoint_completed (cl))
+          continue;
+        cleanup_json json_t *desc = s->ops->describe (s->self, uid, json_object_get (cl, "state"));
+        hwloc_bitmap_t set = NULL;
+        const char *list = json_string_value (json_object_get (desc, "cpus"));
+        if (list && nrm_cpulist_parse (list, &set, &err) == 0)
+          hwloc_bitmap_or (all, all, set);
+        nrm_error_release (&err);
+        hwloc_bitmap_free (set);
+      }
+    }
+  return all;
+}
+
+hwloc_bitmap_t
+nrm_status_shared_cpus (const struct nrm_config *c, const struct nrm_topology *t, hwloc_const_bitmap_t claimed)
+{
+  hwloc_bitmap_t shared = hwloc_bitmap_dup (t->online);
+  if (shared == NULL)
+    return NULL;
+  hwloc_bitmap_andnot (shared, shared, t->disallowed);
+  hwloc_bitmap_andnot (shared, shared, t->isolated);
+  hwloc_bitmap_andnot (shared, shared, claimed);
+  if (c->cpu_options & NRM_OPT_STRICT_CPU_RESERVATION)
+    hwloc_bitmap_andnot (shared, shared, t->reserved);
+  return shared;
+}
+
+int
+nrm_status (struct nrm_config *c, const struct nrm_topology *t, const struct nrm_drivers *drivers, bool as_json,
+            FILE *out, nrm_error_t *err)
+{
   cleanup_json json_t *doc = json_object (), *all_claims = json_object ();
   cleanup_bitmap hwloc_bitmap_t exclusive = hwloc_bitmap_alloc ();
   cleanup_bitmap hwloc_bitmap_t shared = NULL;
   cleanup_free char *ex = NULL, *sh = NULL, *res = NULL, *iso = NULL;
   int r = -1;
 
-  if (nrm_cpu_pool (t, &c->publish, &pools[0], err) < 0 || nrm_memory_pool (t, &c->publish, &pools[1], err) < 0)
-    goto out;
   json_t *jp = json_array ();
   json_object_set_new (doc, "pools", jp);
-  for (int i = 0; i < 2; i++)
+  for (size_t i = 0; i < drivers->n; i++)
     {
-      cleanup_json json_t *claims = read_claims (c->state_dir, pools[i].driver, err);
-      if (claims == NULL)
-        goto out;
-      json_array_append_new (jp, pool_status (t, &pools[i], claims, c->node_name));
+      const struct nrm_driver_slot *s = &drivers->slots[i];
+      struct nrm_pool pool = { 0 };
+      cleanup_json json_t *claims = nrm_checkpoint_claims (c->state_dir, s->name, err);
+      cleanup_json json_t *descs = json_object ();
+      if (claims == NULL || s->ops->pool (s->self, NULL, &pool, err) < 0)
+        return -1;
       const char *uid;
       json_t *cl;
+      json_object_foreach (claims, uid, cl)
+      {
+        if (s->ops->describe && nrm_checkpoint_completed (cl))
+          json_object_set_new (descs, uid, s->ops->describe (s->self, uid, json_object_get (cl, "state")));
+      }
+      json_array_append_new (jp, pool_status (&pool, claims, descs, c->node_name));
+      nrm_pool_done (&pool);
       json_object_foreach (claims, uid, cl)
       {
         json_t *entry = json_object_get (all_claims, uid);
@@ -265,7 +257,7 @@ nrm_status (struct nrm_config *c, const struct nrm_topology *t, bool as_json, FI
                                json_string_value (json_object_get (cl, "phase")), "drivers");
             json_object_set_new (all_claims, uid, entry);
           }
-        json_t *st = json_object_get (cl, "state");
+        json_t *desc = json_object_get (descs, uid);
         json_t *d = json_object ();
         size_t k;
         json_t *dev;
@@ -275,28 +267,24 @@ nrm_status (struct nrm_config *c, const struct nrm_topology *t, bool as_json, FI
           json_array_append (names, json_object_get (dev, "device"));
         }
         json_object_set_new (d, "devices", names);
-        if (json_object_get (st, "cpus"))
+        static const char *const keys[] = { "cpus", "cpuNodes", "memoryNodes" };
+        for (size_t x = 0; x < 3; x++)
+          if (json_is_string (json_object_get (desc, keys[x])))
+            json_object_set (d, keys[x], json_object_get (desc, keys[x]));
+        if (json_object_get (d, "cpus"))
           {
-            json_object_set (d, "cpus", json_object_get (st, "cpus"));
             hwloc_bitmap_t set = NULL;
             nrm_error_t e = NULL;
-            if (nrm_cpulist_parse (json_string_value (json_object_get (st, "cpus")), &set, &e) == 0)
+            if (nrm_cpulist_parse (json_string_value (json_object_get (d, "cpus")), &set, &e) == 0)
               hwloc_bitmap_or (exclusive, exclusive, set);
             nrm_error_release (&e);
             hwloc_bitmap_free (set);
           }
-        if (json_object_get (st, "mems"))
-          json_object_set (d, "memoryNodes", json_object_get (st, "mems"));
-        json_object_set_new (json_object_get (entry, "drivers"), pools[i].driver, d);
+        json_object_set_new (json_object_get (entry, "drivers"), s->name, d);
       }
     }
   json_object_set (doc, "claims", all_claims);
-  shared = hwloc_bitmap_dup (t->online);
-  hwloc_bitmap_andnot (shared, shared, t->disallowed);
-  hwloc_bitmap_andnot (shared, shared, t->isolated);
-  hwloc_bitmap_andnot (shared, shared, exclusive);
-  if (c->cpu_options & NRM_OPT_STRICT_CPU_RESERVATION)
-    hwloc_bitmap_andnot (shared, shared, t->reserved);
+  shared = nrm_status_shared_cpus (c, t, exclusive);
   ex = nrm_cpulist_format (exclusive);
   sh = nrm_cpulist_format (shared);
   res = nrm_cpulist_format (t->reserved);
@@ -356,9 +344,10 @@ nrm_status (struct nrm_config *c, const struct nrm_topology *t, bool as_json, FI
     {
       if (json_object_get (d, "cpus"))
         fprintf (out, " CPUs %s", json_string_value (json_object_get (d, "cpus")));
+      if (json_object_get (d, "cpuNodes"))
+        fprintf (out, " CPU nodes %s", json_string_value (json_object_get (d, "cpuNodes")));
       if (json_object_get (d, "memoryNodes"))
-        fprintf (out, " %s nodes %s", strncmp (drv, "cpu.", 4) == 0 ? "CPU" : "memory",
-                 json_string_value (json_object_get (d, "memoryNodes")));
+        fprintf (out, " memory nodes %s", json_string_value (json_object_get (d, "memoryNodes")));
     }
     fputc ('\n', out);
   }
@@ -366,45 +355,5 @@ nrm_status (struct nrm_config *c, const struct nrm_topology *t, bool as_json, FI
            res && *res ? res : "-", iso && *iso ? iso : "-");
   r = ferror (out) ? nrm_error_set (err, EIO, "cannot write the status") : 0;
 out:
-  nrm_pool_done (&pools[0]);
-  nrm_pool_done (&pools[1]);
   return r;
-}
-
-uint64_t *
-nrm_status_cpus_free (struct nrm_config *c, const struct nrm_topology *t, nrm_error_t *err)
-{
-  struct nrm_publish_options po = c->publish;
-  struct nrm_pool pool = { 0 };
-  uint64_t *free_cpus = NULL;
-  /* Consumable numa<N> devices whatever the mode: the claims of every mode
-   * are CPU sets, counted on the nodes they fall in. */
-  po.cpu_mode = NRM_CPU_MODE_NUMA;
-  if (nrm_cpu_pool (t, &po, &pool, err) < 0)
-    return NULL;
-  cleanup_json json_t *claims = read_claims (c->state_dir, pool.driver, err);
-  cleanup_json json_t *st = claims ? pool_status (t, &pool, claims, c->node_name) : NULL;
-  free_cpus = claims && st ? calloc (t->n_numa + 1, sizeof (uint64_t)) : NULL;
-  if (claims && st && free_cpus == NULL)
-    nrm_error_set (err, ENOMEM, "out of memory");
-  size_t i;
-  json_t *dev;
-  json_array_foreach (json_object_get (st, "devices"), i, dev)
-  {
-    int ni = nrm_numa_device_index (t, json_string_value (json_object_get (dev, "name")), NULL);
-    nrm_quantity_t cap = 0, used = 0;
-    nrm_error_t e = NULL;
-    if (free_cpus == NULL || ni < 0
-        || nrm_quantity_parse (json_string_value (json_object_get (json_object_get (dev, "capacity"), "cpus")), &cap,
-                               &e)
-               < 0
-        || nrm_quantity_parse (json_string_value (json_object_get (dev, "consumed")), &used, &e) < 0)
-      {
-        nrm_error_release (&e);
-        continue;
-      }
-    free_cpus[ni] = cap > used ? (uint64_t) ((cap - used) / NRM_QUANTITY_ONE) : 0;
-  }
-  nrm_pool_done (&pool);
-  return free_cpus;
 }

@@ -13,7 +13,7 @@
 
 #include "driver/devices.h"
 #include "driver/names.h"
-#include "driver/nodedrv.h"
+#include "driver/registry.h"
 #include "driver/plugin.h"
 #include "nrm/base/cleanup.h"
 #include "topology/topology.h"
@@ -40,7 +40,8 @@ LLVMFuzzerInitialize (int *argc, char ***argv)
   static char dir[] = "/dev/shm/nrm-fuzz-claim-XXXXXX";
   struct nrm_topology *t = NULL;
   nrm_error_t err = NULL;
-  if (mkdtemp (dir) == NULL || nrm_topology_load (NRM_FUZZ_TOPOLOGY, &t, &err) < 0)
+  static struct nrm_registry *reg;
+  if (mkdtemp (dir) == NULL || nrm_topology_load (NRM_FUZZ_TOPOLOGY, &t, &err) < 0 || nrm_registry_new (&reg, &err) < 0)
     abort ();
   for (int i = 0; i < 4; i++)
     {
@@ -48,20 +49,26 @@ LLVMFuzzerInitialize (int *argc, char ***argv)
       nrm_publish_options_init (&o);
       o.node_name = "fuzz";
       o.cpu_mode = i >= 2 ? NRM_CPU_MODE_PARTITIONED : NRM_CPU_MODE_NUMA;
-      struct nrm_node_driver *d = NULL;
+      o.min_shared_cpus = 1;
+      static struct nrm_driver_host h;
+      static struct nrm_publish_options opts[4];
+      opts[i] = o;
+      h = (struct nrm_driver_host){ .topo = t, .node = &opts[i], .fsroot = "/" };
+      const struct nrm_driver_ops *ops = nrm_registry_find (reg, i % 2 ? "memory" : "cpu");
+      h.name = ops->default_name;
+      void *d = NULL;
       char state[sizeof (dir) + 8];
       snprintf (state, sizeof (state), "%s/%d", dir, i / 2);
-      struct nrm_plugin_config pc = { .driver = i % 2 ? o.memory_driver : o.cpu_driver,
+      struct nrm_plugin_config pc = { .driver = ops->default_name,
                                       .node_name = "fuzz",
                                       .state_dir = state,
                                       .kubelet_dir = dir,
                                       .cdi_dir = dir,
                                       .local = true,
                                       .claims = { fuzz_get, NULL } };
-      if (nrm_node_driver_new (t, &o, i % 2 == 0, &d, &err) < 0)
+      if (ops->new (&h, &d, &err) < 0)
         abort ();
-      nrm_node_driver_set_cpu_options (d, 0, 1);
-      if (nrm_plugin_start (&pc, &nrm_node_driver_ops, d, &plugins[i], &err) < 0)
+      if (nrm_plugin_start (&pc, ops, d, &plugins[i], &err) < 0)
         abort ();
     }
   /* The topology and drivers live as long as the process. */

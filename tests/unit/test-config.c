@@ -49,7 +49,7 @@ test_good_file (void **state)
   assert_int_equal (nrm_config_finish (&c, &err), 0);
   assert_string_equal (c.node_name, "worker-1");
   assert_string_equal (c.publish.node_name, "worker-1");
-  assert_string_equal (c.publish.cpu_driver, "cpu.example.com");
+  assert_string_equal (json_string_value (json_object_get (c.driver_names, "cpu")), "cpu.example.com");
   assert_int_equal (c.publish.cpu_mode, NRM_CPU_MODE_PARTITIONED);
   assert_int_equal (c.publish.memory_granularity, 4 << 20);
   assert_true (c.publish.list_attributes);

@@ -14,10 +14,32 @@
 #include <cmocka.h>
 
 #include "driver/devices.h"
+#include "driver/registry.h"
 #include "driver/quantity.h"
 #include "nrm/base/cleanup.h"
 #include "tests/unit/corpus.h"
 #include "topology/topology.h"
+
+#define CPU_DRIVER "cpu.nrm.io"
+#define MEMORY_DRIVER "memory.nrm.io"
+
+/* The node's slices while one claim of the CPU driver holds cpus. */
+static int
+slices_held (const struct nrm_topology *t, const struct nrm_publish_options *o, const char *cpus, json_t **ret,
+             nrm_error_t *err)
+{
+  struct nrm_registry *reg = NULL;
+  struct nrm_drivers d = { 0 };
+  struct nrm_driver_selection sel = { NULL, NULL };
+  struct nrm_driver_host h = { .topo = t, .node = o, .fsroot = "/" };
+  cleanup_json json_t *held = json_pack ("{s:{s:{s:s}}}", CPU_DRIVER, "u1", "cpus", cpus);
+  int r = -1;
+  if (nrm_registry_new (&reg, err) == 0 && nrm_drivers_open (reg, &sel, &h, &d, err) == 0)
+    r = nrm_drivers_slices (&d, o, held, NULL, ret, err);
+  nrm_drivers_close (&d);
+  nrm_registry_free (reg);
+  return r;
+}
 
 #define MiB (1024ull * 1024)
 
@@ -107,7 +129,7 @@ check_numa_mode (const struct corpus_entry *c, bool reserve, bool gates)
   /* CPUs: allowed online PUs minus reserved, per node and in total. */
   uint64_t cpus = 0, want_cpus = 0;
   json_t *dev;
-  FOREACH_DEVICE (a, o.cpu_driver, dev, {
+  FOREACH_DEVICE (a, CPU_DRIVER, dev, {
     json_t *cap = json_object_get (json_object_get (dev, "capacity"), "cpus");
     cpus += qvalue (json_object_get (cap, "value"));
     assert_true (json_is_true (json_object_get (dev, "allowMultipleAllocations")));
@@ -120,7 +142,7 @@ check_numa_mode (const struct corpus_entry *c, bool reserve, bool gates)
 
   /* Memory: node memory minus reserved, down to the granularity. */
   uint64_t mem = 0, want_mem = 0;
-  FOREACH_DEVICE (a, o.memory_driver, dev, {
+  FOREACH_DEVICE (a, MEMORY_DRIVER, dev, {
     if (json_object_get (json_object_get (dev, "capacity"), "memory"))
       mem += qvalue (json_object_get (json_object_get (json_object_get (dev, "capacity"), "memory"), "value"));
   });
@@ -186,7 +208,7 @@ check_partitioned (const struct corpus_entry *c, bool reserve)
   /* Whole-node devices consume their whole set; every device consumes
    * exactly its own CPU count; core devices never split a core. */
   json_t *dev;
-  FOREACH_DEVICE (a, o.cpu_driver, dev, {
+  FOREACH_DEVICE (a, CPU_DRIVER, dev, {
     uint64_t value = qvalue (json_object_get (json_object_get (json_object_get (dev, "capacity"), "cpus"), "value"));
     uint64_t used = 0;
     size_t k;
@@ -421,7 +443,7 @@ test_counter_sets_split (void **state)
   json_array_foreach (json_object_get (l, "items"), i, s)
   {
     json_t *spec = json_object_get (s, "spec");
-    if (strcmp (json_string_value (json_object_get (spec, "driver")), o.cpu_driver))
+    if (strcmp (json_string_value (json_object_get (spec, "driver")), CPU_DRIVER))
       continue;
     if (json_object_get (spec, "sharedCounters"))
       {
@@ -484,13 +506,12 @@ test_order_by_room (void **state)
 
   cleanup_json json_t *plain = NULL, *live = NULL, *part = NULL;
   assert_int_equal (nrm_node_slices (t, &o, &plain, &err), 0);
-  cleanup_free char *names = cpu_device_names (plain, o.cpu_driver);
+  cleanup_free char *names = cpu_device_names (plain, CPU_DRIVER);
   assert_string_equal (names, "numa0,numa1,numa2,numa3,numa4,numa5,numa6,numa7,numa7-isolated");
 
-  uint64_t free_cpus[8] = { 2, 1, 2, 0, 2, 2, 2, 1 };
-  struct nrm_live l = { NULL, free_cpus };
-  assert_int_equal (nrm_node_slices_live (t, &o, &l, &live, &err), 0);
-  cleanup_free char *ordered = cpu_device_names (live, o.cpu_driver);
+  /* Free CPUs per node { 2, 1, 2, 0, 2, 2, 2, 1 }: CPU 15 is isolated. */
+  assert_int_equal (slices_held (t, &o, "2,6-7", &live, &err), 0);
+  cleanup_free char *ordered = cpu_device_names (live, CPU_DRIVER);
   assert_string_equal (ordered, "numa3,numa1,numa7,numa0,numa2,numa4,numa5,numa6,numa7-isolated");
 
   /* Device names: numa<N> and, when asked for, numa<N>-isolated. */
@@ -509,7 +530,7 @@ test_order_by_room (void **state)
   o.cpu_mode = NRM_CPU_MODE_PARTITIONED;
   cleanup_json json_t *part0 = NULL;
   assert_int_equal (nrm_node_slices (t, &o, &part0, &err), 0);
-  assert_int_equal (nrm_node_slices_live (t, &o, &l, &part, &err), 0);
+  assert_int_equal (slices_held (t, &o, "2,6-7", &part, &err), 0);
   assert_true (json_equal (part, part0));
   nrm_topology_free (t);
 }

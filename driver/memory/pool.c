@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "driver/devices.h"
+#include "driver/memory/memory.h"
 #include "driver/jsonattr.h"
 #include "driver/quantity.h"
 #include "nrm/base/cleanup.h"
@@ -71,12 +72,12 @@ cmp_memory_order (const void *a, const void *b, void *arg)
 }
 
 int
-nrm_memory_pool (const struct nrm_topology *t, const struct nrm_publish_options *o, struct nrm_pool *ret,
-                 nrm_error_t *err)
+nrm_memory_pool (const struct nrm_topology *t, const struct nrm_publish_options *o, const char *driver,
+                 struct nrm_pool *ret, nrm_error_t *err)
 {
   cleanup_free size_t *pref = nrm_numa_preference (t);
   cleanup_free size_t *order = calloc (2 * (t->n_numa ? t->n_numa : 1), sizeof (size_t));
-  struct nrm_pool p = { .driver = strdup (o->memory_driver), .devices = json_array (), .counter_sets = json_array () };
+  struct nrm_pool p = { .driver = strdup (driver), .devices = json_array (), .counter_sets = json_array () };
 
   if (pref == NULL || order == NULL || p.driver == NULL || p.devices == NULL || p.counter_sets == NULL)
     {

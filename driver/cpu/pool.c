@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "driver/cpu/cpu.h"
 #include "driver/devices.h"
 #include "driver/jsonattr.h"
 #include "nrm/base/cleanup.h"
@@ -441,10 +442,11 @@ out:
 }
 
 int
-nrm_cpu_pool (const struct nrm_topology *t, const struct nrm_publish_options *o, struct nrm_pool *ret, nrm_error_t *err)
+nrm_cpu_pool (const struct nrm_topology *t, const struct nrm_publish_options *o, const char *driver,
+              struct nrm_pool *ret, nrm_error_t *err)
 {
   cleanup_free size_t *order = nrm_numa_preference (t);
-  struct nrm_pool p = { .driver = strdup (o->cpu_driver), .devices = json_array (), .counter_sets = json_array () };
+  struct nrm_pool p = { .driver = strdup (driver), .devices = json_array (), .counter_sets = json_array () };
   int r = 0;
 
   if (order == NULL || p.driver == NULL || p.devices == NULL || p.counter_sets == NULL)

@@ -1,0 +1,120 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The NRM_* variables: written by the drivers, read by the commit. */
+#include "config.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpuset/env.h"
+#include "nrm/base/cleanup.h"
+
+const char *const nrm_env_name[NRM_ENV_COUNT] = {
+  [NRM_ENV_CPUS] = "NRM_CPUS",
+  [NRM_ENV_CPU_NODES] = "NRM_CPU_NODES",
+  [NRM_ENV_SHARED_CPUS] = "NRM_SHARED_CPUS",
+  [NRM_ENV_MEMS] = "NRM_MEMS",
+  [NRM_ENV_MEMORY_MAX] = "NRM_MEMORY_MAX",
+  [NRM_ENV_MEMORY_MIN] = "NRM_MEMORY_MIN",
+  [NRM_ENV_HUGETLB] = "NRM_HUGETLB_",
+};
+
+static bool
+digits_only (const char *s)
+{
+  return s && *s && strspn (s, "0123456789") == strlen (s) && strlen (s) <= 20;
+}
+
+static int
+append (json_t *env, const char *name, const char *value, nrm_error_t *err)
+{
+  cleanup_free char *s = NULL;
+  if (asprintf (&s, "%s=%s", name, value) < 0 || json_array_append_new (env, json_string (s)) < 0)
+    return nrm_error_set (err, ENOMEM, "out of memory");
+  return 0;
+}
+
+int
+nrm_env_add (json_t *env, enum nrm_env_var v, const char *size, const char *uid, const char *value, nrm_error_t *err)
+{
+  cleanup_free char *name = NULL, *key = NULL;
+  if (asprintf (&name, "%s%s", nrm_env_name[v], v == NRM_ENV_HUGETLB && size ? size : "") < 0
+      || asprintf (&key, "%s_%s", name, uid) < 0)
+    return nrm_error_set (err, ENOMEM, "out of memory");
+  for (char *c = key + strlen (name); *c; c++)
+    *c = *c == '-' ? '_' : (char) (*c >= 'a' && *c <= 'z' ? *c - 'a' + 'A' : *c);
+  if (append (env, name, value, err) < 0 || append (env, key, value, err) < 0)
+    return -1;
+  return 0;
+}
+
+/* "NAME=" of v, or NULL when kv is not v. */
+static const char *
+value_of (const char *kv, enum nrm_env_var v)
+{
+  size_t n = strlen (nrm_env_name[v]);
+  if (strncmp (kv, nrm_env_name[v], n) != 0 || kv[n] != '=')
+    return NULL;
+  return kv + n + 1;
+}
+
+int
+nrm_env_binding_parse (json_t *env, const char *what, struct nrm_env_binding *eb, nrm_error_t *err)
+{
+  size_t i;
+  json_t *e;
+  memset (eb, 0, sizeof (*eb));
+  json_array_foreach (env, i, e)
+  {
+    const char *kv = json_string_value (e);
+    if (kv == NULL)
+      continue;
+    const char *v;
+    size_t pl = strlen (nrm_env_name[NRM_ENV_HUGETLB]);
+    if ((v = value_of (kv, NRM_ENV_CPUS)))
+      eb->cpus = v;
+    else if ((v = value_of (kv, NRM_ENV_MEMS)))
+      eb->mems = v;
+    else if ((v = value_of (kv, NRM_ENV_CPU_NODES)))
+      eb->cpu_nodes = v;
+    else if ((v = value_of (kv, NRM_ENV_SHARED_CPUS)))
+      eb->shared_cpus = strcmp (v, "true") == 0;
+    else if ((v = value_of (kv, NRM_ENV_MEMORY_MAX)))
+      eb->memory_max = v;
+    else if ((v = value_of (kv, NRM_ENV_MEMORY_MIN)))
+      eb->memory_min = v;
+    else if (strncmp (kv, nrm_env_name[NRM_ENV_HUGETLB], pl) == 0)
+      {
+        /* NRM_HUGETLB_<size>=<bytes>, the size as the kernel names it; the
+         * per-claim copies (NRM_HUGETLB_<size>_<UID>) say the same. */
+        const char *eq = strchr (kv, '=');
+        size_t sl = eq ? (size_t) (eq - kv - pl) : 0;
+        if (eq && memchr (kv + pl, '_', sl) != NULL)
+          continue;
+        if (sl == 0 || sl > 8 || strspn (kv + pl, "0123456789KMGB") != sl || !digits_only (eq + 1))
+          return nrm_error_set (err, EINVAL, "%s: malformed `%.40s`", what, kv);
+        if (eb->n_hugetlb == 4)
+          return nrm_error_set (err, EINVAL, "%s: more than 4 huge page sizes", what);
+        snprintf (eb->hugetlb[eb->n_hugetlb].size, sizeof (eb->hugetlb[0].size), "%.*s", (int) sl, kv + pl);
+        eb->hugetlb[eb->n_hugetlb].max = eq + 1;
+        eb->n_hugetlb++;
+      }
+  }
+  if ((eb->memory_max && !digits_only (eb->memory_max)) || (eb->memory_min && !digits_only (eb->memory_min)))
+    return nrm_error_set (err, EINVAL, "%s: NRM_MEMORY_MAX and NRM_MEMORY_MIN must be byte counts", what);
+  return 0;
+}
+
+void
+nrm_env_binding_memory (const struct nrm_env_binding *eb, struct nrm_binding *b)
+{
+  b->memory_max = eb->memory_max;
+  b->memory_min = eb->memory_min;
+  b->n_hugetlb = eb->n_hugetlb;
+  for (size_t h = 0; h < eb->n_hugetlb; h++)
+    {
+      b->hugetlb[h].size = eb->hugetlb[h].size;
+      b->hugetlb[h].max = eb->hugetlb[h].max;
+    }
+}

@@ -1,0 +1,585 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The CPU driver: turns allocated CPU devices into concrete CPUs (through
+ * the placement engine), passes them to the container for the cgroup
+ * commit, and reports CPUs that went offline. */
+#include "config.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpuset/env.h"
+#include "cpuset/placement.h"
+#include "driver/cpu/cpu.h"
+#include "driver/driver.h"
+#include "driver/kit.h"
+#include "nrm/base/cleanup.h"
+#include "nrm/base/fs.h"
+
+struct claim_entry
+{
+  char *uid;
+  hwloc_bitmap_t cpus;
+  struct claim_entry *next;
+};
+
+struct cpu_driver
+{
+  const struct nrm_topology *t;
+  struct nrm_publish_options o;
+  char *name;
+  json_t *devices; /* name -> Device, as published */
+  json_t *names;   /* device names in pool order */
+  hwloc_bitmap_t taken;
+  struct claim_entry *claims;
+  char *online_path; /* NULL: no health check */
+};
+
+static struct claim_entry *
+find_claim (struct cpu_driver *d, const char *uid)
+{
+  for (struct claim_entry *c = d->claims; c; c = c->next)
+    if (strcmp (c->uid, uid) == 0)
+      return c;
+  return NULL;
+}
+
+static int
+add_claim (struct cpu_driver *d, const char *uid, hwloc_const_bitmap_t cpus, nrm_error_t *err)
+{
+  struct claim_entry *c = calloc (1, sizeof (*c));
+  if (c == NULL || (c->uid = strdup (uid)) == NULL || (c->cpus = hwloc_bitmap_dup (cpus)) == NULL)
+    {
+      if (c)
+        free (c->uid);
+      free (c);
+      return nrm_error_set (err, ENOMEM, "out of memory");
+    }
+  c->next = d->claims;
+  d->claims = c;
+  hwloc_bitmap_or (d->taken, d->taken, cpus);
+  return 0;
+}
+
+static void
+drop_claim (struct cpu_driver *d, const char *uid)
+{
+  for (struct claim_entry **p = &d->claims; *p; p = &(*p)->next)
+    if (strcmp ((*p)->uid, uid) == 0)
+      {
+        struct claim_entry *c = *p;
+        *p = c->next;
+        hwloc_bitmap_andnot (d->taken, d->taken, c->cpus);
+        free (c->uid);
+        hwloc_bitmap_free (c->cpus);
+        free (c);
+        return;
+      }
+}
+
+static void
+cpu_reset (void *self)
+{
+  struct cpu_driver *d = self;
+  while (d->claims)
+    drop_claim (d, d->claims->uid);
+  hwloc_bitmap_zero (d->taken);
+}
+
+/* The allocatable CPUs of every node. */
+static hwloc_bitmap_t
+allocatable (const struct nrm_topology *t)
+{
+  hwloc_bitmap_t set = hwloc_bitmap_alloc ();
+  for (size_t i = 0; set && i < t->n_numa; i++)
+    {
+      cleanup_bitmap hwloc_bitmap_t a = nrm_topology_node_allocatable (t, i);
+      hwloc_bitmap_or (set, set, a);
+    }
+  return set;
+}
+
+/* The CPUs a device stands for: a NUMA node, an L3 group or a core. */
+static hwloc_bitmap_t
+device_cpus (const struct nrm_topology *t, const char *name)
+{
+  unsigned id;
+  char tail;
+  hwloc_bitmap_t set = allocatable (t);
+  if (set == NULL)
+    return NULL;
+  bool isolated = false;
+  int i = nrm_numa_device_index (t, name, &isolated);
+  if (i >= 0)
+    {
+      cleanup_bitmap hwloc_bitmap_t a = nrm_topology_node_allocatable (t, (size_t) i);
+      if (a)
+        hwloc_bitmap_and (set, set, a);
+      else
+        hwloc_bitmap_zero (set);
+    }
+  else if (sscanf (name, "l3-%u%c", &id, &tail) == 1)
+    {
+      size_t l;
+      for (l = 0; l < t->n_l3 && t->l3[l].os_index != id; l++)
+        ;
+      if (l < t->n_l3)
+        hwloc_bitmap_and (set, set, t->l3[l].cpus);
+      else
+        hwloc_bitmap_zero (set);
+    }
+  else if (sscanf (name, "core%u%c", &id, &tail) == 1)
+    {
+      int pi = nrm_topology_pu_index (t, id);
+      if (pi >= 0 && t->pus[pi].core >= 0)
+        hwloc_bitmap_and (set, set, t->cores[t->pus[pi].core].cpus);
+      else
+        hwloc_bitmap_zero (set);
+    }
+  else
+    hwloc_bitmap_zero (set);
+  /* Isolated CPUs belong to the isolated devices only. */
+  if (isolated)
+    hwloc_bitmap_and (set, set, t->isolated);
+  else
+    hwloc_bitmap_andnot (set, set, t->isolated);
+  return set;
+}
+
+static char *
+mems_of (const struct nrm_topology *t, hwloc_const_bitmap_t cpus)
+{
+  cleanup_bitmap hwloc_bitmap_t nodes = hwloc_bitmap_alloc ();
+  int cpu;
+  hwloc_bitmap_foreach_begin (cpu, cpus)
+  {
+    int pi = nrm_topology_pu_index (t, (unsigned) cpu);
+    if (pi >= 0 && t->pus[pi].numa >= 0)
+      hwloc_bitmap_set (nodes, t->numa[t->pus[pi].numa].os_index);
+  }
+  hwloc_bitmap_foreach_end ();
+  return nrm_cpulist_format (nodes);
+}
+
+/* Placement settings of one request: the node's options, then the claim's
+ * opaque configuration for this driver (class first, claim last; a later
+ * entry replaces what an earlier one set). */
+struct cpu_settings
+{
+  unsigned options;
+  char cpu_kind[16];
+  bool shared; /* sharedCPUs: the container runs on the shared pool too */
+};
+
+static int
+cpu_settings (struct cpu_driver *d, json_t *config, const char *request, struct cpu_settings *cs, nrm_error_t *err)
+{
+  size_t i;
+  json_t *entry;
+  memset (cs, 0, sizeof (*cs));
+  cs->options = d->o.cpu_options;
+  json_array_foreach (config, i, entry)
+  {
+    json_t *params, *v;
+    const char *key;
+    if (!nrm_kit_names_request (json_object_get (entry, "requests"), request))
+      continue;
+    if (nrm_kit_opaque_params (entry, i, "cpu.nrm.io/v1alpha1", "CPUConfig", &params, err) < 0)
+      return -1;
+    json_object_foreach (params, key, v)
+    {
+      if (strcmp (key, "apiVersion") == 0 || strcmp (key, "kind") == 0)
+        continue;
+      if (strcmp (key, "options") == 0)
+        {
+          size_t k;
+          json_t *o;
+          if (!json_is_array (v))
+            return nrm_error_set (err, EINVAL, "opaque configuration %zu: `options` must be a list of strings", i);
+          cs->options = 0;
+          json_array_foreach (v, k, o)
+          {
+            if (!json_is_string (o))
+              return nrm_error_set (err, EINVAL, "opaque configuration %zu: `options` must be a list of strings", i);
+            if (nrm_cpu_option_parse (json_string_value (o), &cs->options, err) < 0)
+              return nrm_error_wrap (err, "opaque configuration %zu", i);
+          }
+        }
+      else if (strcmp (key, "cpuKind") == 0)
+        {
+          const char *k = json_string_value (v);
+          if (k == NULL || (strcmp (k, "performance") && strcmp (k, "efficiency")))
+            return nrm_error_set (err, EINVAL, "opaque configuration %zu: `cpuKind` must be performance or efficiency",
+                                  i);
+          snprintf (cs->cpu_kind, sizeof (cs->cpu_kind), "%s", k);
+        }
+      else if (strcmp (key, "sharedCPUs") == 0)
+        {
+          if (!json_is_boolean (v))
+            return nrm_error_set (err, EINVAL, "opaque configuration %zu: `sharedCPUs` must be a boolean", i);
+          cs->shared = json_is_true (v);
+        }
+      else
+        return nrm_error_set (err, EINVAL, "opaque configuration %zu: unknown field `%s`", i, key);
+    }
+  }
+  return 0;
+}
+
+/* The CPUs of one allocated device for this claim, added to claim. */
+static int
+take_device (struct cpu_driver *d, const struct nrm_alloc_result *r, json_t *config, hwloc_bitmap_t claim, bool *shared,
+             nrm_error_t *err)
+{
+  json_t *dev = json_object_get (d->devices, r->device);
+  struct cpu_settings cs;
+  if (dev == NULL)
+    return nrm_error_set (err, ENODEV, "unknown device `%s` in pool `%s`", r->device, r->pool);
+  if (cpu_settings (d, config, r->request, &cs, err) < 0)
+    return -1;
+  *shared |= cs.shared;
+  cleanup_bitmap hwloc_bitmap_t cpus = device_cpus (d->t, r->device);
+  if (cpus == NULL)
+    return nrm_error_set (err, ENOMEM, "out of memory");
+  if (!json_is_true (json_object_get (dev, "allowMultipleAllocations")))
+    {
+      /* A whole device: all its CPUs, or none when some are in use. */
+      if (hwloc_bitmap_intersects (cpus, d->taken) || hwloc_bitmap_intersects (cpus, claim))
+        return nrm_error_set (err, EBUSY, "device %s: some of its CPUs are already in use", r->device);
+      hwloc_bitmap_or (claim, claim, cpus);
+      return 0;
+    }
+  nrm_quantity_t q;
+  if (nrm_kit_consumed (r, "cpus", NRM_QUANTITY_ONE, &q, err) < 0)
+    return -1;
+  if (q % NRM_QUANTITY_ONE != 0)
+    return nrm_error_set (err, EINVAL, "device %s: a fraction of a CPU cannot be exclusive", r->device);
+  struct nrm_cpu_request req
+      = { .count = (size_t) (q / NRM_QUANTITY_ONE),
+          .within = cpus,
+          .options = cs.options,
+          .cpu_kind = cs.cpu_kind[0] ? cs.cpu_kind : NULL,
+          .isolated = hwloc_bitmap_isincluded (cpus, d->t->isolated) && !hwloc_bitmap_iszero (cpus) };
+  cleanup_bitmap hwloc_bitmap_t free_set = hwloc_bitmap_dup (d->t->online);
+  cleanup_bitmap hwloc_bitmap_t got = hwloc_bitmap_alloc ();
+  if (free_set == NULL || got == NULL)
+    return nrm_error_set (err, ENOMEM, "out of memory");
+  hwloc_bitmap_andnot (free_set, free_set, d->taken);
+  hwloc_bitmap_andnot (free_set, free_set, claim);
+  if (nrm_place_cpus (d->t, free_set, &req, got, err) < 0)
+    return nrm_error_wrap (err, "device %s", r->device);
+  hwloc_bitmap_or (claim, claim, got);
+  return 0;
+}
+
+static int
+cpu_prepare (void *self, const struct nrm_claim_view *c, struct nrm_prepared *out, nrm_error_t *err)
+{
+  struct cpu_driver *d = self;
+  cleanup_bitmap hwloc_bitmap_t claim = hwloc_bitmap_alloc ();
+  bool shared = false;
+  if (find_claim (d, c->uid))
+    return nrm_error_set (err, EEXIST, "claim %s is already prepared", c->uid);
+  if (claim == NULL)
+    return nrm_error_set (err, ENOMEM, "out of memory");
+  for (size_t i = 0; i < c->n_results; i++)
+    if (take_device (d, &c->results[i], c->config, claim, &shared, err) < 0)
+      return -1;
+  /* Never hand out the last shared CPUs: every other pod runs there. */
+  if (d->o.min_shared_cpus > 0)
+    {
+      cleanup_bitmap hwloc_bitmap_t left = allocatable (d->t);
+      if (left == NULL)
+        return nrm_error_set (err, ENOMEM, "out of memory");
+      hwloc_bitmap_andnot (left, left, d->t->isolated);
+      hwloc_bitmap_andnot (left, left, d->taken);
+      hwloc_bitmap_andnot (left, left, claim);
+      int w = hwloc_bitmap_weight (left);
+      if ((size_t) w < d->o.min_shared_cpus)
+        return nrm_error_set (err, ENOSPC, "this claim would leave %d shared CPU%s, fewer than the minimum of %zu", w,
+                              w == 1 ? "" : "s", d->o.min_shared_cpus);
+    }
+  cleanup_free char *list = nrm_cpulist_format (claim), *mems = mems_of (d->t, claim);
+  cleanup_json json_t *state = list && mems ? json_pack ("{s:s, s:s}", "cpus", list, "mems", mems) : NULL;
+  cleanup_json json_t *env = json_array ();
+  if (state == NULL || env == NULL)
+    return nrm_error_set (err, ENOMEM, "out of memory");
+  if (shared)
+    json_object_set_new (state, "sharedCPUs", json_true ());
+  if (nrm_env_add (env, NRM_ENV_CPUS, NULL, c->uid, list, err) < 0
+      || nrm_env_add (env, NRM_ENV_CPU_NODES, NULL, c->uid, mems, err) < 0)
+    return -1;
+  /* A mixed claim: the hook and the reconciler add the shared pool to the
+   * container's cpuset; NRM_CPUS stays the exclusive part. */
+  if (shared && nrm_env_add (env, NRM_ENV_SHARED_CPUS, NULL, c->uid, "true", err) < 0)
+    return -1;
+  if (add_claim (d, c->uid, claim, err) < 0)
+    return -1;
+  out->state = TAKE_PTR (state);
+  out->edits.env = TAKE_PTR (env);
+  out->edits.commit_hook = true;
+  return 0;
+}
+
+static int
+cpu_restore (void *self, const char *uid, json_t *state, nrm_error_t *err)
+{
+  struct cpu_driver *d = self;
+  cleanup_bitmap hwloc_bitmap_t cpus = NULL;
+  if (find_claim (d, uid))
+    return 0;
+  const char *list = json_string_value (json_object_get (state, "cpus"));
+  if (list == NULL || nrm_cpulist_parse (list, &cpus, err) < 0)
+    {
+      nrm_error_release (err);
+      return nrm_error_set (err, EINVAL, "state has no valid `cpus`");
+    }
+  if (hwloc_bitmap_intersects (cpus, d->taken))
+    return nrm_error_set (err, EEXIST, "CPUs %s are held by another claim", list);
+  return add_claim (d, uid, cpus, err);
+}
+
+static void
+cpu_unprepare (void *self, const char *uid, json_t *state)
+{
+  (void) state;
+  drop_claim (self, uid);
+}
+
+/* A device with an offline CPU is unhealthy, and tainted NoSchedule until
+ * the CPU is back: the online list is read once per report. */
+static int
+cpu_health (void *self, struct nrm_health_report *ret, nrm_error_t *err)
+{
+  struct cpu_driver *d = self;
+  size_t n = json_array_size (d->names);
+  cleanup_free char *text = NULL, *why = NULL;
+  cleanup_bitmap hwloc_bitmap_t online = NULL;
+  enum nrm_health all = NRM_HEALTH_HEALTHY;
+  nrm_error_t rerr = NULL;
+  if (d->online_path
+      && (nrm_read_file (d->online_path, 1 << 16, &text, NULL, &rerr) < 0
+          || nrm_cpulist_parse (text, &online, &rerr) < 0))
+    {
+      all = NRM_HEALTH_UNKNOWN;
+      if (asprintf (&why, "cannot read %s: %s", d->online_path, nrm_error_msg (rerr)) < 0)
+        why = NULL;
+      nrm_error_release (&rerr);
+    }
+  ret->devices = calloc (n + 1, sizeof (*ret->devices));
+  ret->n = 0;
+  if (ret->devices == NULL)
+    return nrm_error_set (err, ENOMEM, "out of memory");
+  for (size_t i = 0; i < n; i++)
+    {
+      struct nrm_device_health *h = &ret->devices[ret->n++];
+      const char *dev = json_string_value (json_array_get (d->names, i));
+      h->device = strdup (dev);
+      h->health = all;
+      if (why)
+        h->message = strdup (why);
+      if (online == NULL)
+        continue;
+      cleanup_bitmap hwloc_bitmap_t gone = device_cpus (d->t, dev);
+      if (gone == NULL)
+        continue;
+      hwloc_bitmap_andnot (gone, gone, online);
+      if (hwloc_bitmap_iszero (gone))
+        continue;
+      cleanup_free char *list = nrm_cpulist_format (gone);
+      h->health = NRM_HEALTH_UNHEALTHY;
+      if (asprintf (&h->message, "CPUs %s went offline", list ? list : "?") < 0)
+        h->message = NULL;
+      h->taint = strdup ("cpus-offline");
+      h->effect = NRM_TAINT_NO_SCHEDULE;
+    }
+  return 0;
+}
+
+static json_t *
+cpu_describe (void *self, const char *uid, json_t *state)
+{
+  struct cpu_driver *d = self;
+  (void) uid;
+  cleanup_bitmap hwloc_bitmap_t held = NULL;
+  const char *list = json_string_value (json_object_get (state, "cpus"));
+  json_t *out = json_object ();
+  nrm_error_t e = NULL;
+  if (out == NULL)
+    return NULL;
+  if (list)
+    json_object_set (out, "cpus", json_object_get (state, "cpus"));
+  if (json_object_get (state, "mems"))
+    json_object_set (out, "cpuNodes", json_object_get (state, "mems"));
+  if (list == NULL || nrm_cpulist_parse (list, &held, &e) < 0)
+    {
+      nrm_error_release (&e);
+      return out;
+    }
+  /* The CPUs of the claim on each device that covers some of them. */
+  json_t *devs = json_object ();
+  size_t i;
+  json_t *name;
+  json_array_foreach (d->names, i, name)
+  {
+    cleanup_bitmap hwloc_bitmap_t on = device_cpus (d->t, json_string_value (name));
+    if (on == NULL)
+      continue;
+    hwloc_bitmap_and (on, on, held);
+    if (!hwloc_bitmap_iszero (on))
+      json_object_set_new (devs, json_string_value (name),
+                           json_pack ("{s:I}", "cpus", (json_int_t) hwloc_bitmap_weight (on)));
+  }
+  json_object_set_new (out, "devices", devs);
+  return out;
+}
+
+/* The numa<N> CPU devices in the order of nrm_numa_preference_by_room(),
+ * in the places they had in the pool (the isolated and other devices keep
+ * theirs). */
+static int
+order_by_room (const struct nrm_topology *t, struct nrm_pool *p, const uint64_t *free_cpus, nrm_error_t *err)
+{
+  size_t count = json_array_size (p->devices), n = 0;
+  cleanup_free size_t *order = nrm_numa_preference_by_room (t, free_cpus);
+  cleanup_free size_t *slot = calloc (count + 1, sizeof (size_t));
+  cleanup_free int *node_of = calloc (count + 1, sizeof (int));
+  cleanup_json json_t *devs = json_deep_copy (p->devices);
+  if (order == NULL || slot == NULL || node_of == NULL || devs == NULL)
+    return nrm_error_set (err, ENOMEM, "out of memory");
+  for (size_t i = 0; i < count; i++)
+    {
+      int ni = nrm_numa_device_index (t, json_string_value (json_object_get (json_array_get (p->devices, i), "name")),
+                                      NULL);
+      if (ni >= 0)
+        {
+          node_of[n] = ni;
+          slot[n++] = i;
+        }
+    }
+  size_t next = 0;
+  for (size_t k = 0; k < t->n_numa; k++)
+    for (size_t j = 0; j < n; j++)
+      if (node_of[j] == (int) order[k])
+        json_array_set (p->devices, slot[next++], json_array_get (devs, slot[j]));
+  return 0;
+}
+
+uint64_t *
+nrm_cpu_free_per_node (const struct nrm_topology *t, json_t *held)
+{
+  uint64_t *free_cpus = calloc (t->n_numa + 1, sizeof (uint64_t));
+  cleanup_bitmap hwloc_bitmap_t taken = hwloc_bitmap_alloc ();
+  const char *uid;
+  json_t *st;
+  if (free_cpus == NULL || taken == NULL)
+    {
+      free (free_cpus);
+      return NULL;
+    }
+  json_object_foreach (held, uid, st)
+  {
+    hwloc_bitmap_t set = NULL;
+    nrm_error_t e = NULL;
+    const char *list = json_string_value (json_object_get (st, "cpus"));
+    if (list && nrm_cpulist_parse (list, &set, &e) == 0)
+      hwloc_bitmap_or (taken, taken, set);
+    nrm_error_release (&e);
+    hwloc_bitmap_free (set);
+  }
+  for (size_t i = 0; i < t->n_numa; i++)
+    {
+      cleanup_bitmap hwloc_bitmap_t a = nrm_topology_node_allocatable (t, i);
+      if (a == NULL)
+        continue;
+      hwloc_bitmap_andnot (a, a, t->isolated);
+      int all = hwloc_bitmap_weight (a);
+      hwloc_bitmap_and (a, a, taken);
+      free_cpus[i] = (uint64_t) (all - hwloc_bitmap_weight (a));
+    }
+  return free_cpus;
+}
+
+/* The consumable devices go fullest first (numa mode), so that the
+ * scheduler's first fit is a best fit. */
+static int
+cpu_pool (void *self, json_t *held, struct nrm_pool *ret, nrm_error_t *err)
+{
+  struct cpu_driver *d = self;
+  if (nrm_cpu_pool (d->t, &d->o, d->name, ret, err) < 0)
+    return -1;
+  if (held == NULL || d->o.cpu_mode != NRM_CPU_MODE_NUMA)
+    return 0;
+  cleanup_free uint64_t *free_cpus = nrm_cpu_free_per_node (d->t, held);
+  if (free_cpus == NULL || order_by_room (d->t, ret, free_cpus, err) < 0)
+    {
+      nrm_pool_done (ret);
+      return err && *err ? -1 : nrm_error_set (err, ENOMEM, "out of memory");
+    }
+  return 0;
+}
+
+static void
+cpu_free (void *self)
+{
+  struct cpu_driver *d = self;
+  if (d == NULL)
+    return;
+  cpu_reset (d);
+  json_decref (d->devices);
+  json_decref (d->names);
+  hwloc_bitmap_free (d->taken);
+  free (d->online_path);
+  free (d->name);
+  free (d);
+}
+
+static int
+cpu_new (const struct nrm_driver_host *h, void **ret, nrm_error_t *err)
+{
+  struct nrm_pool pool = { 0 };
+  struct cpu_driver *d = calloc (1, sizeof (*d));
+  if (d == NULL)
+    return nrm_error_set (err, ENOMEM, "out of memory");
+  d->t = h->topo;
+  d->o = *h->node;
+  d->name = strdup (h->name);
+  d->taken = hwloc_bitmap_alloc ();
+  /* Health follows the online CPUs of this machine, or of the tree under
+   * the fsroot when a recorded machine is served. */
+  bool root = strcmp (h->fsroot, "/") == 0;
+  if ((h->live || !root) && asprintf (&d->online_path, "%s/sys/devices/system/cpu/online", root ? "" : h->fsroot) < 0)
+    d->online_path = NULL;
+  if (d->name == NULL || d->taken == NULL || ((h->live || !root) && d->online_path == NULL))
+    {
+      cpu_free (d);
+      return nrm_error_set (err, ENOMEM, "out of memory");
+    }
+  if (nrm_cpu_pool (d->t, &d->o, d->name, &pool, err) < 0
+      || nrm_kit_index_pool (&pool, &d->devices, &d->names, err) < 0)
+    {
+      nrm_pool_done (&pool);
+      cpu_free (d);
+      return -1;
+    }
+  nrm_pool_done (&pool);
+  *ret = d;
+  return 0;
+}
+
+const struct nrm_driver_ops nrm_cpu_driver = {
+  .abi = NRM_DRIVER_ABI,
+  .id = "cpu",
+  .default_name = "cpu." NRM_DEFAULT_DOMAIN,
+  .summary = "exclusive CPUs by NUMA node, L3 group and core, bound through the cgroup cpuset",
+  .new = cpu_new,
+  .free = cpu_free,
+  .pool = cpu_pool,
+  .reset = cpu_reset,
+  .prepare = cpu_prepare,
+  .restore = cpu_restore,
+  .unprepare = cpu_unprepare,
+  .health = cpu_health,
+  .describe = cpu_describe,
+};

@@ -1,0 +1,360 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The memory driver: memory and huge pages of NUMA nodes, held by byte
+ * count, passed to the container as memory nodes and limits. */
+#include "config.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpuset/env.h"
+#include "driver/driver.h"
+#include "driver/kit.h"
+#include "driver/memory/memory.h"
+#include "nrm/base/cleanup.h"
+
+struct claim_entry
+{
+  char *uid;
+  json_t *used; /* device -> bytes */
+  struct claim_entry *next;
+};
+
+struct memory_driver
+{
+  const struct nrm_topology *t;
+  struct nrm_publish_options o;
+  char *name;
+  json_t *devices; /* name -> Device, as published */
+  json_t *names;   /* device names in pool order */
+  json_t *used;    /* device -> bytes in use */
+  struct claim_entry *claims;
+};
+
+static struct claim_entry *
+find_claim (struct memory_driver *d, const char *uid)
+{
+  for (struct claim_entry *c = d->claims; c; c = c->next)
+    if (strcmp (c->uid, uid) == 0)
+      return c;
+  return NULL;
+}
+
+/* Adds (sign 1) or removes (-1) a claim's bytes from what is in use. */
+static void
+count (struct memory_driver *d, json_t *bytes, json_int_t sign)
+{
+  const char *name;
+  json_t *v;
+  json_object_foreach (bytes, name, v)
+  {
+    json_int_t cur = json_integer_value (json_object_get (d->used, name));
+    json_object_set_new (d->used, name, json_integer (cur + sign * json_integer_value (v)));
+  }
+}
+
+/* Records that a claim holds these bytes (device -> bytes) of memory devices. */
+static int
+hold_memory (struct memory_driver *d, const char *uid, json_t *bytes, nrm_error_t *err)
+{
+  struct claim_entry *c = calloc (1, sizeof (*c));
+  if (c == NULL || (c->uid = strdup (uid)) == NULL)
+    {
+      free (c);
+      return nrm_error_set (err, ENOMEM, "out of memory");
+    }
+  count (d, bytes, 1);
+  c->used = json_incref (bytes);
+  c->next = d->claims;
+  d->claims = c;
+  return 0;
+}
+
+static void
+drop_claim (struct memory_driver *d, const char *uid)
+{
+  for (struct claim_entry **p = &d->claims; *p; p = &(*p)->next)
+    if (strcmp ((*p)->uid, uid) == 0)
+      {
+        struct claim_entry *c = *p;
+        *p = c->next;
+        count (d, c->used, -1);
+        free (c->uid);
+        json_decref (c->used);
+        free (c);
+        return;
+      }
+}
+
+static void
+mem_reset (void *self)
+{
+  struct memory_driver *d = self;
+  while (d->claims)
+    drop_claim (d, d->claims->uid);
+  json_object_clear (d->used);
+}
+
+static int
+device_capacity (json_t *dev, const char **key, nrm_quantity_t *cap)
+{
+  json_t *caps = json_object_get (dev, "capacity");
+  *key = json_object_get (caps, "memory") ? "memory" : "hugepages";
+  nrm_error_t e = NULL;
+  int r = nrm_quantity_parse (json_string_value (json_object_get (json_object_get (caps, *key), "value")), cap, &e);
+  nrm_error_release (&e);
+  return r;
+}
+
+/* Opaque MemoryConfig: whether the claimed ordinary memory also becomes
+ * the container's memory.max (limit) and memory.min (guarantee). */
+static int
+memory_settings (const struct nrm_claim_view *c, bool *limit, bool *guarantee, nrm_error_t *err)
+{
+  size_t i;
+  json_t *entry;
+  *limit = *guarantee = false;
+  json_array_foreach (c->config, i, entry)
+  {
+    /* An entry for named requests applies when one of ours is named. */
+    bool ours = false;
+    for (size_t k = 0; k < c->n_results; k++)
+      ours |= nrm_kit_names_request (json_object_get (entry, "requests"), c->results[k].request);
+    if (!ours)
+      continue;
+    json_t *params = json_object_get (json_object_get (entry, "opaque"), "parameters"), *v;
+    const char *key;
+    if (!json_is_object (params))
+      return nrm_error_set (
+          err, EINVAL, "opaque configuration %zu: expected apiVersion memory.nrm.io/v1alpha1, kind MemoryConfig", i);
+    if (nrm_kit_opaque_params (entry, i, "memory.nrm.io/v1alpha1", "MemoryConfig", &params, err) < 0)
+      return -1;
+    json_object_foreach (params, key, v)
+    {
+      if (strcmp (key, "apiVersion") == 0 || strcmp (key, "kind") == 0)
+        continue;
+      if (strcmp (key, "limit") && strcmp (key, "guarantee"))
+        return nrm_error_set (err, EINVAL, "opaque configuration %zu: unknown field `%s`", i, key);
+      if (!json_is_boolean (v))
+        return nrm_error_set (err, EINVAL, "opaque configuration %zu: `%s` must be a boolean", i, key);
+      *(strcmp (key, "limit") == 0 ? limit : guarantee) = json_is_true (v);
+    }
+  }
+  return 0;
+}
+
+/* The kernel's name of a huge page size in hugetlb files: 2MB, 1GB, 64KB. */
+static void
+hugetlb_name (const char *page_size, char *buf, size_t len)
+{
+  snprintf (buf, len, "%.*sB", (int) strcspn (page_size, "i"), page_size);
+}
+
+static json_t *
+attr (json_t *dev, const char *name, const char *type)
+{
+  return json_object_get (json_object_get (json_object_get (dev, "attributes"), name), type);
+}
+
+static int
+mem_prepare (void *self, const struct nrm_claim_view *c, struct nrm_prepared *out, nrm_error_t *err)
+{
+  struct memory_driver *d = self;
+  cleanup_json json_t *add = json_object ();
+  cleanup_json json_t *hugetlb = json_object (); /* kernel size name -> bytes */
+  cleanup_json json_t *env = json_array ();
+  cleanup_bitmap hwloc_bitmap_t nodes = hwloc_bitmap_alloc ();
+  json_int_t ordinary = 0;
+  bool limit, guarantee;
+  if (find_claim (d, c->uid))
+    return nrm_error_set (err, EEXIST, "claim %s is already prepared", c->uid);
+  if (add == NULL || hugetlb == NULL || env == NULL || nodes == NULL)
+    return nrm_error_set (err, ENOMEM, "out of memory");
+  if (memory_settings (c, &limit, &guarantee, err) < 0)
+    return -1;
+  for (size_t i = 0; i < c->n_results; i++)
+    {
+      const struct nrm_alloc_result *r = &c->results[i];
+      json_t *dev = json_object_get (d->devices, r->device);
+      const char *key;
+      nrm_quantity_t cap, q;
+      if (dev == NULL)
+        return nrm_error_set (err, ENODEV, "unknown device `%s` in pool `%s`", r->device, r->pool);
+      if (device_capacity (dev, &key, &cap) < 0)
+        return nrm_error_set (err, EINVAL, "device %s has no capacity", r->device);
+      /* Without a consumed amount the request took the default, one step. */
+      json_t *policy = json_object_get (json_object_get (json_object_get (dev, "capacity"), key), "requestPolicy");
+      nrm_quantity_t dflt;
+      nrm_error_t e = NULL;
+      if (nrm_quantity_parse (json_string_value (json_object_get (policy, "default")), &dflt, &e) < 0)
+        {
+          nrm_error_release (&e);
+          dflt = cap;
+        }
+      if (nrm_kit_consumed (r, key, dflt, &q, err) < 0)
+        return -1;
+      json_int_t bytes = (json_int_t) (q / NRM_QUANTITY_ONE);
+      json_int_t used = json_integer_value (json_object_get (d->used, r->device))
+                        + json_integer_value (json_object_get (add, r->device));
+      if ((nrm_quantity_t) (used + bytes) * NRM_QUANTITY_ONE > cap)
+        return nrm_error_set (err, ENOSPC,
+                              "device %s: %" JSON_INTEGER_FORMAT " bytes asked, %" JSON_INTEGER_FORMAT
+                              " of %" JSON_INTEGER_FORMAT " free",
+                              r->device, bytes, (json_int_t) (cap / NRM_QUANTITY_ONE) - used,
+                              (json_int_t) (cap / NRM_QUANTITY_ONE));
+      json_object_set_new (add, r->device,
+                           json_integer (json_integer_value (json_object_get (add, r->device)) + bytes));
+      hwloc_bitmap_set (nodes, (unsigned) json_integer_value (attr (dev, "numaNode", "int")));
+      if (strcmp (key, "hugepages") == 0)
+        {
+          char kname[16];
+          const char *ps = json_string_value (attr (dev, "pageSize", "string"));
+          hugetlb_name (ps ? ps : "?", kname, sizeof (kname));
+          json_object_set_new (hugetlb, kname,
+                               json_integer (json_integer_value (json_object_get (hugetlb, kname)) + bytes));
+        }
+      else
+        ordinary += bytes;
+    }
+  cleanup_free char *mems = nrm_cpulist_format (nodes);
+  cleanup_json json_t *state = mems ? json_pack ("{s:O, s:s}", "devices", add, "mems", mems) : NULL;
+  if (state == NULL)
+    return nrm_error_set (err, ENOMEM, "out of memory");
+  if (nrm_env_add (env, NRM_ENV_MEMS, NULL, c->uid, mems, err) < 0)
+    return -1;
+  /* Limits the hook writes: huge pages always (a claim is what the
+   * container may use), ordinary memory when the claim asks for it. */
+  char num[32];
+  snprintf (num, sizeof (num), "%" JSON_INTEGER_FORMAT, ordinary);
+  if (limit && ordinary > 0 && nrm_env_add (env, NRM_ENV_MEMORY_MAX, NULL, c->uid, num, err) < 0)
+    return -1;
+  if (guarantee && ordinary > 0 && nrm_env_add (env, NRM_ENV_MEMORY_MIN, NULL, c->uid, num, err) < 0)
+    return -1;
+  const char *name;
+  json_t *v;
+  json_object_foreach (hugetlb, name, v)
+  {
+    snprintf (num, sizeof (num), "%" JSON_INTEGER_FORMAT, json_integer_value (v));
+    if (nrm_env_add (env, NRM_ENV_HUGETLB, name, c->uid, num, err) < 0)
+      return -1;
+  }
+  if (hold_memory (d, c->uid, add, err) < 0)
+    return -1;
+  out->state = TAKE_PTR (state);
+  out->edits.env = TAKE_PTR (env);
+  out->edits.commit_hook = true;
+  return 0;
+}
+
+static int
+mem_restore (void *self, const char *uid, json_t *state, nrm_error_t *err)
+{
+  struct memory_driver *d = self;
+  json_t *devs = json_object_get (state, "devices");
+  if (find_claim (d, uid))
+    return 0;
+  if (!json_is_object (devs))
+    return nrm_error_set (err, EINVAL, "state has no `devices`");
+  return hold_memory (d, uid, devs, err);
+}
+
+static void
+mem_unprepare (void *self, const char *uid, json_t *state)
+{
+  (void) state;
+  drop_claim (self, uid);
+}
+
+static json_t *
+mem_describe (void *self, const char *uid, json_t *state)
+{
+  struct memory_driver *d = self;
+  (void) uid;
+  json_t *out = json_object (), *devs = json_object ();
+  const char *name;
+  json_t *v;
+  if (out == NULL || devs == NULL)
+    {
+      json_decref (out);
+      json_decref (devs);
+      return NULL;
+    }
+  if (json_object_get (state, "mems"))
+    json_object_set (out, "memoryNodes", json_object_get (state, "mems"));
+  json_object_foreach (json_object_get (state, "devices"), name, v)
+  {
+    const char *key;
+    nrm_quantity_t cap;
+    json_t *dev = json_object_get (d->devices, name);
+    if (dev && json_is_integer (v) && device_capacity (dev, &key, &cap) == 0)
+      json_object_set_new (devs, name, json_pack ("{s:O}", key, v));
+  }
+  json_object_set_new (out, "devices", devs);
+  return out;
+}
+
+static int
+mem_pool (void *self, json_t *held, struct nrm_pool *ret, nrm_error_t *err)
+{
+  struct memory_driver *d = self;
+  (void) held;
+  return nrm_memory_pool (d->t, &d->o, d->name, ret, err);
+}
+
+static void
+mem_free (void *self)
+{
+  struct memory_driver *d = self;
+  if (d == NULL)
+    return;
+  mem_reset (d);
+  json_decref (d->devices);
+  json_decref (d->names);
+  json_decref (d->used);
+  free (d->name);
+  free (d);
+}
+
+static int
+mem_new (const struct nrm_driver_host *h, void **ret, nrm_error_t *err)
+{
+  struct nrm_pool pool = { 0 };
+  struct memory_driver *d = calloc (1, sizeof (*d));
+  if (d == NULL)
+    return nrm_error_set (err, ENOMEM, "out of memory");
+  d->t = h->topo;
+  d->o = *h->node;
+  d->name = strdup (h->name);
+  d->used = json_object ();
+  if (d->name == NULL || d->used == NULL)
+    {
+      mem_free (d);
+      return nrm_error_set (err, ENOMEM, "out of memory");
+    }
+  if (nrm_memory_pool (d->t, &d->o, d->name, &pool, err) < 0
+      || nrm_kit_index_pool (&pool, &d->devices, &d->names, err) < 0)
+    {
+      nrm_pool_done (&pool);
+      mem_free (d);
+      return -1;
+    }
+  nrm_pool_done (&pool);
+  *ret = d;
+  return 0;
+}
+
+const struct nrm_driver_ops nrm_memory_driver = {
+  .abi = NRM_DRIVER_ABI,
+  .id = "memory",
+  .default_name = "memory." NRM_DEFAULT_DOMAIN,
+  .summary = "memory and huge pages by NUMA node, bound through cpuset.mems, memory.* and hugetlb.*",
+  .new = mem_new,
+  .free = mem_free,
+  .pool = mem_pool,
+  .reset = mem_reset,
+  .prepare = mem_prepare,
+  .restore = mem_restore,
+  .unprepare = mem_unprepare,
+  .describe = mem_describe,
+};

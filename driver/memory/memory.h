@@ -1,0 +1,11 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#ifndef NRM_MEMORY_H
+#define NRM_MEMORY_H
+
+#include "driver/devices.h"
+
+/* The memory driver's pool: memory and huge pages of every NUMA node. */
+int nrm_memory_pool (const struct nrm_topology *t, const struct nrm_publish_options *o, const char *driver,
+                     struct nrm_pool *ret, nrm_error_t *err);
+
+#endif

@@ -1,0 +1,364 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The driver registry: built-in drivers and shared objects, and the
+ * enabled drivers of a node. */
+#include "config.h"
+
+#include <dirent.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "driver/names.h"
+#include "driver/registry.h"
+#include "nrm/base/cleanup.h"
+
+/* The built-in drivers: one line each. */
+extern const struct nrm_driver_ops nrm_cpu_driver;
+extern const struct nrm_driver_ops nrm_memory_driver;
+static const struct nrm_driver_ops *const builtin[] = {
+  &nrm_cpu_driver,
+  &nrm_memory_driver,
+};
+
+struct nrm_registry
+{
+  size_t n;
+  const struct nrm_driver_ops **ops;
+  void **handles; /* dlopen handles, NULL for built-ins */
+};
+
+static int
+add (struct nrm_registry *r, const struct nrm_driver_ops *ops, void *handle, const char *where, nrm_error_t *err)
+{
+  if (ops->id == NULL || !nrm_is_dns_label (ops->id) || ops->default_name == NULL
+      || !nrm_is_dns_subdomain (ops->default_name, 63))
+    return nrm_error_set (err, EINVAL, "driver %s: its id or default name is not a valid name", where);
+  if (ops->new == NULL || ops->free == NULL || ops->pool == NULL || ops->reset == NULL || ops->prepare == NULL
+      || ops->restore == NULL || ops->unprepare == NULL)
+    return nrm_error_set (err, EINVAL, "driver %s (`%s`): a required operation is missing", where, ops->id);
+  if (nrm_registry_find (r, ops->id))
+    return nrm_error_set (err, EEXIST, "driver %s: a driver `%s` is registered already", where, ops->id);
+  const struct nrm_driver_ops **o = realloc (r->ops, (r->n + 1) * sizeof (*o));
+  if (o == NULL)
+    return nrm_error_set (err, ENOMEM, "out of memory");
+  r->ops = o;
+  void **h = realloc (r->handles, (r->n + 1) * sizeof (*h));
+  if (h == NULL)
+    return nrm_error_set (err, ENOMEM, "out of memory");
+  r->handles = h;
+  r->ops[r->n] = ops;
+  r->handles[r->n] = handle;
+  r->n++;
+  return 0;
+}
+
+int
+nrm_registry_new (struct nrm_registry **ret, nrm_error_t *err)
+{
+  struct nrm_registry *r = calloc (1, sizeof (*r));
+  if (r == NULL)
+    return nrm_error_set (err, ENOMEM, "out of memory");
+  for (size_t i = 0; i < sizeof (builtin) / sizeof (builtin[0]); i++)
+    if (add (r, builtin[i], NULL, "(built in)", err) < 0)
+      {
+        nrm_registry_free (r);
+        return -1;
+      }
+  *ret = r;
+  return 0;
+}
+
+void
+nrm_registry_free (struct nrm_registry *r)
+{
+  if (r == NULL)
+    return;
+  for (size_t i = 0; i < r->n; i++)
+    if (r->handles[i])
+      dlclose (r->handles[i]);
+  free (r->ops);
+  free (r->handles);
+  free (r);
+}
+
+int
+nrm_registry_load (struct nrm_registry *r, const char *path, nrm_error_t *err)
+{
+  void *h = dlopen (path, RTLD_NOW | RTLD_LOCAL);
+  if (h == NULL)
+    return nrm_error_set (err, ENOEXEC, "driver `%s` cannot be loaded: %s", path, dlerror ());
+  const struct nrm_driver_ops *ops = dlsym (h, NRM_DRIVER_SYMBOL);
+  if (ops == NULL)
+    {
+      dlclose (h);
+      return nrm_error_set (err, ENOEXEC, "driver `%s` has no `%s` table", path, NRM_DRIVER_SYMBOL);
+    }
+  /* As hwloc checks its components: a table of another ABI is never
+   * called, not even for its name. */
+  if (ops->abi != NRM_DRIVER_ABI)
+    {
+      unsigned abi = ops->abi;
+      dlclose (h);
+      return nrm_error_set (err, ENOEXEC, "driver `%s` was built for driver ABI %u; this nrm has ABI %u: rebuild it",
+                            path, abi, NRM_DRIVER_ABI);
+    }
+  cleanup_free char *where = NULL;
+  if (asprintf (&where, "`%s`", path) < 0 || add (r, ops, h, where ? where : path, err) < 0)
+    {
+      dlclose (h);
+      return err && *err ? -1 : nrm_error_set (err, ENOMEM, "out of memory");
+    }
+  return 0;
+}
+
+static int
+cmp_names (const void *a, const void *b)
+{
+  return strcmp (*(char *const *) a, *(char *const *) b);
+}
+
+int
+nrm_registry_load_dir (struct nrm_registry *r, const char *dir, nrm_error_t *err)
+{
+  DIR *d = opendir (dir);
+  struct dirent *de;
+  char **names = NULL;
+  size_t n = 0;
+  int rc = 0;
+  if (d == NULL)
+    return nrm_error_errno (err, errno, "driver directory `%s`", dir);
+  while ((de = readdir (d)) != NULL)
+    {
+      size_t len = strlen (de->d_name);
+      if (len < 4 || strcmp (de->d_name + len - 3, ".so") != 0 || de->d_name[0] == '.')
+        continue;
+      char **nn = realloc (names, (n + 1) * sizeof (*nn));
+      if (nn == NULL || (nn[n] = strdup (de->d_name)) == NULL)
+        {
+          names = nn ? nn : names;
+          rc = nrm_error_set (err, ENOMEM, "out of memory");
+          break;
+        }
+      names = nn;
+      n++;
+    }
+  closedir (d);
+  if (rc == 0 && n > 0)
+    qsort (names, n, sizeof (*names), cmp_names);
+  for (size_t i = 0; rc == 0 && i < n; i++)
+    {
+      cleanup_free char *path = NULL;
+      if (asprintf (&path, "%s/%s", dir, names[i]) < 0)
+        rc = nrm_error_set (err, ENOMEM, "out of memory");
+      else
+        rc = nrm_registry_load (r, path, err);
+    }
+  for (size_t i = 0; i < n; i++)
+    free (names[i]);
+  free (names);
+  return rc;
+}
+
+size_t
+nrm_registry_size (const struct nrm_registry *r)
+{
+  return r->n;
+}
+
+const struct nrm_driver_ops *
+nrm_registry_at (const struct nrm_registry *r, size_t i)
+{
+  return i < r->n ? r->ops[i] : NULL;
+}
+
+const struct nrm_driver_ops *
+nrm_registry_find (const struct nrm_registry *r, const char *id)
+{
+  for (size_t i = 0; i < r->n; i++)
+    if (strcmp (r->ops[i]->id, id) == 0)
+      return r->ops[i];
+  return NULL;
+}
+
+/* Whether id is in the comma-separated list. */
+static bool
+listed (const char *list, const char *id)
+{
+  size_t n = strlen (id);
+  for (const char *p = list; *p;)
+    {
+      size_t len = strcspn (p, ",");
+      if (len == n && strncmp (p, id, n) == 0)
+        return true;
+      p += len + (p[len] == ',');
+    }
+  return false;
+}
+
+static int
+known_ids (const struct nrm_registry *reg, const char *list, nrm_error_t *err)
+{
+  for (const char *p = list; *p;)
+    {
+      size_t len = strcspn (p, ",");
+      bool found = false;
+      for (size_t i = 0; i < reg->n; i++)
+        found |= strlen (reg->ops[i]->id) == len && strncmp (reg->ops[i]->id, p, len) == 0;
+      if (!found)
+        {
+          char known[256] = "";
+          for (size_t i = 0; i < reg->n; i++)
+            snprintf (known + strlen (known), sizeof (known) - strlen (known), "%s%s", i ? ", " : "", reg->ops[i]->id);
+          return nrm_error_set (err, EINVAL, "unknown driver `%.*s` (known: %s)", (int) (len > 64 ? 64 : len), p,
+                                known);
+        }
+      p += len + (p[len] == ',');
+    }
+  return 0;
+}
+
+int
+nrm_drivers_open (const struct nrm_registry *reg, const struct nrm_driver_selection *sel,
+                  const struct nrm_driver_host *base, struct nrm_drivers *ret, nrm_error_t *err)
+{
+  struct nrm_drivers d = { 0 };
+  if (sel->ids && known_ids (reg, sel->ids, err) < 0)
+    return -1;
+  d.slots = calloc (reg->n + 1, sizeof (*d.slots));
+  if (d.slots == NULL)
+    return nrm_error_set (err, ENOMEM, "out of memory");
+  for (size_t i = 0; i < reg->n; i++)
+    {
+      const struct nrm_driver_ops *ops = reg->ops[i];
+      if (sel->ids && !listed (sel->ids, ops->id))
+        continue;
+      const char *name = json_string_value (json_object_get (sel->names, ops->id));
+      if (name == NULL)
+        name = ops->default_name;
+      if (!nrm_is_dns_subdomain (name, 63))
+        {
+          nrm_drivers_close (&d);
+          return nrm_error_set (err, EINVAL, "%s driver name `%s` is not a DNS subdomain of at most 63 characters",
+                                ops->id, name);
+        }
+      for (size_t k = 0; k < d.n; k++)
+        if (strcmp (d.slots[k].name, name) == 0)
+          {
+            nrm_drivers_close (&d);
+            return nrm_error_set (err, EINVAL, "the %s and %s drivers need different names (both are `%s`)",
+                                  d.slots[k].ops->id, ops->id, name);
+          }
+      struct nrm_driver_host h = *base;
+      h.name = name;
+      struct nrm_driver_slot *s = &d.slots[d.n];
+      s->ops = ops;
+      if ((s->name = strdup (name)) == NULL)
+        {
+          nrm_drivers_close (&d);
+          return nrm_error_set (err, ENOMEM, "out of memory");
+        }
+      if (ops->new (&h, &s->self, err) < 0)
+        {
+          free (s->name);
+          nrm_drivers_close (&d);
+          return nrm_error_wrap (err, "driver %s", name);
+        }
+      d.n++;
+    }
+  *ret = d;
+  return 0;
+}
+
+void
+nrm_drivers_close (struct nrm_drivers *d)
+{
+  for (size_t i = d->n; i-- > 0;)
+    {
+      d->slots[i].ops->free (d->slots[i].self);
+      free (d->slots[i].name);
+    }
+  free (d->slots);
+  memset (d, 0, sizeof (*d));
+}
+
+struct nrm_driver_slot *
+nrm_drivers_find (const struct nrm_drivers *d, const char *id)
+{
+  for (size_t i = 0; i < d->n; i++)
+    if (strcmp (d->slots[i].ops->id, id) == 0)
+      return &d->slots[i];
+  return NULL;
+}
+
+json_t *
+nrm_health_taints (const char *driver, const struct nrm_health_report *r)
+{
+  json_t *out = json_object ();
+  for (size_t i = 0; out && i < r->n; i++)
+    {
+      const struct nrm_device_health *h = &r->devices[i];
+      const char *effect = nrm_taint_effect_name (h->effect);
+      cleanup_free char *key = NULL;
+      if (h->device == NULL || h->taint == NULL || effect == NULL || asprintf (&key, "%s/%s", driver, h->taint) < 0)
+        continue;
+      json_t *list = json_object_get (out, h->device);
+      if (list == NULL)
+        json_object_set_new (out, h->device, list = json_array ());
+      json_array_append_new (list, json_pack ("{s:s, s:s}", "key", key, "effect", effect));
+    }
+  return out;
+}
+
+int
+nrm_drivers_slices (const struct nrm_drivers *d, const struct nrm_publish_options *o, json_t *held, json_t *taints,
+                    json_t **ret, nrm_error_t *err)
+{
+  struct nrm_pool *pools = calloc (d->n + 1, sizeof (*pools));
+  int r = -1;
+  size_t made = 0;
+  if (pools == NULL)
+    return nrm_error_set (err, ENOMEM, "out of memory");
+  for (; made < d->n; made++)
+    {
+      const struct nrm_driver_slot *s = &d->slots[made];
+      if (s->ops->pool (s->self, json_object_get (held, s->name), &pools[made], err) < 0)
+        {
+          nrm_error_wrap (err, "driver %s", s->name);
+          goto out;
+        }
+      nrm_pool_taint (&pools[made], json_object_get (taints, s->name));
+    }
+  if (nrm_slices_build (pools, d->n, o, ret, err) < 0)
+    goto out;
+  /* Never hand out a slice the API server would refuse. */
+  if (nrm_slices_validate (*ret, err) < 0)
+    {
+      json_decref (*ret);
+      *ret = NULL;
+      nrm_error_wrap (err, "internal error: generated ResourceSlices are invalid");
+      goto out;
+    }
+  r = 0;
+out:
+  for (size_t i = 0; i < made; i++)
+    nrm_pool_done (&pools[i]);
+  free (pools);
+  return r;
+}
+
+int
+nrm_node_slices (const struct nrm_topology *t, const struct nrm_publish_options *o, json_t **ret, nrm_error_t *err)
+{
+  struct nrm_registry *reg = NULL;
+  struct nrm_drivers d = { 0 };
+  struct nrm_driver_selection sel = { NULL, NULL };
+  struct nrm_driver_host h = { .topo = t, .node = o, .fsroot = "/" };
+  int r = -1;
+  if (nrm_registry_new (&reg, err) == 0 && nrm_drivers_open (reg, &sel, &h, &d, err) == 0)
+    r = nrm_drivers_slices (&d, o, NULL, NULL, ret, err);
+  nrm_drivers_close (&d);
+  nrm_registry_free (reg);
+  return r;
+}
