@@ -945,6 +945,51 @@ test_restart (void **state)
   hwloc_bitmap_free (other);
 }
 
+/* The memory driver remembers held bytes across a restart: a claim that
+ * only fits if the first one is forgotten is refused, and fits once the
+ * first is unprepared. */
+static void
+test_memory_restart (void **state)
+{
+  (void) state;
+  /* numa0 has a little under 18Gi: 16Gi + 4Gi do not fit, 4Gi alone does. */
+  const char *n1[] = { "hold" }, *u1[] = { "00000000-0000-4000-8000-0000000000a5" };
+  const char *n2[] = { "squeeze" }, *u2[] = { "00000000-0000-4000-8000-0000000000a6" };
+  claim_memory (n1[0], u1[0], "numa0", "16Gi", NULL);
+  claim_memory (n2[0], u2[0], "numa0", "4Gi", NULL);
+  PrepareResponse *resp = prepare (mem_ch, PREPARE, n1, u1, 1);
+  assert_string_equal (entry (resp, u1[0])->error, "");
+  k8s__io__kubelet__pkg__apis__dra__v1__node_prepare_resources_response__free_unpacked (resp, NULL);
+
+  stop_plugin (SIGTERM);
+  start_plugin ();
+  resp = prepare (mem_ch, PREPARE, n2, u2, 1);
+  const char *error = entry (resp, u2[0])->error;
+  if (strstr (error, "4294967296 bytes asked") == NULL)
+    fail_msg ("after a restart, 4Gi beside a held 16Gi of numa0: error `%s`, expected no capacity", error);
+  k8s__io__kubelet__pkg__apis__dra__v1__node_prepare_resources_response__free_unpacked (resp, NULL);
+  char *mems = cdi_memory_env (u2[0], "NRM_MEMS");
+  assert_null (mems);
+  /* The held claim is still prepared, with the same spec. */
+  resp = prepare (mem_ch, PREPARE, n1, u1, 1);
+  assert_string_equal (entry (resp, u1[0])->error, "");
+  k8s__io__kubelet__pkg__apis__dra__v1__node_prepare_resources_response__free_unpacked (resp, NULL);
+  mems = cdi_memory_env (u1[0], "NRM_MEMS");
+  assert_non_null (mems);
+  assert_string_equal (mems, "0");
+  free (mems);
+
+  unprepare (mem_ch, u1, 1);
+  resp = prepare (mem_ch, PREPARE, n2, u2, 1);
+  assert_string_equal (entry (resp, u2[0])->error, "");
+  k8s__io__kubelet__pkg__apis__dra__v1__node_prepare_resources_response__free_unpacked (resp, NULL);
+  mems = cdi_memory_env (u2[0], "NRM_MEMS");
+  assert_non_null (mems);
+  assert_string_equal (mems, "0");
+  free (mems);
+  unprepare (mem_ch, u2, 1);
+}
+
 static void
 test_refusals (void **state)
 {
@@ -1074,8 +1119,8 @@ main (void)
     cmocka_unit_test (test_opaque_config),  cmocka_unit_test (test_memory_and_beta),
     cmocka_unit_test (test_memory_config),  cmocka_unit_test (test_health),
     cmocka_unit_test (test_health_offline), cmocka_unit_test (test_concurrent),
-    cmocka_unit_test (test_restart),        cmocka_unit_test (test_refusals),
-    cmocka_unit_test (test_rolling_update),
+    cmocka_unit_test (test_restart),        cmocka_unit_test (test_memory_restart),
+    cmocka_unit_test (test_refusals),       cmocka_unit_test (test_rolling_update),
   };
   return cmocka_run_group_tests_name ("plugin protocol", tests, setup, teardown);
 }
