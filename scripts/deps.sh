@@ -2,7 +2,7 @@
 # Installs the Debian 12 packages that nrm builds and tests with.
 set -eu
 PKGS="build-essential autoconf automake pkg-config
- libhwloc-dev hwloc-nox libnuma-dev libcgroup-dev
+ libhwloc-dev hwloc-nox libnuma-dev
  libprotobuf-c-dev protobuf-c-compiler libgrpc-dev
  libcurl4-openssl-dev libssl-dev libjansson-dev libyaml-dev libmicrohttpd-dev libcmocka-dev
  openssl python3 help2man clang clang-format

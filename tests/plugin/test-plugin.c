@@ -336,6 +336,51 @@ cdi_cpus (const char *uid)
   return set;
 }
 
+/* Writes a claim of one memory device; config is the claim's opaque
+ * MemoryConfig parameters (a JSON object text) or NULL. */
+static void
+claim_memory (const char *name, const char *uid, const char *device, const char *quantity, const char *config)
+{
+  char results[2048];
+  int n = snprintf (results, sizeof (results),
+                    "[{\"request\":\"mem\",\"driver\":\"" MEM_DRIVER "\",\"pool\":\"" NODE "\",\"device\":\"%s\","
+                    "\"consumedCapacity\":{\"memory\":\"%s\"}}]",
+                    device, quantity);
+  if (config)
+    snprintf (results + n, sizeof (results) - (size_t) n,
+              ",\"config\":[{\"source\":\"FromClaim\",\"opaque\":{\"driver\":\"" MEM_DRIVER "\","
+              "\"parameters\":%s}}]",
+              config);
+  write_claim (name, uid, results);
+}
+
+/* The value of variable `name` in the memory driver's CDI spec of a claim:
+ * NULL when the spec or the variable is missing. */
+static char *
+cdi_memory_env (const char *uid, const char *name)
+{
+  char path[600];
+  snprintf (path, sizeof (path), "%s/" MEM_DRIVER "-%s.json", cdi_dir, uid);
+  json_t *spec = json_load_file (path, 0, NULL);
+  if (spec == NULL)
+    return NULL;
+  char *value = NULL;
+  size_t len = strlen (name), i;
+  json_t *dev;
+  json_array_foreach (json_object_get (spec, "devices"), i, dev)
+  {
+    json_t *env = json_object_get (json_object_get (dev, "containerEdits"), "env");
+    for (size_t k = 0; k < json_array_size (env) && value == NULL; k++)
+      {
+        const char *kv = json_string_value (json_array_get (env, k));
+        if (kv && strncmp (kv, name, len) == 0 && kv[len] == '=')
+          value = strdup (kv + len + 1);
+      }
+  }
+  json_decref (spec);
+  return value;
+}
+
 /* --- tests ---------------------------------------------------------------------- */
 
 static void
@@ -590,6 +635,76 @@ test_memory_and_beta (void **state)
   unprepare (mem_ch, uids, 1);
 }
 
+/* Opaque MemoryConfig: guarantee puts the claimed bytes in NRM_MEMORY_MIN,
+ * limit in NRM_MEMORY_MAX, each with the claim's own name too. */
+static void
+test_memory_config (void **state)
+{
+  (void) state;
+  struct
+  {
+    const char *name, *uid, *quantity, *config, *min, *max;
+  } cases[] = {
+    { "guaranteed", "00000000-0000-4000-8000-0000000000a2", "512Mi",
+      "{\"apiVersion\":\"memory.nrm.io/v1alpha1\",\"kind\":\"MemoryConfig\",\"guarantee\":true}", "536870912", NULL },
+    { "both", "00000000-0000-4000-8000-0000000000a3", "1536Mi",
+      "{\"apiVersion\":\"memory.nrm.io/v1alpha1\",\"kind\":\"MemoryConfig\",\"limit\":true,\"guarantee\":true}",
+      "1610612736", "1610612736" },
+    { "plain", "00000000-0000-4000-8000-0000000000a4", "1Gi", NULL, NULL, NULL },
+  };
+  for (size_t i = 0; i < sizeof (cases) / sizeof (cases[0]); i++)
+    {
+      claim_memory (cases[i].name, cases[i].uid, "numa1", cases[i].quantity, cases[i].config);
+      const char *names[] = { cases[i].name }, *uids[] = { cases[i].uid };
+      PrepareResponse *resp = prepare (mem_ch, PREPARE, names, uids, 1);
+      assert_string_equal (entry (resp, uids[0])->error, "");
+      k8s__io__kubelet__pkg__apis__dra__v1__node_prepare_resources_response__free_unpacked (resp, NULL);
+      char per_claim[2][128];
+      for (int k = 0; k < 2; k++)
+        {
+          int n = snprintf (per_claim[k], sizeof (per_claim[k]), "%s_", k ? "NRM_MEMORY_MAX" : "NRM_MEMORY_MIN");
+          for (const char *c = cases[i].uid; *c; c++)
+            per_claim[k][n++] = *c == '-' ? '_' : (char) (*c >= 'a' && *c <= 'z' ? *c - 'a' + 'A' : *c);
+          per_claim[k][n] = '\0';
+        }
+      char *mems = cdi_memory_env (uids[0], "NRM_MEMS");
+      char *min = cdi_memory_env (uids[0], "NRM_MEMORY_MIN"), *min_claim = cdi_memory_env (uids[0], per_claim[0]);
+      char *max = cdi_memory_env (uids[0], "NRM_MEMORY_MAX"), *max_claim = cdi_memory_env (uids[0], per_claim[1]);
+      assert_non_null (mems);
+      assert_string_equal (mems, "1");
+      if (cases[i].min)
+        {
+          if (min == NULL || strcmp (min, cases[i].min) != 0)
+            fail_msg ("claim %s: NRM_MEMORY_MIN is `%s`, not %s", cases[i].name, min ? min : "(missing)", cases[i].min);
+          assert_non_null (min_claim);
+          assert_string_equal (min_claim, cases[i].min);
+        }
+      else
+        {
+          assert_null (min);
+          assert_null (min_claim);
+        }
+      if (cases[i].max)
+        {
+          if (max == NULL || strcmp (max, cases[i].max) != 0)
+            fail_msg ("claim %s: NRM_MEMORY_MAX is `%s`, not %s", cases[i].name, max ? max : "(missing)", cases[i].max);
+          assert_non_null (max_claim);
+          assert_string_equal (max_claim, cases[i].max);
+        }
+      else
+        {
+          assert_null (max);
+          assert_null (max_claim);
+        }
+      free (mems);
+      free (min);
+      free (min_claim);
+      free (max);
+      free (max_claim);
+      unprepare (mem_ch, uids, 1);
+    }
+}
+
 /* Opens the health stream and reads its first message (the complete list). */
 static V1alpha1__NodeWatchResourcesResponse *
 watch_health (struct kc_stream **ret)
@@ -830,6 +945,51 @@ test_restart (void **state)
   hwloc_bitmap_free (other);
 }
 
+/* The memory driver remembers held bytes across a restart: a claim that
+ * only fits if the first one is forgotten is refused, and fits once the
+ * first is unprepared. */
+static void
+test_memory_restart (void **state)
+{
+  (void) state;
+  /* numa0 has a little under 18Gi: 16Gi + 4Gi do not fit, 4Gi alone does. */
+  const char *n1[] = { "hold" }, *u1[] = { "00000000-0000-4000-8000-0000000000a5" };
+  const char *n2[] = { "squeeze" }, *u2[] = { "00000000-0000-4000-8000-0000000000a6" };
+  claim_memory (n1[0], u1[0], "numa0", "16Gi", NULL);
+  claim_memory (n2[0], u2[0], "numa0", "4Gi", NULL);
+  PrepareResponse *resp = prepare (mem_ch, PREPARE, n1, u1, 1);
+  assert_string_equal (entry (resp, u1[0])->error, "");
+  k8s__io__kubelet__pkg__apis__dra__v1__node_prepare_resources_response__free_unpacked (resp, NULL);
+
+  stop_plugin (SIGTERM);
+  start_plugin ();
+  resp = prepare (mem_ch, PREPARE, n2, u2, 1);
+  const char *error = entry (resp, u2[0])->error;
+  if (strstr (error, "4294967296 bytes asked") == NULL)
+    fail_msg ("after a restart, 4Gi beside a held 16Gi of numa0: error `%s`, expected no capacity", error);
+  k8s__io__kubelet__pkg__apis__dra__v1__node_prepare_resources_response__free_unpacked (resp, NULL);
+  char *mems = cdi_memory_env (u2[0], "NRM_MEMS");
+  assert_null (mems);
+  /* The held claim is still prepared, with the same spec. */
+  resp = prepare (mem_ch, PREPARE, n1, u1, 1);
+  assert_string_equal (entry (resp, u1[0])->error, "");
+  k8s__io__kubelet__pkg__apis__dra__v1__node_prepare_resources_response__free_unpacked (resp, NULL);
+  mems = cdi_memory_env (u1[0], "NRM_MEMS");
+  assert_non_null (mems);
+  assert_string_equal (mems, "0");
+  free (mems);
+
+  unprepare (mem_ch, u1, 1);
+  resp = prepare (mem_ch, PREPARE, n2, u2, 1);
+  assert_string_equal (entry (resp, u2[0])->error, "");
+  k8s__io__kubelet__pkg__apis__dra__v1__node_prepare_resources_response__free_unpacked (resp, NULL);
+  mems = cdi_memory_env (u2[0], "NRM_MEMS");
+  assert_non_null (mems);
+  assert_string_equal (mems, "0");
+  free (mems);
+  unprepare (mem_ch, u2, 1);
+}
+
 static void
 test_refusals (void **state)
 {
@@ -955,11 +1115,12 @@ int
 main (void)
 {
   const struct CMUnitTest tests[] = {
-    cmocka_unit_test (test_registration),  cmocka_unit_test (test_prepare_mixed),
-    cmocka_unit_test (test_opaque_config), cmocka_unit_test (test_memory_and_beta),
-    cmocka_unit_test (test_health),        cmocka_unit_test (test_health_offline),
-    cmocka_unit_test (test_concurrent),    cmocka_unit_test (test_restart),
-    cmocka_unit_test (test_refusals),      cmocka_unit_test (test_rolling_update),
+    cmocka_unit_test (test_registration),   cmocka_unit_test (test_prepare_mixed),
+    cmocka_unit_test (test_opaque_config),  cmocka_unit_test (test_memory_and_beta),
+    cmocka_unit_test (test_memory_config),  cmocka_unit_test (test_health),
+    cmocka_unit_test (test_health_offline), cmocka_unit_test (test_concurrent),
+    cmocka_unit_test (test_restart),        cmocka_unit_test (test_memory_restart),
+    cmocka_unit_test (test_refusals),       cmocka_unit_test (test_rolling_update),
   };
   return cmocka_run_group_tests_name ("plugin protocol", tests, setup, teardown);
 }

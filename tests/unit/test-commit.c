@@ -217,9 +217,31 @@ test_hook (void **state)
   nrm_error_release (&err);
 
   /* No nrm variables: nothing is touched. */
+  static const char *const c3_files[][2]
+      = { { "cpuset.cpus", "0-7\n" }, { "cpuset.mems", "0-1\n" }, { "memory.max", "max\n" }, { "memory.min", "0\n" } };
+  char c3_rel[256];
+  for (size_t i = 0; i < sizeof (c3_files) / sizeof (c3_files[0]); i++)
+    {
+      snprintf (c3_rel, sizeof (c3_rel), "sys/fs/cgroup/kubepods/burstable/pod33/c3/%s", c3_files[i][0]);
+      put (c3_rel, c3_files[i][1]);
+    }
   bundle ("c3", "");
   put ("proc/4444/cgroup", "0::/kubepods/burstable/pod33/c3\n");
   assert_int_equal (hook ("c3", 4444, NULL, &err), 0);
+  /* No record for the reconciler, and every cgroup file as it was. */
+  cleanup_free char *rec3 = get ("state/containers/c3.json");
+  assert_null (rec3);
+  for (size_t i = 0; i < sizeof (c3_files) / sizeof (c3_files[0]); i++)
+    {
+      char path[1024], buf[256];
+      snprintf (path, sizeof (path), "%s/sys/fs/cgroup/kubepods/burstable/pod33/c3/%s", root, c3_files[i][0]);
+      FILE *f = fopen (path, "r");
+      assert_non_null (f);
+      size_t n = fread (buf, 1, sizeof (buf), f);
+      fclose (f);
+      assert_int_equal (n, strlen (c3_files[i][1]));
+      assert_memory_equal (buf, c3_files[i][1], n);
+    }
 }
 
 static void
