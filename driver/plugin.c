@@ -15,6 +15,7 @@
 
 #include "driver/checkpoint.h"
 #include "driver/grpc.h"
+#include "driver/metadata.h"
 #include "driver/names.h"
 #include "driver/plugin.h"
 #include "nrm/base/cleanup.h"
@@ -44,7 +45,7 @@ struct nrm_plugin
   struct nrm_plugin_config cfg;
   const struct nrm_driver_ops *ops;
   void *self;
-  char *driver, *node_name, *cdi_dir, *state_dir;
+  char *driver, *node_name, *cdi_dir, *state_dir, *plugin_dir;
   char *dra_sock, *reg_sock, *checkpoint, *serialize_lock, *instance_lock;
   int instance_fd, serialize_fd;
   struct nrm_grpc_server *dra, *reg;
@@ -383,6 +384,107 @@ unlock_state (struct nrm_plugin *p)
   pthread_mutex_unlock (&p->lock);
 }
 
+/* --- device metadata (KEP-5304) ---------------------------------------------------- */
+
+static char *
+base_request (const char *request)
+{
+  const char *slash = strchr (request, '/');
+  return slash ? strndup (request, (size_t) (slash - request)) : strdup (request);
+}
+
+/* What the metadata files of a claim hold: one entry per base request,
+ * {request (as allocated), podClaimName?, devices: [{driver, pool, name,
+ * attributes?}]}, with the attributes the driver gave (new reference). */
+static json_t *
+metadata_entries (struct nrm_plugin *p, const struct nrm_claim_view *v, json_t *attrs)
+{
+  json_t *out = json_array ();
+  const char *pcn = nrm_metadata_pod_claim_name (v->claim);
+  for (size_t i = 0; out && i < v->n_results; i++)
+    {
+      const struct nrm_alloc_result *r = &v->results[i];
+      cleanup_free char *base = base_request (r->request);
+      json_t *entry = NULL, *e;
+      size_t k;
+      json_array_foreach (out, k, e)
+      {
+        cleanup_free char *b = base_request (json_string_value (json_object_get (e, "request")));
+        if (b && base && strcmp (b, base) == 0)
+          entry = e;
+      }
+      if (entry == NULL)
+        {
+          entry = json_pack ("{s:s, s:[]}", "request", r->request, "devices");
+          if (pcn)
+            json_object_set_new (entry, "podClaimName", json_string (pcn));
+          json_array_append_new (out, entry);
+        }
+      json_t *dev = json_pack ("{s:s, s:s, s:s}", "driver", p->driver, "pool", r->pool, "name", r->device);
+      json_t *a = json_object_get (attrs, r->device);
+      if (json_object_size (a) > 0)
+        json_object_set (dev, "attributes", a);
+      json_array_append_new (json_object_get (entry, "devices"), dev);
+    }
+  return out;
+}
+
+/* Writes a claim's metadata files and specs and adds each one's CDI id to
+ * the first device of its request in devs (the kubelet's reply). As
+ * upstream, a failure is logged and the claim is prepared without it. */
+static void
+metadata_write (struct nrm_plugin *p, const char *ns, const char *name, const char *uid, json_t *entries, json_t *devs)
+{
+  size_t i, k;
+  json_t *e, *d;
+  json_array_foreach (entries, i, e)
+  {
+    cleanup_free char *id = NULL;
+    const char *request = json_string_value (json_object_get (e, "request"));
+    nrm_error_t err = NULL;
+    if (nrm_metadata_write (p->plugin_dir, p->cdi_dir, p->driver, ns, name, uid,
+                            json_string_value (json_object_get (e, "podClaimName")), request,
+                            json_object_get (e, "devices"), &id, &err)
+        < 0)
+      {
+        LOG (p, NRM_LOG_WARNING, "%s: claim %s/%s: device metadata: %s", p->driver, ns, name, nrm_error_msg (err));
+        nrm_error_release (&err);
+        continue;
+      }
+    cleanup_free char *base = base_request (request);
+    json_array_foreach (devs, k, d)
+    {
+      json_t *names = json_object_get (d, "requestNames");
+      if (base && strcmp (json_string_value (json_array_get (names, 0)) ?: "", base) == 0)
+        {
+          json_t *ids = json_object_get (d, "cdiDeviceIDs");
+          size_t x;
+          json_t *have;
+          bool dup = false;
+          json_array_foreach (ids, x, have) { dup |= strcmp (json_string_value (have) ?: "", id) == 0; }
+          if (!dup)
+            json_array_append_new (ids, json_string (id));
+          break;
+        }
+    }
+  }
+}
+
+static void
+metadata_remove (struct nrm_plugin *p, json_t *entry, const char *uid)
+{
+  const char *ns = json_string_value (json_object_get (entry, "namespace"));
+  const char *name = json_string_value (json_object_get (entry, "name"));
+  nrm_error_t err = NULL;
+  if (p->cfg.local || ns == NULL || name == NULL)
+    return;
+  if (nrm_metadata_remove (p->plugin_dir, p->cdi_dir, p->driver, ns, name, uid, &err) < 0)
+    {
+      LOG (p, NRM_LOG_WARNING, "%s: claim %s: removing device metadata: %s", p->driver, uid, nrm_error_msg (err));
+      nrm_error_release (&err);
+    }
+}
+
 /* Removes this driver's CDI specs that belong to no prepared claim. */
 static void
 remove_orphan_specs (struct nrm_plugin *p)
@@ -427,6 +529,7 @@ recover (struct nrm_plugin *p, nrm_error_t *err)
       {
         LOG (p, NRM_LOG_WARNING, "claim %s was interrupted during prepare; rolling it back", uid);
         cdi_remove (p, uid);
+        metadata_remove (p, c, uid);
         json_object_del (json_object_get (p->cp, "claims"), uid);
         rolled++;
       }
@@ -438,6 +541,11 @@ recover (struct nrm_plugin *p, nrm_error_t *err)
             unlock_state (p);
             return -1;
           }
+        /* The metadata specs live beside the claim's spec (a tmpfs). */
+        if (!p->cfg.local && p->cfg.device_metadata)
+          metadata_write (p, json_string_value (json_object_get (c, "namespace")) ?: "",
+                          json_string_value (json_object_get (c, "name")) ?: "", uid, json_object_get (c, "metadata"),
+                          json_object_get (c, "devices"));
       }
   }
   remove_orphan_specs (p);
@@ -646,6 +754,12 @@ prepare_claim (struct nrm_plugin *p, const char *ns, const char *name, const cha
       goto rollback;
     }
   entry = json_object_get (claims, uid);
+  if (!p->cfg.local && p->cfg.device_metadata)
+    {
+      cleanup_json json_t *meta = metadata_entries (p, &a.view, prep.metadata);
+      metadata_write (p, ns, name, uid, meta, devs);
+      json_object_set (entry, "metadata", meta);
+    }
   json_object_set_new (entry, "phase", json_string ("PrepareCompleted"));
   json_object_set (entry, "state", prep.state);
   json_object_set (entry, "edits", edits);
@@ -653,6 +767,7 @@ prepare_claim (struct nrm_plugin *p, const char *ns, const char *name, const cha
     {
       p->ops->unprepare (p->self, uid, prep.state);
       cdi_remove (p, uid);
+      metadata_remove (p, entry, uid);
       goto rollback;
     }
   nrm_prepared_done (&prep);
@@ -711,6 +826,7 @@ unprepare_claim (struct nrm_plugin *p, const char *uid, nrm_error_t *err)
   if (phase && strcmp (phase, "PrepareCompleted") == 0)
     p->ops->unprepare (p->self, uid, json_object_get (saved, "state"));
   cdi_remove (p, uid);
+  metadata_remove (p, saved, uid);
   unlock_state (p);
   if (p->cfg.on_change)
     p->cfg.on_change (p->cfg.on_change_ctx);
@@ -1155,6 +1271,7 @@ plugin_free (struct nrm_plugin *p)
   free (p->node_name);
   free (p->cdi_dir);
   free (p->state_dir);
+  free (p->plugin_dir);
   free (p->dra_sock);
   free (p->reg_sock);
   free (p->checkpoint);
@@ -1218,7 +1335,9 @@ nrm_plugin_start (const struct nrm_plugin_config *cfg, const struct nrm_driver_o
   p->node_name = strdup (cfg->node_name);
   p->cdi_dir = strdup (cfg->cdi_dir);
   p->state_dir = strdup (cfg->state_dir);
+  p->plugin_dir = NULL;
   if (asprintf (&plugin_dir, "%s/plugins/%s", cfg->kubelet_dir, cfg->driver) < 0
+      || (p->plugin_dir = strdup (plugin_dir)) == NULL
       || asprintf (&reg_dir, "%s/plugins_registry", cfg->kubelet_dir) < 0
       || asprintf (&p->dra_sock, "%s/dra%s%s.sock", plugin_dir, uid ? "-" : "", uid ? uid : "") < 0
       || asprintf (&p->reg_sock, "%s/%s%s%s-reg.sock", reg_dir, cfg->driver, uid ? "-" : "", uid ? uid : "") < 0

@@ -46,6 +46,9 @@ struct nrm_plugin_config
   /* Called after a claim was prepared or unprepared, or NULL. */
   void (*on_change) (void *ctx);
   void *on_change_ctx;
+  /* Device metadata in containers (KEP-5304): a metadata file and CDI
+   * spec for every prepared request, the spec's id in the reply. */
+  bool device_metadata;
   /* Local use (nrm run): no sockets, no registration, no CDI specs, no
    * instance lock; only the shared state under the serialization lock. */
   bool local;

@@ -455,6 +455,11 @@ load_root (struct nrm_config *c, json_t *root, nrm_error_t *err)
         if (nrm_config_set_string (&c->drivers, list ? list : "", err) < 0)
           return -1;
       }
+    else if (strcmp (key, "deviceMetadata") == 0)
+      {
+        WANT (v, json_is_boolean, key, "a boolean");
+        c->device_metadata = json_is_true (v);
+      }
     else if (strcmp (key, "publishSlices") == 0)
       {
         WANT (v, json_is_boolean, key, "a boolean");
@@ -540,6 +545,7 @@ nrm_config_plugin (const struct nrm_config *c, const char *driver, struct nrm_pl
   pc->cdi_dir = c->cdi_dir;
   pc->state_dir = c->state_dir;
   pc->instance_uid = c->instance_uid;
+  pc->device_metadata = c->device_metadata;
   pc->health_interval_s = 10;
   pc->threads = 2;
 }

@@ -94,6 +94,8 @@ static const char usage_text[]
       "                             its service account, without this flag)\n"
       "      --claims-dir DIR       read ResourceClaims from the *.json files in DIR instead\n"
       "      --no-publish           do not publish ResourceSlices\n"
+      "      --device-metadata      give every container a metadata file of its devices\n"
+      "                             (KEP-5304) under /var/run/kubernetes.io/dra-device-attributes\n"
       "      --api-qps N            API requests per second (20), --api-burst N above it (100)\n"
       "      --http-address A:PORT  serve /healthz, /readyz and /metrics (Prometheus) there\n"
       "      --min-shared-cpus N    allocatable CPUs that always stay shared (1)\n"
@@ -157,6 +159,7 @@ enum
   OPT_HTTP_ADDRESS,
   OPT_DRIVERS,
   OPT_DRIVER_DIR,
+  OPT_DEVICE_METADATA,
 };
 
 static const struct option long_options[] = {
@@ -190,6 +193,7 @@ static const struct option long_options[] = {
   { "option", required_argument, NULL, OPT_OPTION },
   { "kubeconfig", required_argument, NULL, OPT_KUBECONFIG },
   { "no-publish", no_argument, NULL, OPT_NO_PUBLISH },
+  { "device-metadata", no_argument, NULL, OPT_DEVICE_METADATA },
   { "api-qps", required_argument, NULL, OPT_API_QPS },
   { "api-burst", required_argument, NULL, OPT_API_BURST },
   { "http-address", required_argument, NULL, OPT_HTTP_ADDRESS },
@@ -374,6 +378,11 @@ parse_options (struct cli *cli, const char *cmd, int argc, char **argv, nrm_erro
               else
                 cli->run.numa_node = (int) v;
             }
+          break;
+        case OPT_DEVICE_METADATA:
+          if (strcmp (cmd, "plugin") != 0)
+            return nrm_error_set (err, EINVAL, "%s: `--%s` is an option of `nrm plugin`", cmd, flag);
+          cli->cfg.device_metadata = true;
           break;
         case OPT_KUBECONFIG:
         case OPT_NO_PUBLISH:

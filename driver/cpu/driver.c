@@ -5,6 +5,7 @@
 #include "config.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -273,6 +274,55 @@ take_device (struct cpu_driver *d, const struct nrm_alloc_result *r, json_t *con
   return 0;
 }
 
+/* The os indexes of the objects (cores, L3 groups, NUMA nodes) whose CPUs
+ * meet cpus, as a list "0-2,5". */
+static char *
+objects_meeting (hwloc_const_bitmap_t cpus, size_t n, const void *objs, size_t size, size_t cpus_at, size_t os_at)
+{
+  cleanup_bitmap hwloc_bitmap_t ids = hwloc_bitmap_alloc ();
+  for (size_t i = 0; ids && i < n; i++)
+    {
+      const char *o = (const char *) objs + i * size;
+      hwloc_const_bitmap_t set = *(hwloc_const_bitmap_t *) (o + cpus_at);
+      if (set && hwloc_bitmap_intersects (set, cpus))
+        hwloc_bitmap_set (ids, *(const unsigned *) (o + os_at));
+    }
+  return ids ? nrm_cpulist_format (ids) : NULL;
+}
+
+#define MEETING(set, arr, n, type)                                                                                     \
+  objects_meeting (set, n, arr, sizeof (type), offsetof (type, cpus), offsetof (type, os_index))
+
+/* What a container reads of each device in its metadata file: the
+ * device's published attributes and the CPUs, cores, L3 groups and NUMA
+ * nodes the claim holds of it. */
+static json_t *
+cpu_metadata (struct cpu_driver *d, const struct nrm_claim_view *c, hwloc_const_bitmap_t claim)
+{
+  json_t *out = json_object ();
+  for (size_t i = 0; out && i < c->n_results; i++)
+    {
+      const char *name = c->results[i].device;
+      cleanup_bitmap hwloc_bitmap_t on = device_cpus (d->t, name);
+      if (on == NULL || json_object_get (out, name))
+        continue;
+      hwloc_bitmap_and (on, on, claim);
+      json_t *attrs = json_deep_copy (json_object_get (json_object_get (d->devices, name), "attributes"));
+      cleanup_free char *cpus = nrm_cpulist_format (on);
+      cleanup_free char *cores = MEETING (on, d->t->cores, d->t->n_cores, struct nrm_core);
+      cleanup_free char *l3 = MEETING (on, d->t->l3, d->t->n_l3, struct nrm_cache);
+      cleanup_free char *nodes = MEETING (on, d->t->numa, d->t->n_numa, struct nrm_numa_node);
+      if (attrs == NULL)
+        attrs = json_object ();
+      const char *keys[] = { "cpus", "cores", "l3Groups", "numaNodes" };
+      const char *vals[] = { cpus, cores, l3, nodes };
+      for (size_t k = 0; k < 4; k++)
+        json_object_set_new (attrs, keys[k], json_pack ("{s:s}", "string", vals[k] ? vals[k] : ""));
+      json_object_set_new (out, name, attrs);
+    }
+  return out;
+}
+
 static int
 cpu_prepare (void *self, const struct nrm_claim_view *c, struct nrm_prepared *out, nrm_error_t *err)
 {
@@ -319,6 +369,7 @@ cpu_prepare (void *self, const struct nrm_claim_view *c, struct nrm_prepared *ou
   out->state = TAKE_PTR (state);
   out->edits.env = TAKE_PTR (env);
   out->edits.commit_hook = true;
+  out->metadata = cpu_metadata (d, c, claim);
   return 0;
 }
 

@@ -241,9 +241,21 @@ mem_prepare (void *self, const struct nrm_claim_view *c, struct nrm_prepared *ou
   }
   if (hold_memory (d, c->uid, add, err) < 0)
     return -1;
+  /* A container reads each device's attributes (node, kind, page size)
+   * and the bytes the claim holds of it in its metadata file. */
+  json_t *meta = json_object ();
+  json_object_foreach (add, name, v)
+  {
+    json_t *attrs = json_deep_copy (json_object_get (json_object_get (d->devices, name), "attributes"));
+    if (attrs == NULL)
+      continue;
+    json_object_set_new (attrs, "bytes", json_pack ("{s:O}", "int", v));
+    json_object_set_new (meta, name, attrs);
+  }
   out->state = TAKE_PTR (state);
   out->edits.env = TAKE_PTR (env);
   out->edits.commit_hook = true;
+  out->metadata = meta;
   return 0;
 }
 

@@ -45,7 +45,8 @@ typedef K8s__Io__Kubelet__Pkg__Apis__Dra__V1__NodeUnprepareResourcesResponse Unp
 static char root[256], kubelet_dir[300], cdi_dir[300], state_dir[300], claims_dir[300], log_path[300];
 static char cpu_sock[512], cpu_reg[512], mem_sock[512];
 static pid_t plugin_pid = -1;
-static char fsroot[400]; /* --fsroot for the next start, or "" */
+static char fsroot[400];       /* --fsroot for the next start, or "" */
+static const char *start_flag; /* one more flag for the next start, or NULL */
 static grpc_channel *cpu_ch, *mem_ch;
 
 /* --- the plugin process -------------------------------------------------------- */
@@ -91,6 +92,8 @@ spawn_plugin (const char *extra)
           args[n++] = "--instance-uid";
           args[n++] = extra;
         }
+      if (start_flag)
+        args[n++] = start_flag;
       args[n] = NULL;
       execv (nrm, (char *const *) args);
       _exit (127);
@@ -1069,6 +1072,151 @@ test_rolling_update (void **state)
   hwloc_bitmap_free (b);
 }
 
+/* Reads a whole file into a string (malloc'd), or NULL. */
+static char *
+slurp (const char *path)
+{
+  FILE *f = fopen (path, "re");
+  if (f == NULL)
+    return NULL;
+  char *buf = calloc (1, 1 << 20);
+  size_t n = fread (buf, 1, (1 << 20) - 1, f);
+  fclose (f);
+  buf[n] = '\0';
+  return buf;
+}
+
+/* KEP-5304: with --device-metadata, every prepared request gets a file of
+ * its devices on the host and a CDI spec that mounts it read-only into the
+ * container, at the paths and in the format of the 1.36 kubelet library;
+ * the spec's id follows the request's first device; unprepare removes both. */
+static void
+test_device_metadata (void **state)
+{
+  (void) state;
+  const char *uid = "00000000-0000-4000-8000-00000000ad01", *tuid = "00000000-0000-4000-8000-00000000ad02";
+  stop_plugin (SIGTERM);
+  start_flag = "--device-metadata";
+  start_plugin ();
+  claim_cpus ("meta", uid, "numa1", 2);
+  /* A claim from a template: its pod claim name names the container path. */
+  char path[700], text[4096];
+  snprintf (path, sizeof (path), "%s/meta-tmpl.json", claims_dir);
+  char *r = cpu_result ("cpus", "numa0", 1);
+  snprintf (text, sizeof (text),
+            "{\"apiVersion\":\"resource.k8s.io/v1\",\"kind\":\"ResourceClaim\",\"metadata\":{\"name\":\"meta-tmpl\","
+            "\"namespace\":\"default\",\"uid\":\"%s\",\"annotations\":{\"resource.kubernetes.io/pod-claim-name\":"
+            "\"workers\"}},\"spec\":{},\"status\":{\"allocation\":{\"devices\":{\"results\":[%s]}}}}",
+            tuid, r);
+  free (r);
+  FILE *f = fopen (path, "w");
+  assert_non_null (f);
+  fputs (text, f);
+  fclose (f);
+
+  const char *names[] = { "meta", "meta-tmpl" }, *uids[] = { uid, tuid };
+  PrepareResponse *resp = prepare (cpu_ch, PREPARE, names, uids, 2);
+  for (int c = 0; c < 2; c++)
+    {
+      PrepareClaimResponse *e = entry (resp, uids[c]);
+      assert_string_equal (e->error, "");
+      assert_int_equal (e->devices[0]->n_cdi_device_ids, 2);
+      char want[200];
+      snprintf (want, sizeof (want), CPU_DRIVER "/metadata=%s_cpus", uids[c]);
+      assert_string_equal (e->devices[0]->cdi_device_ids[1], want);
+
+      /* The host file: one DeviceMetadata object, newline-terminated. */
+      snprintf (path, sizeof (path), "%s/plugins/" CPU_DRIVER "/dra-device-metadata/default_%s/cpus/metadata.json",
+                kubelet_dir, names[c]);
+      char *body = slurp (path);
+      assert_non_null (body);
+      assert_true (body[0] && body[strlen (body) - 1] == '\n');
+      json_error_t je;
+      json_t *doc = json_loads (body, JSON_DISABLE_EOF_CHECK, &je);
+      assert_non_null (doc);
+      free (body);
+      assert_string_equal (json_string_value (json_object_get (doc, "apiVersion")),
+                           "metadata.resource.k8s.io/v1alpha1");
+      assert_string_equal (json_string_value (json_object_get (doc, "kind")), "DeviceMetadata");
+      json_t *md = json_object_get (doc, "metadata");
+      assert_string_equal (json_string_value (json_object_get (md, "name")), names[c]);
+      assert_string_equal (json_string_value (json_object_get (md, "namespace")), "default");
+      assert_string_equal (json_string_value (json_object_get (md, "uid")), uids[c]);
+      assert_int_equal (json_integer_value (json_object_get (md, "generation")), 1);
+      if (c == 1)
+        assert_string_equal (json_string_value (json_object_get (doc, "podClaimName")), "workers");
+      else
+        assert_null (json_object_get (doc, "podClaimName"));
+      json_t *req = json_array_get (json_object_get (doc, "requests"), 0);
+      assert_int_equal (json_array_size (json_object_get (doc, "requests")), 1);
+      assert_string_equal (json_string_value (json_object_get (req, "name")), "cpus");
+      json_t *dev = json_array_get (json_object_get (req, "devices"), 0);
+      assert_string_equal (json_string_value (json_object_get (dev, "driver")), CPU_DRIVER);
+      assert_string_equal (json_string_value (json_object_get (dev, "pool")), NODE);
+      assert_string_equal (json_string_value (json_object_get (dev, "name")), c ? "numa0" : "numa1");
+      /* The container reads its own CPUs there: those its environment has. */
+      json_t *attrs = json_object_get (dev, "attributes");
+      hwloc_bitmap_t env_cpus = cdi_cpus (uids[c]), meta_cpus = hwloc_bitmap_alloc ();
+      assert_non_null (env_cpus);
+      assert_int_equal (hwloc_bitmap_list_sscanf (
+                            meta_cpus, json_string_value (json_object_get (json_object_get (attrs, "cpus"), "string"))),
+                        0);
+      assert_true (hwloc_bitmap_isequal (env_cpus, meta_cpus));
+      assert_int_equal (hwloc_bitmap_weight (meta_cpus), c ? 1 : 2);
+      hwloc_bitmap_free (env_cpus);
+      hwloc_bitmap_free (meta_cpus);
+      assert_string_equal (json_string_value (json_object_get (json_object_get (attrs, "numaNodes"), "string")),
+                           c ? "0" : "1");
+      assert_non_null (json_object_get (json_object_get (attrs, "cores"), "string"));
+      assert_int_equal (json_integer_value (json_object_get (json_object_get (attrs, "numaNode"), "int")), c ? 0 : 1);
+      json_decref (doc);
+
+      /* The CDI spec mounts it read-only where the 1.36 library puts it. */
+      char spec_path[700], host[700], cont[700];
+      snprintf (spec_path, sizeof (spec_path), "%s/" CPU_DRIVER "_metadata_%s_cpus.json", cdi_dir, uids[c]);
+      json_t *spec = json_load_file (spec_path, 0, &je);
+      assert_non_null (spec);
+      assert_string_equal (json_string_value (json_object_get (spec, "kind")), CPU_DRIVER "/metadata");
+      json_t *d0 = json_array_get (json_object_get (spec, "devices"), 0);
+      snprintf (want, sizeof (want), "%s_cpus", uids[c]);
+      assert_string_equal (json_string_value (json_object_get (d0, "name")), want);
+      json_t *m = json_array_get (json_object_get (json_object_get (d0, "containerEdits"), "mounts"), 0);
+      snprintf (host, sizeof (host), "%s", path);
+      if (c == 0)
+        snprintf (cont, sizeof (cont),
+                  "/var/run/kubernetes.io/dra-device-attributes/resourceclaims/meta/cpus/" CPU_DRIVER "-metadata.json");
+      else
+        snprintf (cont, sizeof (cont),
+                  "/var/run/kubernetes.io/dra-device-attributes/resourceclaimtemplates/workers/cpus/" CPU_DRIVER
+                  "-metadata.json");
+      assert_string_equal (json_string_value (json_object_get (m, "hostPath")), host);
+      assert_string_equal (json_string_value (json_object_get (m, "containerPath")), cont);
+      assert_string_equal (json_string_value (json_array_get (json_object_get (m, "options"), 0)), "ro");
+      assert_string_equal (json_string_value (json_array_get (json_object_get (m, "options"), 1)), "bind");
+      json_decref (spec);
+    }
+  k8s__io__kubelet__pkg__apis__dra__v1__node_prepare_resources_response__free_unpacked (resp, NULL);
+
+  /* A restart rewrites a lost spec (the CDI directory is a tmpfs). */
+  char lost[700];
+  snprintf (lost, sizeof (lost), "%s/" CPU_DRIVER "_metadata_%s_cpus.json", cdi_dir, uid);
+  assert_int_equal (unlink (lost), 0);
+  stop_plugin (SIGTERM);
+  start_plugin ();
+  assert_int_equal (access (lost, F_OK), 0);
+
+  /* Unprepare removes the files and the specs. */
+  unprepare (cpu_ch, uids, 2);
+  assert_int_equal (access (lost, F_OK), -1);
+  snprintf (path, sizeof (path), "%s/plugins/" CPU_DRIVER "/dra-device-metadata/default_meta", kubelet_dir);
+  assert_int_equal (access (path, F_OK), -1);
+  snprintf (path, sizeof (path), "%s/" CPU_DRIVER "_metadata_%s_cpus.json", cdi_dir, tuid);
+  assert_int_equal (access (path, F_OK), -1);
+  stop_plugin (SIGTERM);
+  start_flag = NULL;
+  start_plugin ();
+}
+
 static int
 setup (void **state)
 {
@@ -1119,8 +1267,9 @@ main (void)
     cmocka_unit_test (test_opaque_config),  cmocka_unit_test (test_memory_and_beta),
     cmocka_unit_test (test_memory_config),  cmocka_unit_test (test_health),
     cmocka_unit_test (test_health_offline), cmocka_unit_test (test_concurrent),
-    cmocka_unit_test (test_restart),        cmocka_unit_test (test_memory_restart),
-    cmocka_unit_test (test_refusals),       cmocka_unit_test (test_rolling_update),
+    cmocka_unit_test (test_restart),        cmocka_unit_test (test_device_metadata),
+    cmocka_unit_test (test_memory_restart), cmocka_unit_test (test_refusals),
+    cmocka_unit_test (test_rolling_update),
   };
   return cmocka_run_group_tests_name ("plugin protocol", tests, setup, teardown);
 }
