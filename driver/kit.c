@@ -79,3 +79,18 @@ oom:
   json_decref (names);
   return nrm_error_set (err, ENOMEM, "out of memory");
 }
+
+const char *
+nrm_kit_pod_group (json_t *claim)
+{
+  size_t i;
+  json_t *r;
+  json_array_foreach (json_object_get (json_object_get (claim, "status"), "reservedFor"), i, r)
+  {
+    const char *group = json_string_value (json_object_get (r, "apiGroup"));
+    const char *resource = json_string_value (json_object_get (r, "resource"));
+    if (group && resource && strcmp (group, "scheduling.k8s.io") == 0 && strcmp (resource, "podgroups") == 0)
+      return json_string_value (json_object_get (r, "name"));
+  }
+  return NULL;
+}

@@ -25,6 +25,11 @@ int nrm_kit_consumed (const struct nrm_alloc_result *r, const char *key, nrm_qua
 int nrm_kit_opaque_params (json_t *entry, size_t i, const char *api_version, const char *kind, json_t **ret,
                            nrm_error_t *err);
 
+/* The PodGroup a claim is reserved for (KEP-5729: one status.reservedFor
+ * entry of scheduling.k8s.io podgroups, shared by every pod of the group),
+ * or NULL; the string belongs to claim. */
+const char *nrm_kit_pod_group (json_t *claim);
+
 /* name -> Device of a pool, and the names in pool order (new references). */
 int nrm_kit_index_pool (const struct nrm_pool *p, json_t **ret_by_name, json_t **ret_names, nrm_error_t *err);
 

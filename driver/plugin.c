@@ -8,6 +8,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
+#include <sys/eventfd.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -15,6 +17,7 @@
 
 #include "driver/checkpoint.h"
 #include "driver/grpc.h"
+#include "driver/kit.h"
 #include "driver/metadata.h"
 #include "driver/names.h"
 #include "driver/plugin.h"
@@ -62,8 +65,9 @@ struct nrm_plugin
   /* Health streams and their thread. */
   pthread_mutex_t hlock;
   pthread_cond_t hcond;
-  pthread_t hthread;
-  bool hrunning, hstop, hchanged;
+  pthread_t hthread, ethread;
+  bool hrunning, hstop, hchanged, erunning;
+  int estop; /* eventfd that ends the health event thread */
   struct nrm_grpc_stream **streams;
   size_t n_streams;
 };
@@ -760,6 +764,10 @@ prepare_claim (struct nrm_plugin *p, const char *ns, const char *name, const cha
       metadata_write (p, ns, name, uid, meta, devs);
       json_object_set (entry, "metadata", meta);
     }
+  /* Prepared once for every pod of a group (KEP-5729): status shows it. */
+  const char *group = nrm_kit_pod_group (claim);
+  if (group)
+    json_object_set_new (entry, "podGroup", json_string (group));
   json_object_set_new (entry, "phase", json_string ("PrepareCompleted"));
   json_object_set (entry, "state", prep.state);
   json_object_set (entry, "edits", edits);
@@ -1208,6 +1216,35 @@ health_thread (void *arg)
   return NULL;
 }
 
+/* A driver's health events (its health_fd): each wakes the streams and
+ * the caller's on_health, at once instead of at the next period. */
+static void *
+event_thread (void *arg)
+{
+  struct nrm_plugin *p = arg;
+  int fd = p->ops->health_fd (p->self);
+  for (;;)
+    {
+      struct pollfd fds[2] = { { p->estop, POLLIN, 0 }, { fd, POLLIN, 0 } };
+      if (poll (fds, 2, -1) < 0)
+        {
+          if (errno == EINTR)
+            continue;
+          break;
+        }
+      if (fds[0].revents)
+        break;
+      if (fds[1].revents & (POLLERR | POLLNVAL))
+        break;
+      if (p->ops->health_event)
+        p->ops->health_event (p->self);
+      nrm_plugin_health_changed (p);
+      if (p->cfg.on_health)
+        p->cfg.on_health (p->cfg.on_health_ctx);
+    }
+  return NULL;
+}
+
 static grpc_status_code
 h_watch (void *ctx, const uint8_t *req, size_t len, struct nrm_grpc_stream *st, char **details)
 {
@@ -1284,6 +1321,8 @@ plugin_free (struct nrm_plugin *p)
     close (p->instance_fd);
   if (p->serialize_fd >= 0)
     close (p->serialize_fd);
+  if (p->estop >= 0)
+    close (p->estop);
   pthread_mutex_destroy (&p->lock);
   pthread_mutex_destroy (&p->hlock);
   pthread_mutex_destroy (&p->mlock);
@@ -1304,7 +1343,7 @@ nrm_plugin_start (const struct nrm_plugin_config *cfg, const struct nrm_driver_o
   p->cfg = *cfg;
   p->ops = ops;
   p->self = self;
-  p->instance_fd = p->serialize_fd = -1;
+  p->instance_fd = p->serialize_fd = p->estop = -1;
   p->registered = -1;
   pthread_mutex_init (&p->lock, NULL);
   pthread_mutex_init (&p->hlock, NULL);
@@ -1402,6 +1441,8 @@ nrm_plugin_start (const struct nrm_plugin_config *cfg, const struct nrm_driver_o
       return -1;
     }
   p->hrunning = pthread_create (&p->hthread, NULL, health_thread, p) == 0;
+  if (ops->health_fd && ops->health_fd (self) >= 0 && (p->estop = eventfd (0, EFD_CLOEXEC)) >= 0)
+    p->erunning = pthread_create (&p->ethread, NULL, event_thread, p) == 0;
   if (nrm_grpc_server_start (p->reg_sock, reg, sizeof (reg) / sizeof (reg[0]), 1, &p->reg, err) < 0)
     {
       p->reg = NULL;
@@ -1444,6 +1485,15 @@ nrm_plugin_stop (struct nrm_plugin *p)
     {
       unlink (p->reg_sock);
       nrm_grpc_server_stop (p->reg);
+    }
+  if (p->erunning)
+    {
+      uint64_t one = 1;
+      if (write (p->estop, &one, sizeof (one)) == sizeof (one))
+        pthread_join (p->ethread, NULL);
+      else
+        pthread_detach (p->ethread);
+      p->erunning = false;
     }
   if (p->hrunning)
     {

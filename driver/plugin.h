@@ -46,6 +46,9 @@ struct nrm_plugin_config
   /* Called after a claim was prepared or unprepared, or NULL. */
   void (*on_change) (void *ctx);
   void *on_change_ctx;
+  /* Called when the driver's health_fd says health may have changed. */
+  void (*on_health) (void *ctx);
+  void *on_health_ctx;
   /* Device metadata in containers (KEP-5304): a metadata file and CDI
    * spec for every prepared request, the spec's id in the reply. */
   bool device_metadata;

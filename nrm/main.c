@@ -909,6 +909,16 @@ health_taints (const struct nrm_drivers *d, json_t *last)
   return all;
 }
 
+/* A driver's health event: the taints follow at once. */
+static void
+refresh_kick (void *arg)
+{
+  struct refresher *rf = arg;
+  uint64_t one = 1;
+  if (rf->wake >= 0 && write (rf->wake, &one, sizeof (one)) < 0)
+    nrm_log (NULL, NRM_LOG_DEBUG, "cannot wake the slice refresher: %s", strerror (errno));
+}
+
 static void *
 refresh_thread (void *arg)
 {
@@ -990,7 +1000,7 @@ cmd_plugin (struct cli *cli, nrm_error_t *err)
   cleanup_free const char **names = NULL;
   struct nrm_kube *kube = NULL;
   struct nrm_http *http = NULL;
-  struct refresher refresher = { .wake = -1 };
+  struct refresher refresher = { .wake = eventfd (0, EFD_CLOEXEC | EFD_NONBLOCK) };
   bool refreshing = false;
   struct reconciler rec = { .cfg = c, .wake = eventfd (0, EFD_CLOEXEC | EFD_NONBLOCK) };
   cleanup_json json_t *hook = NULL;
@@ -1054,6 +1064,8 @@ cmd_plugin (struct cli *cli, nrm_error_t *err)
       /* Any claim may change the exclusive CPUs: the shared pool follows. */
       pc.on_change = reconcile_kick;
       pc.on_change_ctx = &rec;
+      pc.on_health = refresh_kick;
+      pc.on_health_ctx = &refresher;
       if (c->claims_dir)
         nrm_claim_source_dir (&pc.claims, c->claims_dir);
       else
@@ -1070,7 +1082,6 @@ cmd_plugin (struct cli *cli, nrm_error_t *err)
       refresher.cfg = c;
       refresher.drivers = &d;
       refresher.pubs = pubs;
-      refresher.wake = eventfd (0, EFD_CLOEXEC | EFD_NONBLOCK);
       if (refresher.wake >= 0 && pthread_create (&refresher.thread, NULL, refresh_thread, &refresher) == 0)
         refreshing = true;
     }

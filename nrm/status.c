@@ -255,6 +255,8 @@ nrm_status (struct nrm_config *c, const struct nrm_topology *t, const struct nrm
                                json_string_value (json_object_get (cl, "namespace")), "name",
                                json_string_value (json_object_get (cl, "name")), "phase",
                                json_string_value (json_object_get (cl, "phase")), "drivers");
+            if (json_is_string (json_object_get (cl, "podGroup")))
+              json_object_set (entry, "podGroup", json_object_get (cl, "podGroup"));
             json_object_set_new (all_claims, uid, entry);
           }
         json_t *desc = json_object_get (descs, uid);
@@ -338,6 +340,8 @@ nrm_status (struct nrm_config *c, const struct nrm_topology *t, const struct nrm
              json_string_value (json_object_get (cl, "name")) ?: "?", uid,
              strcmp (json_string_value (json_object_get (cl, "phase")) ?: "", "PrepareCompleted") ? " being prepared"
                                                                                                   : "");
+    if (json_object_get (cl, "podGroup"))
+      fprintf (out, " for PodGroup %s", json_string_value (json_object_get (cl, "podGroup")));
     const char *drv;
     json_t *d;
     json_object_foreach (json_object_get (cl, "drivers"), drv, d)

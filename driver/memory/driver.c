@@ -173,6 +173,16 @@ mem_prepare (void *self, const struct nrm_claim_view *c, struct nrm_prepared *ou
     return nrm_error_set (err, ENOMEM, "out of memory");
   if (memory_settings (c, &limit, &guarantee, err) < 0)
     return -1;
+  /* One claim for the pods of a group: cgroup v2 has no parent shared by
+   * those pods, and a limit or guarantee per container would multiply the
+   * claim by the number of containers. */
+  const char *group = nrm_kit_pod_group (c->claim);
+  if (group && (limit || guarantee))
+    return nrm_error_set (err, EINVAL,
+                          "the claim is shared by the pods of PodGroup `%.63s`: a MemoryConfig %s would apply to "
+                          "each of their containers, not to the claim; leave it out (the memory stays reserved "
+                          "for the group and its nodes bind every container)",
+                          group, limit ? "limit" : "guarantee");
   for (size_t i = 0; i < c->n_results; i++)
     {
       const struct nrm_alloc_result *r = &c->results[i];

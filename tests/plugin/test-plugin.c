@@ -1072,6 +1072,83 @@ test_rolling_update (void **state)
   hwloc_bitmap_free (b);
 }
 
+/* Marks a written claim as reserved for the pods of a PodGroup (KEP-5729). */
+static void
+reserve_for_group (const char *name, const char *group)
+{
+  char path[600];
+  snprintf (path, sizeof (path), "%s/%s.json", claims_dir, name);
+  json_t *c = json_load_file (path, 0, NULL);
+  assert_non_null (c);
+  json_object_set_new (json_object_get (c, "status"), "reservedFor",
+                       json_pack ("[{s:s, s:s, s:s, s:s}]", "apiGroup", "scheduling.k8s.io", "resource", "podgroups",
+                                  "name", group, "uid", "00000000-0000-4000-8000-0000000000f0"));
+  assert_int_equal (json_dump_file (c, path, 0), 0);
+  json_decref (c);
+}
+
+/* A claim shared by the pods of a PodGroup is prepared once on the node:
+ * every later call (another pod, a kubelet retry) gets the same devices
+ * and the same CPUs; a memory limit or guarantee, which would apply to
+ * each container, is refused and nothing is held. */
+static void
+test_pod_group (void **state)
+{
+  (void) state;
+  const char *uid = "00000000-0000-4000-8000-0000000000f1", *muid = "00000000-0000-4000-8000-0000000000f2";
+  const char *name[] = { "group-cpus" }, *uids[] = { uid };
+  claim_cpus (name[0], uid, "numa1", 2);
+  reserve_for_group (name[0], "trainers");
+  PrepareResponse *r1 = prepare (cpu_ch, PREPARE, name, uids, 1);
+  PrepareClaimResponse *e1 = entry (r1, uid);
+  assert_string_equal (e1->error, "");
+  hwloc_bitmap_t first = cdi_cpus (uid);
+  assert_non_null (first);
+  assert_int_equal (hwloc_bitmap_weight (first), 2);
+  PrepareResponse *r2 = prepare (cpu_ch, PREPARE, name, uids, 1);
+  PrepareClaimResponse *e2 = entry (r2, uid);
+  assert_string_equal (e2->error, "");
+  assert_int_equal (e2->n_devices, e1->n_devices);
+  assert_string_equal (e2->devices[0]->cdi_device_ids[0], e1->devices[0]->cdi_device_ids[0]);
+  hwloc_bitmap_t again = cdi_cpus (uid);
+  assert_true (hwloc_bitmap_isequal (first, again));
+  hwloc_bitmap_free (first);
+  hwloc_bitmap_free (again);
+  k8s__io__kubelet__pkg__apis__dra__v1__node_prepare_resources_response__free_unpacked (r1, NULL);
+  k8s__io__kubelet__pkg__apis__dra__v1__node_prepare_resources_response__free_unpacked (r2, NULL);
+
+  const char *mname[] = { "group-mem" }, *muids[] = { muid };
+  claim_memory (mname[0], muid, "numa1", "1Gi",
+                "{\"apiVersion\":\"memory.nrm.io/v1alpha1\",\"kind\":\"MemoryConfig\","
+                "\"guarantee\":true}");
+  reserve_for_group (mname[0], "trainers");
+  PrepareResponse *r3 = prepare (mem_ch, PREPARE, mname, muids, 1);
+  const char *why = entry (r3, muid)->error;
+  if (strstr (why, "PodGroup `trainers`") == NULL || strstr (why, "guarantee") == NULL)
+    fail_msg ("a guarantee on a PodGroup claim: `%s`", why);
+  char spec[600];
+  snprintf (spec, sizeof (spec), "%s/" MEM_DRIVER "-%s.json", cdi_dir, muid);
+  assert_int_equal (access (spec, F_OK), -1);
+  k8s__io__kubelet__pkg__apis__dra__v1__node_prepare_resources_response__free_unpacked (r3, NULL);
+  /* Without it, the group's memory is held once and binds its nodes. */
+  claim_memory (mname[0], muid, "numa1", "1Gi", NULL);
+  reserve_for_group (mname[0], "trainers");
+  PrepareResponse *r4 = prepare (mem_ch, PREPARE, mname, muids, 1);
+  assert_string_equal (entry (r4, muid)->error, "");
+  k8s__io__kubelet__pkg__apis__dra__v1__node_prepare_resources_response__free_unpacked (r4, NULL);
+  cleanup_free char *mems = cdi_memory_env (muid, "NRM_MEMS");
+  assert_non_null (mems);
+  assert_string_equal (mems, "1");
+  cleanup_free char *min = cdi_memory_env (muid, "NRM_MEMORY_MIN");
+  assert_null (min);
+
+  /* Released once, after the last pod (the kubelet's single unprepare). */
+  unprepare (cpu_ch, uids, 1);
+  unprepare (mem_ch, muids, 1);
+  snprintf (spec, sizeof (spec), "%s/" CPU_DRIVER "-%s.json", cdi_dir, uid);
+  assert_int_equal (access (spec, F_OK), -1);
+}
+
 /* Reads a whole file into a string (malloc'd), or NULL. */
 static char *
 slurp (const char *path)
@@ -1268,8 +1345,8 @@ main (void)
     cmocka_unit_test (test_memory_config),  cmocka_unit_test (test_health),
     cmocka_unit_test (test_health_offline), cmocka_unit_test (test_concurrent),
     cmocka_unit_test (test_restart),        cmocka_unit_test (test_device_metadata),
-    cmocka_unit_test (test_memory_restart), cmocka_unit_test (test_refusals),
-    cmocka_unit_test (test_rolling_update),
+    cmocka_unit_test (test_pod_group),      cmocka_unit_test (test_memory_restart),
+    cmocka_unit_test (test_refusals),       cmocka_unit_test (test_rolling_update),
   };
   return cmocka_run_group_tests_name ("plugin protocol", tests, setup, teardown);
 }
