@@ -147,6 +147,15 @@ struct nrm_driver_ops
   int (*health_fd) (void *self);
   void (*health_event) (void *self);
 
+  /* Binding conditions (KEP-5007, optional): a claim allocated to this
+   * node is not yet bound to its pod, and some of this driver's devices
+   * carry bindingConditions. The driver makes them ready (or finds it
+   * cannot) and returns their AllocatedDeviceStatus entries, [{driver,
+   * pool, device, shareID?, conditions: [metav1.Condition], data?}], for
+   * the framework to write to the claim's status. Called from a thread of
+   * its own, possibly beside prepare: the driver locks what it shares. */
+  int (*bind) (void *self, const struct nrm_claim_view *c, json_t **ret_devices, nrm_error_t *err);
+
   /* What a claim holds, for nrm status and /metrics (a new reference):
    * {"cpus": "0-3" (CPUs held exclusively), "memoryNodes": "0",
    *  "devices": {name: {capacity name: amount (a number)}}}; every key

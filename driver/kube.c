@@ -533,10 +533,10 @@ set_pem (CURL *h, CURLoption blob_opt, CURLoption type_opt, const char *pem)
 
 /* An easy handle for one request to path, with TLS and authentication. */
 static int
-easy_new (struct nrm_kube *k, const char *method, const char *path, bool force_token, CURL **ret,
+easy_new (struct nrm_kube *k, const char *method, const char *path, const char *ctype, bool force_token, CURL **ret,
           struct curl_slist **headers, char *errbuf, nrm_error_t *err)
 {
-  cleanup_free char *url = NULL, *token = NULL, *auth = NULL;
+  cleanup_free char *url = NULL, *token = NULL, *auth = NULL, *cth = NULL;
   if (path[0] != '/')
     return nrm_error_set (err, EINVAL, "API path `%s` does not start with /", path);
   if (asprintf (&url, "%s%s", k->server, path) < 0)
@@ -548,8 +548,8 @@ easy_new (struct nrm_kube *k, const char *method, const char *path, bool force_t
   if (h == NULL)
     return nrm_error_set (err, ENOMEM, "cannot start a libcurl handle");
   struct curl_slist *hl = curl_slist_append (NULL, "Accept: application/json");
-  if (hl)
-    hl = curl_slist_append (hl, "Content-Type: application/json");
+  if (hl && asprintf (&cth, "Content-Type: %s", ctype) >= 0)
+    hl = curl_slist_append (hl, cth);
   if (hl && token)
     {
       if (asprintf (&auth, "Authorization: Bearer %s", token) < 0)
@@ -617,8 +617,9 @@ not_sent (CURLcode c)
   return c == CURLE_COULDNT_CONNECT || c == CURLE_COULDNT_RESOLVE_HOST || c == CURLE_SSL_CONNECT_ERROR;
 }
 
-int
-nrm_kube_call (struct nrm_kube *k, const char *method, const char *path, json_t *body, json_t **ret, nrm_error_t *err)
+static int
+call (struct nrm_kube *k, const char *method, const char *path, const char *ctype, json_t *body, json_t **ret,
+      nrm_error_t *err)
 {
   cleanup_free char *payload = NULL;
   bool is_post = strcmp (method, "POST") == 0;
@@ -638,7 +639,7 @@ nrm_kube_call (struct nrm_kube *k, const char *method, const char *path, json_t 
       struct retry_after ra = { 0 };
 
       rate_wait (k);
-      if (easy_new (k, method, path, force_token, &h, &headers, errbuf, err) < 0)
+      if (easy_new (k, method, path, ctype, force_token, &h, &headers, errbuf, err) < 0)
         return -1;
       curl_easy_setopt (h, CURLOPT_TIMEOUT_MS, (long) k->timeout_ms);
       curl_easy_setopt (h, CURLOPT_WRITEFUNCTION, buf_write);
@@ -695,6 +696,19 @@ nrm_kube_call (struct nrm_kube *k, const char *method, const char *path, json_t 
         }
       return (int) code;
     }
+}
+
+int
+nrm_kube_call (struct nrm_kube *k, const char *method, const char *path, json_t *body, json_t **ret, nrm_error_t *err)
+{
+  return call (k, method, path, "application/json", body, ret, err);
+}
+
+int
+nrm_kube_patch (struct nrm_kube *k, const char *path, const char *content_type, json_t *body, json_t **ret,
+                nrm_error_t *err)
+{
+  return call (k, "PATCH", path, content_type, body, ret, err);
 }
 
 char *
@@ -817,7 +831,7 @@ nrm_kube_watch_open (struct nrm_kube *k, const char *path, nrm_kube_event_fn fn,
   w->ctx = ctx;
   w->line.max = MAX_EVENT;
   rate_wait (k);
-  if (easy_new (k, "GET", path, false, &w->easy, &w->headers, w->errbuf, err) < 0)
+  if (easy_new (k, "GET", path, "application/json", false, &w->easy, &w->headers, w->errbuf, err) < 0)
     {
       nrm_kube_watch_close (w);
       return -1;

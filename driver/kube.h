@@ -48,6 +48,12 @@ const char *nrm_kube_server (struct nrm_kube *k);
 int nrm_kube_call (struct nrm_kube *k, const char *method, const char *path, json_t *body, json_t **ret,
                    nrm_error_t *err);
 
+/* A PATCH of content_type: application/merge-patch+json, or
+ * application/apply-patch+yaml (server-side apply, with ?fieldManager= in
+ * path; JSON is YAML). As nrm_kube_call() otherwise. */
+int nrm_kube_patch (struct nrm_kube *k, const char *path, const char *content_type, json_t *body, json_t **ret,
+                    nrm_error_t *err);
+
 /* A query parameter value, percent-encoded (malloc'd), or NULL. */
 char *nrm_kube_escape (const char *s);
 

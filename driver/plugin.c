@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "driver/checkpoint.h"
+#include "driver/claimview.h"
 #include "driver/grpc.h"
 #include "driver/kit.h"
 #include "driver/metadata.h"
@@ -585,84 +586,6 @@ response_devices (struct nrm_plugin *p, const char *uid, const struct nrm_alloc_
   return devs;
 }
 
-/* A claim's allocation as the driver sees it (view's arrays owned). */
-struct allocation
-{
-  struct nrm_claim_view view;
-  struct nrm_alloc_result *all, *mine;
-};
-
-static void
-allocation_done (struct allocation *a)
-{
-  free (a->all);
-  free (a->mine);
-  json_decref (a->view.config);
-}
-
-/* Checks a claim object and extracts every result (each driver's), this
- * driver's, and this driver's opaque configuration. */
-static int
-claim_allocation (struct nrm_plugin *p, json_t *claim, const char *uid, struct allocation *a, nrm_error_t *err)
-{
-  const char *cuid = json_string_value (json_object_get (json_object_get (claim, "metadata"), "uid"));
-  json_t *alloc = json_object_get (json_object_get (claim, "status"), "allocation");
-  json_t *results = json_object_get (json_object_get (alloc, "devices"), "results");
-  size_t i, k = 0;
-  json_t *r;
-
-  if (cuid == NULL || strcmp (cuid, uid) != 0)
-    return nrm_error_set (err, ESTALE, "claim UID is %s, not %s: the claim was replaced", cuid ? cuid : "(none)", uid);
-  if (!json_is_object (alloc))
-    return nrm_error_set (err, EINVAL, "claim is not allocated");
-  if (!json_is_array (results))
-    return nrm_error_set (err, EINVAL, "claim allocation has no device results");
-  a->all = calloc (json_array_size (results) + 1, sizeof (*a->all));
-  a->mine = calloc (json_array_size (results) + 1, sizeof (*a->mine));
-  if (a->all == NULL || a->mine == NULL)
-    return nrm_error_set (err, ENOMEM, "out of memory");
-  json_array_foreach (results, i, r)
-  {
-    struct nrm_alloc_result *o = &a->all[i];
-    o->driver = json_string_value (json_object_get (r, "driver"));
-    o->request = json_string_value (json_object_get (r, "request"));
-    o->pool = json_string_value (json_object_get (r, "pool"));
-    o->device = json_string_value (json_object_get (r, "device"));
-    o->share_id = json_string_value (json_object_get (r, "shareID"));
-    o->consumed = json_object_get (r, "consumedCapacity");
-    if (o->driver == NULL || strcmp (o->driver, p->driver) != 0)
-      continue;
-    if (o->request == NULL || o->pool == NULL || o->device == NULL)
-      return nrm_error_set (err, EINVAL, "allocation result %zu lacks request, pool or device", i);
-    if (strcmp (o->pool, p->node_name) != 0)
-      return nrm_error_set (err, EINVAL, "device %s/%s is not in this node's pool `%s`", o->pool, o->device,
-                            p->node_name);
-    if (o->consumed && !json_is_object (o->consumed))
-      return nrm_error_set (err, EINVAL, "consumedCapacity of device %s is not a map", o->device);
-    a->mine[k++] = *o;
-  }
-  if (k == 0)
-    return nrm_error_set (err, EINVAL, "no device of driver %s is allocated to this claim", p->driver);
-  /* Opaque configuration meant for this driver. */
-  a->view.config = json_array ();
-  if (a->view.config == NULL)
-    return nrm_error_set (err, ENOMEM, "out of memory");
-  json_array_foreach (json_object_get (json_object_get (alloc, "devices"), "config"), i, r)
-  {
-    json_t *opaque = json_object_get (r, "opaque");
-    const char *driver = json_string_value (json_object_get (opaque, "driver"));
-    if (driver && strcmp (driver, p->driver) == 0)
-      json_array_append (a->view.config, r);
-  }
-  a->view.uid = uid;
-  a->view.results = a->mine;
-  a->view.n_results = k;
-  a->view.all = a->all;
-  a->view.n_all = json_array_size (results);
-  a->view.claim = claim;
-  return 0;
-}
-
 /* The devices of a claim prepared earlier (new reference), or NULL. An
  * entry left in PrepareStarted can only come from an instance that died
  * mid-prepare (prepare holds the lock throughout): it is rolled back here. */
@@ -696,7 +619,7 @@ static json_t *
 prepare_claim (struct nrm_plugin *p, const char *ns, const char *name, const char *uid, nrm_error_t *err)
 {
   cleanup_json json_t *claim = NULL;
-  struct allocation a;
+  struct nrm_allocation a;
   memset (&a, 0, sizeof (a));
 
   if (!nrm_is_dns_subdomain (ns, 253) || !nrm_is_dns_subdomain (name, 253) || uid[0] == '\0' || strlen (uid) > 128)
@@ -718,9 +641,9 @@ prepare_claim (struct nrm_plugin *p, const char *ns, const char *name, const cha
   /* The claim is read outside the lock, as the kubelet's own helper does. */
   if (p->cfg.claims.get (p->cfg.claims.self, ns, name, &claim, err) < 0)
     return NULL;
-  if (claim_allocation (p, claim, uid, &a, err) < 0 || lock_state (p, err) < 0)
+  if (nrm_claim_allocation (p->driver, p->node_name, claim, uid, &a, err) < 0 || lock_state (p, err) < 0)
     {
-      allocation_done (&a);
+      nrm_allocation_done (&a);
       return NULL;
     }
   a.view.ns = ns;
@@ -732,7 +655,7 @@ prepare_claim (struct nrm_plugin *p, const char *ns, const char *name, const cha
       /* A concurrent call prepared it meanwhile. */
       json_t *devs = json_incref (json_object_get (entry, "devices"));
       unlock_state (p);
-      allocation_done (&a);
+      nrm_allocation_done (&a);
       return devs;
     }
 
@@ -780,7 +703,7 @@ prepare_claim (struct nrm_plugin *p, const char *ns, const char *name, const cha
     }
   nrm_prepared_done (&prep);
   unlock_state (p);
-  allocation_done (&a);
+  nrm_allocation_done (&a);
   if (p->cfg.on_change)
     p->cfg.on_change (p->cfg.on_change_ctx);
   return devs;
@@ -799,13 +722,13 @@ rollback:
   }
   json_decref (devs);
   unlock_state (p);
-  allocation_done (&a);
+  nrm_allocation_done (&a);
   return NULL;
 rollback_entry:
   json_object_del (claims, uid);
   json_decref (devs);
   unlock_state (p);
-  allocation_done (&a);
+  nrm_allocation_done (&a);
   return NULL;
 }
 

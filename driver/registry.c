@@ -219,6 +219,24 @@ known_ids (const struct nrm_registry *reg, const char *list, nrm_error_t *err)
   return 0;
 }
 
+json_t *
+nrm_registry_names (const struct nrm_registry *reg, const struct nrm_driver_selection *sel, nrm_error_t *err)
+{
+  if (sel->ids && known_ids (reg, sel->ids, err) < 0)
+    return NULL;
+  json_t *names = json_array ();
+  for (size_t i = 0; names && i < reg->n; i++)
+    {
+      const struct nrm_driver_ops *ops = reg->ops[i];
+      const char *name = json_string_value (json_object_get (sel->names, ops->id));
+      if (sel->ids == NULL || listed (sel->ids, ops->id))
+        json_array_append_new (names, json_string (name ? name : ops->default_name));
+    }
+  if (names == NULL)
+    nrm_error_set (err, ENOMEM, "out of memory");
+  return names;
+}
+
 int
 nrm_drivers_open (const struct nrm_registry *reg, const struct nrm_driver_selection *sel,
                   const struct nrm_driver_host *base, struct nrm_drivers *ret, nrm_error_t *err)

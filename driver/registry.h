@@ -32,6 +32,10 @@ struct nrm_driver_selection
   json_t *names;   /* id -> driver name; a driver not named takes its default */
 };
 
+/* The names the selected drivers serve under, in registry order (a new
+ * JSON array), without making the drivers; an unknown id is an error. */
+json_t *nrm_registry_names (const struct nrm_registry *reg, const struct nrm_driver_selection *sel, nrm_error_t *err);
+
 /* One enabled driver. */
 struct nrm_driver_slot
 {

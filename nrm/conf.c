@@ -59,6 +59,7 @@ nrm_config_done (struct nrm_config *c)
   free (c->hook_path);
   free (c->kubeconfig);
   free (c->http_address);
+  free (c->lease_namespace);
   hwloc_bitmap_free (c->node.reserved_cpus);
   hwloc_bitmap_free (c->node.isolated_cpus);
   nrm_config_clear_reserved_memory (c);

@@ -27,19 +27,20 @@ struct nrm_config
   char *hook_path;         /* nrm executable for the CDI hook; "": no hook */
 
   /* nrm plugin */
-  char *kubelet_dir;    /* /var/lib/kubelet */
-  char *cdi_dir;        /* /var/run/cdi */
-  char *state_dir;      /* /var/lib/nrm */
-  char *claims_dir;     /* ResourceClaim JSON files, or NULL */
-  char *instance_uid;   /* rolling-update mode: pod UID in socket names */
-  char *log_level;      /* error, warning, info, debug */
-  char *log_format;     /* plain or json */
-  char *kubeconfig;     /* kubeconfig file; NULL: in-cluster settings, if any */
-  bool no_publish;      /* leave the ResourceSlices alone */
-  bool device_metadata; /* KEP-5304 metadata files in containers */
-  double api_qps;       /* client-side rate limit (5 requests/s) */
-  long api_burst;       /* (10) */
-  char *http_address;   /* ADDR:PORT of /healthz and /metrics, or NULL */
+  char *kubelet_dir;     /* /var/lib/kubelet */
+  char *cdi_dir;         /* /var/run/cdi */
+  char *state_dir;       /* /var/lib/nrm */
+  char *claims_dir;      /* ResourceClaim JSON files, or NULL */
+  char *instance_uid;    /* rolling-update mode: pod UID in socket names */
+  char *log_level;       /* error, warning, info, debug */
+  char *log_format;      /* plain or json */
+  char *kubeconfig;      /* kubeconfig file; NULL: in-cluster settings, if any */
+  bool no_publish;       /* leave the ResourceSlices alone */
+  bool device_metadata;  /* KEP-5304 metadata files in containers */
+  double api_qps;        /* client-side rate limit (5 requests/s) */
+  long api_burst;        /* (10) */
+  char *http_address;    /* ADDR:PORT of /healthz and /metrics, or NULL */
+  char *lease_namespace; /* nrm controller: its Lease's namespace */
 };
 
 void nrm_config_init (struct nrm_config *c);

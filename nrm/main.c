@@ -21,6 +21,7 @@
 #include "cpuset/placement.h"
 #include "driver/devices.h"
 #include "driver/quantity.h"
+#include "driver/binding.h"
 #include "driver/registry.h"
 #include "driver/kube.h"
 #include "driver/plugin.h"
@@ -35,6 +36,8 @@
 #include "nrm/status.h"
 #include "nrm/base/cleanup.h"
 #include "nrm/conf.h"
+#include "nrm/controller.h"
+#include "driver/names.h"
 #include "topology/topology.h"
 
 #define EXIT_USAGE 2
@@ -50,6 +53,9 @@ static const char usage_text[]
       "  plugin     serve the enabled drivers (CPU, memory, ...) to the kubelet (DRA kubelet plugin)\n"
       "  run        run a command on CPUs (and memory) picked as for a claim, then release them:\n"
       "             nrm run --cpus N [--memory SIZE] [--hugepages-2Mi SIZE] [--numa-node K] -- COMMAND...\n"
+      "  controller the cluster's one binding-conditions controller (a Deployment beside the\n"
+      "             DaemonSet): labels each claim that waits for binding conditions on an nrm\n"
+      "             device with its node, so that each node watches only its own claims\n"
       "  status     what nrm has handed out: pools, claims and runs, exclusive and shared CPUs\n"
       "             (options: --json, --state-dir, and those of every command)\n"
       "  hook       OCI createRuntime hook: bind a new container to its claim's CPUs and memory\n"
@@ -108,6 +114,11 @@ static const char usage_text[]
       "      --log-level LEVEL      error, warning, info (default) or debug\n"
       "      --log-format FORMAT    plain (default) or json\n"
       "\n"
+      "Options of controller (and --kubeconfig, --api-qps, --api-burst, --drivers, --driver-dir,\n"
+      "--log-level, --log-format as for plugin):\n"
+      "      --lease-namespace NS   namespace of its leader-election Lease (default:\n"
+      "                             $POD_NAMESPACE, else nrm-system)\n"
+      "\n"
       "Options of run (and --state-dir, --cpu-options, --min-shared-cpus as for plugin):\n"
       "      --cpus N               exclusive CPUs for the command\n"
       "      --memory SIZE          memory on the same NUMA node, also its limit (e.g. 1Gi)\n"
@@ -160,48 +171,75 @@ enum
   OPT_DRIVERS,
   OPT_DRIVER_DIR,
   OPT_DEVICE_METADATA,
+  OPT_LEASE_NAMESPACE,
 };
 
-static const struct option long_options[] = {
-  { "config", required_argument, NULL, 'c' },
-  { "topology", required_argument, NULL, 't' },
-  { "node-name", required_argument, NULL, OPT_NODE_NAME },
-  { "reserved-cpus", required_argument, NULL, OPT_RESERVED_CPUS },
-  { "isolated-cpus", required_argument, NULL, OPT_ISOLATED_CPUS },
-  { "reserved-memory", required_argument, NULL, OPT_RESERVED_MEMORY },
-  { "cpu-mode", required_argument, NULL, OPT_CPU_MODE },
-  { "cpu-options", required_argument, NULL, OPT_CPU_OPTIONS },
-  { "feature-gates", required_argument, NULL, OPT_FEATURE_GATES },
-  { "fsroot", required_argument, NULL, OPT_FSROOT },
-  { "json", no_argument, NULL, OPT_JSON },
-  { "kubelet-dir", required_argument, NULL, OPT_KUBELET_DIR },
-  { "cdi-dir", required_argument, NULL, OPT_CDI_DIR },
-  { "state-dir", required_argument, NULL, OPT_STATE_DIR },
-  { "claims-dir", required_argument, NULL, OPT_CLAIMS_DIR },
-  { "instance-uid", required_argument, NULL, OPT_INSTANCE_UID },
-  { "log-level", required_argument, NULL, OPT_LOG_LEVEL },
-  { "log-format", required_argument, NULL, OPT_LOG_FORMAT },
-  { "min-shared-cpus", required_argument, NULL, OPT_MIN_SHARED },
-  { "reconcile-interval", required_argument, NULL, OPT_RECONCILE },
-  { "hook-path", required_argument, NULL, OPT_HOOK_PATH },
-  { "cpus", required_argument, NULL, OPT_CPUS },
-  { "memory", required_argument, NULL, OPT_MEMORY },
-  { "hugepages-2Mi", required_argument, NULL, OPT_HUGEPAGES_2MI },
-  { "hugepages-1Gi", required_argument, NULL, OPT_HUGEPAGES_1GI },
-  { "isolated", no_argument, NULL, OPT_ISOLATED },
-  { "numa-node", required_argument, NULL, OPT_NUMA_NODE },
-  { "option", required_argument, NULL, OPT_OPTION },
-  { "kubeconfig", required_argument, NULL, OPT_KUBECONFIG },
-  { "no-publish", no_argument, NULL, OPT_NO_PUBLISH },
-  { "device-metadata", no_argument, NULL, OPT_DEVICE_METADATA },
-  { "api-qps", required_argument, NULL, OPT_API_QPS },
-  { "api-burst", required_argument, NULL, OPT_API_BURST },
-  { "http-address", required_argument, NULL, OPT_HTTP_ADDRESS },
-  { "drivers", required_argument, NULL, OPT_DRIVERS },
-  { "driver-dir", required_argument, NULL, OPT_DRIVER_DIR },
-  { "help", no_argument, NULL, 'h' },
-  { NULL, 0, NULL, 0 },
+/* The commands, as bits: an option names those that take it, and any
+ * other refuses it. */
+enum
+{
+  CMD_TOPOLOGY = 1 << 0,
+  CMD_SLICES = 1 << 1,
+  CMD_PLUGIN = 1 << 2,
+  CMD_RUN = 1 << 3,
+  CMD_STATUS = 1 << 4,
+  CMD_HOOK = 1 << 5,
+  CMD_CONTROLLER = 1 << 6,
+  CMD_ALL = (1 << 7) - 1,
 };
+static const char *const command_names[] = { "topology", "slices", "plugin", "run", "status", "hook", "controller" };
+
+/* Every option, once: its name, argument, value and the commands that
+ * take it (the config file keys are in docs/configuration.md). */
+struct cli_option
+{
+  const char *name;
+  int has_arg;
+  int val;
+  unsigned commands;
+};
+
+static const struct cli_option cli_options[] = {
+  { "config", required_argument, 'c', CMD_ALL },
+  { "topology", required_argument, 't', CMD_ALL },
+  { "node-name", required_argument, OPT_NODE_NAME, CMD_ALL },
+  { "reserved-cpus", required_argument, OPT_RESERVED_CPUS, CMD_ALL },
+  { "isolated-cpus", required_argument, OPT_ISOLATED_CPUS, CMD_ALL },
+  { "reserved-memory", required_argument, OPT_RESERVED_MEMORY, CMD_ALL },
+  { "cpu-mode", required_argument, OPT_CPU_MODE, CMD_ALL },
+  { "cpu-options", required_argument, OPT_CPU_OPTIONS, CMD_ALL },
+  { "feature-gates", required_argument, OPT_FEATURE_GATES, CMD_ALL },
+  { "fsroot", required_argument, OPT_FSROOT, CMD_ALL },
+  { "json", no_argument, OPT_JSON, CMD_TOPOLOGY | CMD_STATUS },
+  { "kubelet-dir", required_argument, OPT_KUBELET_DIR, CMD_PLUGIN },
+  { "cdi-dir", required_argument, OPT_CDI_DIR, CMD_PLUGIN },
+  { "state-dir", required_argument, OPT_STATE_DIR, CMD_PLUGIN | CMD_RUN | CMD_STATUS | CMD_HOOK },
+  { "claims-dir", required_argument, OPT_CLAIMS_DIR, CMD_PLUGIN },
+  { "instance-uid", required_argument, OPT_INSTANCE_UID, CMD_PLUGIN },
+  { "log-level", required_argument, OPT_LOG_LEVEL, CMD_PLUGIN | CMD_CONTROLLER },
+  { "log-format", required_argument, OPT_LOG_FORMAT, CMD_PLUGIN | CMD_CONTROLLER },
+  { "min-shared-cpus", required_argument, OPT_MIN_SHARED, CMD_PLUGIN | CMD_RUN },
+  { "reconcile-interval", required_argument, OPT_RECONCILE, CMD_PLUGIN },
+  { "hook-path", required_argument, OPT_HOOK_PATH, CMD_PLUGIN },
+  { "cpus", required_argument, OPT_CPUS, CMD_RUN },
+  { "memory", required_argument, OPT_MEMORY, CMD_RUN },
+  { "hugepages-2Mi", required_argument, OPT_HUGEPAGES_2MI, CMD_RUN },
+  { "hugepages-1Gi", required_argument, OPT_HUGEPAGES_1GI, CMD_RUN },
+  { "isolated", no_argument, OPT_ISOLATED, CMD_RUN },
+  { "numa-node", required_argument, OPT_NUMA_NODE, CMD_RUN },
+  { "option", required_argument, OPT_OPTION, CMD_RUN },
+  { "kubeconfig", required_argument, OPT_KUBECONFIG, CMD_PLUGIN | CMD_CONTROLLER },
+  { "no-publish", no_argument, OPT_NO_PUBLISH, CMD_PLUGIN },
+  { "device-metadata", no_argument, OPT_DEVICE_METADATA, CMD_PLUGIN },
+  { "api-qps", required_argument, OPT_API_QPS, CMD_PLUGIN | CMD_CONTROLLER },
+  { "api-burst", required_argument, OPT_API_BURST, CMD_PLUGIN | CMD_CONTROLLER },
+  { "http-address", required_argument, OPT_HTTP_ADDRESS, CMD_PLUGIN },
+  { "drivers", required_argument, OPT_DRIVERS, CMD_SLICES | CMD_STATUS | CMD_PLUGIN | CMD_CONTROLLER },
+  { "driver-dir", required_argument, OPT_DRIVER_DIR, CMD_SLICES | CMD_STATUS | CMD_PLUGIN | CMD_CONTROLLER },
+  { "lease-namespace", required_argument, OPT_LEASE_NAMESPACE, CMD_CONTROLLER },
+  { "help", no_argument, 'h', CMD_ALL },
+};
+#define N_OPTIONS (sizeof (cli_options) / sizeof (cli_options[0]))
 
 struct cli
 {
@@ -222,10 +260,43 @@ fail (nrm_error_t *err, int code)
 
 /* Options are applied in two passes so that the config file is read first
  * and every flag overrides it, wherever it stands on the command line. */
+/* "`nrm plugin` and `nrm controller`": the commands that take an option. */
+static int
+refuse (nrm_error_t *err, const char *cmd, const char *flag, unsigned commands)
+{
+  char list[256] = "";
+  size_t n = 0, total = (size_t) __builtin_popcount (commands);
+  for (size_t i = 0; i < sizeof (command_names) / sizeof (command_names[0]); i++)
+    if (commands & (1u << i))
+      {
+        n++;
+        snprintf (list + strlen (list), sizeof (list) - strlen (list), "%s`nrm %s`",
+                  n == 1       ? ""
+                  : n == total ? " and "
+                               : ", ",
+                  command_names[i]);
+      }
+  return nrm_error_set (err, EINVAL, "%s: `--%s` is an option of %s", cmd, flag, list);
+}
+
+static unsigned
+command_bit (const char *cmd)
+{
+  for (size_t i = 0; i < sizeof (command_names) / sizeof (command_names[0]); i++)
+    if (strcmp (cmd, command_names[i]) == 0)
+      return 1u << i;
+  return 0;
+}
+
 static int
 parse_options (struct cli *cli, const char *cmd, int argc, char **argv, nrm_error_t *err)
 {
   int c;
+  struct option long_options[N_OPTIONS + 1];
+  for (size_t i = 0; i < N_OPTIONS; i++)
+    long_options[i] = (struct option){ cli_options[i].name, cli_options[i].has_arg, NULL, cli_options[i].val };
+  memset (&long_options[N_OPTIONS], 0, sizeof (long_options[0]));
+  unsigned me = command_bit (cmd);
 
   optind = 1;
   opterr = 0;
@@ -258,6 +329,8 @@ parse_options (struct cli *cli, const char *cmd, int argc, char **argv, nrm_erro
     {
       int r = 0;
       const char *flag = li >= 0 ? long_options[li].name : "?";
+      if (li >= 0 && !(cli_options[li].commands & me))
+        return refuse (err, cmd, flag, cli_options[li].commands);
       switch (c)
         {
         case 't':
@@ -298,10 +371,6 @@ parse_options (struct cli *cli, const char *cmd, int argc, char **argv, nrm_erro
         case OPT_INSTANCE_UID:
         case OPT_LOG_LEVEL:
         case OPT_LOG_FORMAT:
-          if (strcmp (cmd, "plugin") != 0
-              && !((strcmp (cmd, "hook") == 0 || strcmp (cmd, "run") == 0 || strcmp (cmd, "status") == 0)
-                   && c == OPT_STATE_DIR))
-            return nrm_error_set (err, EINVAL, "%s: `--%s` is an option of `nrm plugin`", cmd, flag);
           {
             char **field[] = { &cli->cfg.kubelet_dir,  &cli->cfg.cdi_dir,   &cli->cfg.state_dir, &cli->cfg.claims_dir,
                                &cli->cfg.instance_uid, &cli->cfg.log_level, &cli->cfg.log_format };
@@ -310,8 +379,6 @@ parse_options (struct cli *cli, const char *cmd, int argc, char **argv, nrm_erro
           break;
         case OPT_MIN_SHARED:
         case OPT_RECONCILE:
-          if (strcmp (cmd, "plugin") != 0 && !(strcmp (cmd, "run") == 0 && c == OPT_MIN_SHARED))
-            return nrm_error_set (err, EINVAL, "%s: `--%s` is an option of `nrm plugin`", cmd, flag);
           {
             char *end = NULL;
             long v = strtol (optarg, &end, 10);
@@ -326,8 +393,6 @@ parse_options (struct cli *cli, const char *cmd, int argc, char **argv, nrm_erro
           }
           break;
         case OPT_ISOLATED:
-          if (strcmp (cmd, "run") != 0)
-            return nrm_error_set (err, EINVAL, "%s: `--%s` is an option of `nrm run`", cmd, flag);
           cli->run.isolated = true;
           break;
         case OPT_CPUS:
@@ -336,8 +401,6 @@ parse_options (struct cli *cli, const char *cmd, int argc, char **argv, nrm_erro
         case OPT_HUGEPAGES_1GI:
         case OPT_NUMA_NODE:
         case OPT_OPTION:
-          if (strcmp (cmd, "run") != 0)
-            return nrm_error_set (err, EINVAL, "%s: `--%s` is an option of `nrm run`", cmd, flag);
           if (c == OPT_MEMORY || c == OPT_HUGEPAGES_2MI || c == OPT_HUGEPAGES_1GI)
             {
               /* Bytes; huge pages in whole pages. */
@@ -380,8 +443,6 @@ parse_options (struct cli *cli, const char *cmd, int argc, char **argv, nrm_erro
             }
           break;
         case OPT_DEVICE_METADATA:
-          if (strcmp (cmd, "plugin") != 0)
-            return nrm_error_set (err, EINVAL, "%s: `--%s` is an option of `nrm plugin`", cmd, flag);
           cli->cfg.device_metadata = true;
           break;
         case OPT_KUBECONFIG:
@@ -389,8 +450,6 @@ parse_options (struct cli *cli, const char *cmd, int argc, char **argv, nrm_erro
         case OPT_API_QPS:
         case OPT_API_BURST:
         case OPT_HTTP_ADDRESS:
-          if (strcmp (cmd, "plugin") != 0)
-            return nrm_error_set (err, EINVAL, "%s: `--%s` is an option of `nrm plugin`", cmd, flag);
           if (c == OPT_KUBECONFIG)
             r = nrm_config_set_string (&cli->cfg.kubeconfig, optarg, err);
           else if (c == OPT_HTTP_ADDRESS)
@@ -403,7 +462,7 @@ parse_options (struct cli *cli, const char *cmd, int argc, char **argv, nrm_erro
               double v = strtod (optarg, &end);
               bool qps = c == OPT_API_QPS;
               if (*optarg == '\0' || *end || v < (qps ? 0 : 1) || v > 10000 || (!qps && v != (long) v))
-                return nrm_error_set (err, EINVAL, "plugin: `--%s` needs a%s number from %d to 10000, not `%s`", flag,
+                return nrm_error_set (err, EINVAL, "%s: `--%s` needs a%s number from %d to 10000, not `%s`", cmd, flag,
                                       qps ? "" : " whole", qps ? 0 : 1, optarg);
               if (qps)
                 cli->cfg.api_qps = v;
@@ -413,19 +472,15 @@ parse_options (struct cli *cli, const char *cmd, int argc, char **argv, nrm_erro
           break;
         case OPT_DRIVERS:
         case OPT_DRIVER_DIR:
-          if (strcmp (cmd, "plugin") && strcmp (cmd, "slices") && strcmp (cmd, "status"))
-            return nrm_error_set (err, EINVAL, "%s: `--%s` is an option of `nrm plugin`, `nrm slices` and `nrm status`",
-                                  cmd, flag);
           r = nrm_config_set_string (c == OPT_DRIVERS ? &cli->cfg.drivers : &cli->cfg.driver_dir, optarg, err);
           break;
+        case OPT_LEASE_NAMESPACE:
+          r = nrm_config_set_string (&cli->cfg.lease_namespace, optarg, err);
+          break;
         case OPT_HOOK_PATH:
-          if (strcmp (cmd, "plugin") != 0)
-            return nrm_error_set (err, EINVAL, "%s: `--%s` is an option of `nrm plugin`", cmd, flag);
           r = nrm_config_set_string (&cli->cfg.hook_path, optarg, err);
           break;
         case OPT_JSON:
-          if (strcmp (cmd, "topology") != 0 && strcmp (cmd, "status") != 0)
-            return nrm_error_set (err, EINVAL, "%s: --json is an option of `nrm topology` and `nrm status`", cmd);
           cli->json = true;
           break;
         default:
@@ -999,6 +1054,7 @@ cmd_plugin (struct cli *cli, nrm_error_t *err)
   cleanup_free struct nrm_publisher **pubs = NULL;
   cleanup_free const char **names = NULL;
   struct nrm_kube *kube = NULL;
+  struct nrm_binder *binder = NULL;
   struct nrm_http *http = NULL;
   struct refresher refresher = { .wake = eventfd (0, EFD_CLOEXEC | EFD_NONBLOCK) };
   bool refreshing = false;
@@ -1085,6 +1141,14 @@ cmd_plugin (struct cli *cli, nrm_error_t *err)
       if (refresher.wake >= 0 && pthread_create (&refresher.thread, NULL, refresh_thread, &refresher) == 0)
         refreshing = true;
     }
+  /* Binding conditions, for the drivers that have them. */
+  if (api)
+    {
+      struct nrm_binder_config bc
+          = { .kube = kube, .node_name = c->node_name, .drivers = &d, .log = publisher_log, .log_ctx = "binding" };
+      if (nrm_binder_start (&bc, &binder, err) < 0)
+        goto out;
+    }
   struct nrm_metrics_sources ms = { .cfg = c,
                                     .t = t,
                                     .drivers = &d,
@@ -1156,6 +1220,7 @@ out:
   /* Requests in flight end now: nothing waits for the API server. */
   if (kube)
     nrm_kube_cancel (kube);
+  nrm_binder_stop (binder);
   for (size_t i = d.n; pubs && i-- > 0;)
     nrm_publisher_stop (pubs[i]);
   for (size_t i = d.n; plugins && i-- > 0;)
@@ -1165,6 +1230,62 @@ out:
   if (rec.wake >= 0)
     close (rec.wake);
   nrm_topology_free (t);
+  return r;
+}
+
+/* nrm controller: see nrm/controller.h. */
+static int
+cmd_controller (struct cli *cli, nrm_error_t *err)
+{
+  struct nrm_config *c = &cli->cfg;
+  struct nrm_registry *reg = NULL;
+  struct nrm_kube *kube = NULL;
+  struct nrm_driver_selection sel;
+  cleanup_json json_t *names = NULL;
+  enum nrm_log_level level = NRM_LOG_INFO;
+  char host[256] = "";
+  sigset_t set;
+  int r = -1;
+  nrm_log_parse_level (c->log_level, &level);
+  nrm_log_setup (level, strcmp (c->log_format, "json") == 0);
+  if (c->kubeconfig == NULL && !nrm_kube_in_cluster ())
+    return nrm_error_set (err, EINVAL, "controller: give --kubeconfig (outside a pod)");
+  sigemptyset (&set);
+  sigaddset (&set, SIGTERM);
+  sigaddset (&set, SIGINT);
+  pthread_sigmask (SIG_BLOCK, &set, NULL);
+  signal (SIGPIPE, SIG_IGN);
+  nrm_config_drivers (c, &sel);
+  if (nrm_registry_new (&reg, err) < 0)
+    return -1;
+  if ((c->driver_dir && nrm_registry_load_dir (reg, c->driver_dir, err) < 0)
+      || (names = nrm_registry_names (reg, &sel, err)) == NULL)
+    goto out;
+  struct nrm_kube_options ko;
+  nrm_kube_options_init (&ko);
+  ko.kubeconfig = c->kubeconfig;
+  ko.qps = c->api_qps;
+  ko.burst = (int) c->api_burst;
+  if (nrm_kube_new (&ko, &kube, err) < 0)
+    goto out;
+  const char *ns = c->lease_namespace ? c->lease_namespace : getenv ("POD_NAMESPACE");
+  const char *id = getenv ("POD_NAME");
+  if (id == NULL || *id == '\0')
+    {
+      gethostname (host, sizeof (host) - 1);
+      id = host;
+    }
+  if (ns == NULL || *ns == '\0')
+    ns = "nrm-system";
+  if (!nrm_is_dns_label (ns))
+    {
+      nrm_error_set (err, EINVAL, "controller: lease namespace `%s` is not a DNS label", ns);
+      goto out;
+    }
+  r = nrm_cmd_controller (kube, names, ns, id, &set, err);
+out:
+  nrm_kube_free (kube);
+  nrm_registry_free (reg);
   return r;
 }
 
@@ -1223,10 +1344,12 @@ main (int argc, char **argv)
 #ifdef NRM_AGENT
   else if (strcmp (cmd, "plugin") == 0)
     run = cmd_plugin;
+  else if (strcmp (cmd, "controller") == 0)
+    run = cmd_controller;
   else if (strcmp (cmd, "run") == 0)
     run = cmd_run;
 #else
-  else if (strcmp (cmd, "plugin") == 0 || strcmp (cmd, "run") == 0)
+  else if (strcmp (cmd, "plugin") == 0 || strcmp (cmd, "run") == 0 || strcmp (cmd, "controller") == 0)
     exec_agent (argv);
 #endif
   else if (strcmp (cmd, "hook") == 0)

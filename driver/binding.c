@@ -1,0 +1,287 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The node's side of binding conditions: claims labelled for this node,
+ * their drivers' bind operation, the status write. */
+#include "config.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "driver/binding.h"
+#include "driver/claimview.h"
+#include "driver/informer.h"
+#include "nrm/base/cleanup.h"
+
+#define MAX_CONDITIONS 8
+#define MAX_DATA 10240
+
+struct nrm_binder
+{
+  struct nrm_binder_config cfg;
+  struct nrm_informer *informer;
+};
+
+#define LOG(b, lvl, ...)                                                                                               \
+  do                                                                                                                   \
+    {                                                                                                                  \
+      if ((b)->cfg.log)                                                                                                \
+        (b)->cfg.log ((b)->cfg.log_ctx, lvl, __VA_ARGS__);                                                             \
+    }                                                                                                                  \
+  while (0)
+
+const char *
+nrm_allocation_node (json_t *claim)
+{
+  json_t *sel = json_object_get (json_object_get (json_object_get (claim, "status"), "allocation"), "nodeSelector");
+  json_t *terms = json_object_get (sel, "nodeSelectorTerms");
+  json_t *term = json_array_get (terms, 0);
+  json_t *fields = json_object_get (term, "matchFields");
+  json_t *f = json_array_get (fields, 0);
+  json_t *values = json_object_get (f, "values");
+  const char *key = json_string_value (json_object_get (f, "key"));
+  const char *op = json_string_value (json_object_get (f, "operator"));
+  if (json_array_size (terms) != 1 || json_array_size (fields) != 1 || json_array_size (values) != 1
+      || json_array_size (json_object_get (term, "matchExpressions")) != 0 || key == NULL || op == NULL
+      || strcmp (key, "metadata.name") != 0 || strcmp (op, "In") != 0)
+    return NULL;
+  return json_string_value (json_array_get (values, 0));
+}
+
+static bool
+same (json_t *a, json_t *b, const char *key)
+{
+  const char *x = json_string_value (json_object_get (a, key)), *y = json_string_value (json_object_get (b, key));
+  return (x == NULL && y == NULL) || (x && y && strcmp (x, y) == 0);
+}
+
+/* The status.devices entry of a result, or NULL. */
+static json_t *
+device_status (json_t *claim, json_t *result)
+{
+  size_t i;
+  json_t *d;
+  json_array_foreach (json_object_get (json_object_get (claim, "status"), "devices"), i, d)
+  {
+    if (same (d, result, "driver") && same (d, result, "pool") && same (d, result, "device")
+        && same (d, result, "shareID"))
+      return d;
+  }
+  return NULL;
+}
+
+static bool
+condition_true (json_t *status, const char *type)
+{
+  size_t i;
+  json_t *c;
+  json_array_foreach (json_object_get (status, "conditions"), i, c)
+  {
+    const char *t = json_string_value (json_object_get (c, "type"));
+    const char *s = json_string_value (json_object_get (c, "status"));
+    if (t && s && strcmp (t, type) == 0 && strcmp (s, "True") == 0)
+      return true;
+  }
+  return false;
+}
+
+bool
+nrm_binding_settled (json_t *claim, json_t *result)
+{
+  json_t *st = device_status (claim, result);
+  size_t i;
+  json_t *c;
+  json_array_foreach (json_object_get (result, "bindingFailureConditions"), i, c)
+  {
+    if (json_is_string (c) && condition_true (st, json_string_value (c)))
+      return true;
+  }
+  json_array_foreach (json_object_get (result, "bindingConditions"), i, c)
+  {
+    if (!json_is_string (c) || !condition_true (st, json_string_value (c)))
+      return false;
+  }
+  return true;
+}
+
+/* The driver's results that wait for their binding conditions. */
+static size_t
+waiting (json_t *claim, const char *driver, const char *node)
+{
+  size_t i, n = 0;
+  json_t *r;
+  json_array_foreach (
+      json_object_get (json_object_get (json_object_get (json_object_get (claim, "status"), "allocation"), "devices"),
+                       "results"),
+      i, r)
+  {
+    const char *d = json_string_value (json_object_get (r, "driver"));
+    const char *p = json_string_value (json_object_get (r, "pool"));
+    if (d && p && strcmp (d, driver) == 0 && strcmp (p, node) == 0
+        && json_array_size (json_object_get (r, "bindingConditions")) > 0 && !nrm_binding_settled (claim, r))
+      n++;
+  }
+  return n;
+}
+
+static void
+now_rfc3339 (char *buf, size_t len)
+{
+  time_t t = time (NULL);
+  struct tm tm;
+  gmtime_r (&t, &tm);
+  strftime (buf, len, "%Y-%m-%dT%H:%M:%SZ", &tm);
+}
+
+/* The driver's entries, checked: its own devices of this claim only, the
+ * API's limits, and a lastTransitionTime on every condition. */
+static int
+check_entries (const struct nrm_claim_view *v, const char *driver, json_t *devs, nrm_error_t *err)
+{
+  size_t i, k;
+  json_t *d, *c;
+  char now[32];
+  now_rfc3339 (now, sizeof (now));
+  if (!json_is_array (devs))
+    return nrm_error_set (err, EINVAL, "driver %s: bind returned no list of device statuses", driver);
+  json_array_foreach (devs, i, d)
+  {
+    const char *name = json_string_value (json_object_get (d, "device"));
+    bool mine = false;
+    for (size_t r = 0; name && r < v->n_results; r++)
+      mine |= strcmp (v->results[r].device, name) == 0;
+    const char *dd = json_string_value (json_object_get (d, "driver"));
+    if (!mine || dd == NULL || strcmp (dd, driver) != 0)
+      return nrm_error_set (err, EINVAL, "driver %s: bind returned a status for device `%s`, not one of its own here",
+                            driver, name ? name : "?");
+    if (json_array_size (json_object_get (d, "conditions")) > MAX_CONDITIONS)
+      return nrm_error_set (err, EINVAL, "driver %s: device %s: more than %d conditions", driver, name, MAX_CONDITIONS);
+    cleanup_free char *data
+        = json_object_get (d, "data") ? json_dumps (json_object_get (d, "data"), JSON_COMPACT) : NULL;
+    if (data && strlen (data) > MAX_DATA)
+      return nrm_error_set (err, EINVAL, "driver %s: device %s: data over %d bytes", driver, name, MAX_DATA);
+    json_array_foreach (json_object_get (d, "conditions"), k, c)
+    {
+      if (json_object_get (c, "lastTransitionTime") == NULL)
+        json_object_set_new (c, "lastTransitionTime", json_string (now));
+    }
+  }
+  return 0;
+}
+
+/* One claim for one driver: bind, then apply the statuses. */
+static void
+bind_claim (struct nrm_binder *b, const struct nrm_driver_slot *s, json_t *claim)
+{
+  json_t *meta = json_object_get (claim, "metadata");
+  const char *ns = json_string_value (json_object_get (meta, "namespace"));
+  const char *name = json_string_value (json_object_get (meta, "name"));
+  const char *uid = json_string_value (json_object_get (meta, "uid"));
+  struct nrm_allocation a;
+  cleanup_json json_t *devs = NULL, *body = NULL, *answer = NULL;
+  cleanup_free char *path = NULL, *manager = NULL;
+  nrm_error_t err = NULL;
+  memset (&a, 0, sizeof (a));
+  if (ns == NULL || name == NULL || uid == NULL)
+    return;
+  if (nrm_claim_allocation (s->name, b->cfg.node_name, claim, uid, &a, &err) < 0)
+    goto fail;
+  a.view.ns = ns;
+  a.view.name = name;
+  if (s->ops->bind (s->self, &a.view, &devs, &err) < 0 || check_entries (&a.view, s->name, devs, &err) < 0)
+    goto fail;
+  /* Server-side apply: this driver's entries, whoever else writes there. */
+  body = json_pack ("{s:s, s:s, s:{s:s, s:s}, s:{s:O}}", "apiVersion", "resource.k8s.io/v1", "kind", "ResourceClaim",
+                    "metadata", "name", name, "namespace", ns, "status", "devices", devs);
+  manager = nrm_kube_escape (s->name);
+  if (body == NULL || manager == NULL
+      || asprintf (&path, "/apis/resource.k8s.io/v1/namespaces/%s/resourceclaims/%s/status?fieldManager=%s&force=true",
+                   ns, name, manager)
+             < 0)
+    {
+      nrm_error_set (&err, ENOMEM, "out of memory");
+      goto fail;
+    }
+  int code = nrm_kube_patch (b->cfg.kube, path, "application/apply-patch+yaml", body, &answer, &err);
+  if (code < 0)
+    goto fail;
+  if (code != 200 && code != 201)
+    {
+      nrm_error_set (&err, code == 403 ? EACCES : EIO, "writing its status: HTTP %d: %s", code,
+                     nrm_kube_status_message (answer, code));
+      goto fail;
+    }
+  LOG (b, NRM_LOG_INFO, "%s: claim %s/%s: binding conditions of %zu device%s written", s->name, ns, name,
+       json_array_size (devs), json_array_size (devs) == 1 ? "" : "s");
+  nrm_allocation_done (&a);
+  return;
+fail:
+  /* The next event of the claim tries again. */
+  LOG (b, NRM_LOG_WARNING, "%s: claim %s/%s: binding: %s", s->name, ns, name, nrm_error_msg (err));
+  nrm_error_release (&err);
+  nrm_allocation_done (&a);
+}
+
+static void
+on_claim (void *ctx, const char *type, json_t *claim)
+{
+  struct nrm_binder *b = ctx;
+  if (strcmp (type, "DELETED") == 0)
+    return;
+  const char *node = nrm_allocation_node (claim);
+  /* The label says this node; the allocation must say it too. */
+  if (node == NULL || strcmp (node, b->cfg.node_name) != 0)
+    return;
+  for (size_t i = 0; i < b->cfg.drivers->n; i++)
+    {
+      const struct nrm_driver_slot *s = &b->cfg.drivers->slots[i];
+      if (s->ops->bind && waiting (claim, s->name, b->cfg.node_name) > 0)
+        bind_claim (b, s, claim);
+    }
+}
+
+int
+nrm_binder_start (const struct nrm_binder_config *cfg, struct nrm_binder **ret, nrm_error_t *err)
+{
+  bool any = false;
+  *ret = NULL;
+  for (size_t i = 0; i < cfg->drivers->n; i++)
+    any |= cfg->drivers->slots[i].ops->bind != NULL;
+  if (!any)
+    return 0;
+  struct nrm_binder *b = calloc (1, sizeof (*b));
+  cleanup_free char *sel = NULL, *label = NULL, *query = NULL;
+  if (b == NULL || asprintf (&sel, NRM_NODE_LABEL "=%s", cfg->node_name) < 0 || (label = nrm_kube_escape (sel)) == NULL
+      || asprintf (&query, "labelSelector=%s", label) < 0)
+    {
+      free (b);
+      return nrm_error_set (err, ENOMEM, "out of memory");
+    }
+  b->cfg = *cfg;
+  struct nrm_informer_config ic = { .kube = cfg->kube,
+                                    .path = "/apis/resource.k8s.io/v1/resourceclaims",
+                                    .query = query,
+                                    .what = "ResourceClaims of this node",
+                                    .event = on_claim,
+                                    .ctx = b,
+                                    .log = cfg->log,
+                                    .log_ctx = cfg->log_ctx };
+  if (nrm_informer_start (&ic, &b->informer, err) < 0)
+    {
+      free (b);
+      return -1;
+    }
+  *ret = b;
+  return 0;
+}
+
+void
+nrm_binder_stop (struct nrm_binder *b)
+{
+  if (b == NULL)
+    return;
+  nrm_informer_stop (b->informer);
+  free (b);
+}

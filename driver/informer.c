@@ -1,0 +1,275 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* List and watch of one API collection, in a thread. */
+#include "config.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "driver/informer.h"
+#include "nrm/base/cleanup.h"
+
+#define BACKOFF_MIN_MS 500
+#define BACKOFF_MAX_MS 30000
+
+struct nrm_informer
+{
+  struct nrm_informer_config cfg;
+  char *path, *query, *what;
+  char *rv;
+  bool need_list, synced, stop;
+  int wake;
+  long backoff_ms;
+  pthread_t thread;
+};
+
+#define LOG(i, lvl, ...)                                                                                               \
+  do                                                                                                                   \
+    {                                                                                                                  \
+      if ((i)->cfg.log)                                                                                                \
+        (i)->cfg.log ((i)->cfg.log_ctx, lvl, __VA_ARGS__);                                                             \
+    }                                                                                                                  \
+  while (0)
+
+static unsigned
+random_below (unsigned n)
+{
+  unsigned r = 0;
+  if (getrandom (&r, sizeof (r), GRND_NONBLOCK) != sizeof (r))
+    r = (unsigned) time (NULL);
+  return n ? r % n : 0;
+}
+
+/* Waits ms (0: none) or until stopped; false once stopped. */
+static bool
+wait_wake (struct nrm_informer *i, long ms)
+{
+  if (ms > 0)
+    {
+      struct pollfd pfd = { i->wake, POLLIN, 0 };
+      poll (&pfd, 1, (int) ms);
+    }
+  return !__atomic_load_n (&i->stop, __ATOMIC_SEQ_CST);
+}
+
+static void
+failed (struct nrm_informer *i, nrm_error_t *err)
+{
+  LOG (i, NRM_LOG_WARNING, "%s: %s; again in %.1f s", i->what, nrm_error_msg (*err), (double) i->backoff_ms / 1000);
+  nrm_error_release (err);
+  /* Jitter x0.5-1.5, as the API client's retries. */
+  wait_wake (i, i->backoff_ms / 2 + random_below ((unsigned) i->backoff_ms));
+  i->backoff_ms = i->backoff_ms * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : i->backoff_ms * 2;
+}
+
+static int
+set_rv (struct nrm_informer *i, const char *rv, nrm_error_t *err)
+{
+  char *c = strdup (rv);
+  if (c == NULL)
+    return nrm_error_set (err, ENOMEM, "out of memory");
+  free (i->rv);
+  i->rv = c;
+  return 0;
+}
+
+static int
+list (struct nrm_informer *i, nrm_error_t *err)
+{
+  cleanup_free char *cont = NULL, *rv = NULL;
+  do
+    {
+      cleanup_free char *path = NULL;
+      cleanup_json json_t *l = NULL;
+      if (asprintf (&path, "%s?limit=500%s%s%s%s", i->path, i->query ? "&" : "", i->query ? i->query : "",
+                    cont ? "&continue=" : "", cont ? cont : "")
+          < 0)
+        return nrm_error_set (err, ENOMEM, "out of memory");
+      int code = nrm_kube_call (i->cfg.kube, "GET", path, NULL, &l, err);
+      if (code < 0)
+        return nrm_error_wrap (err, "listing");
+      if (code != 200)
+        return nrm_error_set (err, EIO, "listing: HTTP %d: %s", code, nrm_kube_status_message (l, code));
+      size_t k;
+      json_t *o;
+      json_array_foreach (json_object_get (l, "items"), k, o) { i->cfg.event (i->cfg.ctx, "SYNC", o); }
+      json_t *meta = json_object_get (l, "metadata");
+      const char *c = json_string_value (json_object_get (meta, "continue"));
+      const char *r = json_string_value (json_object_get (meta, "resourceVersion"));
+      free (cont);
+      cont = NULL;
+      if (c && *c && (cont = nrm_kube_escape (c)) == NULL)
+        return nrm_error_set (err, ENOMEM, "out of memory");
+      if (rv == NULL && r && (rv = strdup (r)) == NULL)
+        return nrm_error_set (err, ENOMEM, "out of memory");
+    }
+  while (cont);
+  if (rv == NULL)
+    return nrm_error_set (err, EPROTO, "listing: the answer has no resourceVersion");
+  free (i->rv);
+  i->rv = TAKE_PTR (rv);
+  return 0;
+}
+
+static int
+on_event (void *ctx, const char *type, json_t *obj)
+{
+  struct nrm_informer *i = ctx;
+  const char *rv = json_string_value (json_object_get (json_object_get (obj, "metadata"), "resourceVersion"));
+  if (strcmp (type, "ERROR") == 0)
+    {
+      /* 410 Expired: the history is gone; anything else: start over too. */
+      long code = (long) json_integer_value (json_object_get (obj, "code"));
+      LOG (i, code == 410 ? NRM_LOG_DEBUG : NRM_LOG_WARNING, "%s watch: %s; listing again", i->what,
+           nrm_kube_status_message (obj, (int) code));
+      i->need_list = true;
+      return -1;
+    }
+  nrm_error_t err = NULL;
+  if (rv && *rv && set_rv (i, rv, &err) < 0)
+    {
+      nrm_error_release (&err);
+      return -1;
+    }
+  if (strcmp (type, "BOOKMARK") != 0)
+    i->cfg.event (i->cfg.ctx, type, obj);
+  return 0;
+}
+
+static void *
+thread_main (void *arg)
+{
+  struct nrm_informer *i = arg;
+  struct nrm_kube_watch *w = NULL;
+  i->need_list = true;
+  i->backoff_ms = BACKOFF_MIN_MS;
+  while (wait_wake (i, 0))
+    {
+      nrm_error_t err = NULL;
+      if (i->need_list)
+        {
+          nrm_kube_watch_close (w);
+          w = NULL;
+          if (list (i, &err) < 0)
+            {
+              failed (i, &err);
+              continue;
+            }
+          i->need_list = false;
+          __atomic_store_n (&i->synced, true, __ATOMIC_SEQ_CST);
+        }
+      if (w == NULL)
+        {
+          cleanup_free char *path = NULL;
+          /* The server ends the watch after timeoutSeconds; spread them. */
+          if (asprintf (&path, "%s?watch=true&allowWatchBookmarks=true&resourceVersion=%s&timeoutSeconds=%u%s%s",
+                        i->path, i->rv, 300 + random_below (300), i->query ? "&" : "", i->query ? i->query : "")
+              < 0)
+            {
+              wait_wake (i, 1000);
+              continue;
+            }
+          if (nrm_kube_watch_open (i->cfg.kube, path, on_event, i, &w, &err) < 0)
+            {
+              failed (i, &err);
+              continue;
+            }
+        }
+      long status = 0;
+      json_t *body = NULL;
+      int r = nrm_kube_watch_poll (w, 1000, i->wake, &status, &body, &err);
+      if (r == 1)
+        {
+          i->backoff_ms = BACKOFF_MIN_MS;
+          continue;
+        }
+      nrm_kube_watch_close (w);
+      w = NULL;
+      if (r < 0)
+        {
+          json_decref (body);
+          if (err == NULL) /* stopped by an ERROR event: need_list is set */
+            continue;
+          i->need_list = true;
+          failed (i, &err);
+          continue;
+        }
+      if (status == 410)
+        i->need_list = true;
+      else if (status != 200)
+        {
+          i->need_list = true;
+          nrm_error_set (&err, EIO, "watch: HTTP %ld: %s", status, nrm_kube_status_message (body, (int) status));
+          json_decref (body);
+          failed (i, &err);
+          continue;
+        }
+      json_decref (body);
+      /* A watch that ended normally resumes from the last resourceVersion. */
+    }
+  nrm_kube_watch_close (w);
+  return NULL;
+}
+
+static void
+informer_free (struct nrm_informer *i)
+{
+  if (i->wake >= 0)
+    close (i->wake);
+  free (i->path);
+  free (i->query);
+  free (i->what);
+  free (i->rv);
+  free (i);
+}
+
+int
+nrm_informer_start (const struct nrm_informer_config *cfg, struct nrm_informer **ret, nrm_error_t *err)
+{
+  struct nrm_informer *i = calloc (1, sizeof (*i));
+  if (i == NULL)
+    return nrm_error_set (err, ENOMEM, "out of memory");
+  i->cfg = *cfg;
+  i->wake = eventfd (0, EFD_CLOEXEC | EFD_NONBLOCK);
+  i->path = strdup (cfg->path);
+  i->query = cfg->query ? strdup (cfg->query) : NULL;
+  i->what = strdup (cfg->what ? cfg->what : cfg->path);
+  if (i->wake < 0 || i->path == NULL || (cfg->query && i->query == NULL) || i->what == NULL)
+    {
+      informer_free (i);
+      return nrm_error_set (err, ENOMEM, "out of memory");
+    }
+  if (pthread_create (&i->thread, NULL, thread_main, i) != 0)
+    {
+      informer_free (i);
+      return nrm_error_set (err, EAGAIN, "cannot start a thread");
+    }
+  *ret = i;
+  return 0;
+}
+
+bool
+nrm_informer_synced (struct nrm_informer *i)
+{
+  return __atomic_load_n (&i->synced, __ATOMIC_SEQ_CST);
+}
+
+void
+nrm_informer_stop (struct nrm_informer *i)
+{
+  if (i == NULL)
+    return;
+  uint64_t one = 1;
+  __atomic_store_n (&i->stop, true, __ATOMIC_SEQ_CST);
+  if (write (i->wake, &one, sizeof (one)) < 0)
+    LOG (i, NRM_LOG_DEBUG, "%s: cannot wake the informer", i->what);
+  pthread_join (i->thread, NULL);
+  informer_free (i);
+}
