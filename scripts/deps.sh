@@ -7,7 +7,7 @@ PKGS="build-essential autoconf automake pkg-config
  libcurl4-openssl-dev libssl-dev libjansson-dev libyaml-dev libmicrohttpd-dev libcmocka-dev
  openssl python3 help2man clang clang-format
  valgrind
- qemu-system-x86 busybox-static cpio"
+ qemu-system-x86 busybox-static cpio runc"
 missing=""
 for p in $PKGS; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

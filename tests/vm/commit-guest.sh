@@ -41,7 +41,7 @@ cat >"$W/claims/default_excl.json" <<EOF
   {"request":"mem","driver":"memory.nrm.io","pool":"vm","device":"numa$last","consumedCapacity":{"memory":"16Mi"}}]}}}}
 EOF
 "$NRM" plugin --node-name vm --kubelet-dir "$W/k" --cdi-dir "$W/cdi" --state-dir "$W/state" --claims-dir "$W/claims" \
-  --reconcile-interval 1 --hook-path "$HOOK" 2>"$W/plugin.log" &
+  --reconcile-interval 1 --hook-path "$HOOK" --device-metadata 2>"$W/plugin.log" &
 plugin=$!
 for _ in $(seq 100); do [ -S "$W/k/plugins_registry/memory.nrm.io-reg.sock" ] && break; sleep 0.1; done
 uid=00000000-0000-4000-8000-0000000000aa
@@ -77,6 +77,40 @@ echo "{\"ociVersion\":\"1.0.2\",\"id\":\"excl1\",\"status\":\"creating\",\"pid\"
 check "the CDI hook ran" [ $? -eq 0 ]
 check "container CPUs are the claim's ($cpus)" "$CLIENT" cpus-equal "$(status_list $excl_pid Cpus_allowed_list)" "$cpus"
 check "container memory nodes are the claim's ($mems)" [ "$(status_list $excl_pid Mems_allowed_list)" = "$mems" ]
+
+# The claim's device metadata (KEP-5304) inside a real container: runc runs
+# a bundle with the mount the metadata CDI spec asks for, applied as a CDI
+# runtime applies it (an OCI bind mount with the spec's options), and the
+# container reads its own CPUs there.
+meta_spec="$W/cdi/cpu.nrm.io_metadata_${uid}_cpus.json"
+if ! command -v runc >/dev/null 2>&1; then
+  bad "runc is missing (apt-get install runc): the metadata cannot be read in a container"
+elif [ ! -f "$meta_spec" ]; then
+  bad "no metadata CDI spec $meta_spec"
+else
+  mhost=$(sed -n 's/.*"hostPath": "\([^"]*\)".*/\1/p' "$meta_spec")
+  mcont=$(sed -n 's/.*"containerPath": "\([^"]*\)".*/\1/p' "$meta_spec")
+  mopts=$(tr -d ' \n' <"$meta_spec" | sed -n 's/.*"options":\(\[[^]]*\]\).*/\1/p')
+  R=$(mktemp -d /run/nrm-runc.XXXXXX)
+  mkdir -p "$R/bundle/rootfs/bin" "$R/bundle/rootfs/proc" "$R/state"
+  cp "$(command -v busybox)" "$R/bundle/rootfs/bin/busybox"
+  cat >"$R/bundle/config.json" <<JSON
+{"ociVersion":"1.0.2","process":{"terminal":false,"user":{"uid":0,"gid":0},"cwd":"/",
+  "args":["/bin/busybox","cat","$mcont"],"env":["PATH=/bin"]},
+ "root":{"path":"rootfs","readonly":true},
+ "mounts":[{"destination":"/proc","type":"proc","source":"proc"},
+  {"destination":"$mcont","type":"bind","source":"$mhost","options":$mopts}],
+ "linux":{"namespaces":[{"type":"mount"},{"type":"pid"}]}}
+JSON
+  runc --root "$R/state" run --bundle "$R/bundle" meta1 </dev/null >"$R/out" 2>"$R/err"
+  check "a container reads its metadata file at $mcont: $(head -c 200 "$R/err")" [ $? -eq 0 ]
+  check "the metadata is the claim's DeviceMetadata" \
+    sh -c "grep -q '\"kind\": \"DeviceMetadata\"' '$R/out' && grep -q '\"uid\": \"$uid\"' '$R/out'"
+  meta_cpus=$(tr -d ' \n' <"$R/out" | sed -n 's/.*"cpus":{"string":"\([^"]*\)"}.*/\1/p')
+  check "the container's metadata names the claim's CPUs ($meta_cpus)" "$CLIENT" cpus-equal "$meta_cpus" "$cpus"
+  check "the metadata mount is read-only: $mopts" sh -c "echo '$mopts' | grep -q '\"ro\"'"
+  rm -rf "$R"
+fi
 
 # Drift written by someone else is repaired.
 echo "$online" >"$CG/kubepods/podexcl/excl1/cpuset.cpus"
