@@ -203,9 +203,10 @@ nrm_cgroup_apply (struct nrm_cgroupfs *fs, const char *cgroup, const struct nrm_
   {
     const char *file, *value;
     char *old;
-  } w[4 + 2 * 4];
+  } w[1 + NRM_MEMORY_FILES_MAX];
+  struct nrm_cgroup_file mf[NRM_MEMORY_FILES_MAX];
+  char names[2 * 4][32];
   size_t n = 0;
-  char files[2 * 4][32];
 
   if (!nrm_cgroup_path_valid (cgroup))
     return nrm_error_set (err, EINVAL, "invalid cgroup path `%s`", cgroup);
@@ -213,19 +214,9 @@ nrm_cgroup_apply (struct nrm_cgroupfs *fs, const char *cgroup, const struct nrm_
    * and mems is what a failure most often refuses. */
   if (b->cpus)
     w[n++] = (typeof (w[0])){ "cpuset.cpus", b->cpus, NULL };
-  if (b->mems)
-    w[n++] = (typeof (w[0])){ "cpuset.mems", b->mems, NULL };
-  if (b->memory_min)
-    w[n++] = (typeof (w[0])){ "memory.min", b->memory_min, NULL };
-  if (b->memory_max)
-    w[n++] = (typeof (w[0])){ "memory.max", b->memory_max, NULL };
-  for (size_t i = 0; i < b->n_hugetlb && i < 4; i++)
-    {
-      snprintf (files[2 * i], sizeof (files[0]), "hugetlb.%s.max", b->hugetlb[i].size);
-      snprintf (files[2 * i + 1], sizeof (files[0]), "hugetlb.%s.rsvd.max", b->hugetlb[i].size);
-      w[n++] = (typeof (w[0])){ files[2 * i], b->hugetlb[i].max, NULL };
-      w[n++] = (typeof (w[0])){ files[2 * i + 1], b->hugetlb[i].max, NULL };
-    }
+  size_t nm = nrm_memory_files (&b->memory, mf, names);
+  for (size_t i = 0; i < nm; i++)
+    w[n++] = (typeof (w[0])){ mf[i].file, mf[i].value, NULL };
   int r = 0;
   size_t done = 0;
   for (size_t i = 0; i < n && r == 0; i++)

@@ -5,6 +5,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "memory/commit.h"
 #include "nrm/base/error.h"
 
 /* cgroup v2 through one root: every path is relative to <fsroot>/sys/fs/cgroup,
@@ -30,16 +31,8 @@ bool nrm_cgroup_exists (struct nrm_cgroupfs *fs, const char *cgroup);
 /* What a container is bound to; NULL fields are left alone. */
 struct nrm_binding
 {
-  const char *cpus;       /* cpuset.cpus */
-  const char *mems;       /* cpuset.mems */
-  const char *memory_max; /* memory.max */
-  const char *memory_min; /* memory.min */
-  size_t n_hugetlb;
-  struct
-  {
-    const char *size; /* "2MB", "1GB": the kernel's names */
-    const char *max;  /* bytes */
-  } hugetlb[4];
+  const char *cpus; /* cpuset.cpus */
+  struct nrm_memory_binding memory;
 };
 
 /* Applies a binding to a cgroup, all or nothing: the old values are read

@@ -146,7 +146,7 @@ nrm_hook_run (const char *fsroot, const char *state, size_t len, const char *sta
   if (nrm_env_binding_parse (json_object_get (json_object_get (cfg, "process"), "env"), who, &eb, err) < 0)
     return -1;
   struct nrm_binding b = { 0 };
-  nrm_env_binding_memory (&eb, &b);
+  nrm_env_binding_memory (&eb, &b.memory);
   cleanup_free char *cpus = NULL, *mems = NULL;
   if (eb.cpus && list_value (nrm_env_name[NRM_ENV_CPUS], eb.cpus, &cpus, err) < 0)
     return nrm_error_wrap (err, "container %s", id);
@@ -155,7 +155,8 @@ nrm_hook_run (const char *fsroot, const char *state, size_t len, const char *sta
                      err)
              < 0)
     return nrm_error_wrap (err, "container %s", id);
-  if (cpus == NULL && mems == NULL && b.memory_max == NULL && b.memory_min == NULL && b.n_hugetlb == 0)
+  if (cpus == NULL && mems == NULL && b.memory.memory_max == NULL && b.memory.memory_min == NULL
+      && b.memory.n_hugetlb == 0)
     {
       if (ret_summary)
         *ret_summary = strdup ("no nrm binding in the container's environment; nothing to do");
@@ -196,7 +197,7 @@ nrm_hook_run (const char *fsroot, const char *state, size_t len, const char *sta
   if (eb.shared_cpus && cpus)
     with_shared = mixed_cpus (state_dir, cpus);
   b.cpus = with_shared ? with_shared : cpus;
-  b.mems = mems;
+  b.memory.mems = mems;
   if (nrm_cgroup_apply (fs, cgroup, &b, err) < 0)
     {
       unlink (rec);

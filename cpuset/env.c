@@ -107,14 +107,14 @@ nrm_env_binding_parse (json_t *env, const char *what, struct nrm_env_binding *eb
 }
 
 void
-nrm_env_binding_memory (const struct nrm_env_binding *eb, struct nrm_binding *b)
+nrm_env_binding_memory (const struct nrm_env_binding *eb, struct nrm_memory_binding *m)
 {
-  b->memory_max = eb->memory_max;
-  b->memory_min = eb->memory_min;
-  b->n_hugetlb = eb->n_hugetlb;
+  m->memory_max = eb->memory_max;
+  m->memory_min = eb->memory_min;
+  m->n_hugetlb = eb->n_hugetlb;
   for (size_t h = 0; h < eb->n_hugetlb; h++)
     {
-      b->hugetlb[h].size = eb->hugetlb[h].size;
-      b->hugetlb[h].max = eb->hugetlb[h].max;
+      m->hugetlb[h].size = eb->hugetlb[h].size;
+      m->hugetlb[h].max = eb->hugetlb[h].max;
     }
 }

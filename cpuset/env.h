@@ -51,8 +51,8 @@ struct nrm_env_binding
 /* what names the environment's owner in errors. */
 int nrm_env_binding_parse (json_t *env, const char *what, struct nrm_env_binding *eb, nrm_error_t *err);
 
-/* The memory limits of eb (memory.max, memory.min, hugetlb) into b; the
+/* The memory limits of eb (memory.max, memory.min, hugetlb) into m; the
  * strings stay eb's. */
-void nrm_env_binding_memory (const struct nrm_env_binding *eb, struct nrm_binding *b);
+void nrm_env_binding_memory (const struct nrm_env_binding *eb, struct nrm_memory_binding *m);
 
 #endif

@@ -373,8 +373,8 @@ nrm_cmd_run (struct nrm_config *c, struct nrm_topology *t, const struct nrm_run_
   bool cgroup = have_cgroup_cpuset (c->fsroot);
   if (cgroup)
     {
-      struct nrm_binding b = { .cpus = cpus, .mems = mems };
-      nrm_env_binding_memory (&mem_eb, &b);
+      struct nrm_binding b = { .cpus = cpus, .memory = { .mems = mems } };
+      nrm_env_binding_memory (&mem_eb, &b.memory);
       cleanup_free char *rel = NULL;
       if (asprintf (&rel, "nrm.slice/%s", cgname) < 0)
         {
