@@ -58,6 +58,7 @@ struct nrm_claim_view
   size_t n_all;
   json_t *config; /* opaque configuration entries for this driver (an array) */
   json_t *claim;  /* the whole ResourceClaim */
+  bool metadata;  /* the containers get device metadata: fill nrm_prepared.metadata */
 };
 
 /* CDI containerEdits of one prepared claim; each member an owned JSON array

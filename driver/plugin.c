@@ -648,6 +648,7 @@ prepare_claim (struct nrm_plugin *p, const char *ns, const char *name, const cha
     }
   a.view.ns = ns;
   a.view.name = name;
+  a.view.metadata = p->cfg.device_metadata && !p->cfg.local;
   json_t *claims = json_object_get (p->cp, "claims");
   json_t *entry = json_object_get (claims, uid);
   if (entry != NULL && nrm_checkpoint_completed (entry))

@@ -369,7 +369,7 @@ cpu_prepare (void *self, const struct nrm_claim_view *c, struct nrm_prepared *ou
   out->state = TAKE_PTR (state);
   out->edits.env = TAKE_PTR (env);
   out->edits.commit_hook = true;
-  out->metadata = cpu_metadata (d, c, claim);
+  out->metadata = c->metadata ? cpu_metadata (d, c, claim) : NULL;
   return 0;
 }
 

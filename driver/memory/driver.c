@@ -253,8 +253,8 @@ mem_prepare (void *self, const struct nrm_claim_view *c, struct nrm_prepared *ou
     return -1;
   /* A container reads each device's attributes (node, kind, page size)
    * and the bytes the claim holds of it in its metadata file. */
-  json_t *meta = json_object ();
-  json_object_foreach (add, name, v)
+  json_t *meta = c->metadata ? json_object () : NULL;
+  json_object_foreach (meta ? add : NULL, name, v)
   {
     json_t *attrs = json_deep_copy (json_object_get (json_object_get (d->devices, name), "attributes"));
     if (attrs == NULL)
