@@ -24,13 +24,7 @@ struct nrm_binder
   struct nrm_informer *informer;
 };
 
-#define LOG(b, lvl, ...)                                                                                               \
-  do                                                                                                                   \
-    {                                                                                                                  \
-      if ((b)->cfg.log)                                                                                                \
-        (b)->cfg.log ((b)->cfg.log_ctx, lvl, __VA_ARGS__);                                                             \
-    }                                                                                                                  \
-  while (0)
+#define LOG(b, lvl, ...) NRM_LOG_TO ((b)->cfg.log, (b)->cfg.log_ctx, lvl, __VA_ARGS__)
 
 const char *
 nrm_allocation_node (json_t *claim)

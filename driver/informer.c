@@ -30,13 +30,7 @@ struct nrm_informer
   pthread_t thread;
 };
 
-#define LOG(i, lvl, ...)                                                                                               \
-  do                                                                                                                   \
-    {                                                                                                                  \
-      if ((i)->cfg.log)                                                                                                \
-        (i)->cfg.log ((i)->cfg.log_ctx, lvl, __VA_ARGS__);                                                             \
-    }                                                                                                                  \
-  while (0)
+#define LOG(i, lvl, ...) NRM_LOG_TO ((i)->cfg.log, (i)->cfg.log_ctx, lvl, __VA_ARGS__)
 
 static unsigned
 random_below (unsigned n)

@@ -73,13 +73,7 @@ struct nrm_plugin
   size_t n_streams;
 };
 
-#define LOG(p, lvl, ...)                                                                                               \
-  do                                                                                                                   \
-    {                                                                                                                  \
-      if ((p)->cfg.log)                                                                                                \
-        (p)->cfg.log ((p)->cfg.log_ctx, lvl, __VA_ARGS__);                                                             \
-    }                                                                                                                  \
-  while (0)
+#define LOG(p, lvl, ...) NRM_LOG_TO ((p)->cfg.log, (p)->cfg.log_ctx, lvl, __VA_ARGS__)
 
 /* --- metrics ---------------------------------------------------------------- */
 

@@ -49,11 +49,7 @@ struct nrm_publisher
   int backoff_ms;
 };
 
-#define LOG(p, level, ...)                                                                                             \
-  do                                                                                                                   \
-    if ((p)->log)                                                                                                      \
-      (p)->log ((p)->log_ctx, level, __VA_ARGS__);                                                                     \
-  while (0)
+#define LOG(p, level, ...) NRM_LOG_TO ((p)->log, (p)->log_ctx, level, __VA_ARGS__)
 
 static long long
 now_ms (void)

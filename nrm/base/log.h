@@ -15,4 +15,13 @@ enum nrm_log_level
 typedef void (*nrm_log_fn) (void *ctx, enum nrm_log_level level, const char *fmt, ...)
     __attribute__ ((format (printf, 3, 4)));
 
+/* Reports through fn, when there is one. */
+#define NRM_LOG_TO(fn, ctx, level, ...)                                                                                \
+  do                                                                                                                   \
+    {                                                                                                                  \
+      if (fn)                                                                                                          \
+        (fn) (ctx, level, __VA_ARGS__);                                                                                \
+    }                                                                                                                  \
+  while (0)
+
 #endif
