@@ -6,6 +6,7 @@
 #include <jansson.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "nrm/base/error.h"
 

@@ -437,6 +437,34 @@ os.rename(online + ".new", online)
 check(wait_for(lambda: not device("numa0").get("taints"), 20), "back online: the taint goes")
 p.stop()
 
+# --- a shared-object driver's health taints its devices too ---------------------------
+EXAMPLE = "example.nrm.io"
+example_dir = os.environ.get("NRM_EXAMPLE_DRIVER_DIR", os.path.join(BUILDDIR, "driver", "example"))
+if os.path.exists(os.path.join(example_dir, "nrm-driver-example.so")):
+    ex_root = os.path.join(work, "fsroot-example")
+    os.makedirs(ex_root)
+    p = Plugin("--drivers", "example", "--driver-dir", example_dir, "--fsroot", ex_root)
+    check(wait_for(lambda: p.metric("nrm_slices_synced", driver=EXAMPLE) == 1 and len(published(EXAMPLE)) == 1),
+          "the example driver (a shared object) publishes its slice")
+
+    def ex_device(name):
+        return [d for s in published(EXAMPLE) for d in s["spec"].get("devices", []) if d["name"] == name][0]
+
+    check([d["name"] for d in published(EXAMPLE)[0]["spec"]["devices"]] == ["dev0", "dev1", "dev2", "dev3"],
+          "...with its four devices")
+    with open(os.path.join(ex_root, "example-unhealthy"), "w") as fh:
+        fh.write("dev1\n")
+    check(wait_for(lambda: ex_device("dev1").get("taints"), 20), "dev1 listed unhealthy: it gets a taint")
+    t = ex_device("dev1").get("taints", [{}])[0]
+    check(t.get("key") == EXAMPLE + "/unhealthy" and t.get("effect") == "NoExecute"
+          and not any(ex_device(n).get("taints") for n in ("dev0", "dev2", "dev3")),
+          "...%s:%s on dev1 only" % (t.get("key"), t.get("effect")))
+    os.unlink(os.path.join(ex_root, "example-unhealthy"))
+    check(wait_for(lambda: not ex_device("dev1").get("taints"), 20), "healthy again: the taint goes")
+    p.stop()
+else:
+    print("SKIP: no example driver in %s (make check builds it)" % example_dir)
+
 # --- a feature gate that is off on the API server ------------------------------------
 for s in api.slices():
     api.delete_slice(s["metadata"]["name"])

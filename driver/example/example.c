@@ -1,0 +1,309 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* An example driver, built as a shared object against nrm's installed
+ * headers only (driver/driver.h and what it includes; driver/kit.h has
+ * helpers for opaque configuration and consumed capacity) and jansson.
+ * Four devices dev0..dev3, spread over the NUMA nodes, each held whole by
+ * one claim at a time and passed to the container as a device node, a
+ * read-only mount and one environment variable. A device listed in
+ * <fsroot>/example-unhealthy is unhealthy and tainted NoExecute.
+ *
+ *   cc -shared -fPIC -o nrm-driver-example.so example.c $(pkg-config --cflags --libs nrm-driver)
+ *   nrm plugin --driver-dir DIR --drivers example ...
+ */
+#define _GNU_SOURCE /* asprintf */
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "driver/driver.h"
+
+#define N_DEVICES 4
+#define MODEL "nrm-example-1"
+#define UNHEALTHY_FILE "example-unhealthy"
+
+struct example
+{
+  char *name;                  /* this driver's name, example.nrm.io */
+  char *unhealthy;             /* <fsroot>/example-unhealthy */
+  int numa[N_DEVICES];         /* os index of each device's NUMA node, or -1 */
+  char holder[N_DEVICES][129]; /* UID of the claim that holds the device, or "" */
+  nrm_log_fn log;
+  void *log_ctx;
+};
+
+/* The index of "dev<N>", or -1. */
+static int
+device_index (const char *name)
+{
+  if (name == NULL || strncmp (name, "dev", 3) != 0 || name[3] < '0' || name[3] >= '0' + N_DEVICES || name[4])
+    return -1;
+  return name[3] - '0';
+}
+
+static int
+ex_new (const struct nrm_driver_host *h, void **ret, nrm_error_t *err)
+{
+  struct example *d = calloc (1, sizeof (*d));
+  bool root = strcmp (h->fsroot, "/") == 0;
+  if (d == NULL)
+    return nrm_error_set (err, ENOMEM, "out of memory");
+  d->name = strdup (h->name);
+  if (d->name == NULL || asprintf (&d->unhealthy, "%s/" UNHEALTHY_FILE, root ? "" : h->fsroot) < 0)
+    {
+      free (d->name);
+      free (d);
+      return nrm_error_set (err, ENOMEM, "out of memory");
+    }
+  /* Round robin over the NUMA nodes of the machine. */
+  for (int i = 0; i < N_DEVICES; i++)
+    d->numa[i] = h->topo->n_numa ? (int) h->topo->numa[(size_t) i % h->topo->n_numa].os_index : -1;
+  d->log = h->log;
+  d->log_ctx = h->log_ctx;
+  *ret = d;
+  return 0;
+}
+
+static void
+ex_free (void *self)
+{
+  struct example *d = self;
+  if (d == NULL)
+    return;
+  free (d->name);
+  free (d->unhealthy);
+  free (d);
+}
+
+/* Devices are allocated whole: no capacity, the same list whoever holds them. */
+static int
+ex_pool (void *self, json_t *held, struct nrm_pool *ret, nrm_error_t *err)
+{
+  struct example *d = self;
+  (void) held;
+  struct nrm_pool p = { .driver = strdup (d->name), .devices = json_array (), .counter_sets = json_array () };
+  if (p.driver == NULL || p.devices == NULL || p.counter_sets == NULL)
+    goto oom;
+  for (int i = 0; i < N_DEVICES; i++)
+    {
+      char name[8];
+      snprintf (name, sizeof (name), "dev%d", i);
+      json_t *dev = json_pack ("{s:s, s:{s:{s:s}}}", "name", name, "attributes", "model", "string", MODEL);
+      if (dev == NULL)
+        goto oom;
+      if (d->numa[i] >= 0)
+        json_object_set_new (json_object_get (dev, "attributes"), NRM_STD_NUMA_ATTR,
+                             json_pack ("{s:i}", "int", d->numa[i]));
+      if (json_array_append_new (p.devices, dev) < 0)
+        goto oom;
+    }
+  *ret = p;
+  return 0;
+oom:
+  nrm_pool_done (&p);
+  return nrm_error_set (err, ENOMEM, "out of memory");
+}
+
+static void
+ex_reset (void *self)
+{
+  struct example *d = self;
+  memset (d->holder, 0, sizeof (d->holder));
+}
+
+/* Takes the devices of a state's list for uid, all or none. */
+static int
+hold (struct example *d, const char *uid, json_t *devices, nrm_error_t *err)
+{
+  bool mine[N_DEVICES] = { false };
+  size_t i;
+  json_t *v;
+  if (strlen (uid) >= sizeof (d->holder[0]))
+    return nrm_error_set (err, EINVAL, "claim UID `%s` is too long", uid);
+  json_array_foreach (devices, i, v)
+  {
+    const char *name = json_string_value (v);
+    int k = device_index (name);
+    if (k < 0)
+      return nrm_error_set (err, ENODEV, "unknown device `%s`", name ? name : "?");
+    if (mine[k])
+      return nrm_error_set (err, EINVAL, "device %s is allocated twice", name);
+    if (d->holder[k][0] && strcmp (d->holder[k], uid) != 0)
+      return nrm_error_set (err, EBUSY, "device %s is held by claim %s", name, d->holder[k]);
+    mine[k] = true;
+  }
+  for (int k = 0; k < N_DEVICES; k++)
+    if (mine[k])
+      snprintf (d->holder[k], sizeof (d->holder[k]), "%s", uid);
+  return 0;
+}
+
+static int
+ex_prepare (void *self, const struct nrm_claim_view *c, struct nrm_prepared *out, nrm_error_t *err)
+{
+  struct example *d = self;
+  json_t *devices = json_array (), *nodes = json_array (), *mounts = json_array (), *env = NULL;
+  char list[N_DEVICES * 8] = "";
+  if (devices == NULL || nodes == NULL || mounts == NULL)
+    goto oom;
+  for (size_t i = 0; i < c->n_results; i++)
+    {
+      const char *dev = c->results[i].device;
+      char path[64];
+      if (device_index (dev) < 0)
+        {
+          nrm_error_set (err, ENODEV, "unknown device `%s` in pool `%s`", dev, c->results[i].pool);
+          goto fail;
+        }
+      if (json_array_append_new (devices, json_string (dev)) < 0)
+        goto oom;
+      if (strlen (list) + strlen (dev) + 2 <= sizeof (list))
+        snprintf (list + strlen (list), sizeof (list) - strlen (list), "%s%s", i ? "," : "", dev);
+      /* A stand-in for the device's node and a file of its own. */
+      snprintf (path, sizeof (path), "/dev/example/%s", dev);
+      if (json_array_append_new (nodes, json_pack ("{s:s, s:s}", "path", path, "hostPath", "/dev/null")) < 0)
+        goto oom;
+      snprintf (path, sizeof (path), "/run/example/%s", dev);
+      if (json_array_append_new (mounts, json_pack ("{s:s, s:s, s:[s, s]}", "hostPath", "/dev/null", "containerPath",
+                                                    path, "options", "ro", "bind"))
+          < 0)
+        goto oom;
+    }
+  if (hold (d, c->uid, devices, err) < 0)
+    goto fail;
+  env = json_pack ("[s+]", "EXAMPLE_DEVICES=", list);
+  out->state = json_pack ("{s:o}", "devices", devices);
+  if (env == NULL || out->state == NULL)
+    {
+      /* devices went to the state, or was freed by json_pack. */
+      for (int k = 0; k < N_DEVICES; k++)
+        if (strcmp (d->holder[k], c->uid) == 0)
+          d->holder[k][0] = '\0';
+      json_decref (out->state);
+      out->state = NULL;
+      json_decref (env);
+      json_decref (nodes);
+      json_decref (mounts);
+      return nrm_error_set (err, ENOMEM, "out of memory");
+    }
+  out->edits.env = env;
+  out->edits.device_nodes = nodes;
+  out->edits.mounts = mounts;
+  out->edits.commit_hook = false; /* nothing for nrm-hook to bind */
+  if (d->log)
+    d->log (d->log_ctx, NRM_LOG_DEBUG, "%s: claim %s holds %s", d->name, c->uid, list);
+  return 0;
+oom:
+  nrm_error_set (err, ENOMEM, "out of memory");
+fail:
+  json_decref (devices);
+  json_decref (nodes);
+  json_decref (mounts);
+  return -1;
+}
+
+static int
+ex_restore (void *self, const char *uid, json_t *state, nrm_error_t *err)
+{
+  json_t *devices = json_object_get (state, "devices");
+  if (!json_is_array (devices))
+    return nrm_error_set (err, EINVAL, "state has no `devices`");
+  return hold (self, uid, devices, err);
+}
+
+static void
+ex_unprepare (void *self, const char *uid, json_t *state)
+{
+  struct example *d = self;
+  (void) state;
+  for (int k = 0; k < N_DEVICES; k++)
+    if (strcmp (d->holder[k], uid) == 0)
+      d->holder[k][0] = '\0';
+}
+
+/* Whether the device is a line of the unhealthy file. */
+static bool
+listed_unhealthy (FILE *f, const char *dev)
+{
+  char line[256];
+  rewind (f);
+  while (fgets (line, sizeof (line), f))
+    {
+      line[strcspn (line, "\r\n")] = '\0';
+      if (strcmp (line, dev) == 0)
+        return true;
+    }
+  return false;
+}
+
+/* Runs in the framework's health thread, beside prepare: reads nothing
+ * but the file. */
+static int
+ex_health (void *self, struct nrm_health_report *ret, nrm_error_t *err)
+{
+  struct example *d = self;
+  FILE *f = fopen (d->unhealthy, "r");
+  if (f == NULL && errno != ENOENT)
+    return nrm_error_errno (err, errno, "cannot read %s", d->unhealthy);
+  ret->devices = calloc (N_DEVICES, sizeof (*ret->devices));
+  ret->n = 0;
+  if (ret->devices == NULL)
+    {
+      if (f)
+        fclose (f);
+      return nrm_error_set (err, ENOMEM, "out of memory");
+    }
+  for (int i = 0; i < N_DEVICES; i++)
+    {
+      struct nrm_device_health *h = &ret->devices[ret->n++];
+      char name[8];
+      snprintf (name, sizeof (name), "dev%d", i);
+      h->device = strdup (name);
+      h->health = NRM_HEALTH_HEALTHY;
+      if (f == NULL || !listed_unhealthy (f, name))
+        continue;
+      h->health = NRM_HEALTH_UNHEALTHY;
+      if (asprintf (&h->message, "listed in %s", d->unhealthy) < 0)
+        h->message = NULL;
+      /* Published as the taint example.nrm.io/unhealthy: evicts its pods. */
+      h->taint = strdup ("unhealthy");
+      h->effect = NRM_TAINT_NO_EXECUTE;
+    }
+  if (f)
+    fclose (f);
+  return 0;
+}
+
+static json_t *
+ex_describe (void *self, const char *uid, json_t *state)
+{
+  (void) self;
+  (void) uid;
+  json_t *devs = json_object (), *v;
+  size_t i;
+  json_array_foreach (json_object_get (state, "devices"), i, v)
+  {
+    if (devs && json_is_string (v))
+      json_object_set_new (devs, json_string_value (v), json_object ());
+  }
+  return devs ? json_pack ("{s:o}", "devices", devs) : NULL;
+}
+
+const struct nrm_driver_ops nrm_driver_component = {
+  .abi = NRM_DRIVER_ABI,
+  .id = "example",
+  .default_name = "example." NRM_DEFAULT_DOMAIN,
+  .summary = "an example: four whole devices, one claim each (driver/example)",
+  .new = ex_new,
+  .free = ex_free,
+  .pool = ex_pool,
+  .reset = ex_reset,
+  .prepare = ex_prepare,
+  .restore = ex_restore,
+  .unprepare = ex_unprepare,
+  .health = ex_health,
+  .describe = ex_describe,
+};
