@@ -5,7 +5,9 @@
  * Four devices dev0..dev3, spread over the NUMA nodes, each held whole by
  * one claim at a time and passed to the container as a device node, a
  * read-only mount and one environment variable. A device listed in
- * <fsroot>/example-unhealthy is unhealthy and tainted NoExecute.
+ * <fsroot>/example-unhealthy is unhealthy and tainted NoExecute. The last
+ * device binds to its node with a binding condition (KEP-5007): the
+ * scheduler waits until the driver has said it is ready.
  *
  *   cc -shared -fPIC -o nrm-driver-example.so example.c $(pkg-config --cflags --libs nrm-driver)
  *   nrm plugin --driver-dir DIR --drivers example ...
@@ -24,6 +26,9 @@
 #define N_DEVICES 4
 #define MODEL "nrm-example-1"
 #define UNHEALTHY_FILE "example-unhealthy"
+#define READY "example.nrm.io/ready"
+#define FAILED "example.nrm.io/failed"
+#define BINDING_DEVICE (N_DEVICES - 1)
 
 struct example
 {
@@ -97,6 +102,12 @@ ex_pool (void *self, json_t *held, struct nrm_pool *ret, nrm_error_t *err)
       if (d->numa[i] >= 0)
         json_object_set_new (json_object_get (dev, "attributes"), NRM_STD_NUMA_ATTR,
                              json_pack ("{s:i}", "int", d->numa[i]));
+      if (i == BINDING_DEVICE)
+        {
+          json_object_set_new (dev, "bindsToNode", json_true ());
+          json_object_set_new (dev, "bindingConditions", json_pack ("[s]", READY));
+          json_object_set_new (dev, "bindingFailureConditions", json_pack ("[s]", FAILED));
+        }
       if (json_array_append_new (p.devices, dev) < 0)
         goto oom;
     }
@@ -277,6 +288,40 @@ ex_health (void *self, struct nrm_health_report *ret, nrm_error_t *err)
   return 0;
 }
 
+/* Before its pod binds, a claim of the binding device learns whether the
+ * device is ready: the failure condition when it is listed unhealthy, else
+ * the ready one (a real driver would set the device up here). */
+static int
+ex_bind (void *self, const struct nrm_claim_view *c, json_t **ret, nrm_error_t *err)
+{
+  struct example *d = self;
+  FILE *f = fopen (d->unhealthy, "r");
+  if (f == NULL && errno != ENOENT)
+    return nrm_error_errno (err, errno, "cannot read %s", d->unhealthy);
+  json_t *out = json_array ();
+  for (size_t i = 0; out && i < c->n_results; i++)
+    {
+      const struct nrm_alloc_result *r = &c->results[i];
+      if (device_index (r->device) != BINDING_DEVICE)
+        continue;
+      bool bad = f && listed_unhealthy (f, r->device);
+      json_t *cond = json_pack ("{s:s, s:s, s:s, s:s}", "type", bad ? FAILED : READY, "status", "True", "reason",
+                                bad ? "Unhealthy" : "Ready", "message",
+                                bad ? "the device is listed unhealthy" : "the device is set up");
+      json_t *st = json_pack ("{s:s, s:s, s:s, s:[o]}", "driver", d->name, "pool", r->pool, "device", r->device,
+                              "conditions", cond);
+      if (st && r->share_id)
+        json_object_set_new (st, "shareID", json_string (r->share_id));
+      json_array_append_new (out, st);
+    }
+  if (f)
+    fclose (f);
+  if (out == NULL)
+    return nrm_error_set (err, ENOMEM, "out of memory");
+  *ret = out;
+  return 0;
+}
+
 static json_t *
 ex_describe (void *self, const char *uid, json_t *state)
 {
@@ -306,4 +351,5 @@ const struct nrm_driver_ops nrm_driver_component = {
   .unprepare = ex_unprepare,
   .health = ex_health,
   .describe = ex_describe,
+  .bind = ex_bind,
 };
