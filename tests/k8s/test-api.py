@@ -408,6 +408,42 @@ for uid in ("uid-good", "uid-flaky", "uid-slow", "uid-twice"):
     subprocess.run([DRA_CLIENT, "unprepare", dra_sock, uid], check=True)
 p.stop()
 
+# --- a PodGroup's claim, with device metadata ------------------------------------------
+# One claim for the pods of a group (KEP-5729): its reservedFor names the
+# PodGroup; the kubelet prepares it once on the node, and any later call
+# gets the same answer. The container's metadata file (KEP-5304) is there
+# for it, and goes with the claim.
+p = Plugin("--device-metadata")
+check(wait_for(p.synced), "a plugin with --device-metadata is in sync")
+mem_sock = os.path.join(work, "kubelet", "plugins", MEM, "dra.sock")
+mem_dev = [d["name"] for s in published(MEM) for d in s["spec"].get("devices", []) if "memory" in d.get("capacity", {})][0]
+api.put_claim({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+               "metadata": {"namespace": "default", "name": "group", "uid": "uid-group"},
+               "spec": {"devices": {"requests": [{"name": "mem", "exactly": {"deviceClassName": MEM}}]}},
+               "status": {"allocation": {"devices": {"results": [
+                   {"request": "mem", "driver": MEM, "pool": NODE, "device": mem_dev,
+                    "consumedCapacity": {"memory": "64Mi"}, "shareID": "0a1b2c3d"}]}},
+                   "reservedFor": [{"apiGroup": "scheduling.k8s.io", "resource": "podgroups", "name": "trainers",
+                                    "uid": "uid-podgroup"}]}})
+r1 = subprocess.run([DRA_CLIENT, "prepare", mem_sock, "default", "group", "uid-group"], capture_output=True, text=True)
+r2 = subprocess.run([DRA_CLIENT, "prepare", mem_sock, "default", "group", "uid-group"], capture_output=True, text=True)
+check(r1.returncode == 0 and r1.stdout == r2.stdout and "%s/metadata=uid-group_mem" % MEM in r1.stdout,
+      "a PodGroup claim from the API is prepared once, answered the same again, with its metadata id: "
+      + r1.stdout.strip().replace("\n", " "))
+meta = os.path.join(work, "kubelet", "plugins", MEM, "dra-device-metadata", "default_group", "mem", "metadata.json")
+doc = json.load(open(meta)) if os.path.exists(meta) else {}
+mdev = (doc.get("requests") or [{}])[0].get("devices", [{}])[0]
+check(doc.get("kind") == "DeviceMetadata" and doc.get("metadata", {}).get("uid") == "uid-group"
+      and mdev.get("name") == mem_dev and mdev.get("attributes", {}).get("bytes", {}).get("int") == 64 << 20,
+      "...its metadata file names the device and the 64Mi it holds there (%s)" % mdev)
+st = json.loads(subprocess.run([NRM, "status", "--json", "-t", TOPO, "--node-name", NODE, "--state-dir",
+                                os.path.join(work, "state")], check=True, capture_output=True, text=True).stdout)
+check(st["claims"].get("uid-group", {}).get("podGroup") == "trainers", "nrm status names the claim's PodGroup")
+subprocess.run([DRA_CLIENT, "unprepare", mem_sock, "uid-group"], check=True)
+check(not os.path.exists(meta) and not os.path.exists(os.path.join(work, "cdi", "%s_metadata_uid-group_mem.json" % MEM)),
+      "...and its metadata goes with it")
+p.stop()
+
 # --- CPUs that go offline taint their device ---------------------------------------
 fsroot = os.path.join(work, "fsroot")
 online = os.path.join(fsroot, "sys", "devices", "system", "cpu", "online")
