@@ -383,6 +383,12 @@ unlock_state (struct nrm_plugin *p)
   pthread_mutex_unlock (&p->lock);
 }
 
+static bool
+same_str (json_t *v, const char *s)
+{
+  return json_is_string (v) && strcmp (json_string_value (v), s) == 0;
+}
+
 /* --- device metadata (KEP-5304) ---------------------------------------------------- */
 
 static char *
@@ -484,6 +490,57 @@ metadata_remove (struct nrm_plugin *p, json_t *entry, const char *uid)
     }
 }
 
+/* Device metadata of claims the checkpoint no longer has (a crash between
+ * unprepare's checkpoint write and the removal): their metadata specs
+ * <driver>_metadata_<uid>_<request>.json and their folders <ns>_<name>
+ * (claim UIDs, namespaces and names have no '_'). */
+static void
+remove_orphan_metadata (struct nrm_plugin *p)
+{
+  json_t *claims = json_object_get (p->cp, "claims");
+  cleanup_free char *prefix = NULL, *dir = NULL;
+  if (p->cfg.local || asprintf (&prefix, "%s_metadata_", p->driver) < 0
+      || asprintf (&dir, "%s/dra-device-metadata", p->plugin_dir) < 0)
+    return;
+  size_t plen = strlen (prefix);
+  DIR *d = opendir (p->cdi_dir);
+  struct dirent *de;
+  while (d && (de = readdir (d)) != NULL)
+    {
+      const char *rest = de->d_name + plen;
+      if (strncmp (de->d_name, prefix, plen) != 0 || strchr (rest, '_') == NULL)
+        continue;
+      cleanup_free char *uid = strndup (rest, strcspn (rest, "_"));
+      if (uid && json_object_get (claims, uid) == NULL && unlinkat (dirfd (d), de->d_name, 0) == 0)
+        LOG (p, NRM_LOG_INFO, "removed the metadata spec %s of unknown claim %s", de->d_name, uid);
+    }
+  if (d)
+    closedir (d);
+  d = opendir (dir);
+  while (d && (de = readdir (d)) != NULL)
+    {
+      const char *sep = strchr (de->d_name, '_');
+      if (de->d_name[0] == '.' || sep == NULL)
+        continue;
+      cleanup_free char *ns = strndup (de->d_name, (size_t) (sep - de->d_name));
+      bool known = false;
+      const char *uid;
+      json_t *c;
+      json_object_foreach (claims, uid, c)
+      {
+        known
+            |= ns && same_str (json_object_get (c, "namespace"), ns) && same_str (json_object_get (c, "name"), sep + 1);
+      }
+      nrm_error_t err = NULL;
+      /* No UID matches "-": only the folder goes here. */
+      if (ns && !known && nrm_metadata_remove (p->plugin_dir, p->cdi_dir, p->driver, ns, sep + 1, "-", &err) == 0)
+        LOG (p, NRM_LOG_INFO, "removed the device metadata of unknown claim %s/%s", ns, sep + 1);
+      nrm_error_release (&err);
+    }
+  if (d)
+    closedir (d);
+}
+
 /* Removes this driver's CDI specs that belong to no prepared claim. */
 static void
 remove_orphan_specs (struct nrm_plugin *p)
@@ -507,6 +564,7 @@ remove_orphan_specs (struct nrm_plugin *p)
         }
     }
   closedir (d);
+  remove_orphan_metadata (p);
 }
 
 /* Claims left half-prepared by a crash are rolled back: the driver never
@@ -540,8 +598,10 @@ recover (struct nrm_plugin *p, nrm_error_t *err)
             unlock_state (p);
             return -1;
           }
-        /* The metadata specs live beside the claim's spec (a tmpfs). */
-        if (!p->cfg.local && p->cfg.device_metadata)
+        /* The metadata specs live beside the claim's spec (a tmpfs); a
+         * claim prepared with metadata keeps it, whatever the flag is now:
+         * its recorded answer names the spec. */
+        if (!p->cfg.local && json_array_size (json_object_get (c, "metadata")) > 0)
           metadata_write (p, json_string_value (json_object_get (c, "namespace")) ?: "",
                           json_string_value (json_object_get (c, "name")) ?: "", uid, json_object_get (c, "metadata"),
                           json_object_get (c, "devices"));

@@ -264,9 +264,10 @@ nrm_drivers_open (const struct nrm_registry *reg, const struct nrm_driver_select
       for (size_t k = 0; k < d.n; k++)
         if (strcmp (d.slots[k].name, name) == 0)
           {
+            nrm_error_set (err, EINVAL, "the %s and %s drivers need different names (both are `%s`)",
+                           d.slots[k].ops->id, ops->id, name);
             nrm_drivers_close (&d);
-            return nrm_error_set (err, EINVAL, "the %s and %s drivers need different names (both are `%s`)",
-                                  d.slots[k].ops->id, ops->id, name);
+            return -1;
           }
       struct nrm_driver_host h = *base;
       h.name = name;

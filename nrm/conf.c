@@ -587,6 +587,9 @@ nrm_config_finish (struct nrm_config *c, nrm_error_t *err)
       return nrm_error_set (err, EINVAL, "%s driver name `%s` is not a DNS subdomain of at most 63 characters", id,
                             json_string_value (name));
   }
+  size_t dl = c->drivers ? strlen (c->drivers) : 0;
+  if (dl > 0 && (c->drivers[0] == ',' || c->drivers[dl - 1] == ',' || strstr (c->drivers, ",,")))
+    return nrm_error_set (err, EINVAL, "driver list `%s` has an empty entry", c->drivers);
   if (c->drivers)
     for (const char *p = c->drivers; *p;)
       {

@@ -80,4 +80,13 @@ expect_error "kubeconfig flag outside plugin" "is an option of \`nrm plugin\`" -
 expect_error "bad --api-burst" "--api-burst" -- plugin --api-burst 0 --claims-dir "$TMP"
 expect_error "bad --http-address" "HTTP address" -- plugin --topology "$X" --http-address nonsense \
   --kubelet-dir "$TMP/k3" --claims-dir "$TMP" --state-dir "$TMP/st3" --cdi-dir "$TMP/cdi"
+# Drivers: an unknown one, an empty list entry, two enabled drivers under
+# one name (nothing is printed, nothing crashes), an option of other commands.
+expect_error "unknown driver" "unknown driver \`gpu\` (known: cpu, memory" -- slices --topology "$X" --drivers cpu,gpu
+expect_error "empty driver list entry" "has an empty entry" -- slices --topology "$X" --drivers cpu,
+printf '{"cpu":{"driverName":"memory.nrm.io"}}' >"$TMP/dup.json"
+expect_error "two drivers under one name" "need different names (both are \`memory.nrm.io\`)" -- \
+  slices --topology "$X" -c "$TMP/dup.json"
+expect_error "a controller option elsewhere" "is an option of \`nrm controller\`" -- slices --lease-namespace x
+expect_error "a plugin option in topology" "\`--device-metadata\` is an option of \`nrm plugin\`" -- topology --device-metadata
 finish
