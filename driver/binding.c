@@ -131,6 +131,21 @@ now_rfc3339 (char *buf, size_t len)
 
 /* The driver's entries, checked: its own devices of this claim only, the
  * API's limits, and a lastTransitionTime on every condition. */
+/* The condition of this type in a device's status, or NULL. */
+static json_t *
+condition (json_t *status, const char *type)
+{
+  size_t i;
+  json_t *c;
+  json_array_foreach (json_object_get (status, "conditions"), i, c)
+  {
+    const char *t = json_string_value (json_object_get (c, "type"));
+    if (t && type && strcmp (t, type) == 0)
+      return c;
+  }
+  return NULL;
+}
+
 static int
 check_entries (const struct nrm_claim_view *v, const char *driver, json_t *devs, nrm_error_t *err)
 {
@@ -156,9 +171,17 @@ check_entries (const struct nrm_claim_view *v, const char *driver, json_t *devs,
         = json_object_get (d, "data") ? json_dumps (json_object_get (d, "data"), JSON_COMPACT) : NULL;
     if (data && strlen (data) > MAX_DATA)
       return nrm_error_set (err, EINVAL, "driver %s: device %s: data over %d bytes", driver, name, MAX_DATA);
+    /* As meta.SetStatusCondition: a condition whose status stays keeps
+     * the time it last changed, so that writing it again changes nothing. */
+    json_t *was = device_status (v->claim, d);
     json_array_foreach (json_object_get (d, "conditions"), k, c)
     {
-      if (json_object_get (c, "lastTransitionTime") == NULL)
+      json_t *old = condition (was, json_string_value (json_object_get (c, "type")));
+      if (json_object_get (c, "lastTransitionTime") != NULL)
+        continue;
+      if (old && same (old, c, "status") && json_is_string (json_object_get (old, "lastTransitionTime")))
+        json_object_set (c, "lastTransitionTime", json_object_get (old, "lastTransitionTime"));
+      else
         json_object_set_new (c, "lastTransitionTime", json_string (now));
     }
   }
@@ -186,6 +209,22 @@ bind_claim (struct nrm_binder *b, const struct nrm_driver_slot *s, json_t *claim
   a.view.name = name;
   if (s->ops->bind (s->self, &a.view, &devs, &err) < 0 || check_entries (&a.view, s->name, devs, &err) < 0)
     goto fail;
+  /* Nothing new (a bind that keeps reporting the same state): no write,
+   * so that the claim's next event does not call bind again at once. */
+  bool news = false;
+  size_t i;
+  json_t *d;
+  json_array_foreach (devs, i, d)
+  {
+    json_t *was = device_status (claim, d);
+    news |= was == NULL || !json_equal (json_object_get (was, "conditions"), json_object_get (d, "conditions"))
+            || !json_equal (json_object_get (was, "data"), json_object_get (d, "data"));
+  }
+  if (!news)
+    {
+      nrm_allocation_done (&a);
+      return;
+    }
   /* Server-side apply: this driver's entries, whoever else writes there. */
   body = json_pack ("{s:s, s:s, s:{s:s, s:s}, s:{s:O}}", "apiVersion", "resource.k8s.io/v1", "kind", "ResourceClaim",
                     "metadata", "name", name, "namespace", ns, "status", "devices", devs);
@@ -258,6 +297,8 @@ nrm_binder_start (const struct nrm_binder_config *cfg, struct nrm_binder **ret, 
                                     .path = "/apis/resource.k8s.io/v1/resourceclaims",
                                     .query = query,
                                     .what = "ResourceClaims of this node",
+                                    /* A failed write is tried again at the claim's next event, or here. */
+                                    .resync_s = 60,
                                     .event = on_claim,
                                     .ctx = b,
                                     .log = cfg->log,
@@ -269,6 +310,13 @@ nrm_binder_start (const struct nrm_binder_config *cfg, struct nrm_binder **ret, 
     }
   *ret = b;
   return 0;
+}
+
+void
+nrm_binder_stopping (struct nrm_binder *b)
+{
+  if (b)
+    nrm_informer_stopping (b->informer);
 }
 
 void

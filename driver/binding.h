@@ -34,6 +34,8 @@ struct nrm_binder;
 /* Starts only when some enabled driver has a bind operation (*ret stays
  * NULL otherwise). */
 int nrm_binder_start (const struct nrm_binder_config *cfg, struct nrm_binder **ret, nrm_error_t *err);
+/* As nrm_informer_stopping(): call before the client is cancelled. */
+void nrm_binder_stopping (struct nrm_binder *b);
 void nrm_binder_stop (struct nrm_binder *b);
 
 /* The one node a claim's allocation is for (its nodeSelector is exactly one

@@ -25,12 +25,21 @@ struct nrm_informer
   char *path, *query, *what;
   char *rv;
   bool need_list, synced, stop;
+  double listed_at;
   int wake;
   long backoff_ms;
   pthread_t thread;
 };
 
 #define LOG(i, lvl, ...) NRM_LOG_TO ((i)->cfg.log, (i)->cfg.log_ctx, lvl, __VA_ARGS__)
+
+static double
+now_s (void)
+{
+  struct timespec t;
+  clock_gettime (CLOCK_MONOTONIC, &t);
+  return (double) t.tv_sec + (double) t.tv_nsec / 1e9;
+}
 
 static unsigned
 random_below (unsigned n)
@@ -56,6 +65,12 @@ wait_wake (struct nrm_informer *i, long ms)
 static void
 failed (struct nrm_informer *i, nrm_error_t *err)
 {
+  /* Calls end with errors when the client is cancelled at stop. */
+  if (__atomic_load_n (&i->stop, __ATOMIC_SEQ_CST))
+    {
+      nrm_error_release (err);
+      return;
+    }
   LOG (i, NRM_LOG_WARNING, "%s: %s; again in %.1f s", i->what, nrm_error_msg (*err), (double) i->backoff_ms / 1000);
   nrm_error_release (err);
   /* Jitter x0.5-1.5, as the API client's retries. */
@@ -147,6 +162,8 @@ thread_main (void *arg)
   while (wait_wake (i, 0))
     {
       nrm_error_t err = NULL;
+      if (i->cfg.resync_s > 0 && now_s () - i->listed_at >= i->cfg.resync_s)
+        i->need_list = true;
       if (i->need_list)
         {
           nrm_kube_watch_close (w);
@@ -157,6 +174,7 @@ thread_main (void *arg)
               continue;
             }
           i->need_list = false;
+          i->listed_at = now_s ();
           __atomic_store_n (&i->synced, true, __ATOMIC_SEQ_CST);
         }
       if (w == NULL)
@@ -256,7 +274,7 @@ nrm_informer_synced (struct nrm_informer *i)
 }
 
 void
-nrm_informer_stop (struct nrm_informer *i)
+nrm_informer_stopping (struct nrm_informer *i)
 {
   if (i == NULL)
     return;
@@ -264,6 +282,14 @@ nrm_informer_stop (struct nrm_informer *i)
   __atomic_store_n (&i->stop, true, __ATOMIC_SEQ_CST);
   if (write (i->wake, &one, sizeof (one)) < 0)
     LOG (i, NRM_LOG_DEBUG, "%s: cannot wake the informer", i->what);
+}
+
+void
+nrm_informer_stop (struct nrm_informer *i)
+{
+  if (i == NULL)
+    return;
+  nrm_informer_stopping (i);
   pthread_join (i->thread, NULL);
   informer_free (i);
 }

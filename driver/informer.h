@@ -14,7 +14,8 @@
  * expired or broken watch lists again; errors back off 0.5 s to 30 s with
  * jitter. Runs in a thread of its own and hands every object to event:
  * "SYNC" for each object of a list, "ADDED", "MODIFIED", "DELETED" for the
- * watch's events. */
+ * watch's events; every resync_s a list again hands out every object
+ * ("SYNC"), so that what failed is tried again. */
 struct nrm_informer_config
 {
   struct nrm_kube *kube;
@@ -22,6 +23,7 @@ struct nrm_informer_config
   const char *query; /* more of the query ("labelSelector=..."), escaped, or NULL */
   const char *what;  /* for messages: "ResourceClaims" */
   void (*event) (void *ctx, const char *type, json_t *object);
+  int resync_s; /* list again this often (0: only when the watch needs it) */
   void *ctx;
   nrm_log_fn log;
   void *log_ctx;
@@ -32,6 +34,9 @@ struct nrm_informer;
 int nrm_informer_start (const struct nrm_informer_config *cfg, struct nrm_informer **ret, nrm_error_t *err);
 /* Whether a list has completed since the start. */
 bool nrm_informer_synced (struct nrm_informer *i);
+/* Tells the thread to end (before the client is cancelled, so that the
+ * calls that then fail are not reported); nrm_informer_stop() waits. */
+void nrm_informer_stopping (struct nrm_informer *i);
 void nrm_informer_stop (struct nrm_informer *i);
 
 #endif

@@ -179,6 +179,31 @@ try_lease (struct nrm_kube *k, const char *ns, const char *id, char **seen, doub
   return 1;
 }
 
+/* Gives up the lease we hold (an empty holder, as client-go's
+ * ReleaseOnCancel); a lease held by another is left alone. */
+static void
+release_lease (struct nrm_kube *k, const char *ns, const char *id)
+{
+  cleanup_free char *path = NULL;
+  cleanup_json json_t *lease = NULL, *answer = NULL;
+  nrm_error_t err = NULL;
+  if (asprintf (&path, "/apis/coordination.k8s.io/v1/namespaces/%s/leases/" LEASE_NAME, ns) < 0)
+    return;
+  if (nrm_kube_call (k, "GET", path, NULL, &lease, &err) != 200
+      || strcmp (json_string_value (json_object_get (json_object_get (lease, "spec"), "holderIdentity")) ?: "", id)
+             != 0)
+    {
+      nrm_error_release (&err);
+      return;
+    }
+  json_t *spec = json_object_get (lease, "spec");
+  json_object_set_new (spec, "holderIdentity", json_string (""));
+  json_object_set_new (spec, "leaseDurationSeconds", json_integer (1));
+  if (nrm_kube_call (k, "PUT", path, lease, &answer, &err) == 200)
+    nrm_log (NULL, NRM_LOG_INFO, "controller %s: lease released", id);
+  nrm_error_release (&err);
+}
+
 int
 nrm_cmd_controller (struct nrm_kube *kube, json_t *drivers, const char *ns, const char *id, const sigset_t *set,
                     nrm_error_t *err)
@@ -231,8 +256,13 @@ nrm_cmd_controller (struct nrm_kube *kube, json_t *drivers, const char *ns, cons
         }
     }
 out:
-  /* Claims are labelled from the informer's thread: stop it first. */
-  nrm_kube_cancel (kube);
+  /* Claims are labelled from the informer's thread: it ends first; then
+   * the lease goes, so that a standby takes over at once, not after
+   * LEASE_DURATION_S. */
+  nrm_informer_stopping (inf);
   nrm_informer_stop (inf);
+  if (inf && r == 0)
+    release_lease (kube, ns, id);
+  nrm_kube_cancel (kube);
   return r;
 }

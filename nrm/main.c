@@ -1218,6 +1218,7 @@ out:
   if (refresher.wake >= 0)
     close (refresher.wake);
   /* Requests in flight end now: nothing waits for the API server. */
+  nrm_binder_stopping (binder);
   if (kube)
     nrm_kube_cancel (kube);
   nrm_binder_stop (binder);
