@@ -3065,7 +3065,10 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                         return False
                     continue
                 if item[0] == "data":
-                    # Events queued together leave in one write (each still its own chunk).
+                    # Events queued together leave in one write (each still its own chunk);
+                    # a short wait lets a burst gather, which spares wakeups and writes.
+                    if s.watch.q.qsize() < 64:
+                        time.sleep(0.002)
                     out = [b"%x\r\n%s\r\n" % (len(item[1]), item[1])]
                     size = len(out[0])
                     while size < 256 * 1024:
