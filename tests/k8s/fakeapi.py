@@ -1848,8 +1848,10 @@ def _forbidden_message(ident, verb, group, resource, namespace="", name=""):
 
 
 def _forbidden_error(ident, verb, group, resource, namespace="", name=""):
-    return APIError(403, _forbidden_message(ident, verb, group, resource, namespace, name),
-                    details=_details(name, resource.split("/")[0], group))
+    details = _details(name, resource.split("/")[0], group)
+    if not name:
+        del details["name"]  # StatusDetails.name is omitempty
+    return APIError(403, _forbidden_message(ident, verb, group, resource, namespace, name), details=details)
 
 
 def _sa_node(ident):
@@ -4980,11 +4982,17 @@ def main(argv=None):
     g.add_argument("--serve", metavar="DIR", help="serve in the foreground; certificates and kubeconfig go to DIR")
     p.add_argument("--port", type=int, default=0, help="with --serve: the port (default: a free one)")
     p.add_argument("--token", action="append", help="with --serve: an accepted token (default: t0)")
+    p.add_argument("--tokens", metavar="FILE", help="with --serve: a JSON table token -> identity with RBAC rules "
+                                                    "(see FakeAPI.__init__), instead of --token")
     p.add_argument("--node", action="append", default=[], help="with --serve: a Node to create")
     args = p.parse_args(argv)
     if args.selftest:
         return selftest()
-    return serve(args.serve, args.port, args.token or ["t0"], args.node)
+    tokens = args.token or ["t0"]
+    if args.tokens:
+        with open(args.tokens) as f:
+            tokens = json.load(f)
+    return serve(args.serve, args.port, tokens, args.node)
 
 
 if __name__ == "__main__":
