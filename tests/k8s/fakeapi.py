@@ -5,24 +5,37 @@ It serves, over HTTPS on 127.0.0.1, the parts of the API that nrm uses, with
 the semantics of a Kubernetes 1.36 kube-apiserver:
 
   GET    /api/v1/nodes/{name}
-  GET    /apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaims/{name}
+  GET    /apis/resource.k8s.io/v1/resourceclaims                      list, or watch with ?watch=1
+  GET    /apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaims      list, or watch with ?watch=1
+  GET, PATCH /apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaims/{name}   merge, strategic or JSON patch
+  GET, PUT, PATCH .../namespaces/{ns}/resourceclaims/{name}/status   server-side apply of status.devices
   GET    /apis/resource.k8s.io/v1/resourceslices            list, or watch with ?watch=1
   POST   /apis/resource.k8s.io/v1/resourceslices            create
   DELETE /apis/resource.k8s.io/v1/resourceslices            delete a collection
   GET, PUT, PATCH, DELETE /apis/resource.k8s.io/v1/resourceslices/{name}
-  GET    /version, /healthz, /readyz, /livez, /api, /apis, /apis/resource.k8s.io/v1
+  POST   /apis/coordination.k8s.io/v1/namespaces/{ns}/leases
+  GET, PUT, DELETE /apis/coordination.k8s.io/v1/namespaces/{ns}/leases/{name}
+  GET    /version, /healthz, /readyz, /livez, /api, /apis, /apis/{group}, /apis/{group}/v1
 
 Bearer tokens, resourceVersions and optimistic concurrency, generateName,
 field and label selectors, paging, watch history with bookmarks and 410
 Expired, ResourceSlice validation with the real field paths and messages,
 feature gates that drop fields, defaulting, and quantities rendered in
 canonical form ("1024Mi" comes back as "1Gi") all behave as in a real server.
+So do, for ResourceClaims, label-selected watches (a claim that starts or
+stops matching arrives as ADDED or DELETED), the status.devices validation,
+and the 1.36 authorization of status writes: a token may carry an identity
+(a ServiceAccount, a node-name extra) and RBAC rules, and a status.devices
+change then needs resourceclaims/driver with associated-node:VERB (the node
+agent of the claim's node) or arbitrary-node:VERB for that driver.
 
 From a test:
 
-    api = FakeAPI(workdir, tokens=["t0"])
+    api = FakeAPI(workdir, tokens=["t0"])   # or a table: see FakeAPI.__init__
     api.start()
     api.add_node("worker-1")
+    api.put_claim({...})                       # get_claim, claims, modify_claim,
+                                               # update_claim_status, delete_claim
     api.write_kubeconfig(os.path.join(workdir, "kubeconfig"))
     ... run nrm ...
     assert api.wait_for(lambda: len(api.slices()) == 2)
@@ -67,8 +80,14 @@ GROUP = "resource.k8s.io"
 API_VERSION = GROUP + "/v1"
 SLICE_KIND = "ResourceSlice"
 SLICES = "resourceslices"
+CLAIM_KIND = "ResourceClaim"
+CLAIMS = "resourceclaims"
+COORDINATION = "coordination.k8s.io"
+LEASE_KIND = "Lease"
+LEASES = "leases"
 
-# Feature gates of a 1.36 kube-apiserver that change what a ResourceSlice may hold.
+# Feature gates of a 1.36 kube-apiserver that change what a ResourceSlice may hold
+# or who may write a ResourceClaim's status.
 DEFAULT_GATES = {
     "DRAPartitionableDevices": True,
     "DRADeviceTaints": True,
@@ -77,6 +96,7 @@ DEFAULT_GATES = {
     "DRAResourceClaimDeviceStatus": True,
     "DRAListTypeAttributes": False,
     "DRANodeAllocatableResources": False,
+    "DRAResourceClaimGranularStatusAuthorization": True,
 }
 
 MAX_BODY = 3 * 1024 * 1024  # the apiserver's request body limit
@@ -176,22 +196,22 @@ def _not_found(name, resource=SLICES, group=GROUP):
                     details=_details(name, resource, group))
 
 
-def _already_exists(name):
-    return APIError(409, 'resourceslices.resource.k8s.io "%s" already exists' % name,
-                    reason="AlreadyExists", details=_details(name, SLICES))
+def _already_exists(name, resource=SLICES, group=GROUP):
+    return APIError(409, '%s "%s" already exists' % (_qualified(resource, group), name),
+                    reason="AlreadyExists", details=_details(name, resource, group))
 
 
-def _conflict(name, why=OPTIMISTIC_LOCK):
-    return APIError(409, 'Operation cannot be fulfilled on resourceslices.resource.k8s.io "%s": %s' % (name, why),
-                    details=_details(name, SLICES))
+def _conflict(name, why=OPTIMISTIC_LOCK, resource=SLICES, group=GROUP):
+    return APIError(409, 'Operation cannot be fulfilled on %s "%s": %s' % (_qualified(resource, group), name, why),
+                    details=_details(name, resource, group))
 
 
 def _bad_request(message):
     return APIError(400, message)
 
 
-def _cannot_handle(why):
-    return _bad_request('ResourceSlice in version "v1" cannot be handled as a ResourceSlice: ' + why)
+def _cannot_handle(why, kind=SLICE_KIND):
+    return _bad_request('%s in version "v1" cannot be handled as a %s: %s' % (kind, kind, why))
 
 
 # ---------------------------------------------------------------------------
@@ -210,7 +230,13 @@ _FIELD_TYPES = {
 }
 
 
+class _Shown(str):
+    """A bad value that Go prints through its String() method: as is, without quotes."""
+
+
 def _go_value(v):
+    if isinstance(v, _Shown):
+        return str(v)
     if isinstance(v, bool):
         return "true" if v else "false"
     if isinstance(v, (int, float)):
@@ -268,7 +294,7 @@ def _not_supported(f, value, supported):
     return FieldError("notsupported", f, value, "supported values: " + ", ".join(json.dumps(s) for s in supported))
 
 
-def _invalid_error(name, errs):
+def _invalid_error(name, errs, kind=SLICE_KIND, group=GROUP):
     """The 422 for a list of field errors, as apierrors.NewInvalid builds it."""
     msgs = []
     for e in errs:
@@ -276,8 +302,8 @@ def _invalid_error(name, errs):
             msgs.append(str(e))
     agg = msgs[0] if len(msgs) == 1 else "[" + ", ".join(msgs) + "]"
     causes = [{"reason": _FIELD_TYPES[e.kind][1], "message": e.body(), "field": e.field} for e in errs]
-    details = {"name": name, "group": GROUP, "kind": SLICE_KIND, "causes": causes}
-    return APIError(422, 'ResourceSlice.resource.k8s.io "%s" is invalid: %s' % (name, agg), details=details)
+    details = {"name": name, "group": group, "kind": kind, "causes": causes}
+    return APIError(422, '%s "%s" is invalid: %s' % (_qualified(kind, group), name, agg), details=details)
 
 
 # ---------------------------------------------------------------------------
@@ -451,7 +477,7 @@ def _qv(s):
 # empty lists and maps are left out) or "nil" (omitempty on a pointer: only an
 # unset field is left out; false and "" stay).
 
-STR, INT, BOOL, QTY, TIME, ANY = "string", "int64", "bool", "Quantity", "Time", "any"
+STR, INT, BOOL, QTY, TIME, MTIME, ANY = "string", "int64", "bool", "Quantity", "Time", "MicroTime", "any"
 
 
 def _list(t):
@@ -524,9 +550,24 @@ _META = _obj(
 )
 _SLICE = _obj("ResourceSlice", apiVersion=(STR, "empty"), kind=(STR, "empty"), metadata=(_META, "always"),
               spec=(_SPEC, "always"))
+# metav1.Condition: a zero lastTransitionTime is written as null, message always.
+_CONDITION = _obj("Condition", type=(STR, "always"), status=(STR, "always"), observedGeneration=(INT, "empty"),
+                  lastTransitionTime=(TIME, "always"), reason=(STR, "always"), message=(STR, "always"))
+_NETWORK_DATA = _obj("NetworkDeviceData", interfaceName=(STR, "empty"), ips=(_list(STR), "empty"),
+                     hardwareAddress=(STR, "empty"))
+# AllocatedDeviceStatus: conditions has no omitempty, so an entry without any says "conditions": null.
+_DEVICE_STATUS = _obj("AllocatedDeviceStatus", driver=(STR, "always"), pool=(STR, "always"),
+                      device=(STR, "always"), shareID=(STR, "nil"), conditions=(_list(_CONDITION), "always"),
+                      data=(ANY, "nil"), networkData=(_NETWORK_DATA, "nil"))
+_LEASE_SPEC = _obj("LeaseSpec", holderIdentity=(STR, "nil"), leaseDurationSeconds=(INT, "nil"),
+                   acquireTime=(MTIME, "nil"), renewTime=(MTIME, "nil"), leaseTransitions=(INT, "nil"),
+                   strategy=(STR, "nil"), preferredHolder=(STR, "nil"))
+_LEASE = _obj("Lease", apiVersion=(STR, "empty"), kind=(STR, "empty"), metadata=(_META, "always"),
+              spec=(_LEASE_SPEC, "always"))
 
 _TIME_RE = re.compile(r"^\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})$")
-_GO_TYPES = {STR: "string", INT: "int64", BOOL: "bool", QTY: "resource.Quantity", TIME: "v1.Time"}
+_GO_TYPES = {STR: "string", INT: "int64", BOOL: "bool", QTY: "resource.Quantity", TIME: "v1.Time",
+             MTIME: "v1.MicroTime"}
 
 
 def _kind(schema):
@@ -562,8 +603,9 @@ class _Decoder:
     timestamps normalized. Empty lists and maps are kept, as Go keeps them
     non-nil, until encoding leaves them out."""
 
-    def __init__(self):
+    def __init__(self, kind=SLICE_KIND):
         self.unknown = []
+        self.kind = kind
 
     def decode(self, schema, value, path):
         k = _kind(schema)
@@ -588,12 +630,16 @@ class _Decoder:
             try:
                 return canonical_quantity(value.strip() if isinstance(value, str) else repr(value))
             except ValueError as e:
-                raise _cannot_handle(str(e))
-        if k == TIME:
+                raise _cannot_handle(str(e), self.kind)
+        if k in (TIME, MTIME):
             if not isinstance(value, str) or not _TIME_RE.match(value):
-                raise _cannot_handle('parsing time "%s" as "2006-01-02T15:04:05Z07:00": cannot parse' % value)
+                raise _cannot_handle('parsing time "%s" as "2006-01-02T15:04:05Z07:00": cannot parse' % value,
+                                     self.kind)
             dt = datetime.datetime.fromisoformat(value.upper().replace("Z", "+00:00"))
-            return _timestamp(dt.astimezone(datetime.timezone.utc).replace(microsecond=0))
+            dt = dt.astimezone(datetime.timezone.utc)
+            if k == MTIME:  # metav1.MicroTime: RFC 3339 with six fractional digits
+                return dt.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+            return _timestamp(dt.replace(microsecond=0))
         if k == "list":
             if not isinstance(value, list):
                 self._type_error(value, schema, path)
@@ -635,8 +681,8 @@ class _Decoder:
     def _type_error(self, value, schema, path):
         where = re.sub(r"\[[^\]]*\]", "", path)
         raise _cannot_handle("json: cannot unmarshal %s into Go struct field %s of type %s"
-                             % (_json_type(value), "ResourceSlice." + where if where else "ResourceSlice",
-                                _go_type(schema)))
+                             % (_json_type(value), self.kind + "." + where if where else self.kind,
+                                _go_type(schema)), self.kind)
 
 
 def _is_empty(v):
@@ -1284,27 +1330,316 @@ def validate_slice(obj, old=None):
 
 
 # ---------------------------------------------------------------------------
+# ResourceClaim status (pkg/apis/resource/validation, pkg/registry/resource) and Leases.
+
+MAX_DEVICE_CONDITIONS = 8  # resource.AllocatedDeviceStatusMaxConditions
+MAX_DEVICE_DATA = 10 * 1024  # resource.AllocatedDeviceStatusDataMaxLength
+_CONDITION_STATUSES = ["False", "True", "Unknown"]
+_REASON_RE = re.compile(r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$")
+_REASON_MSG = ("a condition reason must start with alphabetic character, optionally followed by a string of "
+               "alphanumeric characters or '_,:', and must end with an alphanumeric character or '_'")
+_KEY_FIELDS = ("driver", "pool", "device", "shareID")
+
+# The refusal of a status.devices change without the per-driver permission, worded as
+# AuthorizedForDeviceStatus in k8s.io/kubernetes/pkg/registry/resource (the package's
+# status authorization helpers, DRAResourceClaimGranularStatusAuthorization):
+#   field.Forbidden(fieldPath, fmt.Sprintf(`changing status.devices requires resource="resourceclaims/driver",
+#                   verb="%s" permission: %s`, verbs, err))
+# verbs is a Go []string ("[associated-node:patch arbitrary-node:patch]"), err the first refusal,
+# a responsewriters.ForbiddenStatusError for the synthetic resourceclaims/driver subresource
+# named after the driver. The field errors come back together as one 422 Invalid.
+DEVICE_STATUS_REFUSAL = 'changing status.devices requires resource="resourceclaims/driver", verb="%s" permission: %s'
+BINDING_REFUSAL = ('changing status.allocation or status.reservedFor requires resource="resourceclaims/binding", '
+                   'verb="%s" permission: %s')
+VERB_ASSOCIATED_NODE = "associated-node:"  # resourcev1.VerbPrefixAssociatedNode
+VERB_ARBITRARY_NODE = "arbitrary-node:"  # resourcev1.VerbPrefixArbitraryNode
+
+
+def _device_key(d):
+    """The list-map key of status.devices: driver, pool, device and shareID."""
+    return (d.get("driver") or "", d.get("pool") or "", d.get("device") or "", d.get("shareID") or "")
+
+
+def _key_fields(key):
+    out = {"device": key[2], "driver": key[0], "pool": key[1]}
+    if key[3]:
+        out["shareID"] = key[3]
+    return out
+
+
+def _fields_key(key):
+    """A list-map item in a FieldsV1 set: k:{...} with the key fields sorted by name."""
+    return "k:" + json.dumps(_key_fields(key), sort_keys=True, separators=(",", ":"))
+
+
+def _path_key(key):
+    """A list-map item in a field path, as structured-merge-diff prints it."""
+    return "[" + ",".join('%s=%s' % (k, json.dumps(v)) for k, v in sorted(_key_fields(key).items())) + "]"
+
+
+def _shown_key(key):
+    """structured.SharedDeviceID's String(): driver/pool/device, then /shareID when there is one."""
+    return _Shown("/".join(key[:3]) + ("/" + key[3] if key[3] else ""))
+
+
+def _decode_device_statuses(devices, path="status.devices"):
+    """status.devices of a request, decoded as the apiserver does (types checked, unknown fields
+    dropped with a warning, times normalized). Returns (devices, warnings)."""
+    if devices is None:
+        return [], []
+    dec = _Decoder(CLAIM_KIND)
+    out = dec.decode(_list(_DEVICE_STATUS), devices, path)
+    for d in out:
+        if not d.get("conditions"):
+            d["conditions"] = None
+    return [_encode(_DEVICE_STATUS, d) for d in out], ['unknown field "%s"' % f for f in dec.unknown]
+
+
+def _check_conditions(conds, path, errs):
+    """metav1validation.ValidateConditions."""
+    seen = set()
+    for i, c in enumerate(conds):
+        cp = "%s[%d]" % (path, i)
+        if c.get("type", "") in seen:
+            errs.append(_duplicate(cp + ".type", c.get("type", "")))
+        seen.add(c.get("type", ""))
+        _check_label_name(c.get("type", ""), cp + ".type", errs)
+        if c.get("status", "") not in _CONDITION_STATUSES:
+            errs.append(_not_supported(cp + ".status", c.get("status", ""), _CONDITION_STATUSES))
+        if (c.get("observedGeneration") or 0) < 0:
+            errs.append(_invalid(cp + ".observedGeneration", c["observedGeneration"],
+                                 "must be greater than or equal to zero"))
+        if not c.get("lastTransitionTime"):
+            errs.append(_required(cp + ".lastTransitionTime", "must be set"))
+        reason = c.get("reason", "")
+        if not reason:
+            errs.append(_required(cp + ".reason", "must be set"))
+        else:
+            if not _REASON_RE.match(reason):
+                errs.append(_invalid(cp + ".reason", reason, _REASON_MSG))
+            if len(reason) > 1024:
+                errs.append(_too_long(cp + ".reason", 1024))
+        if len(c.get("message", "")) > 32 * 1024:
+            errs.append(_too_long(cp + ".message", 32 * 1024))
+
+
+def validate_device_statuses(status):
+    """The status.devices part of ValidateResourceClaimStatusUpdate: names, an entry for an allocated
+    device only, at most 8 conditions, valid conditions, data a JSON object of at most 10 KiB, and
+    each key once. (networkData and the shareID's UUID form are not checked.)"""
+    errs = []
+    allocated = {_device_key(r) for r in (((status.get("allocation") or {}).get("devices") or {})
+                                          .get("results") or [])}
+    devices = status.get("devices") or []
+    for i, d in enumerate(devices):
+        p = "status.devices[%d]" % i
+        _check_driver(d.get("driver", ""), p + ".driver", errs)
+        _check_pool_name(d.get("pool", ""), p + ".pool", errs)
+        if not d.get("device"):
+            errs.append(_required(p + ".device"))
+        else:
+            _check_dns_label(d["device"], p + ".device", errs)
+        key = _device_key(d)
+        if key not in allocated:
+            errs.append(_invalid(p, _shown_key(key), "must be an allocated device in the claim"))
+        conds = d.get("conditions") or []
+        if len(conds) > MAX_DEVICE_CONDITIONS:
+            errs.append(_too_many(p + ".conditions", len(conds), MAX_DEVICE_CONDITIONS))
+        _check_conditions(conds, p + ".conditions", errs)
+        if "data" in d and d["data"] is not None:
+            if len(_dumps(d["data"])) > MAX_DEVICE_DATA:
+                errs.append(_too_long(p + ".data", MAX_DEVICE_DATA))
+            elif not isinstance(d["data"], dict):
+                errs.append(_invalid(p + ".data", "<value omitted>", "must be a valid JSON object"))
+    seen = set()
+    for i, d in enumerate(devices):
+        key = _device_key(d)
+        if key in seen:
+            errs.append(_duplicate("status.devices[%d].deviceID" % i, _shown_key(key)))
+        seen.add(key)
+    return errs
+
+
+def _modified_drivers(new_devices, old_devices):
+    """getModifiedDrivers: the drivers of entries added, removed or changed."""
+    old = {_device_key(d): d for d in old_devices or []}
+    drivers = set()
+    for d in new_devices or []:
+        k = _device_key(d)
+        if old.pop(k, None) != d:
+            drivers.add(d.get("driver", ""))
+    drivers.update(d.get("driver", "") for d in old.values())
+    return sorted(drivers)
+
+
+def _apply_owners(claim):
+    """What each server-side apply manager of the status owns in status.devices, read back from
+    managedFields: manager -> {device key: set of field names}."""
+    owners = {}
+    for e in claim["metadata"].get("managedFields") or []:
+        if e.get("operation") != "Apply" or e.get("subresource") != "status":
+            continue
+        devices = ((e.get("fieldsV1") or {}).get("f:status") or {}).get("f:devices") or {}
+        owned = {}
+        for k, fields in devices.items():
+            if k.startswith("k:"):
+                kf = json.loads(k[2:])
+                owned[_device_key(kf)] = {f[2:] for f in fields if f.startswith("f:")}
+        owners[e.get("manager", "")] = owned
+    return owners
+
+
+def _apply_entry(manager, owned, devices):
+    """The managedFields entry of an apply manager that owns these fields of status.devices."""
+    by_key = {_device_key(d): d for d in devices}
+    out = {}
+    for key in sorted(owned, key=_fields_key):
+        item = {".": {}}
+        for f in sorted(owned[key]):
+            if f == "conditions":
+                conds = (by_key.get(key) or {}).get("conditions") or []
+                item["f:conditions"] = dict({".": {}}, **{
+                    "k:" + json.dumps({"type": c.get("type", "")}, separators=(",", ":")):
+                        dict({".": {}}, **{"f:" + x: {} for x in sorted(c)}) for c in conds})
+            else:
+                item["f:" + f] = {}
+        out[_fields_key(key)] = item
+    return {"manager": manager, "operation": "Apply", "apiVersion": API_VERSION, "time": _timestamp(),
+            "fieldsType": "FieldsV1", "fieldsV1": {"f:status": {"f:devices": out}}, "subresource": "status"}
+
+
+def _apply_conflict(conflicts):
+    """409 for fields another apply manager owns with another value (managedfields' NewConflictError)."""
+    def who(m):
+        return '"%s" with subresource "status"' % m
+    causes = [{"reason": "FieldManagerConflict", "message": "conflict with " + who(m), "field": path}
+              for m, path in conflicts]
+    if len(conflicts) == 1:
+        msg = "Apply failed with 1 conflict: conflict with %s: %s" % (who(conflicts[0][0]), conflicts[0][1])
+    else:
+        parts = []
+        for m in sorted({m for m, _ in conflicts}):
+            parts.append("conflicts with %s:" % who(m))
+            parts += ["- " + path for mm, path in conflicts if mm == m]
+        msg = "Apply failed with %d conflicts: %s" % (len(conflicts), "\n".join(parts))
+    return APIError(409, msg, details={"causes": causes})
+
+
+def _apply_devices(cur, applied, manager, force):
+    """Server-side apply of status.devices, simplified: the list is a map by driver, pool, device
+    and shareID; an entry's fields (conditions as a whole, data, networkData) are owned by the
+    managers that applied them. The manager's entries are upserted; fields and entries it
+    applied before and leaves out now are removed unless another manager owns them; entries of
+    other managers and entries nobody applied stay. A field another manager owns with another
+    value is a conflict (409) unless force. Returns (devices, managedFields)."""
+    owners = _apply_owners(cur)
+    mine = owners.get(manager, {})
+    current = collections.OrderedDict((_device_key(d), d) for d in (cur.get("status") or {}).get("devices") or [])
+    want = collections.OrderedDict()
+    for d in applied:
+        want[_device_key(d)] = {f: v for f, v in d.items() if not (f == "conditions" and v is None)}
+    conflicts = []
+    for key, entry in want.items():
+        have = current.get(key, {})
+        for f, v in entry.items():
+            if f in _KEY_FIELDS or f not in have or have[f] == v:
+                continue
+            for m, owned in owners.items():
+                if m != manager and f in owned.get(key, ()):
+                    conflicts.append((m, ".status.devices%s.%s" % (_path_key(key), f)))
+                    if force:
+                        owned[key].discard(f)
+    if conflicts and not force:
+        raise _apply_conflict(conflicts)
+
+    def others_own(key, f=None):
+        return any((f in owned.get(key, ()) if f else bool(owned.get(key))) for m, owned in owners.items()
+                   if m != manager)
+
+    result = collections.OrderedDict()
+    for key, have in current.items():
+        e = dict(have)
+        if key in want:
+            for f in list(e):
+                if f not in _KEY_FIELDS and f not in want[key] and f in mine.get(key, ()) and not others_own(key, f):
+                    del e[f]
+            e.update(want[key])
+        elif key in mine:
+            if not others_own(key):
+                continue  # nobody applies it any more
+            for f in mine[key]:
+                if f not in _KEY_FIELDS and not others_own(key, f):
+                    e.pop(f, None)
+        result[key] = e
+    for key, entry in want.items():
+        if key not in result:
+            result[key] = dict(entry)
+    devices, _ = _decode_device_statuses(list(result.values()))
+    owners[manager] = {key: set(entry) for key, entry in want.items()}
+    managed = []
+    for e in cur["metadata"].get("managedFields") or []:
+        if e.get("operation") == "Apply" and e.get("subresource") == "status":
+            m = e.get("manager", "")
+            if m == manager:
+                continue
+            if owners.get(m) != _apply_owners({"metadata": {"managedFields": [e]}}).get(m):
+                owned = {k: v for k, v in owners[m].items() if v}
+                if not owned:
+                    continue
+                e = _apply_entry(m, owned, devices)
+        managed.append(e)
+    if owners[manager]:
+        managed.append(_apply_entry(manager, owners[manager], devices))
+    return devices, managed
+
+
+def _drop_deallocated(new_status, old_status):
+    """dropDeallocatedStatusDevices: entries of devices no longer allocated go."""
+    def ids(status):
+        return {_device_key(r)[:3] for r in (((status.get("allocation") or {}).get("devices") or {})
+                                             .get("results") or [])}
+    gone = ids(old_status) - ids(new_status)
+    if gone and new_status.get("devices"):
+        new_status["devices"] = [d for d in new_status["devices"] if _device_key(d)[:3] not in gone]
+        if not new_status["devices"]:
+            del new_status["devices"]
+
+
+def validate_lease(obj):
+    """ValidateLease (pkg/apis/coordination/validation)."""
+    errs = []
+    meta, spec = obj["metadata"], obj["spec"]
+    _check_meta(meta, errs)
+    if spec.get("leaseDurationSeconds") is not None and spec["leaseDurationSeconds"] <= 0:
+        errs.append(_invalid("spec.leaseDurationSeconds", spec["leaseDurationSeconds"], "must be greater than 0"))
+    if spec.get("leaseTransitions") is not None and spec["leaseTransitions"] < 0:
+        errs.append(_invalid("spec.leaseTransitions", spec["leaseTransitions"], "must be greater than or equal to 0"))
+    return errs
+
+
+# ---------------------------------------------------------------------------
 # Selectors.
 
 _SLICE_FIELDS = ("metadata.name", "spec.driver", "spec.nodeName")
+_META_FIELDS = ("metadata.name", "metadata.namespace")  # what a ResourceClaim can be selected by
 
 
-def _parse_field_selector(s):
+def _parse_field_selector(s, supported=_SLICE_FIELDS):
     terms = []
     for term in filter(None, (t.strip() for t in (s or "").split(","))):
         m = re.match(r"^([^=!]+?)\s*(==|!=|=)\s*(.*)$", term)
         if not m:
             raise _bad_request('invalid field selector: "%s": expected an operator' % term)
         field, op, value = m.group(1).strip(), m.group(2), m.group(3).strip()
-        if field not in _SLICE_FIELDS:
+        if field not in supported:
             raise _bad_request("field label not supported: " + field)
         terms.append((field, op != "!=", value))
     return terms
 
 
 def _field_value(obj, field):
-    if field == "metadata.name":
-        return obj["metadata"].get("name", "")
+    if field in ("metadata.name", "metadata.namespace"):
+        return obj["metadata"].get(field.split(".")[1], "")
     return obj["spec"].get(field.split(".")[1]) or ""
 
 
@@ -1343,8 +1678,8 @@ def _labels_match(obj, reqs):
 
 
 class _Selector:
-    def __init__(self, query):
-        self.fields = _parse_field_selector(query.get("fieldSelector"))
+    def __init__(self, query, fields=_SLICE_FIELDS):
+        self.fields = _parse_field_selector(query.get("fieldSelector"), fields)
         self.labels = _parse_label_selector(query.get("labelSelector"))
 
     def empty(self):
@@ -1438,6 +1773,122 @@ def _json_patch(doc, ops):
 
 
 # ---------------------------------------------------------------------------
+# Identities and RBAC.
+
+NODE_NAME_KEY = "authentication.kubernetes.io/node-name"  # serviceaccount.NodeNameKey
+_SA_PREFIX = "system:serviceaccount:"
+
+
+class _Identity:
+    """Who a bearer token authenticates as, and what RBAC lets it do. rules None: everything
+    (the tokens of a plain list, as before RBAC was modelled)."""
+
+    def __init__(self, user="system:admin", groups=None, extra=None, rules=None):
+        self.user = user
+        self.groups = list(groups or [])
+        self.extra = {k: list(v) for k, v in (extra or {}).items()}
+        self.rules = None if rules is None else [dict(r) for r in rules]
+        for r in self.rules or []:
+            if not r.get("resource") or not r.get("verbs"):
+                raise ValueError("an RBAC rule needs a resource and verbs: %r" % (r,))
+
+    @classmethod
+    def of(cls, entry):
+        if entry is None:
+            return cls()
+        if isinstance(entry, cls):
+            return entry
+        unknown = set(entry) - {"user", "groups", "extra", "rules"}
+        if unknown:
+            raise ValueError("unknown keys in a token entry: " + ", ".join(sorted(unknown)))
+        return cls(entry.get("user", "system:admin"), entry.get("groups"), entry.get("extra"), entry.get("rules"))
+
+    def allows(self, verb, group, resource, namespace="", name=""):
+        """RBAC's rule match: a rule without "namespace" is bound cluster-wide (a ClusterRoleBinding),
+        one with it applies in that namespace only (a RoleBinding). resourceNames match only
+        requests for one named object, so never a list, a watch or a create."""
+        if self.rules is None:
+            return True
+        for r in self.rules:
+            if r.get("namespace") is not None and r["namespace"] != namespace:
+                continue
+            groups = r.get("apiGroups")
+            if groups is None:
+                groups = [_RULE_GROUPS.get(r["resource"].split("/")[0], group)]
+            if "*" not in groups and group not in groups:
+                continue
+            if r["resource"] not in ("*", resource):
+                continue
+            if "*" not in r["verbs"] and verb not in r["verbs"]:
+                continue
+            names = r.get("resourceNames") or []
+            if names and name not in names:
+                continue
+            return True
+        return False
+
+
+# The API group a rule's resource is in when the rule names none.
+_RULE_GROUPS = {"nodes": "", SLICES: GROUP, CLAIMS: GROUP, LEASES: COORDINATION}
+
+
+def _forbidden_message(ident, verb, group, resource, namespace="", name=""):
+    """responsewriters.ForbiddenStatusError's message: apierrors.NewForbidden around
+    forbiddenMessage() (k8s.io/apiserver/pkg/endpoints/handlers/responsewriters/errors.go).
+    resource may name a subresource ("resourceclaims/status")."""
+    if namespace:
+        where = 'in the namespace "%s"' % namespace
+    else:
+        where = "at the cluster scope"
+    why = 'User "%s" cannot %s resource "%s" in API group "%s" %s' % (ident.user, verb, resource, group, where)
+    qualified = _qualified(resource.split("/")[0], group)
+    if name:
+        return '%s "%s" is forbidden: %s' % (qualified, name, why)
+    return "%s is forbidden: %s" % (qualified, why)
+
+
+def _forbidden_error(ident, verb, group, resource, namespace="", name=""):
+    details = _details(name, resource.split("/")[0], group)
+    if not name:
+        del details["name"]  # StatusDetails.name is omitempty
+    return APIError(403, _forbidden_message(ident, verb, group, resource, namespace, name), details=details)
+
+
+def _sa_node(ident):
+    """The node a pod-bound ServiceAccount token is bound to, or "": the user must be a
+    ServiceAccount (serviceaccount.SplitUsername) with exactly one node-name extra that is a
+    valid node name (saAssociatedWithAllocatedNode in k8s.io/kubernetes/pkg/registry/resource)."""
+    if not ident.user.startswith(_SA_PREFIX):
+        return ""
+    parts = ident.user[len(_SA_PREFIX):].split(":")
+    if len(parts) != 2 or _dns_label_msgs(parts[0]) or _dns_subdomain_msgs(parts[1]):
+        return ""
+    nodes = ident.extra.get(NODE_NAME_KEY) or []
+    if len(nodes) != 1 or _dns_subdomain_msgs(nodes[0]):
+        return ""
+    return nodes[0]
+
+
+def _allocated_node(status):
+    """nodeNameFromAllocation: the node of an allocation whose nodeSelector is exactly one term
+    with exactly one matchFields {metadata.name In [node]} and nothing else; otherwise ""."""
+    ns = ((status or {}).get("allocation") or {}).get("nodeSelector")
+    if not ns:
+        return ""
+    terms = ns.get("nodeSelectorTerms") or []
+    if len(terms) != 1:
+        return ""
+    term = terms[0]
+    fields = term.get("matchFields") or []
+    if term.get("matchExpressions") or len(fields) != 1:
+        return ""
+    f = fields[0]
+    if f.get("key") != "metadata.name" or f.get("operator") != "In" or len(f.get("values") or []) != 1:
+        return ""
+    return f["values"][0]
+
+
+# ---------------------------------------------------------------------------
 # The store: one lock, one resourceVersion counter, an event history for watches.
 
 _NAME_CHARS = "bcdfghjklmnpqrstvwxz2456789"
@@ -1453,7 +1904,7 @@ def _fields_v1(obj):
         out["f:ownerReferences"] = dict({".": {}}, **{'k:{"uid":"%s"}' % r.get("uid", ""): {}
                                                       for r in meta["ownerReferences"]})
     fields = {"f:metadata": out} if out else {}
-    fields["f:spec"] = {"f:" + k: {} for k in obj["spec"]}
+    fields["f:spec"] = {"f:" + k: {} for k in obj.get("spec") or {}}
     return fields
 
 
@@ -1461,27 +1912,71 @@ def _event_line(etype, obj):
     return (_dumps({"type": etype, "object": obj}) + "\n").encode()
 
 
+class _Res:
+    """What the store and the watches need to know of a resource."""
+
+    def __init__(self, name, group, kind, namespaced, fields):
+        self.name, self.group, self.kind, self.namespaced, self.fields = name, group, kind, namespaced, fields
+        self.api_version = group + "/v1"
+
+
+_RESOURCES = {
+    SLICES: _Res(SLICES, GROUP, SLICE_KIND, False, _SLICE_FIELDS),
+    CLAIMS: _Res(CLAIMS, GROUP, CLAIM_KIND, True, _META_FIELDS),
+    LEASES: _Res(LEASES, COORDINATION, LEASE_KIND, True, _META_FIELDS),
+}
+
+
+def _sort_key(key):
+    """The order of etcd keys: a namespaced object sorts by namespace/name."""
+    return key if isinstance(key, str) else "/".join(key)
+
+
+def _with_rv(obj, rv):
+    out = copy.deepcopy(obj)
+    out["metadata"]["resourceVersion"] = rv
+    return out
+
+
 class _Watch:
     """One open watch: a queue its handler thread drains onto the HTTP stream."""
 
-    def __init__(self, selector, bookmarks, query):
+    def __init__(self, selector, bookmarks, query, resource=SLICES, namespace=None):
         self.selector = selector
         self.bookmarks = bookmarks
         self.query = dict(query)
+        self.resource, self.namespace = resource, namespace
+        self.kind, self.api_version = _RESOURCES[resource].kind, _RESOURCES[resource].api_version
         self.q = queue.Queue()
 
-    def offer(self, etype, old, new):
-        """Queues what this watch sees of a change: an object leaving or entering the selection is DELETED or ADDED."""
+    def sees(self, obj):
+        return (self.namespace is None or obj["metadata"].get("namespace") == self.namespace) \
+            and self.selector.match(obj)
+
+    def offer(self, resource, etype, old, new, lines=None):
+        """Queues what this watch sees of a change. As the watch cache does, an object that
+        starts matching the selection arrives as ADDED, and one that stops matching as DELETED
+        carrying its previous content with the new resourceVersion. lines: the event lines
+        already encoded for this change, shared by the watches that see it."""
+        if resource != self.resource:
+            return
+        lines = {} if lines is None else lines
+
+        def put(kind, obj):
+            if kind not in lines:
+                lines[kind] = _event_line(kind.split("-")[0], obj)
+            self.q.put(("data", lines[kind]))
+
         if etype == "MODIFIED":
-            was, now = self.selector.match(old), self.selector.match(new)
+            was, now = self.sees(old), self.sees(new)
             if was and now:
-                self.q.put(("data", _event_line("MODIFIED", new)))
+                put("MODIFIED", new)
             elif now:
-                self.q.put(("data", _event_line("ADDED", new)))
+                put("ADDED", new)
             elif was:
-                self.q.put(("data", _event_line("DELETED", new)))
-        elif self.selector.match(new):
-            self.q.put(("data", _event_line(etype, new)))
+                put("DELETED-old", _with_rv(old, new["metadata"]["resourceVersion"]))
+        elif self.sees(new):
+            put(etype, new)
 
 
 class _Store:
@@ -1493,8 +1988,10 @@ class _Store:
         self.gates = gates
         self.rv = 0
         self.nodes = {}
-        self.claims = {}
-        self.slices = {}
+        self.objects = {r: {} for r in _RESOURCES}
+        self.slices = self.objects[SLICES]  # name -> object
+        self.claims = self.objects[CLAIMS]  # (namespace, name) -> object
+        self.leases = self.objects[LEASES]  # (namespace, name) -> object
         self.history = []
         self.floor = 0  # a watch may resume from any resourceVersion >= floor
         self.watches = set()
@@ -1504,13 +2001,14 @@ class _Store:
         self.rv += 1
         return self.rv
 
-    def record(self, etype, old, new):
-        self.history.append((self.rv, etype, old, new))
+    def record(self, etype, old, new, resource=SLICES):
+        self.history.append((self.rv, resource, etype, old, new))
         if len(self.history) > self.HISTORY:
             del self.history[: len(self.history) - self.HISTORY]
             self.floor = self.history[0][0] - 1
+        lines = {}
         for w in list(self.watches):
-            w.offer(etype, old, new)
+            w.offer(resource, etype, old, new, lines)
 
     def expire(self):
         # The counter moves on, as other writes move it on a real cluster: every
@@ -1675,13 +2173,400 @@ class _Store:
             self.record("DELETED", cur, final)
             return 200, copy.deepcopy(final)
 
+    # -- ResourceClaims ----------------------------------------------------------
+
+    def _claim(self, namespace, name):
+        cur = self.claims.get((namespace, name))
+        if cur is None:
+            raise _not_found(name, CLAIMS)
+        return cur
+
+    def _store_claim(self, cur, new, dry_run=False):
+        """Writes a changed claim: a new resourceVersion and a MODIFIED event. A write that changes
+        nothing (managedFields timestamps aside) is no write, as on a real server."""
+        def same(a, b):
+            strip = [dict(e, time=None) for e in a["metadata"].get("managedFields") or []]
+            strip2 = [dict(e, time=None) for e in b["metadata"].get("managedFields") or []]
+            return strip == strip2 and dict(a, metadata=dict(a["metadata"], managedFields=None)) \
+                == dict(b, metadata=dict(b["metadata"], managedFields=None))
+        if same(cur, new):
+            return copy.deepcopy(cur)
+        if dry_run:
+            return new
+        new["metadata"]["resourceVersion"] = str(self.bump())
+        key = (new["metadata"]["namespace"], new["metadata"]["name"])
+        self.claims[key] = new
+        self.record("MODIFIED", cur, new, CLAIMS)
+        return copy.deepcopy(new)
+
+    def put_claim(self, obj):
+        """Creates or replaces a claim unvalidated (the test's hand). A replacement with another
+        uid is the old claim deleted and a new one created, as the watch shows it."""
+        claim = copy.deepcopy(obj)
+        claim.setdefault("apiVersion", API_VERSION)
+        claim.setdefault("kind", CLAIM_KIND)
+        meta = claim.setdefault("metadata", {})
+        meta.setdefault("namespace", "default")
+        if not meta.get("name"):
+            raise ValueError("a claim needs metadata.name")
+        key = (meta["namespace"], meta["name"])
+        with self.lock:
+            cur = self.claims.get(key)
+            if cur is not None and meta.get("uid", cur["metadata"]["uid"]) == cur["metadata"]["uid"]:
+                meta["uid"] = cur["metadata"]["uid"]
+                meta.setdefault("creationTimestamp", cur["metadata"].get("creationTimestamp"))
+                meta["resourceVersion"] = str(self.bump())
+                self.claims[key] = claim
+                self.record("MODIFIED", cur, claim, CLAIMS)
+                return copy.deepcopy(claim)
+            if cur is not None:
+                self.delete_claim(*key)
+            meta.setdefault("uid", str(uuid.uuid4()))
+            meta.setdefault("creationTimestamp", _timestamp())
+            meta["resourceVersion"] = str(self.bump())
+            self.claims[key] = claim
+            self.record("ADDED", None, claim, CLAIMS)
+            return copy.deepcopy(claim)
+
+    def delete_claim(self, namespace, name):
+        with self.lock:
+            cur = self.claims.pop((namespace, name), None)
+            if cur is None:
+                return None
+            final = _with_rv(cur, str(self.bump()))
+            self.record("DELETED", cur, final, CLAIMS)
+            return copy.deepcopy(final)
+
+    def patch_claim(self, namespace, name, content_type, body, manager, dry_run=False):
+        """PATCH of the claim itself: a merge (or strategic merge, or JSON) patch that may change
+        metadata; the spec is immutable and the status is reset, as resourceclaimStrategy does."""
+        media = (content_type or "").split(";")[0].strip().lower()
+        if media == "application/apply-patch+yaml":
+            raise _bad_request("fakeapi: server-side apply is served on resourceclaims/{name}/status only")
+        patch = self._patch_body(media, body)
+        with self.lock:
+            cur = self._claim(namespace, name)
+            new = self._patched(cur, media, patch)
+            if not isinstance(new.get("metadata"), dict):
+                raise APIError(422, "the server rejected our request due to an error in our request: "
+                                    "metadata must be an object")
+            meta, old_meta = new["metadata"], cur["metadata"]
+            errs = []
+            for f in ("name", "namespace", "uid"):
+                if meta.get(f, "") != old_meta.get(f, ""):
+                    errs.append(_invalid("metadata." + f, meta.get(f, ""), "field is immutable"))
+            if meta.get("resourceVersion") and meta["resourceVersion"] != old_meta["resourceVersion"]:
+                raise _conflict(name, resource=CLAIMS)
+            if new.get("spec") != cur.get("spec"):
+                errs.append(_invalid("spec", _Shown(_dumps(new.get("spec"))), "field is immutable"))
+            _check_meta(meta, errs)
+            if errs:
+                raise _invalid_error(name, errs, CLAIM_KIND)
+            for f in ("uid", "creationTimestamp", "resourceVersion", "generation", "deletionTimestamp",
+                      "managedFields"):
+                if f in old_meta:
+                    meta[f] = old_meta[f]
+                else:
+                    meta.pop(f, None)
+            new["apiVersion"], new["kind"] = cur.get("apiVersion", API_VERSION), cur.get("kind", CLAIM_KIND)
+            if "status" in cur:
+                new["status"] = copy.deepcopy(cur["status"])
+            else:
+                new.pop("status", None)
+            if new != cur:
+                self._manage_update(new, manager, "", {"f:metadata": _fields_v1(new).get("f:metadata", {})})
+            return self._store_claim(cur, new, dry_run)
+
+    def _patch_body(self, media, body):
+        if media not in ("application/merge-patch+json", "application/strategic-merge-patch+json",
+                         "application/json-patch+json"):
+            raise APIError(415, "the body of the request was in an unknown format - accepted media types include: "
+                                "application/json-patch+json, application/merge-patch+json, "
+                                "application/apply-patch+yaml, application/strategic-merge-patch+json")
+        try:
+            return _loads(body or b"null")
+        except ValueError as e:
+            raise _bad_request("error decoding patch: %s" % e)
+
+    @staticmethod
+    def _patched(cur, media, patch):
+        try:
+            if media == "application/json-patch+json":
+                return _json_patch(cur, patch)
+            if not isinstance(patch, dict):
+                raise ValueError("a merge patch must be a JSON object")
+            return _merge_patch(cur, patch)
+        except (ValueError, KeyError, IndexError, TypeError) as e:
+            raise APIError(422, "the server rejected our request due to an error in our request: %s" % e)
+
+    @staticmethod
+    def _manage_update(obj, manager, subresource, fields):
+        """Records an Update by manager in managedFields (one entry per manager and subresource)."""
+        mf = [e for e in obj["metadata"].get("managedFields") or []
+              if not (e.get("manager") == manager and e.get("operation") == "Update"
+                      and e.get("subresource", "") == subresource)]
+        entry = {"manager": manager, "operation": "Update", "apiVersion": API_VERSION, "time": _timestamp(),
+                 "fieldsType": "FieldsV1", "fieldsV1": fields}
+        if subresource:
+            entry["subresource"] = subresource
+        obj["metadata"]["managedFields"] = mf + [entry]
+
+    def update_claim_status(self, namespace, name, body, ident, manager, dry_run=False):
+        """PUT resourceclaims/{name}/status."""
+        if not isinstance(body, dict):
+            raise _cannot_handle("json: cannot unmarshal %s into Go value of type struct" % _json_type(body),
+                                 CLAIM_KIND)
+        meta = body.get("metadata") or {}
+        if meta.get("name", "") != name:
+            raise _bad_request("the name of the object (%s) does not match the name on the URL (%s)"
+                               % (meta.get("name", ""), name))
+        if meta.get("namespace") and meta["namespace"] != namespace:
+            raise _bad_request("the namespace of the provided object does not match the namespace sent on the "
+                               "request")
+        with self.lock:
+            cur = self._claim(namespace, name)
+            if meta.get("uid") and meta["uid"] != cur["metadata"]["uid"]:
+                raise _conflict(name, "Precondition failed: UID in precondition: %s, UID in object meta: %s"
+                                % (meta["uid"], cur["metadata"]["uid"]), CLAIMS)
+            # A claim may be updated without a resourceVersion (AllowUnconditionalUpdate).
+            if meta.get("resourceVersion") and meta["resourceVersion"] != cur["metadata"]["resourceVersion"]:
+                raise _conflict(name, resource=CLAIMS)
+            return self._write_status(cur, body.get("status"), ident, "update", manager, dry_run)
+
+    def patch_claim_status(self, namespace, name, content_type, body, ident, manager, field_manager, force,
+                           dry_run=False):
+        """PATCH resourceclaims/{name}/status: server-side apply of status.devices (force is the
+        force=true query), or a merge or JSON patch of the status."""
+        media = (content_type or "").split(";")[0].strip().lower()
+        if media != "application/apply-patch+yaml":
+            if force is not None:
+                raise _invalid_error("", [_forbidden("force", "may not be specified for non-apply patch")],
+                                     "PatchOptions", "meta.k8s.io")
+            patch = self._patch_body(media, body)
+            with self.lock:
+                cur = self._claim(namespace, name)
+                new = self._patched(cur, media, patch)
+                if not isinstance(new, dict):
+                    raise APIError(422, "the server rejected our request due to an error in our request")
+                return self._write_status(cur, new.get("status"), ident, "patch", manager, dry_run)
+        if not field_manager:
+            raise _invalid_error("", [_required("fieldManager", "is required for apply patch")],
+                                 "PatchOptions", "meta.k8s.io")
+        try:
+            obj = _loads(body or b"null")
+        except ValueError as e:
+            raise _bad_request("fakeapi: an apply patch must be JSON (which YAML includes): %s" % e)
+        if not isinstance(obj, dict):
+            raise _bad_request("error decoding YAML: the apply patch must be an object")
+        if obj.get("apiVersion") != API_VERSION or obj.get("kind") != CLAIM_KIND:
+            raise _bad_request('fakeapi: an apply patch of a claim needs apiVersion "%s" and kind "%s", not '
+                               '"%s" and "%s"' % (API_VERSION, CLAIM_KIND, obj.get("apiVersion"), obj.get("kind")))
+        meta = obj.get("metadata") or {}
+        if meta.get("name") and meta["name"] != name:
+            raise _bad_request("the name of the object (%s) does not match the name on the URL (%s)"
+                               % (meta["name"], name))
+        if meta.get("namespace") and meta["namespace"] != namespace:
+            raise _bad_request("the namespace of the provided object does not match the namespace sent on the "
+                               "request")
+        status = obj.get("status") or {}
+        if not isinstance(status, dict):
+            raise _cannot_handle("json: cannot unmarshal %s into Go struct field ResourceClaim.status of type "
+                                 "v1.ResourceClaimStatus" % _json_type(status), CLAIM_KIND)
+        with self.lock:
+            cur = self._claim(namespace, name)
+            for f, v in status.items():
+                if f != "devices" and v != (cur.get("status") or {}).get(f):
+                    raise _bad_request("fakeapi: server-side apply of a claim's status covers status.devices only, "
+                                       "not status." + f)
+            applied, warnings = _decode_device_statuses(status.get("devices"))
+            devices, managed = _apply_devices(cur, applied, field_manager, bool(force))
+            new_status = copy.deepcopy(cur.get("status") or {})
+            new_status.pop("devices", None)
+            if devices:
+                new_status["devices"] = devices
+            return self._write_status(cur, new_status, ident, "patch", None, dry_run, managed, warnings)
+
+    def _write_status(self, cur, status, ident, verb, manager, dry_run, managed=None, warnings=()):
+        """A status write as resourceclaimStatusStrategy makes it: spec and metadata kept, devices
+        of deallocated devices dropped, the binding and per-driver permissions checked, status.devices
+        validated; then stored, with a MODIFIED event."""
+        if status is None:
+            status = {}
+        if not isinstance(status, dict):
+            raise _cannot_handle("json: cannot unmarshal %s into Go struct field ResourceClaim.status of type "
+                                 "v1.ResourceClaimStatus" % _json_type(status), CLAIM_KIND)
+        status = copy.deepcopy(status)
+        warnings = list(warnings)
+        if "devices" in status and managed is None:
+            status["devices"], w = _decode_device_statuses(status["devices"])
+            warnings += w
+            if not status["devices"]:
+                del status["devices"]
+        old = cur.get("status") or {}
+        name, namespace = cur["metadata"]["name"], cur["metadata"]["namespace"]
+        if not self.gates.get("DRAResourceClaimDeviceStatus") and not old.get("devices"):
+            status.pop("devices", None)
+        binding = status.get("allocation") != old.get("allocation") or \
+            (status.get("reservedFor") or []) != (old.get("reservedFor") or [])
+        if status.get("allocation") != old.get("allocation"):
+            _drop_deallocated(status, old)
+        errs = []
+        if self.gates.get("DRAResourceClaimGranularStatusAuthorization"):
+            # AuthorizedForBinding and AuthorizedForDeviceStatus (k8s.io/kubernetes/pkg/registry/resource).
+            if binding and not ident.allows(verb, GROUP, CLAIMS + "/binding"):
+                errs.append(_forbidden("status", BINDING_REFUSAL % (
+                    verb, _forbidden_message(ident, verb, GROUP, CLAIMS + "/binding"))))
+            node = _allocated_node(status)
+            if node and _sa_node(ident) == node:
+                verbs = [VERB_ASSOCIATED_NODE + verb, VERB_ARBITRARY_NODE + verb]
+            else:
+                verbs = [VERB_ARBITRARY_NODE + verb]
+            for driver in _modified_drivers(status.get("devices"), old.get("devices")):
+                if not any(ident.allows(v, GROUP, CLAIMS + "/driver", namespace, driver) for v in verbs):
+                    errs.append(_forbidden("status.devices", DEVICE_STATUS_REFUSAL % (
+                        "[" + " ".join(verbs) + "]",
+                        _forbidden_message(ident, verbs[0], GROUP, CLAIMS + "/driver", namespace, driver))))
+        errs += validate_device_statuses(status)
+        if errs:
+            raise _invalid_error(name, errs, CLAIM_KIND)
+        new = copy.deepcopy(cur)
+        if status:
+            new["status"] = status
+        else:
+            new.pop("status", None)
+        if managed is not None:
+            new["metadata"]["managedFields"] = managed
+        elif new != cur:
+            fields = {"f:status": {"f:" + k: {} for k in sorted(status)}}
+            self._manage_update(new, manager, "status", fields)
+        return self._store_claim(cur, new, dry_run), warnings
+
+    # -- Leases --------------------------------------------------------------------
+
+    def _decode_lease(self, body, namespace, strict=False):
+        if not isinstance(body, dict):
+            raise _cannot_handle("json: cannot unmarshal %s into Go value of type struct" % _json_type(body),
+                                 LEASE_KIND)
+        api_version, kind = body.get("apiVersion"), body.get("kind")
+        if api_version not in (None, "", COORDINATION + "/v1"):
+            raise _bad_request("the API version in the data (%s) does not match the expected API version (%s)"
+                               % (api_version, COORDINATION + "/v1"))
+        if kind not in (None, "", LEASE_KIND):
+            raise _cannot_handle('no kind "%s" is registered for version "%s/v1"' % (kind, COORDINATION), LEASE_KIND)
+        dec = _Decoder(LEASE_KIND)
+        obj = dec.decode(_LEASE, body, "")
+        warnings = ['unknown field "%s"' % f for f in dec.unknown]
+        if strict and warnings:
+            raise _cannot_handle("strict decoding error: " + ", ".join(warnings), LEASE_KIND)
+        meta = obj["metadata"]
+        if meta.get("namespace") and meta["namespace"] != namespace:
+            raise _bad_request("the namespace of the provided object does not match the namespace sent on the "
+                               "request")
+        meta["namespace"] = namespace
+        obj["apiVersion"], obj["kind"] = COORDINATION + "/v1", LEASE_KIND
+        return obj, warnings
+
+    def _lease_managed(self, manager, obj):
+        spec = {"f:" + k: {} for k in sorted(obj["spec"])}
+        return {"manager": manager, "operation": "Update", "apiVersion": COORDINATION + "/v1",
+                "time": _timestamp(), "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": spec}}
+
+    def create_lease(self, namespace, body, strict=False, dry_run=False, manager=""):
+        obj, warnings = self._decode_lease(body, namespace, strict)
+        meta = obj["metadata"]
+        for k in ("selfLink", "deletionTimestamp", "deletionGracePeriodSeconds", "managedFields", "uid"):
+            meta.pop(k, None)
+        with self.lock:
+            if not meta.get("name") and meta.get("generateName"):
+                meta["name"] = meta["generateName"][:58] + "".join(random.choice(_NAME_CHARS) for _ in range(5))
+            errs = validate_lease(obj)
+            if errs:
+                raise _invalid_error(meta.get("name", ""), errs, LEASE_KIND, COORDINATION)
+            if meta.get("resourceVersion"):
+                raise APIError(500, "resourceVersion should not be set on objects to be created")
+            key = (namespace, meta["name"])
+            if key in self.leases:
+                raise _already_exists(meta["name"], LEASES, COORDINATION)
+            meta["uid"] = str(uuid.uuid4())
+            meta["creationTimestamp"] = _timestamp()
+            meta["managedFields"] = [self._lease_managed(manager, obj)]
+            stored = _encode(_LEASE, obj)
+            if dry_run:
+                return stored, warnings
+            stored["metadata"]["resourceVersion"] = str(self.bump())
+            self.leases[key] = stored
+            self.record("ADDED", None, stored, LEASES)
+            return copy.deepcopy(stored), warnings
+
+    def update_lease(self, namespace, name, body, strict=False, dry_run=False, manager=""):
+        """PUT: optimistic concurrency (a Lease allows no unconditional update), and a PUT of a
+        missing Lease creates it (AllowCreateOnUpdate). Returns (code, object, warnings)."""
+        obj, warnings = self._decode_lease(body, namespace, strict)
+        meta = obj["metadata"]
+        if meta.get("name", "") != name:
+            raise _bad_request("the name of the object (%s) does not match the name on the URL (%s)"
+                               % (meta.get("name", ""), name))
+        with self.lock:
+            cur = self.leases.get((namespace, name))
+            if cur is None:
+                meta.pop("resourceVersion", None)
+                stored, warnings = self.create_lease(namespace, body, strict, dry_run, manager)
+                return 201, stored, warnings
+            old_meta = cur["metadata"]
+            if meta.get("uid") and meta["uid"] != old_meta["uid"]:
+                raise _conflict(name, "Precondition failed: UID in precondition: %s, UID in object meta: %s"
+                                % (meta["uid"], old_meta["uid"]), LEASES, COORDINATION)
+            if not meta.get("resourceVersion"):
+                raise _invalid_error(name, [_invalid("metadata.resourceVersion", 0, "must be specified for an update")],
+                                     LEASES, COORDINATION)
+            if meta["resourceVersion"] != old_meta["resourceVersion"]:
+                raise _conflict(name, resource=LEASES, group=COORDINATION)
+            for k in ("uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "generation"):
+                if k in old_meta:
+                    meta[k] = old_meta[k]
+                else:
+                    meta.pop(k, None)
+            errs = validate_lease(obj)
+            if errs:
+                raise _invalid_error(name, errs, LEASES, COORDINATION)
+            mf = [e for e in old_meta.get("managedFields") or [] if e.get("manager") != manager]
+            meta["managedFields"] = old_meta.get("managedFields") or []
+            stored = _encode(_LEASE, obj)
+            if stored == cur:
+                return 200, copy.deepcopy(cur), warnings
+            stored["metadata"]["managedFields"] = mf + [self._lease_managed(manager, obj)]
+            if dry_run:
+                return 200, stored, warnings
+            stored["metadata"]["resourceVersion"] = str(self.bump())
+            self.leases[(namespace, name)] = stored
+            self.record("MODIFIED", cur, stored, LEASES)
+            return 200, copy.deepcopy(stored), warnings
+
+    def delete_lease(self, namespace, name, dry_run=False):
+        with self.lock:
+            cur = self.leases.get((namespace, name))
+            if cur is None:
+                raise _not_found(name, LEASES, COORDINATION)
+            if not dry_run:
+                del self.leases[(namespace, name)]
+                self.record("DELETED", cur, _with_rv(cur, str(self.bump())), LEASES)
+            details = dict(_details(name, LEASES, COORDINATION), uid=cur["metadata"]["uid"])
+            return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "details": details}
+
     def list_slices(self, query):
-        sel = _Selector(query)
+        return self.list_objects(SLICES, query)
+
+    def list_objects(self, resource, query, namespace=None):
+        """A list as the real server returns it: one resourceVersion for the whole list,
+        paging with limit and continue over a snapshot, selectors applied to each page."""
+        res = _RESOURCES[resource]
+        sel = _Selector(query, res.fields)
         try:
             limit = int(query.get("limit") or 0)
         except ValueError:
             raise _bad_request("limit: Invalid value: %s" % json.dumps(query.get("limit")))
         token = query.get("continue")
+        coll = self.objects[resource]
         with self.lock:
             if token:
                 try:
@@ -1690,62 +2575,64 @@ class _Store:
                 except (ValueError, KeyError, TypeError, AttributeError):
                     raise _bad_request("continue key is not valid: incorrect encoded start resourceVersion "
                                        "(version meta.k8s.io/v1)")
-                if rv not in self.snapshots:
+                if (resource, rv) not in self.snapshots:
                     raise APIError(410, "The provided continue parameter is too old to display a consistent list "
                                         "result. You can start a new list without the continue parameter, or use "
                                         "the continue token in this response to retrieve the remainder of the "
                                         "results. Continuing with the provided token results in an inconsistent "
                                         "list - objects that were created, modified, or deleted between the time "
                                         "the first chunk was returned and now may show up in the list.")
-                everything = [o for o in self.snapshots[rv] if o["metadata"]["name"] > start]
+                everything = [(k, o) for k, o in self.snapshots[(resource, rv)] if k > start]
             else:
                 rv = self.rv
-                everything = [self.slices[n] for n in sorted(self.slices)]
-            items = [o for o in everything if sel.match(o)]
+                everything = [(_sort_key(k), coll[k]) for k in sorted(coll, key=_sort_key)]
+            items = [(k, o) for k, o in everything if (namespace is None or o["metadata"].get("namespace")
+                                                       == namespace) and sel.match(o)]
             listmeta = {"resourceVersion": str(rv)}
             if limit > 0 and len(items) > limit:
                 if not token:
-                    self.snapshots[rv] = everything
+                    self.snapshots[(resource, rv)] = everything
                     while len(self.snapshots) > self.SNAPSHOTS:
                         self.snapshots.popitem(last=False)
-                last = items[limit - 1]["metadata"]["name"]
+                last = items[limit - 1][0]
                 cont = {"v": "meta.k8s.io/v1", "rv": rv, "start": last + "\x00"}
                 listmeta["continue"] = base64.urlsafe_b64encode(_dumps(cont).encode()).decode().rstrip("=")
                 if sel.empty():
                     listmeta["remainingItemCount"] = len(items) - limit
                 items = items[:limit]
             out = []
-            for o in items:
+            for _, o in items:
                 o = copy.deepcopy(o)
                 # Items of a list carry no apiVersion and kind, as the real server sends them.
                 o.pop("apiVersion", None)
                 o.pop("kind", None)
                 out.append(o)
-        return {"kind": "ResourceSliceList", "apiVersion": API_VERSION, "metadata": listmeta, "items": out}
+        return {"kind": res.kind + "List", "apiVersion": res.api_version, "metadata": listmeta, "items": out}
 
-    def open_watch(self, query):
+    def open_watch(self, query, resource=SLICES, namespace=None):
         """Registers a watch and queues what it must send first. Returns (watch, expired message or None)."""
-        sel = _Selector(query)
+        sel = _Selector(query, _RESOURCES[resource].fields)
         bookmarks = _truthy(query.get("allowWatchBookmarks"))
         initial = _truthy(query.get("sendInitialEvents"))
         rv_param = query.get("resourceVersion") or ""
         if rv_param and not rv_param.isdigit():
             raise _bad_request('resourceVersion: Invalid value: "%s": must be a non-negative integer' % rv_param)
+        coll = self.objects[resource]
         with self.lock:
-            w = _Watch(sel, bookmarks, query)
+            w = _Watch(sel, bookmarks, query, resource, namespace)
             if rv_param in ("", "0") or initial:
-                for n in sorted(self.slices):
-                    if sel.match(self.slices[n]):
-                        w.q.put(("data", _event_line("ADDED", self.slices[n])))
+                for k in sorted(coll, key=_sort_key):
+                    if w.sees(coll[k]):
+                        w.q.put(("data", _event_line("ADDED", coll[k])))
                 if initial and bookmarks:
                     w.q.put(("bookmark", self.rv, {"k8s.io/initial-events-end": "true"}))
             else:
                 since = int(rv_param)
                 if since < self.floor:
                     return None, "too old resource version: %d (%d)" % (since, self.floor)
-                for rv, etype, old, new in self.history:
+                for rv, res, etype, old, new in self.history:
                     if rv > since:
-                        w.offer(etype, old, new)
+                        w.offer(res, etype, old, new)
             self.watches.add(w)
             return w, None
 
@@ -1764,17 +2651,61 @@ class _Store:
 # HTTP.
 
 _SLICE_PATH = "/apis/resource.k8s.io/v1/resourceslices"
+_CLAIM_PATH = "/apis/resource.k8s.io/v1/resourceclaims"
+_NS_PATH = "/apis/resource.k8s.io/v1/namespaces/"
+_LEASE_PATH = "/apis/coordination.k8s.io/v1/namespaces/"
 _ROUTES = [
     ("node", re.compile(r"^/api/v1/nodes/([^/]+)$"), ("GET",)),
     ("nodes", re.compile(r"^/api/v1/nodes$"), ("GET",)),
-    ("claim", re.compile(r"^/apis/resource\.k8s\.io/v1/namespaces/([^/]+)/resourceclaims/([^/]+)$"), ("GET",)),
+    ("claims", re.compile(r"^/apis/resource\.k8s\.io/v1/resourceclaims$"), ("GET",)),
+    ("nsclaims", re.compile(r"^/apis/resource\.k8s\.io/v1/namespaces/([^/]+)/resourceclaims$"), ("GET",)),
+    ("claim", re.compile(r"^/apis/resource\.k8s\.io/v1/namespaces/([^/]+)/resourceclaims/([^/]+)$"),
+     ("GET", "PATCH")),
+    ("claimstatus", re.compile(r"^/apis/resource\.k8s\.io/v1/namespaces/([^/]+)/resourceclaims/([^/]+)/status$"),
+     ("GET", "PUT", "PATCH")),
     ("slices", re.compile(r"^/apis/resource\.k8s\.io/v1/resourceslices$"), ("GET", "POST", "DELETE")),
     ("slice", re.compile(r"^/apis/resource\.k8s\.io/v1/resourceslices/([^/]+)$"), ("GET", "PUT", "PATCH", "DELETE")),
+    ("leases", re.compile(r"^/apis/coordination\.k8s\.io/v1/namespaces/([^/]+)/leases$"), ("POST",)),
+    ("lease", re.compile(r"^/apis/coordination\.k8s\.io/v1/namespaces/([^/]+)/leases/([^/]+)$"),
+     ("GET", "PUT", "DELETE")),
     ("version", re.compile(r"^/version/?$"), ("GET",)),
     ("health", re.compile(r"^/(healthz|readyz|livez)$"), ("GET",)),
-    ("discovery", re.compile(r"^/(api|apis|apis/resource\.k8s\.io|apis/resource\.k8s\.io/v1)/?$"), ("GET",)),
+    ("discovery", re.compile(r"^/(api|apis|apis/resource\.k8s\.io|apis/resource\.k8s\.io/v1"
+                             r"|apis/coordination\.k8s\.io|apis/coordination\.k8s\.io/v1)/?$"), ("GET",)),
 ]
 _PUBLIC = ("version", "health")  # what an anonymous user may read
+
+# Per route: (API group, resource, {method: RBAC verb}); args give the namespace and name.
+_AUTHZ = {
+    "node": ("", "nodes", {"GET": "get"}),
+    "nodes": ("", "nodes", {"GET": "list"}),
+    "claims": (GROUP, CLAIMS, {"GET": "list"}),
+    "nsclaims": (GROUP, CLAIMS, {"GET": "list"}),
+    "claim": (GROUP, CLAIMS, {"GET": "get", "PATCH": "patch"}),
+    "claimstatus": (GROUP, CLAIMS + "/status", {"GET": "get", "PUT": "update", "PATCH": "patch"}),
+    "slices": (GROUP, SLICES, {"GET": "list", "POST": "create", "DELETE": "deletecollection"}),
+    "slice": (GROUP, SLICES, {"GET": "get", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}),
+    "leases": (COORDINATION, LEASES, {"POST": "create"}),
+    "lease": (COORDINATION, LEASES, {"GET": "get", "PUT": "update", "DELETE": "delete"}),
+}
+
+
+def _attributes(name, method, args, query):
+    """The authorizer attributes of a resource request: (verb, group, resource, namespace, name).
+    As the RequestInfoFactory does, a list or watch selecting metadata.name=X is for the name X."""
+    group, resource, verbs = _AUTHZ[name]
+    verb = verbs[method]
+    namespaced = name in ("nsclaims", "claim", "claimstatus", "leases", "lease")
+    namespace = args[0] if namespaced else ""
+    rest = args[1:] if namespaced else args
+    obj = rest[0] if rest else ""
+    if verb == "list":
+        if _truthy(query.get("watch")):
+            verb = "watch"
+        m = re.match(r"^metadata\.name==?([^,]*)$", query.get("fieldSelector") or "")
+        if m:
+            obj = m.group(1)
+    return verb, group, resource, namespace, obj
 
 
 def _discovery(path):
@@ -1782,15 +2713,25 @@ def _discovery(path):
     if path == "/api":
         return {"kind": "APIVersions", "versions": ["v1"],
                 "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": "127.0.0.1"}]}
-    group = {"name": GROUP, "versions": [{"groupVersion": API_VERSION, "version": "v1"}],
-             "preferredVersion": {"groupVersion": API_VERSION, "version": "v1"}}
+
+    def group_of(name):
+        gv = name + "/v1"
+        return {"name": name, "versions": [{"groupVersion": gv, "version": "v1"}],
+                "preferredVersion": {"groupVersion": gv, "version": "v1"}}
     if path == "/apis":
-        return {"kind": "APIGroupList", "apiVersion": "v1", "groups": [group]}
-    if path == "/apis/" + GROUP:
-        return dict({"kind": "APIGroup", "apiVersion": "v1"}, **group)
+        return {"kind": "APIGroupList", "apiVersion": "v1", "groups": [group_of(GROUP), group_of(COORDINATION)]}
+    for g in (GROUP, COORDINATION):
+        if path == "/apis/" + g:
+            return dict({"kind": "APIGroup", "apiVersion": "v1"}, **group_of(g))
+    if path == "/apis/%s/v1" % COORDINATION:
+        return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": COORDINATION + "/v1", "resources": [
+            {"name": LEASES, "singularName": "lease", "namespaced": True, "kind": LEASE_KIND,
+             "verbs": ["create", "delete", "get", "update"]}]}
     return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": API_VERSION, "resources": [
-        {"name": "resourceclaims", "singularName": "resourceclaim", "namespaced": True, "kind": "ResourceClaim",
-         "verbs": ["get"]},
+        {"name": CLAIMS, "singularName": "resourceclaim", "namespaced": True, "kind": CLAIM_KIND,
+         "verbs": ["get", "list", "patch", "watch"]},
+        {"name": CLAIMS + "/status", "singularName": "", "namespaced": True, "kind": CLAIM_KIND,
+         "verbs": ["get", "patch", "update"]},
         {"name": SLICES, "singularName": "resourceslice", "namespaced": False, "kind": SLICE_KIND,
          "verbs": ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]}]}
 
@@ -1931,10 +2872,14 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         else:
             api._authenticate(self.headers.get("Authorization"), public=False)
             raise APIError(404, "the server could not find the requested resource", details={})
-        api._authenticate(self.headers.get("Authorization"), public=name in _PUBLIC)
+        ident = api._authenticate(self.headers.get("Authorization"), public=name in _PUBLIC)
         if method not in methods:
             raise APIError(405, "the server does not allow this method on the requested resource", details={})
         args = [urllib.parse.unquote(g) for g in m.groups()]
+        if name in _AUTHZ and ident is not None:
+            attrs = _attributes(name, method, args, query)
+            if not ident.allows(*attrs):
+                raise _forbidden_error(ident, *attrs)
         store = api._store
         strict = query.get("fieldValidation") == "Strict"
         dry_run = query.get("dryRun") == "All"
@@ -1986,20 +2931,51 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                 items = [copy.deepcopy(store.nodes[n]) for n in sorted(store.nodes)]
                 return 200, {"kind": "NodeList", "apiVersion": "v1", "metadata": {"resourceVersion": str(store.rv)},
                              "items": items}, []
-        if name == "claim":
+        def watch(resource, namespace=None):
+            try:
+                timeout = int(query.get("timeoutSeconds") or 0)
+            except ValueError:
+                raise _bad_request("timeoutSeconds: Invalid value: must be an integer")
+            w, expired = store.open_watch(query, resource, namespace)
+            return _Stream(w, expired, timeout)
+
+        if name in ("claims", "nsclaims"):
+            namespace = args[0] if name == "nsclaims" else None
+            if _truthy(query.get("watch")):
+                return watch(CLAIMS, namespace)
+            return 200, store.list_objects(CLAIMS, query, namespace), []
+        if name in ("claim", "claimstatus") and method == "GET":
             with store.lock:
-                claim = store.claims.get((args[0], args[1]))
-                if claim is None:
-                    raise _not_found(args[1], "resourceclaims")
-                return 200, copy.deepcopy(claim), []
+                return 200, copy.deepcopy(store._claim(args[0], args[1])), []
+        ctype = self.headers.get("Content-Type")
+        if name == "claim":
+            return 200, store.patch_claim(args[0], args[1], ctype, body, manager, dry_run), []
+        if name == "claimstatus":
+            if method == "PUT":
+                obj, warnings = store.update_claim_status(args[0], args[1], parse(body), ident or _Identity(),
+                                                          manager, dry_run)
+            else:
+                force = _truthy(query["force"]) if "force" in query else None
+                obj, warnings = store.patch_claim_status(args[0], args[1], ctype, body, ident or _Identity(),
+                                                         manager, query.get("fieldManager"), force, dry_run)
+            return 200, obj, warn(warnings)
+        if name == "leases":
+            obj, warnings = store.create_lease(args[0], parse(body), strict, dry_run, manager)
+            return 201, obj, warn(warnings)
+        if name == "lease":
+            if method == "GET":
+                with store.lock:
+                    obj = store.leases.get((args[0], args[1]))
+                    if obj is None:
+                        raise _not_found(args[1], LEASES, COORDINATION)
+                    return 200, copy.deepcopy(obj), []
+            if method == "PUT":
+                code, obj, warnings = store.update_lease(args[0], args[1], parse(body), strict, dry_run, manager)
+                return code, obj, warn(warnings)
+            return 200, store.delete_lease(args[0], args[1], dry_run), []
         if name == "slices":
             if method == "GET" and _truthy(query.get("watch")):
-                try:
-                    timeout = int(query.get("timeoutSeconds") or 0)
-                except ValueError:
-                    raise _bad_request("timeoutSeconds: Invalid value: must be an integer")
-                w, expired = store.open_watch(query)
-                return _Stream(w, expired, timeout)
+                return watch(SLICES)
             if method == "GET":
                 return 200, store.list_slices(query), []
             if method == "POST":
@@ -2091,12 +3067,31 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                         return False
                     continue
                 if item[0] == "data":
-                    self._chunk(item[1])
-                elif item[0] == "bookmark":
+                    # Events queued together leave in one write (each still its own chunk);
+                    # a short wait lets a burst gather, which spares wakeups and writes.
+                    if s.watch.q.qsize() < 64:
+                        time.sleep(0.002)
+                    out = [b"%x\r\n%s\r\n" % (len(item[1]), item[1])]
+                    size = len(out[0])
+                    while size < 256 * 1024:
+                        try:
+                            item = s.watch.q.get_nowait()
+                        except queue.Empty:
+                            item = None
+                            break
+                        if item[0] != "data":
+                            break
+                        out.append(b"%x\r\n%s\r\n" % (len(item[1]), item[1]))
+                        size += len(out[-1])
+                        item = None
+                    self.wfile.write(b"".join(out))
+                    if item is None:
+                        continue
+                if item[0] == "bookmark":
                     meta = {"resourceVersion": str(item[1])}
                     if item[2]:
                         meta["annotations"] = item[2]
-                    self._chunk(_event_line("BOOKMARK", {"kind": SLICE_KIND, "apiVersion": API_VERSION,
+                    self._chunk(_event_line("BOOKMARK", {"kind": s.watch.kind, "apiVersion": s.watch.api_version,
                                                          "metadata": meta}))
                 elif item[0] == "end":
                     return True
@@ -2143,16 +3138,24 @@ class FakeAPI:
 
     def __init__(self, workdir, tokens=("t0",), gates=None, anonymous=False):
         """workdir: where the CA, the server certificate and its key are written.
-        tokens: the accepted bearer tokens. gates: feature gates overriding
-        DEFAULT_GATES. anonymous: a request without a token is the anonymous
-        user (403 on resources, as with --anonymous-auth=true) instead of 401."""
+        tokens: the accepted bearer tokens: a list (each may do everything), or a
+        table token -> identity, where an identity is None (may do everything) or
+        {"user": "system:serviceaccount:NS:NAME", "groups": [...],
+         "extra": {"authentication.kubernetes.io/node-name": ["node-a"]},
+         "rules": [{"resource": "resourceclaims/driver", "verbs": ["associated-node:patch"],
+                    "resourceNames": ["cpu.nrm.io"], "namespace": "ns1", "apiGroups": [...]}, ...]}
+        (every key optional; a rule without "namespace" is bound cluster-wide, without
+        "apiGroups" it is in its resource's group; "*" matches any verb or resource).
+        gates: feature gates overriding DEFAULT_GATES. anonymous: a request without
+        a token is the anonymous user (403 on resources, as with
+        --anonymous-auth=true) instead of 401."""
         os.makedirs(workdir, exist_ok=True)
         self.workdir = os.path.abspath(workdir)
         self.ca_path, self._cert, self._key = _make_certificates(self.workdir)
         self._gates = dict(DEFAULT_GATES)
         self._store = _Store(self._gates)
         self.set_gates(gates or {})
-        self._tokens = list(tokens)
+        self._tokens = self._token_table(tokens)
         self._anonymous = anonymous
         self._requests = []
         self._rules = []
@@ -2239,7 +3242,7 @@ class FakeAPI:
         exists. ca_data: embed the CA as certificate-authority-data."""
         if self.port is None:
             raise RuntimeError("start the server first")
-        default = self._tokens[0] if self._tokens else ""
+        default = next(iter(self._tokens), "")
         cluster = [("server", self.url)]
         if ca_data:
             with open(self.ca_path, "rb") as f:
@@ -2282,28 +3285,72 @@ class FakeAPI:
             self._store.bump()
 
     def put_claim(self, obj):
-        """Stores (creates or replaces) a resource.k8s.io/v1 ResourceClaim; returns the stored copy."""
-        claim = copy.deepcopy(obj)
-        claim.setdefault("apiVersion", API_VERSION)
-        claim.setdefault("kind", "ResourceClaim")
-        meta = claim.setdefault("metadata", {})
-        meta.setdefault("namespace", "default")
-        meta.setdefault("uid", str(uuid.uuid4()))
-        meta.setdefault("creationTimestamp", _timestamp())
+        """Stores (creates or replaces) a resource.k8s.io/v1 ResourceClaim unvalidated, as another
+        client would have written it; returns the stored copy. The resourceVersion is bumped and
+        watches see ADDED, or MODIFIED (a claim with the same name and uid, or none given), or
+        DELETED then ADDED (another uid: the claim was recreated)."""
+        return self._store.put_claim(obj)
+
+    def get_claim(self, namespace, name):
         with self._store.lock:
-            meta["resourceVersion"] = str(self._store.bump())
-            self._store.claims[(meta["namespace"], meta["name"])] = claim
-            return copy.deepcopy(claim)
+            obj = self._store.claims.get((namespace, name))
+            return copy.deepcopy(obj) if obj else None
+
+    def claims(self, namespace=None):
+        """Deep copies of the stored claims (of one namespace), sorted by namespace and name."""
+        with self._store.lock:
+            return [copy.deepcopy(self._store.claims[k]) for k in sorted(self._store.claims)
+                    if namespace is None or k[0] == namespace]
+
+    def modify_claim(self, namespace, name, fn):
+        """fn(obj) mutates a copy of the stored claim (labels, status, anything), which replaces it
+        unvalidated: the resourceVersion is bumped and MODIFIED emitted. Returns the new claim."""
+        with self._store.lock:
+            new = copy.deepcopy(self._store._claim(namespace, name))
+            fn(new)
+            new["metadata"]["namespace"], new["metadata"]["name"] = namespace, name
+            return self._store.put_claim(new)
+
+    def update_claim_status(self, namespace, name, status):
+        """Replaces the claim's status (the scheduler allocating, a controller writing conditions),
+        unvalidated; bumps the resourceVersion, emits MODIFIED and returns the claim."""
+        def f(obj):
+            if status is None:
+                obj.pop("status", None)
+            else:
+                obj["status"] = copy.deepcopy(status)
+        return self.modify_claim(namespace, name, f)
 
     def delete_claim(self, namespace, name):
+        """Deletes a claim (DELETED for its watches); returns its last state, or None."""
+        return self._store.delete_claim(namespace, name)
+
+    def leases(self, namespace=None):
         with self._store.lock:
-            self._store.claims.pop((namespace, name), None)
-            self._store.bump()
+            return [copy.deepcopy(self._store.leases[k]) for k in sorted(self._store.leases)
+                    if namespace is None or k[0] == namespace]
+
+    def get_lease(self, namespace, name):
+        with self._store.lock:
+            obj = self._store.leases.get((namespace, name))
+            return copy.deepcopy(obj) if obj else None
+
+    def put_lease(self, obj):
+        """Creates a coordination.k8s.io/v1 Lease (validated), as another client would; returns it."""
+        ns = (obj.get("metadata") or {}).get("namespace") or "default"
+        return self._store.create_lease(ns, obj, manager="test")[0]
+
+    @staticmethod
+    def _token_table(tokens):
+        if isinstance(tokens, dict):
+            return {t: _Identity.of(e) for t, e in tokens.items()}
+        return {t: _Identity() for t in tokens}
 
     def set_tokens(self, tokens):
-        """The bearer tokens accepted from now on."""
+        """The bearer tokens accepted from now on: a list, or a table as the constructor takes."""
+        table = self._token_table(tokens)
         with self._store.lock:
-            self._tokens = list(tokens)
+            self._tokens = table
 
     def set_gates(self, gates):
         """Overrides feature gates (see DEFAULT_GATES) from now on."""
@@ -2454,19 +3501,25 @@ class FakeAPI:
             raise APIError(code, _INJECTED_MESSAGES.get(code, "injected failure"), details=details, headers=headers)
 
     def _authenticate(self, header, public):
+        """The identity of the request's bearer token (None: the anonymous user on a public path)."""
         with self._store.lock:
-            tokens = list(self._tokens)
+            tokens = dict(self._tokens)
         if not header:
             if self._anonymous:
                 if public:
-                    return
+                    return None
                 raise APIError(403, 'forbidden: User "system:anonymous" cannot access this resource',
                                details={})
             raise APIError(401, "Unauthorized")
         parts = header.strip().split(" ", 1)
         token = parts[1].strip() if len(parts) == 2 and parts[0].lower() == "bearer" else ""
-        if not token or not any(hmac.compare_digest(token.encode(), t.encode()) for t in tokens):
+        found = None
+        for t, ident in tokens.items():
+            if token and hmac.compare_digest(token.encode(), t.encode()):
+                found = ident
+        if found is None:
             raise APIError(401, "Unauthorized")
+        return found
 
 
 def _write_atomic(path, text):
@@ -2532,12 +3585,12 @@ class _Client:
 class _RawWatch:
     """Reads a watch stream chunk by chunk, to check the framing as well as the events."""
 
-    def __init__(self, api, query, token="t0"):
+    def __init__(self, api, query, token="t0", path=_SLICE_PATH):
         ctx = ssl.create_default_context(cafile=api.ca_path)
         raw = socket.create_connection(("127.0.0.1", api.port), timeout=10)
         self.sock = ctx.wrap_socket(raw, server_hostname="127.0.0.1")
         self.f = self.sock.makefile("rb")
-        self.send(query, token)
+        self.send(query, token, path)
 
     def send(self, query, token="t0", path=_SLICE_PATH):
         req = "GET %s?%s HTTP/1.1\r\nHost: 127.0.0.1\r\nUser-Agent: selftest-watch/1.0\r\n" % (path, query)
@@ -3276,6 +4329,512 @@ def _test_watch(t, api, c):
     w.close()
 
 
+CPU_DRIVER, MEM_DRIVER = "cpu.nrm.io", "memory.nrm.io"
+_T0 = "2026-05-01T10:00:00Z"
+
+
+def _claim_body(name, ns="ns1", node="node-a", devices=None, labels=None, selector=None):
+    devices = devices or [(CPU_DRIVER, node, "cpu0")]
+    results = [{"request": "req-%d" % i, "driver": d, "pool": p, "device": dev}
+               for i, (d, p, dev) in enumerate(devices)]
+    if selector is None:
+        selector = {"nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In",
+                                                            "values": [node]}]}]}
+    meta = {"name": name, "namespace": ns}
+    if labels:
+        meta["labels"] = labels
+    return {"metadata": meta,
+            "spec": {"devices": {"requests": [{"name": r["request"], "exactly": {"deviceClassName": r["driver"]}}
+                                              for r in results]}},
+            "status": {"allocation": {"devices": {"results": results}, "nodeSelector": selector}}}
+
+
+def _ready(driver, pool, device, status="True", **extra):
+    d = {"driver": driver, "pool": pool, "device": device,
+         "conditions": [{"type": "Ready", "status": status, "reason": "Prepared", "message": "",
+                         "lastTransitionTime": _T0}]}
+    d.update(extra)
+    return d
+
+
+def _apply(c, ns, name, devices, manager=CPU_DRIVER, token=None, force=True, body=None):
+    q = "?fieldManager=" + manager if manager else "?"
+    if force is not None:
+        q += "&force=" + ("true" if force else "false")
+    if body is None:
+        body = {"apiVersion": API_VERSION, "kind": CLAIM_KIND, "metadata": {"name": name, "namespace": ns},
+                "status": {"devices": devices}}
+    return c.req("PATCH", "%s%s/resourceclaims/%s/status%s" % (_NS_PATH, ns, name, q), body, token=token,
+                 ctype="application/apply-patch+yaml")
+
+
+def _merge(c, ns, name, patch, token=None, sub=""):
+    return c.req("PATCH", "%s%s/resourceclaims/%s%s" % (_NS_PATH, ns, name, sub), patch, token=token,
+                 ctype="application/merge-patch+json")
+
+
+def _names(body):
+    return [(i["metadata"]["namespace"], i["metadata"]["name"]) for i in body.get("items", [])]
+
+
+def _test_claims_list_watch(t, api, c):
+    for cl in api.claims():  # what earlier sections left
+        api.delete_claim(cl["metadata"]["namespace"], cl["metadata"]["name"])
+    api.put_claim(_claim_body("a1", "lw1", "node-a", labels={"nrm.io/node": "node-a", "tier": "x"}))
+    api.put_claim(_claim_body("a2", "lw2", "node-a", labels={"nrm.io/node": "node-a"}))
+    api.put_claim(_claim_body("b1", "lw1", "node-b", labels={"nrm.io/node": "node-b"}))
+    api.put_claim(_claim_body("u1", "lw1", "node-b"))
+    st, _, body = c.req("GET", _CLAIM_PATH)
+    t("claims: cluster-wide list", st == 200 and body["kind"] == "ResourceClaimList"
+      and body["apiVersion"] == API_VERSION and _names(body) == [("lw1", "a1"), ("lw1", "b1"), ("lw1", "u1"),
+                                                                 ("lw2", "a2")]
+      and body["metadata"]["resourceVersion"] == api.resource_version
+      and all("kind" not in i and "apiVersion" not in i for i in body["items"]), body)
+    st, _, body = c.req("GET", _NS_PATH + "lw1/resourceclaims?labelSelector=nrm.io%2Fnode%3Dnode-a")
+    st2, _, body2 = c.req("GET", _CLAIM_PATH + "?labelSelector=nrm.io%2Fnode%3Dnode-a")
+    t("claims: list by label, namespaced and cluster-wide", st == 200 and _names(body) == [("lw1", "a1")]
+      and _names(body2) == [("lw1", "a1"), ("lw2", "a2")], (body, body2))
+    st, _, body = c.req("GET", _CLAIM_PATH + "?labelSelector=" + urllib.parse.quote("nrm.io/node=node-a,tier=x"))
+    st2, _, body2 = c.req("GET", _CLAIM_PATH + "?labelSelector=" + urllib.parse.quote("nrm.io/node!=node-a"))
+    t("claims: label selector with AND and !=", _names(body) == [("lw1", "a1")]
+      and _names(body2) == [("lw1", "b1"), ("lw1", "u1")], (body, body2))
+    st, _, body = c.req("GET", _CLAIM_PATH + "?fieldSelector=metadata.namespace%3Dlw2")
+    st2, _, body2 = c.req("GET", _CLAIM_PATH + "?fieldSelector=spec.nodeName%3Dx")
+    t("claims: field selector on metadata.namespace; others refused", _names(body) == [("lw2", "a2")]
+      and st2 == 400 and body2["message"] == "field label not supported: spec.nodeName", (body, body2))
+    st, _, p1 = c.req("GET", _CLAIM_PATH + "?limit=3")
+    st2, _, p2 = c.req("GET", _CLAIM_PATH + "?limit=3&continue=" + p1["metadata"].get("continue", ""))
+    t("claims: paging", _names(p1) == [("lw1", "a1"), ("lw1", "b1"), ("lw1", "u1")]
+      and p1["metadata"].get("remainingItemCount") == 1 and _names(p2) == [("lw2", "a2")]
+      and "continue" not in p2["metadata"], (p1, p2))
+    st, _, got = c.req("GET", _NS_PATH + "lw1/resourceclaims/a1")
+    t("claims: get", st == 200 and got["kind"] == CLAIM_KIND and got["metadata"]["labels"]["tier"] == "x", got)
+
+    rv = api.resource_version
+    sel = "labelSelector=nrm.io%2Fnode%3Dnode-b"
+    w = _RawWatch(api, "watch=1&allowWatchBookmarks=true&resourceVersion=%s&%s" % (rv, sel),
+                  path=_NS_PATH + "lw1/resourceclaims")
+    wall = _RawWatch(api, "watch=1&resourceVersion=" + rv, path=_CLAIM_PATH)
+    ws = _RawWatch(api, "watch=1&resourceVersion=" + rv)
+    api.wait_for(lambda: len(api.open_watches()) >= 3)
+    api.put_claim(_claim_body("n1", "lw1", "node-b"))  # no label: not for the filtered watch
+    api.put_claim(_claim_body("n2", "lw2", "node-b", labels={"nrm.io/node": "node-b"}))  # another namespace
+    st, _, patched = _merge(c, "lw1", "n1", {"metadata": {"labels": {"nrm.io/node": "node-b"}}})
+    e = w.next()
+    t("claims: a claim that gains the label arrives as ADDED in the filtered watch", isinstance(e, dict)
+      and e["type"] == "ADDED" and e["object"]["metadata"]["name"] == "n1"
+      and e["object"]["metadata"]["resourceVersion"] == patched["metadata"]["resourceVersion"]
+      and e["object"]["kind"] == CLAIM_KIND and e["object"]["apiVersion"] == API_VERSION, e)
+    api.update_claim_status("lw1", "n1", dict(api.get_claim("lw1", "n1")["status"], reservedFor=[
+        {"resource": "pods", "name": "p", "uid": "u"}]))
+    e = w.next()
+    t("claims: a change of a matching claim is MODIFIED", isinstance(e, dict) and e["type"] == "MODIFIED"
+      and e["object"]["status"]["reservedFor"][0]["name"] == "p", e)
+    st, _, unl = _merge(c, "lw1", "n1", {"metadata": {"labels": {"nrm.io/node": None}}})
+    e = w.next()
+    t("claims: one that loses the label is DELETED, with its previous content at the new resourceVersion",
+      isinstance(e, dict) and e["type"] == "DELETED" and e["object"]["metadata"]["name"] == "n1"
+      and e["object"]["metadata"].get("labels") == {"nrm.io/node": "node-b"}
+      and e["object"]["metadata"]["resourceVersion"] == unl["metadata"]["resourceVersion"], e)
+    api.delete_claim("lw1", "b1")
+    e = w.next()
+    t("claims: delete_claim emits DELETED", isinstance(e, dict) and e["type"] == "DELETED"
+      and e["object"]["metadata"]["name"] == "b1", e)
+    api.bookmark()
+    e = w.next()
+    t("claims: a bookmark names ResourceClaim", isinstance(e, dict) and e["type"] == "BOOKMARK"
+      and e["object"]["kind"] == CLAIM_KIND and e["object"]["apiVersion"] == API_VERSION, e)
+    t("claims: nothing else reached the filtered watch", w.next(timeout=0.3) is None)
+    got = []
+    while True:
+        e = wall.next(timeout=0.5)
+        if not isinstance(e, dict):
+            break
+        got.append((e["type"], e["object"]["metadata"]["namespace"], e["object"]["metadata"]["name"]))
+    t("claims: the cluster-wide watch sees every change in every namespace", got == [
+        ("ADDED", "lw1", "n1"), ("ADDED", "lw2", "n2"), ("MODIFIED", "lw1", "n1"), ("MODIFIED", "lw1", "n1"),
+        ("MODIFIED", "lw1", "n1"), ("DELETED", "lw1", "b1")], got)
+    t("claims: a slice watch sees no claim events", ws.next(timeout=0.3) is None)
+    for x in (w, wall, ws):
+        x.close()
+    w = _RawWatch(api, "watch=1&" + sel, path=_CLAIM_PATH)
+    e = w.next()
+    t("claims: a watch without resourceVersion starts with ADDED for the matching claims", isinstance(e, dict)
+      and e["type"] == "ADDED" and e["object"]["metadata"]["name"] == "n2" and w.next(timeout=0.3) is None, e)
+    w.close()
+
+
+def _test_claim_patch(t, api, c):
+    api.put_claim(_claim_body("p1", "ns1", "node-a"))
+    before = api.get_claim("ns1", "p1")
+    st, _, body = _merge(c, "ns1", "p1", {"metadata": {"labels": {"nrm.io/node": "node-a"}}})
+    t("claim patch: a merge patch adds a label and bumps the resourceVersion", st == 200
+      and body["metadata"]["labels"] == {"nrm.io/node": "node-a"}
+      and int(body["metadata"]["resourceVersion"]) > int(before["metadata"]["resourceVersion"])
+      and body["status"] == before["status"] and api.get_claim("ns1", "p1") == body
+      and any(m["manager"] == "selftest" and m["operation"] == "Update" for m in body["metadata"]["managedFields"]),
+      body)
+    st, _, again = _merge(c, "ns1", "p1", {"metadata": {"labels": {"nrm.io/node": "node-a"}}})
+    t("claim patch: a patch that changes nothing writes nothing", st == 200
+      and again["metadata"]["resourceVersion"] == body["metadata"]["resourceVersion"], again)
+    st, _, body2 = _merge(c, "ns1", "p1", {"metadata": {"labels": {"nrm.io/node": None, "a": "b"}},
+                                          "status": {"allocation": None}})
+    t("claim patch: null removes a label; the status is not changed through the claim", st == 200
+      and body2["metadata"]["labels"] == {"a": "b"} and body2["status"] == before["status"], body2)
+    st, _, err = _merge(c, "ns1", "p1", {"metadata": {"resourceVersion": before["metadata"]["resourceVersion"],
+                                                      "labels": {"c": "d"}}})
+    t("claim patch: a stale resourceVersion is a 409", st == 409 and err["message"] ==
+      'Operation cannot be fulfilled on resourceclaims.resource.k8s.io "p1": ' + OPTIMISTIC_LOCK, err)
+    st, _, err = _merge(c, "ns1", "p1", {"metadata": {"labels": {"bad key": "x"}}})
+    t("claim patch: an invalid label is a 422 naming metadata.labels", st == 422 and err["reason"] == "Invalid"
+      and err["details"]["kind"] == CLAIM_KIND and err["details"]["causes"][0]["field"] == "metadata.labels"
+      and err["message"].startswith('ResourceClaim.resource.k8s.io "p1" is invalid: metadata.labels: '), err)
+    st, _, err = _merge(c, "ns1", "p1", {"spec": {"devices": {"requests": []}}})
+    t("claim patch: the spec is immutable", st == 422 and err["details"]["causes"][0]["field"] == "spec"
+      and err["message"].endswith("field is immutable"), err)
+    st, _, err = c.req("PATCH", _NS_PATH + "ns1/resourceclaims/p1", {"metadata": {}}, ctype="text/plain")
+    st2, _, err2 = _merge(c, "ns1", "nope", {"metadata": {"labels": {"a": "b"}}})
+    t("claim patch: 415 for an unknown patch type, 404 for a missing claim", st == 415 and st2 == 404
+      and err2["message"] == 'resourceclaims.resource.k8s.io "nope" not found', (err, err2))
+    st, _, body = c.req("PATCH", _NS_PATH + "ns1/resourceclaims/p1",
+                        [{"op": "add", "path": "/metadata/labels/e", "value": "f"}],
+                        ctype="application/json-patch+json")
+    t("claim patch: a JSON patch works too", st == 200 and body["metadata"]["labels"] == {"a": "b", "e": "f"}, body)
+
+
+def _test_claim_apply(t, api, c):
+    api.put_claim(_claim_body("s1", "ns1", "node-a", devices=[(CPU_DRIVER, "node-a", "cpu0"),
+                                                              (CPU_DRIVER, "node-a", "cpu1"),
+                                                              (MEM_DRIVER, "node-a", "mem0")]))
+    rv0 = api.get_claim("ns1", "s1")["metadata"]["resourceVersion"]
+    w = _RawWatch(api, "watch=1&resourceVersion=" + rv0, path=_NS_PATH + "ns1/resourceclaims")
+    cond = dict(_ready(CPU_DRIVER, "node-a", "cpu0")["conditions"][0], lastTransitionTime="2026-05-01T12:00:00+02:00",
+                observedGeneration=0)
+    st, _, body = _apply(c, "ns1", "s1", [dict(_ready(CPU_DRIVER, "node-a", "cpu0"), conditions=[cond])])
+    devs = body.get("status", {}).get("devices")
+    t("apply: a node agent's entry is stored, its condition normalized", st == 200 and devs == [
+        {"driver": CPU_DRIVER, "pool": "node-a", "device": "cpu0", "conditions": [
+            {"type": "Ready", "status": "True", "lastTransitionTime": _T0, "reason": "Prepared", "message": ""}]}]
+      and int(body["metadata"]["resourceVersion"]) > int(rv0) and body["spec"] == api.get_claim("ns1", "s1")["spec"],
+      body)
+    e = w.next()
+    t("apply: a MODIFIED event", isinstance(e, dict) and e["type"] == "MODIFIED"
+      and e["object"]["status"]["devices"] == devs, e)
+    mf = [m for m in body["metadata"].get("managedFields", []) if m["manager"] == CPU_DRIVER]
+    t("apply: managedFields name the manager, Apply, the status subresource and the entry's key", len(mf) == 1
+      and mf[0]["operation"] == "Apply" and mf[0]["subresource"] == "status"
+      and 'k:{"device":"cpu0","driver":"cpu.nrm.io","pool":"node-a"}' in mf[0]["fieldsV1"]["f:status"]["f:devices"],
+      mf)
+    st, _, body = _apply(c, "ns1", "s1", [{"driver": MEM_DRIVER, "pool": "node-a", "device": "mem0",
+                                           "data": {"bytes": 1}}], manager=MEM_DRIVER)
+    t("apply: another manager's entry is added beside", st == 200
+      and [(d["device"], d["conditions"]) for d in body["status"]["devices"]]
+      == [("cpu0", devs[0]["conditions"]), ("mem0", None)], body)
+    st, _, body = _apply(c, "ns1", "s1", [_ready(CPU_DRIVER, "node-a", "cpu1")])
+    t("apply: an entry the manager leaves out is removed, the others' stay", st == 200
+      and [d["device"] for d in body["status"]["devices"]] == ["mem0", "cpu1"], body)
+    rv = body["metadata"]["resourceVersion"]
+    st, _, same = _apply(c, "ns1", "s1", [_ready(CPU_DRIVER, "node-a", "cpu1")])
+    t("apply: the same apply again writes nothing", st == 200 and same["metadata"]["resourceVersion"] == rv, same)
+    st, _, body = _apply(c, "ns1", "s1", [])
+    t("apply: applying no entries removes the manager's entries only", st == 200
+      and [d["device"] for d in body["status"]["devices"]] == ["mem0"]
+      and not any(m["manager"] == CPU_DRIVER for m in body["metadata"]["managedFields"]), body)
+    st, _, err = _apply(c, "ns1", "s1", [{"driver": MEM_DRIVER, "pool": "node-a", "device": "mem0",
+                                          "data": {"bytes": 2}}], manager="other", force=None)
+    t("apply: a field another manager owns with another value is a conflict", st == 409 and err["reason"] == "Conflict"
+      and err["message"] == 'Apply failed with 1 conflict: conflict with "memory.nrm.io" with subresource "status": '
+      '.status.devices[device="mem0",driver="memory.nrm.io",pool="node-a"].data'
+      and err["details"]["causes"][0]["reason"] == "FieldManagerConflict", err)
+    st, _, body = _apply(c, "ns1", "s1", [{"driver": MEM_DRIVER, "pool": "node-a", "device": "mem0",
+                                           "data": {"bytes": 2}}], manager="other", force=True)
+    owners = _apply_owners(body)
+    t("apply: force takes the field over", st == 200 and body["status"]["devices"][0]["data"] == {"bytes": 2}
+      and "data" not in owners.get(MEM_DRIVER, {}).get((MEM_DRIVER, "node-a", "mem0", ""), ())
+      and "data" in owners["other"][(MEM_DRIVER, "node-a", "mem0", "")], (body, owners))
+    st, _, body = _apply(c, "ns1", "s1", [], manager=MEM_DRIVER)
+    t("apply: an entry another manager still applies stays when one leaves it out", st == 200
+      and body["status"]["devices"] == [{"driver": MEM_DRIVER, "pool": "node-a", "device": "mem0",
+                                         "conditions": None, "data": {"bytes": 2}}], body)
+    st, _, err = _apply(c, "ns1", "s1", [], manager="")
+    t("apply: a fieldManager is required", st == 422 and err["message"]
+      == 'PatchOptions.meta.k8s.io "" is invalid: fieldManager: Required value: is required for apply patch', err)
+    st, _, err = _merge(c, "ns1", "s1", {"metadata": {}}, sub="/status?force=true")
+    t("apply: force on a non-apply patch is refused", st == 422 and err["message"]
+      == 'PatchOptions.meta.k8s.io "" is invalid: force: Forbidden: may not be specified for non-apply patch', err)
+    st, _, err = _apply(c, "ns1", "nope", [])
+    t("apply: 404 for a missing claim", st == 404, err)
+    st, _, err = _apply(c, "ns1", "s1", None, body={"apiVersion": API_VERSION, "kind": CLAIM_KIND,
+                                                    "metadata": {"name": "other"}, "status": {}})
+    t("apply: a body for another claim is a 400", st == 400 and "does not match the name on the URL" in err["message"],
+      err)
+    st, _, body = _merge(c, "ns1", "s1", {"status": {"devices": [_ready(CPU_DRIVER, "node-a", "cpu0")]}},
+                         sub="/status")
+    t("apply: a merge patch of the status replaces status.devices", st == 200
+      and [d["device"] for d in body["status"]["devices"]] == ["cpu0"], body)
+    cur = api.get_claim("ns1", "s1")
+    cur["status"]["devices"] = []
+    st, _, body = c.req("PUT", _NS_PATH + "ns1/resourceclaims/s1/status", cur)
+    st2, _, err = c.req("PUT", _NS_PATH + "ns1/resourceclaims/s1/status", cur)
+    t("apply: PUT of the status, with a 409 for a stale resourceVersion", st == 200 and "devices" not in body["status"]
+      and st2 == 409, (body, err))
+    api.update_claim_status("ns1", "s1", dict(cur["status"], devices=[_ready(CPU_DRIVER, "node-a", "cpu0")]))
+    st, _, body = c.req("PUT", _NS_PATH + "ns1/resourceclaims/s1/status", dict(api.get_claim("ns1", "s1"), status={
+        "allocation": {"devices": {"results": [{"request": "r", "driver": MEM_DRIVER, "pool": "node-a",
+                                                "device": "mem0"}]}},
+        "devices": [_ready(CPU_DRIVER, "node-a", "cpu0")]}))
+    t("apply: entries of deallocated devices are dropped when the allocation changes", st == 200
+      and "devices" not in body["status"] and body["status"]["allocation"]["devices"]["results"][0]["device"]
+      == "mem0", body)
+    w.close()
+
+
+def _test_claim_validation(t, api, c):
+    api.put_claim(_claim_body("v1", "ns1", "node-a"))
+
+    def err_of(devices):
+        st, _, err = _apply(c, "ns1", "v1", devices)
+        return st, err.get("message", "") if isinstance(err, dict) else err, \
+            [x.get("field") for x in (err.get("details") or {}).get("causes", [])] if isinstance(err, dict) else []
+
+    prefix = 'ResourceClaim.resource.k8s.io "v1" is invalid: '
+    nine = [dict(_ready(CPU_DRIVER, "node-a", "cpu0")["conditions"][0], type="T%d" % i) for i in range(9)]
+    st, msg, fields = err_of([dict(_ready(CPU_DRIVER, "node-a", "cpu0"), conditions=nine)])
+    t("validation: more than 8 conditions is a 422", st == 422 and msg == prefix +
+      "status.devices[0].conditions: Too many: 9: must have at most 8 items"
+      and fields == ["status.devices[0].conditions"], msg)
+    st, _, _ = _apply(c, "ns1", "v1", [dict(_ready(CPU_DRIVER, "node-a", "cpu0"), conditions=nine[:8])])
+    t("validation: 8 conditions are fine", st == 200, st)
+    big = {"x": "a" * (MAX_DEVICE_DATA - len('{"x":""}') + 1)}
+    st, msg, fields = err_of([dict(_ready(CPU_DRIVER, "node-a", "cpu0"), data=big)])
+    t("validation: data over 10 KiB is a 422", st == 422 and msg == prefix +
+      "status.devices[0].data: Too long: may not be more than 10240 bytes" and fields == ["status.devices[0].data"],
+      msg)
+    big["x"] = big["x"][1:]
+    st, _, body = _apply(c, "ns1", "v1", [dict(_ready(CPU_DRIVER, "node-a", "cpu0"), data=big)])
+    t("validation: data of exactly 10 KiB is fine", st == 200, body if st != 200 else "")
+    st, msg, fields = err_of([_ready(CPU_DRIVER, "node-a", "cpu9")])
+    t("validation: an entry for a device not allocated is a 422", st == 422 and msg == prefix +
+      "status.devices[0]: Invalid value: cpu.nrm.io/node-a/cpu9: must be an allocated device in the claim"
+      and fields == ["status.devices[0]"], msg)
+    st, msg, fields = err_of([_ready(CPU_DRIVER, "node-b", "cpu0")])
+    st2, msg2, _ = err_of([_ready(MEM_DRIVER, "node-a", "cpu0")])
+    t("validation: the pool and the driver count too", st == 422 and "node-b/cpu0: must be an allocated device" in msg
+      and st2 == 422 and "memory.nrm.io/node-a/cpu0: must be an allocated device" in msg2, (msg, msg2))
+    st, msg, fields = err_of([{"driver": CPU_DRIVER, "pool": "node-a", "device": "cpu0",
+                               "conditions": [{"type": "Ready", "status": "Maybe"}], "data": [1]}])
+    t("validation: conditions and data are checked as metav1 and RawExtension are", st == 422 and fields == [
+        "status.devices[0].conditions[0].status", "status.devices[0].conditions[0].lastTransitionTime",
+        "status.devices[0].conditions[0].reason", "status.devices[0].data"]
+      and 'status.devices[0].conditions[0].status: Unsupported value: "Maybe": supported values: "False", "True", '
+          '"Unknown"' in msg and 'status.devices[0].data: Invalid value: "<value omitted>": must be a valid JSON object'
+      in msg, msg)
+    st, msg, _ = err_of([{"driver": CPU_DRIVER, "pool": "node-a", "device": "cpu0", "conditions": "Ready"}])
+    t("validation: a value of the wrong type is a 400", st == 400 and msg.startswith(
+        'ResourceClaim in version "v1" cannot be handled as a ResourceClaim: json: cannot unmarshal string'), msg)
+
+
+_AGENT_RULES = [{"resource": "resourceclaims", "verbs": ["get", "list", "watch"]},
+                {"resource": "resourceclaims/status", "verbs": ["get", "patch"]},
+                {"resource": "resourceclaims/driver", "verbs": ["associated-node:patch"],
+                 "resourceNames": [CPU_DRIVER]}]
+_AGENT = "system:serviceaccount:nrm:nrm-agent"
+_TOKENS = {
+    "t0": None,
+    "agent-a": {"user": _AGENT, "extra": {NODE_NAME_KEY: ["node-a"]}, "rules": _AGENT_RULES},
+    "agent-b": {"user": _AGENT, "extra": {NODE_NAME_KEY: ["node-b"]}, "rules": _AGENT_RULES},
+    "agent-none": {"user": _AGENT, "rules": _AGENT_RULES},
+    "agent-two": {"user": _AGENT, "extra": {NODE_NAME_KEY: ["node-a", "node-b"]}, "rules": _AGENT_RULES},
+    "agent-user": {"user": "system:node:node-a", "extra": {NODE_NAME_KEY: ["node-a"]}, "rules": _AGENT_RULES},
+    "agent-mem": {"user": _AGENT, "extra": {NODE_NAME_KEY: ["node-a"]}, "rules": _AGENT_RULES[:2] + [
+        {"resource": "resourceclaims/driver", "verbs": ["associated-node:patch"], "resourceNames": [MEM_DRIVER]}]},
+    "agent-put": {"user": _AGENT, "extra": {NODE_NAME_KEY: ["node-a"]}, "rules": [
+        {"resource": "resourceclaims/status", "verbs": ["update"]},
+        {"resource": "resourceclaims/driver", "verbs": ["associated-node:update"], "resourceNames": [CPU_DRIVER]}]},
+    "ctrl": {"user": "system:serviceaccount:nrm:nrm-controller", "rules": [
+        {"resource": "resourceclaims", "verbs": ["get", "list", "watch", "patch"]},
+        {"resource": "resourceclaims/status", "verbs": ["patch"]},
+        {"resource": "resourceclaims/driver", "verbs": ["arbitrary-node:patch"], "resourceNames": [CPU_DRIVER]},
+        {"resource": "leases", "verbs": ["get", "create", "update"], "namespace": "nrm"}]},
+    "reader": {"user": "system:serviceaccount:nrm:reader", "rules": [
+        {"resource": "resourceclaims", "verbs": ["get"]},
+        {"resource": "resourceclaims", "verbs": ["list"], "namespace": "ns1"}]},
+}
+
+
+def _refusal(claim, user, verbs, ns="ns1", driver=CPU_DRIVER):
+    return ('ResourceClaim.resource.k8s.io "%s" is invalid: status.devices: Forbidden: changing status.devices '
+            'requires resource="resourceclaims/driver", verb="[%s]" permission: resourceclaims.resource.k8s.io '
+            '"%s" is forbidden: User "%s" cannot %s resource "resourceclaims/driver" in API group '
+            '"resource.k8s.io" in the namespace "%s"' % (claim, " ".join(verbs), driver, user, verbs[0], ns))
+
+
+def _test_claim_authz(t, api, c):
+    api.set_tokens(_TOKENS)
+    try:
+        _claim_authz(t, api, c)
+    finally:
+        api.set_tokens(["t0"])
+        api.set_gates({"DRAResourceClaimGranularStatusAuthorization": True})
+
+
+def _claim_authz(t, api, c):
+    api.put_claim(_claim_body("z1", "ns1", "node-a"))
+    entry = [_ready(CPU_DRIVER, "node-a", "cpu0")]
+    assoc, arb = ["associated-node:patch", "arbitrary-node:patch"], ["arbitrary-node:patch"]
+    st, _, body = _apply(c, "ns1", "z1", entry, token="agent-a")
+    t("authz: the node agent of the claim's node may write its driver's entry", st == 200
+      and body["status"]["devices"][0]["device"] == "cpu0", body)
+    for tok, why in (("agent-none", "a token without the node-name extra"),
+                     ("agent-b", "a token of another node"),
+                     ("agent-two", "a token with two node names"),
+                     ("agent-user", "a user who is no ServiceAccount")):
+        user = _TOKENS[tok]["user"]
+        st, _, err = _apply(c, "ns1", "z1", [_ready(CPU_DRIVER, "node-a", "cpu0", status="False")], token=tok)
+        t("authz: refused for " + why, st == 422 and err["reason"] == "Invalid"
+          and err["message"] == _refusal("z1", user, arb)
+          and err["details"]["causes"] == [{"reason": "FieldValueForbidden", "field": "status.devices",
+                                            "message": _refusal("z1", user, arb).split("status.devices: ", 1)[1]}],
+          err)
+    api.put_claim(_claim_body("z2", "ns1", "node-a", selector={"nodeSelectorTerms": [
+        {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["node-a"]}]},
+        {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["node-b"]}]}]}))
+    st, _, err = _apply(c, "ns1", "z2", entry, token="agent-a")
+    t("authz: refused for a claim whose nodeSelector has two terms", st == 422
+      and err["message"] == _refusal("z2", _AGENT, arb), err)
+    api.put_claim(_claim_body("z3", "ns1", "node-a", selector={"nodeSelectorTerms": [
+        {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["node-a"]}],
+         "matchExpressions": [{"key": "zone", "operator": "In", "values": ["z"]}]}]}))
+    st, _, err = _apply(c, "ns1", "z3", entry, token="agent-a")
+    t("authz: refused for a term with matchExpressions beside matchFields", st == 422
+      and err["message"] == _refusal("z3", _AGENT, arb), err)
+    st, _, err = _apply(c, "ns1", "z1", [_ready(CPU_DRIVER, "node-a", "cpu0", status="False")], token="agent-mem")
+    t("authz: refused without the resourceclaims/driver rule for that driver", st == 422
+      and err["message"] == _refusal("z1", _AGENT, assoc), err)
+    api.put_claim(_claim_body("z4", "ns1", "node-a", devices=[(CPU_DRIVER, "node-a", "cpu0"),
+                                                              (MEM_DRIVER, "node-a", "mem0")]))
+    st, _, body = _apply(c, "ns1", "z4", entry, manager=CPU_DRIVER)
+    st2, _, body2 = _apply(c, "ns1", "z4", [_ready(MEM_DRIVER, "node-a", "mem0")], manager=MEM_DRIVER,
+                           token="agent-mem")
+    t("authz: only the drivers whose entries change are checked", st == 200 and st2 == 200
+      and len(body2["status"]["devices"]) == 2, body2)
+    st, _, err = _apply(c, "ns1", "z4", [], manager=CPU_DRIVER, token="agent-mem")
+    t("authz: removing an entry needs the permission for its driver", st == 422
+      and err["message"] == _refusal("z4", _AGENT, assoc), err)
+    api.put_claim(_claim_body("z5", "ns1", "node-b"))
+    st, _, body = _apply(c, "ns1", "z5", entry[:0] + [_ready(CPU_DRIVER, "node-b", "cpu0")], token="ctrl")
+    t("authz: a controller with arbitrary-node may write on any node", st == 200
+      and body["status"]["devices"][0]["pool"] == "node-b", body)
+    st, _, err = _apply(c, "ns1", "z5", [_ready(CPU_DRIVER, "node-b", "cpu0", status="False")], token="agent-a")
+    t("authz: the agent of node-a may not write a node-b claim", st == 422
+      and err["message"] == _refusal("z5", _AGENT, arb), err)
+    st, _, err = _apply(c, "ns1", "z1", entry, token="reader")
+    t("authz: without patch on resourceclaims/status: 403", st == 403 and err["reason"] == "Forbidden"
+      and err["message"] == 'resourceclaims.resource.k8s.io "z1" is forbidden: User "system:serviceaccount:nrm:reader" '
+      'cannot patch resource "resourceclaims/status" in API group "resource.k8s.io" in the namespace "ns1"'
+      and err["details"] == {"name": "z1", "group": GROUP, "kind": "resourceclaims"}, err)
+    cur = api.get_claim("ns1", "z1")
+    cur["status"]["devices"] = [_ready(CPU_DRIVER, "node-a", "cpu0", status="Unknown")]
+    st, _, body = c.req("PUT", _NS_PATH + "ns1/resourceclaims/z1/status", cur, token="agent-put")
+    st2, _, err2 = _apply(c, "ns1", "z1", entry, token="agent-put")
+    t("authz: PUT needs associated-node:update, and a token for update may not patch", st == 200
+      and body["status"]["devices"][0]["conditions"][0]["status"] == "Unknown" and st2 == 403
+      and "cannot patch resource" in err2["message"], (body, err2))
+    cur = api.get_claim("ns1", "z1")
+    cur["status"]["reservedFor"] = [{"resource": "pods", "name": "p", "uid": "u"}]
+    st, _, err = c.req("PUT", _NS_PATH + "ns1/resourceclaims/z1/status", cur, token="agent-put")
+    t("authz: changing reservedFor needs resourceclaims/binding", st == 422 and err["message"] ==
+      'ResourceClaim.resource.k8s.io "z1" is invalid: status: Forbidden: changing status.allocation or '
+      'status.reservedFor requires resource="resourceclaims/binding", verb="update" permission: '
+      'resourceclaims.resource.k8s.io is forbidden: User "%s" cannot update resource "resourceclaims/binding" in '
+      'API group "resource.k8s.io" at the cluster scope' % _AGENT, err)
+    st, _, err = c.req("GET", _CLAIM_PATH, token="reader")
+    st2, _, body = c.req("GET", _NS_PATH + "ns1/resourceclaims", token="reader")
+    st3, _, err3 = c.req("GET", _NS_PATH + "ns2/resourceclaims", token="reader")
+    t("authz: list needs its rule, cluster-wide or in the namespace", st == 403 and err["message"] ==
+      'resourceclaims.resource.k8s.io is forbidden: User "system:serviceaccount:nrm:reader" cannot list resource '
+      '"resourceclaims" in API group "resource.k8s.io" at the cluster scope' and st2 == 200 and st3 == 403
+      and err3["message"].endswith('in the namespace "ns2"'), (err, err3))
+    w = _RawWatch(api, "watch=1", token="reader", path=_NS_PATH + "ns1/resourceclaims")
+    st, _, _ = c.req("GET", _NS_PATH + "ns1/resourceclaims/z1", token="reader")
+    t("authz: watch is its own verb; get is allowed", w.status == 403 and st == 200, w.status)
+    w.close()
+    st, _, err = c.req("GET", _SLICE_PATH, token="agent-a")
+    st2, _, body = c.req("GET", "/version", token="agent-a")
+    t("authz: other resources need rules too; /version does not", st == 403 and err["message"] ==
+      'resourceslices.resource.k8s.io is forbidden: User "%s" cannot list resource "resourceslices" in API group '
+      '"resource.k8s.io" at the cluster scope' % _AGENT and st2 == 200, err)
+    st, _, err = _merge(c, "ns1", "z1", {"metadata": {"labels": {"a": "b"}}}, token="agent-a")
+    st2, _, body = _merge(c, "ns1", "z1", {"metadata": {"labels": {"a": "b"}}}, token="ctrl")
+    t("authz: labelling a claim needs patch on resourceclaims", st == 403 and st2 == 200, (err, body))
+    api.set_gates({"DRAResourceClaimGranularStatusAuthorization": False})
+    st, _, body = _apply(c, "ns1", "z1", [_ready(CPU_DRIVER, "node-a", "cpu0", status="False")], token="agent-none")
+    t("authz: with DRAResourceClaimGranularStatusAuthorization off, resourceclaims/status is enough", st == 200, body)
+
+
+def _test_leases(t, api, c):
+    lp = _LEASE_PATH + "nrm/leases"
+    lease = {"apiVersion": "coordination.k8s.io/v1", "kind": LEASE_KIND, "metadata": {"name": "nrm-controller"},
+             "spec": {"holderIdentity": "pod-1", "leaseDurationSeconds": 15, "acquireTime": "2026-05-01T10:00:00Z",
+                      "renewTime": "2026-05-01T10:00:00.5Z", "leaseTransitions": 0}}
+    st, _, body = c.req("POST", lp, lease)
+    t("leases: create", st == 201 and body["kind"] == LEASE_KIND and body["metadata"]["namespace"] == "nrm"
+      and body["metadata"]["uid"] and body["metadata"]["resourceVersion"].isdigit()
+      and body["spec"]["renewTime"] == "2026-05-01T10:00:00.500000Z"
+      and body["spec"]["acquireTime"] == "2026-05-01T10:00:00.000000Z" and body["spec"]["leaseTransitions"] == 0
+      and api.get_lease("nrm", "nrm-controller") == body, body)
+    st, _, err = c.req("POST", lp, lease)
+    t("leases: create twice: 409 AlreadyExists", st == 409 and err["reason"] == "AlreadyExists"
+      and err["message"] == 'leases.coordination.k8s.io "nrm-controller" already exists'
+      and err["details"] == {"name": "nrm-controller", "group": COORDINATION, "kind": "leases"}, err)
+    st, _, got = c.req("GET", lp + "/nrm-controller")
+    t("leases: get", st == 200 and got == body, got)
+    renew = copy.deepcopy(got)
+    renew["spec"]["renewTime"] = "2026-05-01T10:00:05Z"
+    st, _, body2 = c.req("PUT", lp + "/nrm-controller", renew)
+    t("leases: update with the current resourceVersion", st == 200
+      and int(body2["metadata"]["resourceVersion"]) > int(got["metadata"]["resourceVersion"])
+      and body2["spec"]["renewTime"] == "2026-05-01T10:00:05.000000Z", body2)
+    st, _, err = c.req("PUT", lp + "/nrm-controller", renew)
+    t("leases: update with a stale resourceVersion: 409 Conflict", st == 409 and err["reason"] == "Conflict"
+      and err["message"] == 'Operation cannot be fulfilled on leases.coordination.k8s.io "nrm-controller": '
+      + OPTIMISTIC_LOCK, err)
+    del renew["metadata"]["resourceVersion"]
+    st, _, err = c.req("PUT", lp + "/nrm-controller", renew)
+    t("leases: update without a resourceVersion: 422", st == 422 and err["message"] ==
+      'leases.coordination.k8s.io "nrm-controller" is invalid: metadata.resourceVersion: Invalid value: 0: '
+      'must be specified for an update', err)
+    st, _, body = c.req("PUT", lp + "/other", dict(lease, metadata={"name": "other"}))
+    st2, _, err2 = c.req("GET", lp + "/nope")
+    t("leases: a PUT creates a missing Lease; 404 for a missing one", st == 201 and st2 == 404
+      and err2["message"] == 'leases.coordination.k8s.io "nope" not found', (body, err2))
+    st, _, err = c.req("POST", lp, dict(lease, metadata={"name": "bad"}, spec={"leaseDurationSeconds": 0}))
+    t("leases: validation", st == 422 and err["message"] ==
+      'Lease.coordination.k8s.io "bad" is invalid: spec.leaseDurationSeconds: Invalid value: 0: must be greater than 0',
+      err)
+    st, _, err = c.req("POST", lp, dict(lease, metadata={"name": "x", "namespace": "default"}))
+    t("leases: a body in another namespace is a 400", st == 400, err)
+    st, _, body = c.req("DELETE", lp + "/other")
+    t("leases: delete", st == 200 and body["status"] == "Success" and api.get_lease("nrm", "other") is None, body)
+    held = api.put_lease({"metadata": {"name": "held", "namespace": "nrm"}, "spec": {"holderIdentity": "pod-0"}})
+    st, _, body = c.req("GET", lp + "/held")
+    t("leases: put_lease, as another holder would", st == 200 and body == held
+      and [x["metadata"]["name"] for x in api.leases("nrm")] == ["held", "nrm-controller"], body)
+    api.set_tokens(_TOKENS)
+    try:
+        st, _, body = c.req("GET", lp + "/nrm-controller", token="ctrl")
+        st2, _, err2 = c.req("GET", lp + "/nrm-controller", token="reader")
+        st3, _, err3 = c.req("POST", _LEASE_PATH + "default/leases", lease, token="ctrl")
+        t("leases: RBAC", st == 200 and st2 == 403 and err2["message"] ==
+          'leases.coordination.k8s.io "nrm-controller" is forbidden: User "system:serviceaccount:nrm:reader" '
+          'cannot get resource "leases" in API group "coordination.k8s.io" in the namespace "nrm"'
+          and st3 == 403 and err3["message"] == 'leases.coordination.k8s.io is forbidden: User '
+          '"system:serviceaccount:nrm:nrm-controller" cannot create resource "leases" in API group '
+          '"coordination.k8s.io" in the namespace "default"', (err2, err3))
+    finally:
+        api.set_tokens(["t0"])
+
+
 def _test_faults(t, api, c):
     api.fail_next(1, 500)
     st, _, body = c.req("GET", "/api/v1/nodes/node-a")
@@ -3385,6 +4944,9 @@ def selftest():
                              ("paging", _test_paging), ("update and delete", _test_update_delete),
                              ("quantities", _test_quantities), ("decoding", _test_decoding),
                              ("validation", _test_validation), ("gates", _test_gates), ("watch", _test_watch),
+                             ("claims list and watch", _test_claims_list_watch), ("claim patch", _test_claim_patch),
+                             ("claim apply", _test_claim_apply), ("claim validation", _test_claim_validation),
+                             ("claim authorization", _test_claim_authz), ("leases", _test_leases),
                              ("faults", _test_faults), ("restart", _test_restart),
                              ("kubeconfig", _test_kubeconfig), ("request log", _test_log)):
                 t.section(name, fn, api, c)
@@ -3420,11 +4982,17 @@ def main(argv=None):
     g.add_argument("--serve", metavar="DIR", help="serve in the foreground; certificates and kubeconfig go to DIR")
     p.add_argument("--port", type=int, default=0, help="with --serve: the port (default: a free one)")
     p.add_argument("--token", action="append", help="with --serve: an accepted token (default: t0)")
+    p.add_argument("--tokens", metavar="FILE", help="with --serve: a JSON table token -> identity with RBAC rules "
+                                                    "(see FakeAPI.__init__), instead of --token")
     p.add_argument("--node", action="append", default=[], help="with --serve: a Node to create")
     args = p.parse_args(argv)
     if args.selftest:
         return selftest()
-    return serve(args.serve, args.port, args.token or ["t0"], args.node)
+    tokens = args.token or ["t0"]
+    if args.tokens:
+        with open(args.tokens) as f:
+            tokens = json.load(f)
+    return serve(args.serve, args.port, tokens, args.node)
 
 
 if __name__ == "__main__":
