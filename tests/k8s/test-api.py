@@ -560,6 +560,142 @@ if have6:
         check(resp.status == 200, "--http-address :PORT answers on [::1] too")
 p.stop()
 
+# --- binding conditions: nrm controller labels, the node's binder writes -------------------
+# The example driver's dev3 binds to its node with the condition
+# example.nrm.io/ready. Tokens as in a cluster: the node agent's pod-bound
+# service-account token names its node and may write the status of its own
+# driver's devices on claims allocated to that node (associated-node); the
+# controller's may list, watch and label claims and hold its lease.
+from fakeapi import NODE_NAME_KEY  # noqa: E402
+
+if os.path.exists(os.path.join(example_dir, "nrm-driver-example.so")):
+    AGENT = "system:serviceaccount:nrm-system:nrm"
+    slice_rules = [{"resource": "resourceslices", "verbs": ["list", "watch", "create", "update", "delete"]},
+                   {"resource": "nodes", "verbs": ["get"]}]
+    claim_rules = [{"resource": "resourceclaims", "verbs": ["get", "list", "watch"]},
+                   {"resource": "resourceclaims/status", "verbs": ["get", "patch"]}]
+    own = [{"resource": "resourceclaims/driver", "verbs": ["associated-node:patch"], "resourceNames": [EXAMPLE]}]
+    api.set_tokens({
+        "token-1": None,
+        "agent-a": {"user": AGENT, "extra": {NODE_NAME_KEY: [NODE]}, "rules": slice_rules + claim_rules + own},
+        "agent-a-other": {"user": AGENT, "extra": {NODE_NAME_KEY: [NODE]}, "rules": slice_rules + claim_rules + [
+            {"resource": "resourceclaims/driver", "verbs": ["associated-node:patch"], "resourceNames": [CPU]}]},
+        "ctrl": {"user": "system:serviceaccount:nrm-system:nrm-controller", "rules": [
+            {"resource": "resourceclaims", "verbs": ["get", "list", "watch", "patch"]},
+            {"resource": "leases", "verbs": ["get", "create", "update"], "namespace": "nrm-system"}]}})
+    kc = {}
+    for tok in ("agent-a", "agent-a-other", "ctrl"):
+        kc[tok] = os.path.join(work, "kubeconfig-" + tok)
+        api.write_kubeconfig(kc[tok], token=tok)
+    bind_root = os.path.join(work, "bind-root")
+    os.makedirs(bind_root, exist_ok=True)
+
+    def node_selector(*nodes):
+        return {"nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [n]}]}
+                                      for n in nodes]}
+
+    def binding_claim(name, node, selector=None):
+        return api.put_claim({
+            "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+            "metadata": {"namespace": "default", "name": name, "uid": "uid-" + name},
+            "spec": {"devices": {"requests": [{"name": "dev", "exactly": {"deviceClassName": EXAMPLE}}]}},
+            "status": {"allocation": {
+                "devices": {"results": [{"request": "dev", "driver": EXAMPLE, "pool": node, "device": "dev3",
+                                         "bindingConditions": [EXAMPLE + "/ready"],
+                                         "bindingFailureConditions": [EXAMPLE + "/failed"]}]},
+                "nodeSelector": selector or node_selector(node),
+                "allocationTimestamp": "2026-12-01T10:00:00Z"}}})
+
+    def label(name):
+        return (api.get_claim("default", name) or {}).get("metadata", {}).get("labels", {}).get("nrm.io/node")
+
+    def conditions(name):
+        for d in (api.get_claim("default", name) or {}).get("status", {}).get("devices", []):
+            if d.get("driver") == EXAMPLE and d.get("device") == "dev3":
+                return {c["type"]: c for c in d.get("conditions", [])}
+        return {}
+
+    class Controller:
+        def __init__(self, pod):
+            self.log = os.path.join(work, "controller-%s.log" % pod)
+            self.p = subprocess.Popen([NRM, "controller", "--kubeconfig", kc["ctrl"], "--drivers", "example",
+                                       "--driver-dir", example_dir, "--lease-namespace", "nrm-system",
+                                       "--log-level", "debug"], stdout=open(self.log, "w"), stderr=subprocess.STDOUT,
+                                      env=dict(os.environ, POD_NAME=pod))
+
+        def text(self):
+            with open(self.log) as fh:
+                return fh.read()
+
+        def stop(self):
+            self.p.send_signal(signal.SIGTERM)
+            try:
+                return self.p.wait(20)
+            except subprocess.TimeoutExpired:
+                self.p.kill()
+                return self.p.wait()
+
+    c1 = Controller("ctrl-1")
+    check(wait_for(lambda: (api.get_lease("nrm-system", "nrm-controller") or {}).get("spec", {}).get("holderIdentity")
+                   == "ctrl-1", 15), "nrm controller takes the lease nrm-system/nrm-controller")
+    c2 = Controller("ctrl-2")
+    p = Plugin("--drivers", "example", "--driver-dir", example_dir, "--fsroot", bind_root, kubeconfig_path=kc["agent-a"])
+    check(wait_for(lambda: p.metric("nrm_slices_synced", driver=EXAMPLE) == 1, 20),
+          "the node agent with a pod-bound token publishes the example pool")
+    dev3 = [d for s in published(EXAMPLE) for d in s["spec"].get("devices", []) if d["name"] == "dev3"]
+    check(dev3 and dev3[0].get("bindsToNode") is True and dev3[0].get("bindingConditions") == [EXAMPLE + "/ready"],
+          "dev3 is published with bindsToNode and its binding condition")
+
+    binding_claim("bind-a", NODE)
+    check(wait_for(lambda: label("bind-a") == NODE, 15), "the controller labels a claim waiting on node-a's device")
+    check(wait_for(lambda: conditions("bind-a").get(EXAMPLE + "/ready", {}).get("status") == "True", 15),
+          "the node's binder makes the device ready: %s" % conditions("bind-a"))
+    ready = conditions("bind-a").get(EXAMPLE + "/ready", {})
+    check(ready.get("reason") == "Ready" and ready.get("lastTransitionTime"),
+          "...with a reason and a transition time (%s)" % ready)
+    check("ctrl-2" not in api.get_claim("default", "bind-a").get("metadata", {}).get("managedFields", [{}])[0]
+          .get("manager", "") and "labelled" not in c2.text(), "the standby controller labels nothing")
+    n = len(api.writes())
+    time.sleep(3)
+    check([w for w in writes_since(n) if "bind-a" in w["path"]] == [],
+          "a settled claim is not written again")
+
+    binding_claim("bind-b", "node-b")
+    check(wait_for(lambda: label("bind-b") == "node-b", 15), "a claim of node-b gets node-b's label")
+    binding_claim("bind-two", NODE, node_selector(NODE, "node-b"))
+    time.sleep(3)
+    check(conditions("bind-b") == {} and label("bind-two") is None and conditions("bind-two") == {},
+          "node-a's binder leaves node-b's claim alone, and nobody takes a claim of two nodes")
+
+    with open(os.path.join(bind_root, "example-unhealthy"), "w") as fh:
+        fh.write("dev3\n")
+    binding_claim("bind-bad", NODE)
+    check(wait_for(lambda: conditions("bind-bad").get(EXAMPLE + "/failed", {}).get("status") == "True", 15),
+          "a device that cannot be made ready reports its failure condition: %s" % conditions("bind-bad"))
+    os.unlink(os.path.join(bind_root, "example-unhealthy"))
+    p.stop()
+
+    # A token without the driver's permission: the server refuses, nothing is written.
+    p = Plugin("--drivers", "example", "--driver-dir", example_dir, "--fsroot", bind_root,
+               kubeconfig_path=kc["agent-a-other"])
+    binding_claim("bind-denied", NODE)
+    check(wait_for(lambda: "changing status.devices requires" in p.text(), 20)
+          and conditions("bind-denied") == {}, "without resourceclaims/driver for its driver the write is refused "
+          "(422), named in the log, and nothing is written")
+    p.stop()
+
+    # Leadership moves: the leader gives the lease up at SIGTERM, the standby
+    # takes it and labels the next claim.
+    check(c1.stop() == 0, "the leader stops with status 0 at SIGTERM")
+    check(wait_for(lambda: (api.get_lease("nrm-system", "nrm-controller") or {}).get("spec", {}).get("holderIdentity")
+                   == "ctrl-2", 20), "the standby takes the lease over")
+    binding_claim("bind-later", NODE)
+    check(wait_for(lambda: label("bind-later") == NODE, 15), "...and labels the next claim")
+    check(c2.stop() == 0, "the second controller stops with status 0")
+    check("Callback aborted" not in c1.text() + c2.text(), "the controllers stop without spurious errors")
+else:
+    check(False, "the example driver is built (%s)" % example_dir)
+
 # --- bad settings --------------------------------------------------------------------
 bad = os.path.join(work, "bad-kubeconfig")
 with open(bad, "w") as fh:
