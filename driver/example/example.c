@@ -19,6 +19,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <sys/inotify.h>
+#include <unistd.h>
+
 #include <jansson.h>
 
 #include "driver/driver.h"
@@ -36,6 +39,7 @@ struct example
   char *unhealthy;             /* <fsroot>/example-unhealthy */
   int numa[N_DEVICES];         /* os index of each device's NUMA node, or -1 */
   char holder[N_DEVICES][129]; /* UID of the claim that holds the device, or "" */
+  int watch;                   /* inotify on the folder of the unhealthy file, or -1 */
   nrm_log_fn log;
   void *log_ctx;
 };
@@ -68,8 +72,34 @@ ex_new (const struct nrm_driver_host *h, void **ret, nrm_error_t *err)
     d->numa[i] = h->topo->n_numa ? (int) h->topo->numa[(size_t) i % h->topo->n_numa].os_index : -1;
   d->log = h->log;
   d->log_ctx = h->log_ctx;
+  /* Health events: the file's folder changes (written, renamed, removed);
+   * without a watch, the framework's periodic reports still follow it. */
+  d->watch = inotify_init1 (IN_NONBLOCK | IN_CLOEXEC);
+  if (d->watch >= 0
+      && inotify_add_watch (d->watch, root ? "/" : h->fsroot,
+                            IN_CLOSE_WRITE | IN_MOVED_TO | IN_MOVED_FROM | IN_DELETE | IN_CREATE)
+             < 0)
+    {
+      close (d->watch);
+      d->watch = -1;
+    }
   *ret = d;
   return 0;
+}
+
+static int
+ex_health_fd (void *self)
+{
+  return ((struct example *) self)->watch;
+}
+
+static void
+ex_health_event (void *self)
+{
+  struct example *d = self;
+  char buf[4096];
+  while (read (d->watch, buf, sizeof (buf)) > 0)
+    ;
 }
 
 static void
@@ -78,6 +108,8 @@ ex_free (void *self)
   struct example *d = self;
   if (d == NULL)
     return;
+  if (d->watch >= 0)
+    close (d->watch);
   free (d->name);
   free (d->unhealthy);
   free (d);
@@ -350,6 +382,8 @@ const struct nrm_driver_ops nrm_driver_component = {
   .restore = ex_restore,
   .unprepare = ex_unprepare,
   .health = ex_health,
+  .health_fd = ex_health_fd,
+  .health_event = ex_health_event,
   .describe = ex_describe,
   .bind = ex_bind,
 };
