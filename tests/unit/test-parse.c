@@ -11,6 +11,8 @@
 
 #include <cmocka.h>
 
+#include "driver/claimview.h"
+#include "driver/kit.h"
 #include "driver/names.h"
 #include "driver/quantity.h"
 #include "nrm/base/cleanup.h"
@@ -151,11 +153,70 @@ test_names (void **state)
   free (p);
 }
 
+/* A claim's allocation as one driver sees it: its own results (in this
+ * node's pool), every driver's results (a GPU of another vendor too, so a
+ * CPU driver can align with it), its opaque configuration only; the
+ * PodGroup it is reserved for. */
+static void
+test_claim_view (void **state)
+{
+  (void) state;
+  json_error_t je;
+  cleanup_json json_t *claim = json_loads (
+      "{\"metadata\":{\"uid\":\"u1\"},\"status\":{\"reservedFor\":[{\"apiGroup\":\"scheduling.k8s.io\","
+      "\"resource\":\"podgroups\",\"name\":\"g\",\"uid\":\"x\"}],\"allocation\":{\"devices\":{\"results\":["
+      "{\"request\":\"gpu\",\"driver\":\"gpu.nvidia.com\",\"pool\":\"n1\",\"device\":\"gpu-0\"},"
+      "{\"request\":\"cpus/big\",\"driver\":\"cpu.nrm.io\",\"pool\":\"n1\",\"device\":\"numa1\","
+      "\"consumedCapacity\":{\"cpus\":\"4\"}}],"
+      "\"config\":[{\"opaque\":{\"driver\":\"gpu.nvidia.com\",\"parameters\":{}}},"
+      "{\"opaque\":{\"driver\":\"cpu.nrm.io\",\"parameters\":{\"kind\":\"CPUConfig\"}}}]}}}}",
+      0, &je);
+  assert_non_null (claim);
+  struct nrm_allocation a;
+  nrm_error_t err = NULL;
+  memset (&a, 0, sizeof (a));
+  assert_int_equal (nrm_claim_allocation ("cpu.nrm.io", "n1", claim, "u1", &a, &err), 0);
+  assert_int_equal (a.view.n_results, 1);
+  assert_string_equal (a.view.results[0].device, "numa1");
+  assert_string_equal (a.view.results[0].request, "cpus/big");
+  assert_int_equal (a.view.n_all, 2);
+  assert_string_equal (a.view.all[0].driver, "gpu.nvidia.com");
+  assert_string_equal (a.view.all[0].device, "gpu-0");
+  assert_int_equal (json_array_size (a.view.config), 1);
+  assert_string_equal (
+      json_string_value (json_object_get (
+          json_object_get (json_object_get (json_array_get (a.view.config, 0), "opaque"), "parameters"), "kind")),
+      "CPUConfig");
+  assert_true (a.view.claim == claim);
+  assert_string_equal (nrm_kit_pod_group (claim), "g");
+  nrm_allocation_done (&a);
+
+  /* Another node's pool, a replaced claim, a driver with nothing here. */
+  memset (&a, 0, sizeof (a));
+  assert_int_equal (nrm_claim_allocation ("cpu.nrm.io", "n2", claim, "u1", &a, &err), -1);
+  assert_non_null (strstr (nrm_error_msg (err), "not in this node's pool `n2`"));
+  nrm_error_release (&err);
+  nrm_allocation_done (&a);
+  memset (&a, 0, sizeof (a));
+  assert_int_equal (nrm_claim_allocation ("cpu.nrm.io", "n1", claim, "u2", &a, &err), -1);
+  assert_non_null (strstr (nrm_error_msg (err), "replaced"));
+  nrm_error_release (&err);
+  nrm_allocation_done (&a);
+  memset (&a, 0, sizeof (a));
+  assert_int_equal (nrm_claim_allocation ("memory.nrm.io", "n1", claim, "u1", &a, &err), -1);
+  assert_non_null (strstr (nrm_error_msg (err), "no device of driver memory.nrm.io"));
+  nrm_error_release (&err);
+  nrm_allocation_done (&a);
+  json_object_del (json_object_get (claim, "status"), "reservedFor");
+  assert_null (nrm_kit_pod_group (claim));
+}
+
 int
 main (void)
 {
   const struct CMUnitTest tests[] = {
     cmocka_unit_test (test_cpulist),
+    cmocka_unit_test (test_claim_view),
     cmocka_unit_test (test_quantity),
     cmocka_unit_test (test_names),
   };
