@@ -12,6 +12,7 @@
 
 #include "cpuset/commit.h"
 #include "nrm/base/cleanup.h"
+#include "nrm/base/xalloc.h"
 
 static const char usage[] = "Usage: nrm-hook [--fsroot DIR] [--state-dir DIR] < OCI-STATE\n"
                             "\n"
@@ -31,6 +32,7 @@ main (int argc, char **argv)
                                         { NULL, 0, NULL, 0 } };
   const char *fsroot = "/", *state_dir = "/var/lib/nrm";
   int c;
+  nrm_json_abort_on_oom ();
   while ((c = getopt_long (argc, argv, "h", opts, NULL)) != -1)
     switch (c)
       {

@@ -35,6 +35,7 @@
 #include "nrm/run.h"
 #include "nrm/status.h"
 #include "nrm/base/cleanup.h"
+#include "nrm/base/xalloc.h"
 #include "nrm/conf.h"
 #include "nrm/controller.h"
 #include "driver/names.h"
@@ -1320,6 +1321,7 @@ main (int argc, char **argv)
   struct cli cli = { .json = false, .run = { .numa_node = -1 } };
   int r;
 
+  nrm_json_abort_on_oom ();
   if (argc < 2)
     {
       fputs (usage_text, stderr);
