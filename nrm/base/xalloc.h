@@ -29,8 +29,8 @@ void nrm_oom (void) __attribute__ ((noreturn));
  * any JSON value exists. */
 void nrm_json_abort_on_oom (void);
 
-/* As malloc(), calloc() and realloc(), never NULL: a size of 0 gets a
- * pointer of its own (realloc(p, 0) would free p). */
+/* As malloc(), calloc() and realloc(), never NULL: a size of 0 gets a block
+ * of its own (realloc(p, 0) would free p), xcalloc(0, size) one element. */
 static inline __attribute__ ((malloc, returns_nonnull)) void *
 xmalloc (size_t size)
 {
@@ -43,7 +43,7 @@ xmalloc (size_t size)
 static inline __attribute__ ((malloc, returns_nonnull)) void *
 xcalloc (size_t nmemb, size_t size)
 {
-  void *p = nmemb && size ? calloc (nmemb, size) : calloc (1, 1);
+  void *p = calloc (nmemb ? nmemb : 1, size ? size : 1);
   if (p == NULL)
     nrm_oom ();
   return p;
