@@ -172,7 +172,7 @@ nrm_hook_run (const char *fsroot, const char *state, size_t len, const char *sta
   if (eb.shared_cpus && cpus)
     json_object_set_new (doc, "sharedCPUs", json_true ());
   text = json_dumps (doc, JSON_COMPACT);
-  if (text == NULL || nrm_write_atomic (rec, text, strlen (text), 0600, false, err) < 0)
+  if (nrm_write_atomic (rec, text, strlen (text), 0600, false, err) < 0)
     goto fail;
   /* A mixed claim starts on its CPUs and the shared pool as the reconciler
    * last wrote it (under the same lock); without that file, on its own

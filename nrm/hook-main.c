@@ -54,9 +54,9 @@ main (int argc, char **argv)
       fprintf (stderr, "nrm-hook: --fsroot and --state-dir must be absolute paths\n");
       return 2;
     }
-  cleanup_free char *buf = malloc (1 << 20);
-  size_t len = buf ? fread (buf, 1, (1 << 20) - 1, stdin) : 0;
-  if (buf == NULL || !feof (stdin))
+  cleanup_free char *buf = xmalloc (1 << 20);
+  size_t len = fread (buf, 1, (1 << 20) - 1, stdin);
+  if (!feof (stdin))
     {
       fprintf (stderr, "nrm-hook: the OCI state on stdin is missing or too large\n");
       return 1;
