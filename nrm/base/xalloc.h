@@ -12,7 +12,8 @@
  * code that no test ever runs. The DaemonSet restarts the agent; the
  * runtime fails the container whose hook died. So: check what can fail for
  * another reason (json_pack() or json_string() of outside text, json_loads(),
- * realpath(), ...), never an allocation. */
+ * realpath(), ...), never an allocation. This header is public: a driver
+ * loaded as a shared object runs inside nrm and allocates the same way. */
 
 #include <stdarg.h>
 #include <stdio.h>
