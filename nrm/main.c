@@ -782,6 +782,9 @@ cmd_hook (struct cli *cli, nrm_error_t *err)
 }
 
 #ifdef NRM_AGENT
+static void publisher_log (void *ctx, enum nrm_log_level level, const char *fmt, ...)
+    __attribute__ ((format (printf, 3, 4)));
+
 static void
 publisher_log (void *ctx, enum nrm_log_level level, const char *fmt, ...)
 {

@@ -9,6 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+static int error_vset (nrm_error_t *err, int status, const char *suffix, const char *fmt, va_list ap)
+    __attribute__ ((format (printf, 4, 0)));
+
 static int
 error_vset (nrm_error_t *err, int status, const char *suffix, const char *fmt, va_list ap)
 {
