@@ -12,6 +12,7 @@
 
 #include "cpuset/cgroup.h"
 #include "nrm/base/cleanup.h"
+#include "nrm/base/xalloc.h"
 #include "nrm/base/fs.h"
 
 struct nrm_cgroupfs
@@ -23,12 +24,8 @@ struct nrm_cgroupfs
 int
 nrm_cgroupfs_open (const char *fsroot, struct nrm_cgroupfs **ret, nrm_error_t *err)
 {
-  struct nrm_cgroupfs *fs = calloc (1, sizeof (*fs));
-  if (fs == NULL || asprintf (&fs->root, "%s/sys/fs/cgroup", fsroot && strcmp (fsroot, "/") ? fsroot : "") < 0)
-    {
-      free (fs);
-      return nrm_error_set (err, ENOMEM, "out of memory");
-    }
+  struct nrm_cgroupfs *fs = xcalloc (1, sizeof (*fs));
+  fs->root = xasprintf ("%s/sys/fs/cgroup", fsroot && strcmp (fsroot, "/") ? fsroot : "");
   fs->fd = open (fs->root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fs->fd < 0)
     {
@@ -84,25 +81,17 @@ nrm_cgroup_path_valid (const char *path)
 static char *
 rel (const char *cgroup, const char *file)
 {
-  char *s = NULL;
   const char *c = cgroup[0] == '/' ? cgroup + 1 : cgroup;
   if (!nrm_cgroup_path_valid (cgroup) || strchr (file, '/') != NULL)
     return NULL;
-  if (asprintf (&s, "%s%s%s", c, *c ? "/" : "", file) < 0)
-    return NULL;
-  return s;
+  return xasprintf ("%s%s%s", c, *c ? "/" : "", file);
 }
 
 static int
 open_at (struct nrm_cgroupfs *fs, const char *relpath, int flags)
 {
   /* Component by component with O_NOFOLLOW: a link cannot lead out. */
-  cleanup_free char *copy = strdup (relpath);
-  if (copy == NULL)
-    {
-      errno = ENOMEM;
-      return -1;
-    }
+  cleanup_free char *copy = xstrdup (relpath);
   int dir = dup (fs->fd);
   char *save = NULL, *part = strtok_r (copy, "/", &save);
   while (part != NULL)
@@ -146,8 +135,8 @@ nrm_cgroup_read (struct nrm_cgroupfs *fs, const char *cgroup, const char *file, 
   buf[n] = '\0';
   while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == ' '))
     buf[--n] = '\0';
-  *ret = strdup (buf);
-  return *ret ? 0 : nrm_error_set (err, ENOMEM, "out of memory");
+  *ret = xstrdup (buf);
+  return 0;
 }
 
 int
@@ -245,8 +234,7 @@ nrm_cgroup_of_pid (const char *fsroot, int pid, char **ret, nrm_error_t *err)
   cleanup_free char *path = NULL, *text = NULL;
   if (pid <= 0)
     return nrm_error_set (err, EINVAL, "invalid process id %d", pid);
-  if (asprintf (&path, "%s/proc/%d/cgroup", fsroot && strcmp (fsroot, "/") ? fsroot : "", pid) < 0)
-    return nrm_error_set (err, ENOMEM, "out of memory");
+  path = xasprintf ("%s/proc/%d/cgroup", fsroot && strcmp (fsroot, "/") ? fsroot : "", pid);
   if (nrm_read_file (path, 1 << 16, &text, NULL, err) < 0)
     return -1;
   /* cgroup v2 is the "0::<path>" line. */
@@ -259,8 +247,8 @@ nrm_cgroup_of_pid (const char *fsroot, int pid, char **ret, nrm_error_t *err)
         {
           if (!nrm_cgroup_path_valid (line + 3))
             return nrm_error_set (err, EINVAL, "process %d is in an invalid cgroup `%s`", pid, line + 3);
-          *ret = strdup (line + 3);
-          return *ret ? 0 : nrm_error_set (err, ENOMEM, "out of memory");
+          *ret = xstrdup (line + 3);
+          return 0;
         }
       line = nl ? nl + 1 : NULL;
     }

@@ -16,6 +16,7 @@
 #include "cpuset/commit.h"
 #include "cpuset/kubepods.h"
 #include "nrm/base/cleanup.h"
+#include "nrm/base/xalloc.h"
 #include "nrm/base/fs.h"
 #include "topology/topology.h"
 
@@ -38,9 +39,7 @@ id_valid (const char *id)
 static int
 lock_records (const char *state_dir, nrm_error_t *err)
 {
-  cleanup_free char *path = NULL;
-  if (asprintf (&path, "%s/containers.lock", state_dir) < 0)
-    return nrm_error_set (err, ENOMEM, "out of memory");
+  cleanup_free char *path = xasprintf ("%s/containers.lock", state_dir);
   int fd = open (path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
   if (fd < 0)
     return nrm_error_errno (err, errno, "cannot open `%s`", path);
@@ -57,10 +56,7 @@ lock_records (const char *state_dir, nrm_error_t *err)
 static char *
 record_path (const char *state_dir, const char *id)
 {
-  char *p = NULL;
-  if (asprintf (&p, "%s/containers/%s.json", state_dir, id) < 0)
-    return NULL;
-  return p;
+  return xasprintf ("%s/containers/%s.json", state_dir, id);
 }
 
 /* A CPU or node list from the environment, checked and normalised. */
@@ -72,8 +68,6 @@ list_value (const char *name, const char *text, char **ret, nrm_error_t *err)
     return nrm_error_wrap (err, "%s", name);
   *ret = nrm_cpulist_format (set);
   hwloc_bitmap_free (set);
-  if (*ret == NULL)
-    return nrm_error_set (err, ENOMEM, "out of memory");
   if (**ret == '\0')
     return nrm_error_set (err, EINVAL, "%s is empty: a container cannot run on no CPU or memory node", name);
   return 0;
@@ -82,10 +76,7 @@ list_value (const char *name, const char *text, char **ret, nrm_error_t *err)
 static char *
 shared_path (const char *state_dir)
 {
-  char *p = NULL;
-  if (asprintf (&p, "%s/shared-cpus", state_dir) < 0)
-    return NULL;
-  return p;
+  return xasprintf ("%s/shared-cpus", state_dir);
 }
 
 /* cpus with the shared pool the reconciler last wrote, or NULL. */
@@ -96,7 +87,7 @@ mixed_cpus (const char *state_dir, const char *cpus)
   nrm_error_t e = NULL;
   hwloc_bitmap_t a = NULL, b = NULL;
   char *r = NULL;
-  if (path == NULL || nrm_read_file (path, 1 << 16, &text, NULL, &e) < 0)
+  if (nrm_read_file (path, 1 << 16, &text, NULL, &e) < 0)
     {
       nrm_error_release (&e);
       return NULL;
@@ -130,19 +121,15 @@ nrm_hook_run (const char *fsroot, const char *state, size_t len, const char *sta
   if (pid <= 0 || pid > (1 << 22))
     return nrm_error_set (err, EINVAL, "OCI state of %s: invalid pid", id);
 
-  cleanup_free char *cfg_path = NULL, *cfg_text = NULL;
-  if (asprintf (&cfg_path, "%s/config.json", bundle) < 0)
-    return nrm_error_set (err, ENOMEM, "out of memory");
+  cleanup_free char *cfg_path = xasprintf ("%s/config.json", bundle), *cfg_text = NULL;
   if (nrm_read_file (cfg_path, MAX_BUNDLE_CONFIG, &cfg_text, NULL, err) < 0)
     return nrm_error_wrap (err, "container %s", id);
   cleanup_json json_t *cfg = json_loads (cfg_text, 0, &jerr);
   if (cfg == NULL)
     return nrm_error_set (err, EINVAL, "container %s: `%s` is not JSON: %s", id, cfg_path, jerr.text);
 
-  cleanup_free char *who = NULL;
+  cleanup_free char *who = xasprintf ("container %s", id);
   struct nrm_env_binding eb;
-  if (asprintf (&who, "container %s", id) < 0)
-    return nrm_error_set (err, ENOMEM, "out of memory");
   if (nrm_env_binding_parse (json_object_get (json_object_get (cfg, "process"), "env"), who, &eb, err) < 0)
     return -1;
   struct nrm_binding b = { 0 };
@@ -159,7 +146,7 @@ nrm_hook_run (const char *fsroot, const char *state, size_t len, const char *sta
       && b.memory.n_hugetlb == 0)
     {
       if (ret_summary)
-        *ret_summary = strdup ("no nrm binding in the container's environment; nothing to do");
+        *ret_summary = xstrdup ("no nrm binding in the container's environment; nothing to do");
       return 0;
     }
 
@@ -174,22 +161,18 @@ nrm_hook_run (const char *fsroot, const char *state, size_t len, const char *sta
    * meanwhile either sees the record or finishes before the cgroup is
    * written, so it never moves the container back. No fsync: only a crash
    * of the machine loses page-cache data, and that ends the container too. */
-  cleanup_free char *dir = NULL, *rec = record_path (state_dir, id), *text = NULL, *with_shared = NULL;
+  cleanup_free char *dir = xasprintf ("%s/containers", state_dir), *rec = record_path (state_dir, id), *text = NULL;
+  cleanup_free char *with_shared = NULL;
   cleanup_close int lock = -1;
   cleanup_json json_t *doc = NULL;
   int r = -1;
-  if (rec == NULL || asprintf (&dir, "%s/containers", state_dir) < 0)
-    {
-      nrm_error_set (err, ENOMEM, "out of memory");
-      goto out;
-    }
   if (nrm_mkdir_p (dir, 0700, err) < 0 || (lock = lock_records (state_dir, err)) < 0)
     goto fail;
   doc = json_pack ("{s:s, s:s, s:s?, s:s?}", "id", id, "cgroup", cgroup, "cpus", cpus, "mems", mems);
   if (eb.shared_cpus && cpus)
     json_object_set_new (doc, "sharedCPUs", json_true ());
   text = json_dumps (doc, JSON_COMPACT);
-  if (text == NULL || nrm_write_atomic (rec, text, strlen (text), 0600, false, err) < 0)
+  if (nrm_write_atomic (rec, text, strlen (text), 0600, false, err) < 0)
     goto fail;
   /* A mixed claim starts on its CPUs and the shared pool as the reconciler
    * last wrote it (under the same lock); without that file, on its own
@@ -211,11 +194,8 @@ out:
   nrm_cgroupfs_close (fs);
   if (r < 0)
     return -1;
-  if (ret_summary
-      && asprintf (ret_summary, "container %s in %s: cpus %s, mems %s", id, cgroup, cpus ? cpus : "-",
-                   mems ? mems : "-")
-             < 0)
-    *ret_summary = NULL;
+  if (ret_summary)
+    *ret_summary = xasprintf ("container %s in %s: cpus %s, mems %s", id, cgroup, cpus ? cpus : "-", mems ? mems : "-");
   return 0;
 }
 
@@ -237,7 +217,7 @@ note_error (struct pass *p, nrm_error_t *e)
 {
   p->st->failed++;
   if (p->first_error && *p->first_error == NULL)
-    *p->first_error = strdup (nrm_error_msg (*e));
+    *p->first_error = xstrdup (nrm_error_msg (*e));
   nrm_error_release (e);
 }
 
@@ -318,24 +298,19 @@ nrm_reconcile (struct nrm_cgroupfs *fs, const char *state_dir, const char *share
                char **ret_first_error, nrm_error_t *err)
 {
   struct pass p = { fs, state_dir, NULL, json_object (), json_object (), st, ret_first_error };
-  cleanup_free char *dir = NULL;
+  cleanup_free char *dir = xasprintf ("%s/containers", state_dir);
   cleanup_close int lock = -1;
   int r = -1;
   memset (st, 0, sizeof (*st));
   if (list_value ("shared pool", shared_cpus, &p.shared_text, err) < 0)
     goto out;
-  if (asprintf (&dir, "%s/containers", state_dir) < 0)
-    {
-      nrm_error_set (err, ENOMEM, "out of memory");
-      goto out;
-    }
   if (nrm_mkdir_p (dir, 0700, err) < 0 || (lock = lock_records (state_dir, err)) < 0)
     goto out;
   /* The shared pool, for the hook of a mixed claim's container. */
   {
     cleanup_free char *path = shared_path (state_dir), *old = NULL;
     nrm_error_t ignored = NULL;
-    if (path && (nrm_read_file (path, 1 << 16, &old, NULL, &ignored) < 0 || strcmp (old, p.shared_text) != 0))
+    if (nrm_read_file (path, 1 << 16, &old, NULL, &ignored) < 0 || strcmp (old, p.shared_text) != 0)
       {
         nrm_error_release (&ignored);
         if (nrm_write_atomic (path, p.shared_text, strlen (p.shared_text), 0600, false, err) < 0)
@@ -351,9 +326,7 @@ nrm_reconcile (struct nrm_cgroupfs *fs, const char *state_dir, const char *share
       size_t n = strlen (de->d_name);
       if (n < 6 || strcmp (de->d_name + n - 5, ".json") != 0 || de->d_name[0] == '.')
         continue;
-      cleanup_free char *path = NULL, *text = NULL;
-      if (asprintf (&path, "%s/%s", dir, de->d_name) < 0)
-        continue;
+      cleanup_free char *path = xasprintf ("%s/%s", dir, de->d_name), *text = NULL;
       nrm_error_t ignored = NULL;
       if (nrm_read_file (path, 1 << 16, &text, NULL, &ignored) < 0)
         {
@@ -380,7 +353,7 @@ nrm_reconcile (struct nrm_cgroupfs *fs, const char *state_dir, const char *share
     if (json_object_get (p.seen, id) || (cg && nrm_cgroup_exists (fs, cg)))
       continue;
     cleanup_free char *path = record_path (state_dir, id);
-    if (path && unlink (path) == 0)
+    if (unlink (path) == 0)
       st->forgotten++;
   }
   r = 0;

@@ -9,6 +9,7 @@
 
 #include "cpuset/env.h"
 #include "nrm/base/cleanup.h"
+#include "nrm/base/xalloc.h"
 
 const char *const nrm_env_name[NRM_ENV_COUNT] = {
   [NRM_ENV_CPUS] = "NRM_CPUS",
@@ -26,26 +27,22 @@ digits_only (const char *s)
   return s && *s && strspn (s, "0123456789") == strlen (s) && strlen (s) <= 20;
 }
 
-static int
-append (json_t *env, const char *name, const char *value, nrm_error_t *err)
+static void
+append (json_t *env, const char *name, const char *value)
 {
-  cleanup_free char *s = NULL;
-  if (asprintf (&s, "%s=%s", name, value) < 0 || json_array_append_new (env, json_string (s)) < 0)
-    return nrm_error_set (err, ENOMEM, "out of memory");
-  return 0;
+  cleanup_free char *s = xasprintf ("%s=%s", name, value);
+  json_array_append_new (env, json_string (s));
 }
 
 int
 nrm_env_add (json_t *env, enum nrm_env_var v, const char *size, const char *uid, const char *value, nrm_error_t *err)
 {
-  cleanup_free char *name = NULL, *key = NULL;
-  if (asprintf (&name, "%s%s", nrm_env_name[v], v == NRM_ENV_HUGETLB && size ? size : "") < 0
-      || asprintf (&key, "%s_%s", name, uid) < 0)
-    return nrm_error_set (err, ENOMEM, "out of memory");
+  cleanup_free char *name = xasprintf ("%s%s", nrm_env_name[v], v == NRM_ENV_HUGETLB && size ? size : "");
+  cleanup_free char *key = xasprintf ("%s_%s", name, uid);
   for (char *c = key + strlen (name); *c; c++)
     *c = *c == '-' ? '_' : (char) (*c >= 'a' && *c <= 'z' ? *c - 'a' + 'A' : *c);
-  if (append (env, name, value, err) < 0 || append (env, key, value, err) < 0)
-    return -1;
+  append (env, name, value);
+  append (env, key, value);
   return 0;
 }
 

@@ -11,6 +11,7 @@
 
 #include "cpuset/kubepods.h"
 #include "nrm/base/cleanup.h"
+#include "nrm/base/xalloc.h"
 
 static bool
 copy_part (char *dst, size_t cap, const char *src, size_t n)
@@ -133,9 +134,7 @@ static int
 walk (struct nrm_cgroupfs *fs, const char *rel, int depth, int (*fn) (const struct nrm_container_cgroup *, void *),
       void *arg)
 {
-  cleanup_free char *full = NULL;
-  if (asprintf (&full, "%s/%s", nrm_cgroupfs_root (fs), rel) < 0)
-    return -1;
+  cleanup_free char *full = xasprintf ("%s/%s", nrm_cgroupfs_root (fs), rel);
   DIR *d = opendir (full);
   if (d == NULL)
     return 0; /* vanished while walking: nothing to do there */
@@ -145,12 +144,7 @@ walk (struct nrm_cgroupfs *fs, const char *rel, int depth, int (*fn) (const stru
     {
       if (de->d_name[0] == '.' || de->d_type != DT_DIR)
         continue;
-      cleanup_free char *child = NULL;
-      if (asprintf (&child, "%s/%s", rel, de->d_name) < 0)
-        {
-          r = -1;
-          break;
-        }
+      cleanup_free char *child = xasprintf ("%s/%s", rel, de->d_name);
       struct nrm_container_cgroup c;
       if (nrm_kubepods_parse (child, &c))
         r = fn (&c, arg);
@@ -169,9 +163,7 @@ nrm_kubepods_walk (struct nrm_cgroupfs *fs, int (*fn) (const struct nrm_containe
   for (int i = 0; i < 2; i++)
     {
       int r = walk (fs, roots[i], 1, fn, arg);
-      if (r < 0)
-        return nrm_error_set (err, ENOMEM, "out of memory walking the pod cgroups");
-      if (r > 0)
+      if (r != 0)
         return r;
     }
   return 0;

@@ -8,6 +8,7 @@
 
 #include "cpuset/placement.h"
 #include "nrm/base/cleanup.h"
+#include "nrm/base/xalloc.h"
 
 /* The engine works on cores: how many usable CPUs each core still has, and
  * how many it has in all. A unit of the topology (package, NUMA node, or a
@@ -202,7 +203,7 @@ fill_cores (struct ctx *c, const struct unit *u, size_t n)
         for (size_t k = 0; k < t->n_cores && n > 0; k++)
           if (c->avail[k] && matches (c, u, k))
             {
-              cleanup_bitmap hwloc_bitmap_t mine = hwloc_bitmap_dup (t->cores[k].cpus);
+              cleanup_bitmap hwloc_bitmap_t mine = xbitmap_dup (t->cores[k].cpus);
               hwloc_bitmap_and (mine, mine, c->out);
               if (weight (mine) == round)
                 n -= take_core (c, k, 1);
@@ -264,9 +265,7 @@ children (const struct ctx *c, const struct unit *parent, enum level lv, struct 
         out[n++] = (struct unit){ LEVEL_CELL, parent->package, parent->node, l };
   /* Keep those with usable CPUs: one pass over the parent's cores. */
   size_t slots = (lv == LEVEL_PACKAGE ? t->n_packages : lv == LEVEL_NODE ? t->n_numa : t->n_l3 + 1) + 1;
-  bool *has = calloc (slots, sizeof (bool));
-  if (has == NULL)
-    return 0;
+  bool *has = xcalloc (slots, sizeof (bool));
   for (size_t k = 0; k < t->n_cores; k++)
     {
       const struct nrm_core *core = &t->cores[k];
@@ -324,10 +323,10 @@ best_node (const struct ctx *c, const struct unit *u, const struct usum *sum, si
 {
   const struct nrm_topology *t = c->t;
   size_t ng = t->n_l3 + 1; /* slot 0: cores without an L3 */
-  struct usum *cs = calloc (t->n_numa * ng + 1, sizeof (*cs));
+  struct usum *cs = xcalloc (t->n_numa * ng + 1, sizeof (*cs));
   int best = -1;
   size_t best_key[4] = { 0 };
-  if (cs == NULL || nu == 0)
+  if (nu == 0)
     goto out;
   /* Every cell of every node in one pass over the cores (as summarize()). */
   for (size_t i = 0; i < t->n_numa * ng; i++)
@@ -389,9 +388,9 @@ static int
 fill (struct ctx *c, const struct unit *scope, enum level lv, size_t n)
 {
   size_t max = c->t->n_numa + c->t->n_l3 + c->t->n_packages + 2;
-  struct unit *u = calloc (max, sizeof (*u));
+  struct unit *u = xcalloc (max, sizeof (*u));
   size_t nu = children (c, scope, lv, u, max);
-  struct usum *sum = calloc (max, sizeof (*sum));
+  struct usum *sum = xcalloc (max, sizeof (*sum));
   int r = -1;
   for (size_t i = 0; i < nu; i++)
     summarize (c, &u[i], &sum[i]);
@@ -511,9 +510,7 @@ node_order (const struct ctx *c, const size_t *free_of, size_t anchor, size_t *o
 {
   const struct nrm_topology *t = c->t;
   size_t nn = t->n_numa, count = 0;
-  bool *done = calloc (nn + 1, sizeof (bool));
-  if (done == NULL)
-    return 0;
+  bool *done = xcalloc (nn + 1, sizeof (bool));
   order[count++] = anchor;
   done[anchor] = true;
   int apkg = t->numa[anchor].package;
@@ -557,13 +554,11 @@ static int
 spill (struct ctx *c, size_t n)
 {
   const struct nrm_topology *t = c->t;
-  size_t nn = t->n_numa, *free_of = calloc (nn + 1, sizeof (size_t)), *order = calloc (nn + 1, sizeof (size_t));
-  size_t *cand = calloc (nn + 1, sizeof (size_t));
+  size_t nn = t->n_numa, *free_of = xcalloc (nn + 1, sizeof (size_t)), *order = xcalloc (nn + 1, sizeof (size_t));
+  size_t *cand = xcalloc (nn + 1, sizeof (size_t));
   size_t count = 0, best_need = 0, best_sum = 0;
   uint64_t best_dist = 0;
   int r = -1;
-  if (free_of == NULL || order == NULL || cand == NULL)
-    goto out;
   for (size_t i = 0; i < nn; i++)
     {
       struct unit u = { LEVEL_NODE, -1, (int) i, -1 };
@@ -599,7 +594,7 @@ spill (struct ctx *c, size_t n)
     sum += free_of[order[need++]];
   if (sum < n)
     goto out;
-  size_t *share = calloc (need + 1, sizeof (size_t)), left = n;
+  size_t *share = xcalloc (need + 1, sizeof (size_t)), left = n;
   if (c->req->options & NRM_OPT_DISTRIBUTE_ACROSS_NUMA)
     /* Even shares, filled like water: a node that cannot take its share
      * leaves the rest to the others. */
@@ -656,17 +651,10 @@ nrm_place_cpus (const struct nrm_topology *t, hwloc_const_bitmap_t free_set, con
     return -1;
   struct ctx c = { t,
                    req,
-                   hwloc_bitmap_dup (free_set),
+                   xbitmap_dup (free_set),
                    out,
-                   calloc (t->n_cores + 1, sizeof (size_t)),
-                   calloc (t->n_cores + 1, sizeof (size_t)) };
-  if (c.cand == NULL || c.avail == NULL || c.size == NULL)
-    {
-      hwloc_bitmap_free (c.cand);
-      free (c.avail);
-      free (c.size);
-      return nrm_error_set (err, ENOMEM, "out of memory");
-    }
+                   xcalloc (t->n_cores + 1, sizeof (size_t)),
+                   xcalloc (t->n_cores + 1, sizeof (size_t)) };
   if (req->within)
     hwloc_bitmap_and (c.cand, c.cand, req->within);
   hwloc_bitmap_and (c.cand, c.cand, t->online);
@@ -678,7 +666,7 @@ nrm_place_cpus (const struct nrm_topology *t, hwloc_const_bitmap_t free_set, con
     hwloc_bitmap_andnot (c.cand, c.cand, t->isolated);
   if (req->cpu_kind)
     {
-      cleanup_bitmap hwloc_bitmap_t kind = hwloc_bitmap_alloc ();
+      cleanup_bitmap hwloc_bitmap_t kind = xbitmap_alloc ();
       for (size_t k = 0; k < t->n_kinds; k++)
         if (strcmp (t->kinds[k].name, req->cpu_kind) == 0)
           hwloc_bitmap_or (kind, kind, t->kinds[k].cpus);
@@ -715,7 +703,7 @@ nrm_place_cpus (const struct nrm_topology *t, hwloc_const_bitmap_t free_set, con
     {
       /* One NUMA node when one holds it all (its best cells inside); else
        * whole packages with align-by-socket, or nodes by distance. */
-      struct unit *u = calloc (t->n_numa + 1, sizeof (*u));
+      struct unit *u = xcalloc (t->n_numa + 1, sizeof (*u));
       size_t nu = children (&c, &all, LEVEL_NODE, u, t->n_numa);
       bool one_node = false;
       for (size_t i = 0; i < nu && !one_node; i++)

@@ -12,6 +12,7 @@
 
 #include "cpuset/watch.h"
 #include "nrm/base/cleanup.h"
+#include "nrm/base/xalloc.h"
 
 /* kubepods root (0), QoS (1), pod (2): containers appear at levels 1-3. */
 #define MAX_DEPTH 3
@@ -43,13 +44,10 @@ add (struct nrm_kubepods_watch *w, const char *path, int depth)
   if (w->n == w->cap)
     {
       size_t cap = w->cap ? w->cap * 2 : 64;
-      struct dirwatch *d = realloc (w->dirs, cap * sizeof (*d));
-      if (d == NULL)
-        return;
-      w->dirs = d;
+      w->dirs = xrealloc (w->dirs, cap * sizeof (*w->dirs));
       w->cap = cap;
     }
-  w->dirs[w->n++] = (struct dirwatch){ wd, depth, strdup (path) };
+  w->dirs[w->n++] = (struct dirwatch){ wd, depth, xstrdup (path) };
   if (depth >= MAX_DEPTH)
     return;
   /* Directories that were there already. */
@@ -59,9 +57,8 @@ add (struct nrm_kubepods_watch *w, const char *path, int depth)
     {
       if (de->d_name[0] == '.' || de->d_type != DT_DIR)
         continue;
-      cleanup_free char *child = NULL;
-      if (asprintf (&child, "%s/%s", path, de->d_name) >= 0)
-        add (w, child, depth + 1);
+      cleanup_free char *child = xasprintf ("%s/%s", path, de->d_name);
+      add (w, child, depth + 1);
     }
   if (d)
     closedir (d);
@@ -70,12 +67,8 @@ add (struct nrm_kubepods_watch *w, const char *path, int depth)
 int
 nrm_kubepods_watch_open (struct nrm_cgroupfs *fs, struct nrm_kubepods_watch **ret, nrm_error_t *err)
 {
-  struct nrm_kubepods_watch *w = calloc (1, sizeof (*w));
-  if (w == NULL || (w->root = strdup (nrm_cgroupfs_root (fs))) == NULL)
-    {
-      free (w);
-      return nrm_error_set (err, ENOMEM, "out of memory");
-    }
+  struct nrm_kubepods_watch *w = xcalloc (1, sizeof (*w));
+  w->root = xstrdup (nrm_cgroupfs_root (fs));
   w->fd = inotify_init1 (IN_NONBLOCK | IN_CLOEXEC);
   if (w->fd < 0)
     {
@@ -92,14 +85,14 @@ nrm_kubepods_watch_open (struct nrm_cgroupfs *fs, struct nrm_kubepods_watch **re
       nrm_kubepods_watch_close (w);
       return nrm_error_errno (err, e, "cannot watch `%s`", nrm_cgroupfs_root (fs));
     }
-  w->dirs = calloc (64, sizeof (*w->dirs));
+  w->dirs = xcalloc (64, sizeof (*w->dirs));
   w->cap = 64;
-  w->dirs[w->n++] = (struct dirwatch){ wd, -1, strdup (w->root) };
+  w->dirs[w->n++] = (struct dirwatch){ wd, -1, xstrdup (w->root) };
   const char *roots[] = { "kubepods.slice", "kubepods" };
   for (int i = 0; i < 2; i++)
     {
-      cleanup_free char *p = NULL;
-      if (asprintf (&p, "%s/%s", w->root, roots[i]) >= 0 && access (p, F_OK) == 0)
+      cleanup_free char *p = xasprintf ("%s/%s", w->root, roots[i]);
+      if (access (p, F_OK) == 0)
         add (w, p, 0);
     }
   *ret = w;
@@ -150,9 +143,11 @@ nrm_kubepods_watch_drain (struct nrm_kubepods_watch *w)
               if (!kube)
                 break;
               appeared++;
-              cleanup_free char *child = NULL;
-              if (depth < MAX_DEPTH && asprintf (&child, "%s/%s", w->dirs[i].path, ev->name) >= 0)
-                add (w, child, depth + 1);
+              if (depth < MAX_DEPTH)
+                {
+                  cleanup_free char *child = xasprintf ("%s/%s", w->dirs[i].path, ev->name);
+                  add (w, child, depth + 1);
+                }
               break;
             }
         }

@@ -14,6 +14,7 @@
 #include "driver/claimview.h"
 #include "driver/informer.h"
 #include "nrm/base/cleanup.h"
+#include "nrm/base/xalloc.h"
 
 #define MAX_CONDITIONS 8
 #define MAX_DATA 10240
@@ -229,14 +230,13 @@ bind_claim (struct nrm_binder *b, const struct nrm_driver_slot *s, json_t *claim
   body = json_pack ("{s:s, s:s, s:{s:s, s:s}, s:{s:O}}", "apiVersion", "resource.k8s.io/v1", "kind", "ResourceClaim",
                     "metadata", "name", name, "namespace", ns, "status", "devices", devs);
   manager = nrm_kube_escape (s->name);
-  if (body == NULL || manager == NULL
-      || asprintf (&path, "/apis/resource.k8s.io/v1/namespaces/%s/resourceclaims/%s/status?fieldManager=%s&force=true",
-                   ns, name, manager)
-             < 0)
+  if (manager == NULL)
     {
-      nrm_error_set (&err, ENOMEM, "out of memory");
+      nrm_error_set (&err, ENOMEM, "libcurl cannot escape the field manager `%s`", s->name);
       goto fail;
     }
+  path = xasprintf ("/apis/resource.k8s.io/v1/namespaces/%s/resourceclaims/%s/status?fieldManager=%s&force=true", ns,
+                    name, manager);
   int code = nrm_kube_patch (b->cfg.kube, path, "application/apply-patch+yaml", body, &answer, &err);
   if (code < 0)
     goto fail;
@@ -284,14 +284,11 @@ nrm_binder_start (const struct nrm_binder_config *cfg, struct nrm_binder **ret, 
     any |= cfg->drivers->slots[i].ops->bind != NULL;
   if (!any)
     return 0;
-  struct nrm_binder *b = calloc (1, sizeof (*b));
-  cleanup_free char *sel = NULL, *label = NULL, *query = NULL;
-  if (b == NULL || asprintf (&sel, NRM_NODE_LABEL "=%s", cfg->node_name) < 0 || (label = nrm_kube_escape (sel)) == NULL
-      || asprintf (&query, "labelSelector=%s", label) < 0)
-    {
-      free (b);
-      return nrm_error_set (err, ENOMEM, "out of memory");
-    }
+  cleanup_free char *sel = xasprintf (NRM_NODE_LABEL "=%s", cfg->node_name), *label = nrm_kube_escape (sel);
+  if (label == NULL)
+    return nrm_error_set (err, ENOMEM, "libcurl cannot escape the label selector `%s`", sel);
+  cleanup_free char *query = xasprintf ("labelSelector=%s", label);
+  struct nrm_binder *b = xcalloc (1, sizeof (*b));
   b->cfg = *cfg;
   struct nrm_informer_config ic = { .kube = cfg->kube,
                                     .path = "/apis/resource.k8s.io/v1/resourceclaims",

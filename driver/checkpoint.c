@@ -9,18 +9,14 @@
 
 #include "driver/checkpoint.h"
 #include "nrm/base/cleanup.h"
+#include "nrm/base/xalloc.h"
 #include "nrm/base/fs.h"
 
 json_t *
 nrm_checkpoint_claims (const char *state_dir, const char *driver, nrm_error_t *err)
 {
-  cleanup_free char *path = NULL, *text = NULL;
+  cleanup_free char *path = xasprintf ("%s/%s.checkpoint.json", state_dir, driver), *text = NULL;
   nrm_error_t rerr = NULL;
-  if (asprintf (&path, "%s/%s.checkpoint.json", state_dir, driver) < 0)
-    {
-      nrm_error_set (err, ENOMEM, "out of memory");
-      return NULL;
-    }
   if (nrm_read_file (path, NRM_CHECKPOINT_MAX, &text, NULL, &rerr) < 0)
     {
       if (rerr->status == ENOENT)
@@ -55,7 +51,7 @@ nrm_checkpoint_held (json_t *claims)
   json_t *c;
   json_object_foreach (claims, uid, c)
   {
-    if (held && nrm_checkpoint_completed (c))
+    if (nrm_checkpoint_completed (c))
       json_object_set (held, uid, json_object_get (c, "state"));
   }
   return held;

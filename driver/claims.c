@@ -10,6 +10,7 @@
 #include "driver/names.h"
 #include "driver/plugin.h"
 #include "nrm/base/cleanup.h"
+#include "nrm/base/xalloc.h"
 #include "nrm/base/fs.h"
 
 #define MAX_CLAIM_FILE (4 << 20)
@@ -31,24 +32,22 @@ dir_get (void *self, const char *ns, const char *name, json_t **ret, nrm_error_t
 {
   const char *dir = self;
   cleanup_free char *direct = NULL, *dtext = NULL;
+  nrm_error_t unread = NULL;
+  json_error_t djerr;
   if (!nrm_is_dns_subdomain (ns, 253) || !nrm_is_dns_subdomain (name, 253))
     return nrm_error_set (err, EINVAL, "invalid claim reference %s/%s", ns, name);
-  if (asprintf (&direct, "%s/%s_%s.json", dir, ns, name) >= 0)
+  direct = xasprintf ("%s/%s_%s.json", dir, ns, name);
+  if (nrm_read_file (direct, MAX_CLAIM_FILE, &dtext, NULL, &unread) == 0)
     {
-      nrm_error_t ignored = NULL;
-      json_error_t jerr;
-      if (nrm_read_file (direct, MAX_CLAIM_FILE, &dtext, NULL, &ignored) == 0)
+      json_t *claim = json_loads (dtext, 0, &djerr);
+      if (claim && matches (claim, ns, name))
         {
-          json_t *claim = json_loads (dtext, 0, &jerr);
-          if (claim && matches (claim, ns, name))
-            {
-              *ret = claim;
-              return 0;
-            }
-          json_decref (claim);
+          *ret = claim;
+          return 0;
         }
-      nrm_error_release (&ignored);
+      json_decref (claim);
     }
+  nrm_error_release (&unread);
 
   DIR *d = opendir (dir);
   struct dirent *de;
@@ -62,8 +61,7 @@ dir_get (void *self, const char *ns, const char *name, json_t **ret, nrm_error_t
       json_error_t jerr;
       if (n < 6 || strcmp (de->d_name + n - 5, ".json") != 0 || de->d_name[0] == '.')
         continue;
-      if (asprintf (&path, "%s/%s", dir, de->d_name) < 0)
-        break;
+      path = xasprintf ("%s/%s", dir, de->d_name);
       nrm_error_t ignored = NULL;
       if (nrm_read_file (path, MAX_CLAIM_FILE, &text, NULL, &ignored) < 0)
         {

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "driver/claimview.h"
+#include "nrm/base/xalloc.h"
 
 void
 nrm_allocation_done (struct nrm_allocation *a)
@@ -34,10 +35,8 @@ nrm_claim_allocation (const char *driver, const char *node, json_t *claim, const
     return nrm_error_set (err, EINVAL, "claim is not allocated");
   if (!json_is_array (results))
     return nrm_error_set (err, EINVAL, "claim allocation has no device results");
-  a->all = calloc (json_array_size (results) + 1, sizeof (*a->all));
-  a->mine = calloc (json_array_size (results) + 1, sizeof (*a->mine));
-  if (a->all == NULL || a->mine == NULL)
-    return nrm_error_set (err, ENOMEM, "out of memory");
+  a->all = xcalloc (json_array_size (results) + 1, sizeof (*a->all));
+  a->mine = xcalloc (json_array_size (results) + 1, sizeof (*a->mine));
   json_array_foreach (results, i, r)
   {
     struct nrm_alloc_result *o = &a->all[i];
@@ -61,8 +60,6 @@ nrm_claim_allocation (const char *driver, const char *node, json_t *claim, const
     return nrm_error_set (err, EINVAL, "no device of driver %s is allocated to this claim", driver);
   /* Opaque configuration meant for this driver. */
   a->view.config = json_array ();
-  if (a->view.config == NULL)
-    return nrm_error_set (err, ENOMEM, "out of memory");
   json_array_foreach (json_object_get (json_object_get (alloc, "devices"), "config"), i, r)
   {
     json_t *opaque = json_object_get (r, "opaque");

@@ -15,6 +15,7 @@
 #include <grpc/support/time.h>
 
 #include "driver/grpc.h"
+#include "nrm/base/xalloc.h"
 
 /* Every completion carries a tag: what finished, and for whom. */
 enum tag_kind
@@ -105,13 +106,12 @@ nrm_grpc_read_buffer (grpc_byte_buffer *bb, size_t *len)
   uint8_t *out;
   *len = 0;
   if (bb == NULL || !grpc_byte_buffer_reader_init (&r, bb))
-    return calloc (1, 1);
+    return xcalloc (1, 1);
   grpc_slice all = grpc_byte_buffer_reader_readall (&r);
   grpc_byte_buffer_reader_destroy (&r);
   *len = GRPC_SLICE_LENGTH (all);
-  out = malloc (*len ? *len : 1);
-  if (out != NULL)
-    memcpy (out, GRPC_SLICE_START_PTR (all), *len);
+  out = xmalloc (*len);
+  memcpy (out, GRPC_SLICE_START_PTR (all), *len);
   grpc_slice_unref (all);
   return out;
 }
@@ -147,10 +147,8 @@ call_free (struct call *c)
 static void
 request_call (struct nrm_grpc_server *s, size_t method)
 {
-  struct call *c = calloc (1, sizeof (*c));
+  struct call *c = xcalloc (1, sizeof (*c));
   grpc_call_error e;
-  if (c == NULL)
-    return;
   c->srv = s;
   c->method = method;
   c->tag.obj = c;
@@ -239,9 +237,7 @@ stream_start_send_locked (struct nrm_grpc_stream *st)
 int
 nrm_grpc_stream_send (struct nrm_grpc_stream *st, const uint8_t *buf, size_t len)
 {
-  struct queued *q = calloc (1, sizeof (*q));
-  if (q == NULL)
-    return -1;
+  struct queued *q = xcalloc (1, sizeof (*q));
   pthread_mutex_lock (&st->lock);
   if (st->closed)
     {
@@ -319,18 +315,11 @@ open_stream (struct call *c)
 {
   struct nrm_grpc_server *s = c->srv;
   const struct nrm_grpc_method *m = &s->methods[c->method];
-  struct nrm_grpc_stream *st = calloc (1, sizeof (*st));
+  struct nrm_grpc_stream *st = xcalloc (1, sizeof (*st));
   size_t len;
   char *details = NULL;
   uint8_t *req = nrm_grpc_read_buffer (c->payload, &len);
 
-  if (st == NULL || req == NULL)
-    {
-      free (st);
-      free (req);
-      finish_call (c, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory", TAG_UNARY_DONE);
-      return;
-    }
   /* The stream takes the call over. */
   st->srv = s;
   st->call = c->call;
@@ -384,10 +373,7 @@ serve_unary (struct call *c)
   uint8_t *req = nrm_grpc_read_buffer (c->payload, &len);
   grpc_status_code code;
 
-  if (req == NULL)
-    code = GRPC_STATUS_RESOURCE_EXHAUSTED;
-  else
-    code = m->unary (m->ctx, req, len, &resp, &resp_len, &details);
+  code = m->unary (m->ctx, req, len, &resp, &resp_len, &details);
   free (req);
   if (code == GRPC_STATUS_OK)
     c->reply = nrm_grpc_make_buffer (resp ? resp : (const uint8_t *) "", resp_len);
@@ -483,22 +469,17 @@ int
 nrm_grpc_server_start (const char *path, const struct nrm_grpc_method *methods, size_t n_methods, int threads,
                        struct nrm_grpc_server **ret, nrm_error_t *err)
 {
-  struct nrm_grpc_server *s = calloc (1, sizeof (*s));
-  char *addr = NULL;
+  struct nrm_grpc_server *s = xcalloc (1, sizeof (*s));
+  char *addr = xasprintf ("unix:%s", path);
 
-  if (s == NULL || asprintf (&addr, "unix:%s", path) < 0)
-    {
-      free (s);
-      return nrm_error_set (err, ENOMEM, "out of memory");
-    }
   grpc_init ();
   pthread_mutex_init (&s->lock, NULL);
   pthread_cond_init (&s->cond, NULL);
   s->n_methods = n_methods;
-  s->methods = calloc (n_methods, sizeof (*s->methods));
-  s->handles = calloc (n_methods, sizeof (void *));
+  s->methods = xcalloc (n_methods, sizeof (*s->methods));
+  s->handles = xcalloc (n_methods, sizeof (void *));
   s->n_threads = threads > 0 ? threads : 1;
-  s->threads = calloc ((size_t) s->n_threads, sizeof (pthread_t));
+  s->threads = xcalloc ((size_t) s->n_threads, sizeof (pthread_t));
   s->server = grpc_server_create (NULL, NULL);
   s->cq = grpc_completion_queue_create_for_next (NULL);
   s->shutdown_tag = (struct tag){ TAG_SHUTDOWN, s };

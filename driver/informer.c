@@ -15,6 +15,7 @@
 
 #include "driver/informer.h"
 #include "nrm/base/cleanup.h"
+#include "nrm/base/xalloc.h"
 
 #define BACKOFF_MIN_MS 500
 #define BACKOFF_MAX_MS 30000
@@ -78,15 +79,11 @@ failed (struct nrm_informer *i, nrm_error_t *err)
   i->backoff_ms = i->backoff_ms * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : i->backoff_ms * 2;
 }
 
-static int
-set_rv (struct nrm_informer *i, const char *rv, nrm_error_t *err)
+static void
+set_rv (struct nrm_informer *i, const char *rv)
 {
-  char *c = strdup (rv);
-  if (c == NULL)
-    return nrm_error_set (err, ENOMEM, "out of memory");
   free (i->rv);
-  i->rv = c;
-  return 0;
+  i->rv = xstrdup (rv);
 }
 
 static int
@@ -95,12 +92,9 @@ list (struct nrm_informer *i, nrm_error_t *err)
   cleanup_free char *cont = NULL, *rv = NULL;
   do
     {
-      cleanup_free char *path = NULL;
+      cleanup_free char *path = xasprintf ("%s?limit=500%s%s%s%s", i->path, i->query ? "&" : "",
+                                           i->query ? i->query : "", cont ? "&continue=" : "", cont ? cont : "");
       cleanup_json json_t *l = NULL;
-      if (asprintf (&path, "%s?limit=500%s%s%s%s", i->path, i->query ? "&" : "", i->query ? i->query : "",
-                    cont ? "&continue=" : "", cont ? cont : "")
-          < 0)
-        return nrm_error_set (err, ENOMEM, "out of memory");
       int code = nrm_kube_call (i->cfg.kube, "GET", path, NULL, &l, err);
       if (code < 0)
         return nrm_error_wrap (err, "listing");
@@ -115,9 +109,9 @@ list (struct nrm_informer *i, nrm_error_t *err)
       free (cont);
       cont = NULL;
       if (c && *c && (cont = nrm_kube_escape (c)) == NULL)
-        return nrm_error_set (err, ENOMEM, "out of memory");
-      if (rv == NULL && r && (rv = strdup (r)) == NULL)
-        return nrm_error_set (err, ENOMEM, "out of memory");
+        return nrm_error_set (err, ENOMEM, "listing: libcurl cannot escape the continue token");
+      if (rv == NULL && r)
+        rv = xstrdup (r);
     }
   while (cont);
   if (rv == NULL)
@@ -141,12 +135,8 @@ on_event (void *ctx, const char *type, json_t *obj)
       i->need_list = true;
       return -1;
     }
-  nrm_error_t err = NULL;
-  if (rv && *rv && set_rv (i, rv, &err) < 0)
-    {
-      nrm_error_release (&err);
-      return -1;
-    }
+  if (rv && *rv)
+    set_rv (i, rv);
   if (strcmp (type, "BOOKMARK") != 0)
     i->cfg.event (i->cfg.ctx, type, obj);
   return 0;
@@ -179,15 +169,10 @@ thread_main (void *arg)
         }
       if (w == NULL)
         {
-          cleanup_free char *path = NULL;
           /* The server ends the watch after timeoutSeconds; spread them. */
-          if (asprintf (&path, "%s?watch=true&allowWatchBookmarks=true&resourceVersion=%s&timeoutSeconds=%u%s%s",
-                        i->path, i->rv, 300 + random_below (300), i->query ? "&" : "", i->query ? i->query : "")
-              < 0)
-            {
-              wait_wake (i, 1000);
-              continue;
-            }
+          cleanup_free char *path
+              = xasprintf ("%s?watch=true&allowWatchBookmarks=true&resourceVersion=%s&timeoutSeconds=%u%s%s", i->path,
+                           i->rv, 300 + random_below (300), i->query ? "&" : "", i->query ? i->query : "");
           if (nrm_kube_watch_open (i->cfg.kube, path, on_event, i, &w, &err) < 0)
             {
               failed (i, &err);
@@ -245,18 +230,17 @@ informer_free (struct nrm_informer *i)
 int
 nrm_informer_start (const struct nrm_informer_config *cfg, struct nrm_informer **ret, nrm_error_t *err)
 {
-  struct nrm_informer *i = calloc (1, sizeof (*i));
-  if (i == NULL)
-    return nrm_error_set (err, ENOMEM, "out of memory");
+  struct nrm_informer *i = xcalloc (1, sizeof (*i));
   i->cfg = *cfg;
+  i->path = xstrdup (cfg->path);
+  i->query = cfg->query ? xstrdup (cfg->query) : NULL;
+  i->what = xstrdup (cfg->what ? cfg->what : cfg->path);
   i->wake = eventfd (0, EFD_CLOEXEC | EFD_NONBLOCK);
-  i->path = strdup (cfg->path);
-  i->query = cfg->query ? strdup (cfg->query) : NULL;
-  i->what = strdup (cfg->what ? cfg->what : cfg->path);
-  if (i->wake < 0 || i->path == NULL || (cfg->query && i->query == NULL) || i->what == NULL)
+  if (i->wake < 0)
     {
+      int e = errno;
       informer_free (i);
-      return nrm_error_set (err, ENOMEM, "out of memory");
+      return nrm_error_errno (err, e, "eventfd");
     }
   if (pthread_create (&i->thread, NULL, thread_main, i) != 0)
     {

@@ -62,22 +62,21 @@ nrm_kit_index_pool (const struct nrm_pool *p, json_t **ret_by_name, json_t **ret
   json_t *by_name = json_object (), *names = json_array ();
   size_t i;
   json_t *dev;
-  if (by_name == NULL || names == NULL)
-    goto oom;
   json_array_foreach (p->devices, i, dev)
   {
+    /* A device without a name, or with one that is not UTF-8. */
     const char *name = json_string_value (json_object_get (dev, "name"));
     if (name == NULL || json_object_set (by_name, name, dev) < 0
         || json_array_append_new (names, json_string (name)) < 0)
-      goto oom;
+      {
+        json_decref (by_name);
+        json_decref (names);
+        return nrm_error_set (err, EINVAL, "device %zu of pool `%s` has no valid name", i, p->driver);
+      }
   }
   *ret_by_name = by_name;
   *ret_names = names;
   return 0;
-oom:
-  json_decref (by_name);
-  json_decref (names);
-  return nrm_error_set (err, ENOMEM, "out of memory");
 }
 
 const char *

@@ -18,6 +18,7 @@
 #include "driver/kube.h"
 #include "driver/names.h"
 #include "nrm/base/cleanup.h"
+#include "nrm/base/xalloc.h"
 #include "nrm/base/fs.h"
 #include "nrm/base/yaml.h"
 
@@ -169,14 +170,12 @@ static int
 base64_decode (const char *in, const char *what, char **ret, nrm_error_t *err)
 {
   size_t len = strlen (in);
-  cleanup_free char *out = malloc (len / 4 * 3 + 4);
+  cleanup_free char *out = xmalloc (len / 4 * 3 + 4);
   EVP_ENCODE_CTX *ctx = EVP_ENCODE_CTX_new ();
   int n = 0, m = 0;
-  if (out == NULL || ctx == NULL)
-    {
-      EVP_ENCODE_CTX_free (ctx);
-      return nrm_error_set (err, ENOMEM, "out of memory");
-    }
+  /* It fails only for lack of memory. */
+  if (ctx == NULL)
+    nrm_oom ();
   EVP_DecodeInit (ctx);
   int r = EVP_DecodeUpdate (ctx, (unsigned char *) out, &n, (const unsigned char *) in, (int) len);
   if (r >= 0)
@@ -193,12 +192,9 @@ base64_decode (const char *in, const char *what, char **ret, nrm_error_t *err)
 static char *
 resolve_path (const char *base_dir, const char *p)
 {
-  char *r = NULL;
   if (p[0] == '/')
-    return strdup (p);
-  if (asprintf (&r, "%s/%s", base_dir, p) < 0)
-    return NULL;
-  return r;
+    return xstrdup (p);
+  return xasprintf ("%s/%s", base_dir, p);
 }
 
 static json_t *
@@ -219,23 +215,17 @@ static int
 set_file_or_data (json_t *obj, const char *key, const char *base_dir, const char *what, char **file, char **pem,
                   nrm_error_t *err)
 {
-  cleanup_free char *data_key = NULL;
-  if (asprintf (&data_key, "%s-data", key) < 0)
-    return nrm_error_set (err, ENOMEM, "out of memory");
+  cleanup_free char *data_key = xasprintf ("%s-data", key);
   const char *data = json_string_value (json_object_get (obj, data_key));
   const char *path = json_string_value (json_object_get (obj, key));
   if (data && *data)
     {
-      cleanup_free char *w = NULL;
-      if (asprintf (&w, "%s %s", what, data_key) < 0)
-        return nrm_error_set (err, ENOMEM, "out of memory");
+      cleanup_free char *w = xasprintf ("%s %s", what, data_key);
       return base64_decode (data, w, pem, err);
     }
   if (path && *path)
     {
       *file = resolve_path (base_dir, path);
-      if (*file == NULL)
-        return nrm_error_set (err, ENOMEM, "out of memory");
       if (access (*file, R_OK) < 0)
         return nrm_error_errno (err, errno, "%s %s `%s`", what, key, *file);
     }
@@ -248,9 +238,7 @@ load_kubeconfig (struct nrm_kube *k, const char *path, nrm_error_t *err)
   cleanup_json json_t *cfg = NULL;
   if (nrm_yaml_load_file (path, MAX_SMALL_FILE, &cfg, err) < 0)
     return nrm_error_wrap (err, "kubeconfig");
-  cleanup_free char *dcopy = strdup (path);
-  if (dcopy == NULL)
-    return nrm_error_set (err, ENOMEM, "out of memory");
+  cleanup_free char *dcopy = xstrdup (path);
   const char *dir = dirname (dcopy);
 
   const char *ctx_name = json_string_value (json_object_get (cfg, "current-context"));
@@ -277,9 +265,7 @@ load_kubeconfig (struct nrm_kube *k, const char *path, nrm_error_t *err)
   if (json_object_get (cluster, "proxy-url") || json_object_get (cluster, "tls-server-name"))
     return nrm_error_set (err, EINVAL, "kubeconfig `%s`: cluster `%s`: proxy-url and tls-server-name are not supported",
                           path, cluster_name);
-  k->server = strdup (server);
-  if (k->server == NULL)
-    return nrm_error_set (err, ENOMEM, "out of memory");
+  k->server = xstrdup (server);
   size_t sl = strlen (k->server);
   while (sl > 8 && k->server[sl - 1] == '/')
     k->server[--sl] = '\0';
@@ -297,10 +283,10 @@ load_kubeconfig (struct nrm_kube *k, const char *path, nrm_error_t *err)
                             path, user_name, *u);
   const char *token = json_string_value (json_object_get (user, "token"));
   const char *token_file = json_string_value (json_object_get (user, "tokenFile"));
-  if (token && *token && (k->token = strdup (token)) == NULL)
-    return nrm_error_set (err, ENOMEM, "out of memory");
-  if (token == NULL && token_file && *token_file && (k->token_file = resolve_path (dir, token_file)) == NULL)
-    return nrm_error_set (err, ENOMEM, "out of memory");
+  if (token && *token)
+    k->token = xstrdup (token);
+  if (token == NULL && token_file && *token_file)
+    k->token_file = resolve_path (dir, token_file);
   if (set_file_or_data (user, "client-certificate", dir, "kubeconfig user", &k->cert_file, &k->cert_pem, err) < 0
       || set_file_or_data (user, "client-key", dir, "kubeconfig user", &k->key_file, &k->key_pem, err) < 0)
     return -1;
@@ -322,9 +308,9 @@ load_in_cluster (struct nrm_kube *k, nrm_error_t *err)
   if (dir == NULL || *dir == '\0')
     dir = SA_DIR;
   bool v6 = strchr (host, ':') != NULL;
-  if (asprintf (&k->server, "https://%s%s%s:%s", v6 ? "[" : "", host, v6 ? "]" : "", port) < 0
-      || asprintf (&k->token_file, "%s/token", dir) < 0 || asprintf (&k->ca_file, "%s/ca.crt", dir) < 0)
-    return nrm_error_set (err, ENOMEM, "out of memory");
+  k->server = xasprintf ("https://%s%s%s:%s", v6 ? "[" : "", host, v6 ? "]" : "", port);
+  k->token_file = xasprintf ("%s/token", dir);
+  k->ca_file = xasprintf ("%s/ca.crt", dir);
   if (access (k->ca_file, R_OK) < 0)
     return nrm_error_errno (err, errno, "service account CA `%s`", k->ca_file);
   return 0;
@@ -372,8 +358,8 @@ current_token (struct nrm_kube *k, bool force, char **ret, nrm_error_t *err)
             }
         }
     }
-  if (r == 0 && k->token && (*ret = strdup (k->token)) == NULL)
-    r = nrm_error_set (err, ENOMEM, "out of memory");
+  if (r == 0 && k->token)
+    *ret = xstrdup (k->token);
   pthread_mutex_unlock (&k->token_lock);
   return r;
 }
@@ -387,9 +373,7 @@ global_init (void)
 int
 nrm_kube_new (const struct nrm_kube_options *o, struct nrm_kube **ret, nrm_error_t *err)
 {
-  struct nrm_kube *k = calloc (1, sizeof (*k));
-  if (k == NULL)
-    return nrm_error_set (err, ENOMEM, "out of memory");
+  struct nrm_kube *k = xcalloc (1, sizeof (*k));
   pthread_mutex_init (&k->token_lock, NULL);
   pthread_mutex_init (&k->rate_lock, NULL);
   for (int i = 0; i < CURL_LOCK_DATA_LAST; i++)
@@ -400,14 +384,12 @@ nrm_kube_new (const struct nrm_kube_options *o, struct nrm_kube **ret, nrm_error
   k->rate_ns = now_ns ();
   k->timeout_ms = o->timeout_ms > 0 ? o->timeout_ms : 10000;
   k->max_tries = o->max_tries > 0 ? o->max_tries : 1;
-  k->user_agent = strdup (o->user_agent ? o->user_agent : PACKAGE_NAME);
+  k->user_agent = xstrdup (o->user_agent ? o->user_agent : PACKAGE_NAME);
 
   int r = o->kubeconfig ? load_kubeconfig (k, o->kubeconfig, err) : load_in_cluster (k, err);
   cleanup_free char *probe = NULL;
   if (r == 0)
     r = current_token (k, true, &probe, err);
-  if (r == 0 && k->user_agent == NULL)
-    r = nrm_error_set (err, ENOMEM, "out of memory");
   if (probe)
     explicit_bzero (probe, strlen (probe));
   if (r == 0)
@@ -415,18 +397,16 @@ nrm_kube_new (const struct nrm_kube_options *o, struct nrm_kube **ret, nrm_error
       /* The first call is not thread-safe: make it here, once. */
       static pthread_once_t once = PTHREAD_ONCE_INIT;
       pthread_once (&once, global_init);
+      /* It fails only for lack of memory. */
       k->share = curl_share_init ();
       if (k->share == NULL)
-        r = nrm_error_set (err, ENOMEM, "out of memory");
-      else
-        {
-          curl_share_setopt (k->share, CURLSHOPT_LOCKFUNC, share_lock);
-          curl_share_setopt (k->share, CURLSHOPT_UNLOCKFUNC, share_unlock);
-          curl_share_setopt (k->share, CURLSHOPT_USERDATA, k);
-          curl_share_setopt (k->share, CURLSHOPT_SHARE, CURL_LOCK_DATA_CONNECT);
-          curl_share_setopt (k->share, CURLSHOPT_SHARE, CURL_LOCK_DATA_DNS);
-          curl_share_setopt (k->share, CURLSHOPT_SHARE, CURL_LOCK_DATA_SSL_SESSION);
-        }
+        nrm_oom ();
+      curl_share_setopt (k->share, CURLSHOPT_LOCKFUNC, share_lock);
+      curl_share_setopt (k->share, CURLSHOPT_UNLOCKFUNC, share_unlock);
+      curl_share_setopt (k->share, CURLSHOPT_USERDATA, k);
+      curl_share_setopt (k->share, CURLSHOPT_SHARE, CURL_LOCK_DATA_CONNECT);
+      curl_share_setopt (k->share, CURLSHOPT_SHARE, CURL_LOCK_DATA_DNS);
+      curl_share_setopt (k->share, CURLSHOPT_SHARE, CURL_LOCK_DATA_SSL_SESSION);
     }
   if (r < 0)
     {
@@ -479,10 +459,7 @@ buf_write (char *ptr, size_t size, size_t nmemb, void *ctx)
       size_t cap = b->cap ? b->cap : 4096;
       while (cap < b->len + n + 1)
         cap *= 2;
-      char *d = realloc (b->data, cap);
-      if (d == NULL)
-        return 0;
-      b->data = d;
+      b->data = xrealloc (b->data, cap);
       b->cap = cap;
     }
   memcpy (b->data + b->len, ptr, n);
@@ -531,6 +508,16 @@ set_pem (CURL *h, CURLoption blob_opt, CURLoption type_opt, const char *pem)
   return c;
 }
 
+/* curl_slist_append() fails only for lack of memory. */
+static struct curl_slist *
+slist_append (struct curl_slist *list, const char *s)
+{
+  struct curl_slist *l = curl_slist_append (list, s);
+  if (l == NULL)
+    nrm_oom ();
+  return l;
+}
+
 /* An easy handle for one request to path, with TLS and authentication. */
 static int
 easy_new (struct nrm_kube *k, const char *method, const char *path, const char *ctype, bool force_token, CURL **ret,
@@ -539,29 +526,23 @@ easy_new (struct nrm_kube *k, const char *method, const char *path, const char *
   cleanup_free char *url = NULL, *token = NULL, *auth = NULL, *cth = NULL;
   if (path[0] != '/')
     return nrm_error_set (err, EINVAL, "API path `%s` does not start with /", path);
-  if (asprintf (&url, "%s%s", k->server, path) < 0)
-    return nrm_error_set (err, ENOMEM, "out of memory");
+  url = xasprintf ("%s%s", k->server, path);
   if (current_token (k, force_token, &token, err) < 0)
     return -1;
 
   __attribute__ ((cleanup (curl_easy_cleanupp))) CURL *h = curl_easy_init ();
   if (h == NULL)
     return nrm_error_set (err, ENOMEM, "cannot start a libcurl handle");
-  struct curl_slist *hl = curl_slist_append (NULL, "Accept: application/json");
-  if (hl && asprintf (&cth, "Content-Type: %s", ctype) >= 0)
-    hl = curl_slist_append (hl, cth);
-  if (hl && token)
-    {
-      if (asprintf (&auth, "Authorization: Bearer %s", token) < 0)
-        auth = NULL;
-      hl = auth ? curl_slist_append (hl, auth) : NULL;
-      if (auth)
-        explicit_bzero (auth, strlen (auth));
-    }
+  struct curl_slist *hl = slist_append (NULL, "Accept: application/json");
+  cth = xasprintf ("Content-Type: %s", ctype);
+  hl = slist_append (hl, cth);
   if (token)
-    explicit_bzero (token, strlen (token));
-  if (hl == NULL)
-    return nrm_error_set (err, ENOMEM, "out of memory");
+    {
+      auth = xasprintf ("Authorization: Bearer %s", token);
+      hl = slist_append (hl, auth);
+      explicit_bzero (auth, strlen (auth));
+      explicit_bzero (token, strlen (token));
+    }
   *headers = hl;
 
   CURLcode c = CURLE_OK;
@@ -624,8 +605,9 @@ call (struct nrm_kube *k, const char *method, const char *path, const char *ctyp
   cleanup_free char *payload = NULL;
   bool is_post = strcmp (method, "POST") == 0;
   bool force_token = false;
+  /* json_dumps() encodes only an object or an array. */
   if (body && (payload = json_dumps (body, JSON_COMPACT)) == NULL)
-    return nrm_error_set (err, ENOMEM, "out of memory");
+    return nrm_error_set (err, EINVAL, "%s %s: the request body is not a JSON object or array", method, path);
   *ret = NULL;
 
   for (int attempt = 1;; attempt++)
@@ -715,7 +697,7 @@ char *
 nrm_kube_escape (const char *s)
 {
   char *e = curl_easy_escape (NULL, s, 0);
-  char *r = e ? strdup (e) : NULL;
+  char *r = e ? xstrdup (e) : NULL;
   curl_free (e);
   return r;
 }
@@ -824,9 +806,7 @@ int
 nrm_kube_watch_open (struct nrm_kube *k, const char *path, nrm_kube_event_fn fn, void *ctx, struct nrm_kube_watch **ret,
                      nrm_error_t *err)
 {
-  struct nrm_kube_watch *w = calloc (1, sizeof (*w));
-  if (w == NULL)
-    return nrm_error_set (err, ENOMEM, "out of memory");
+  struct nrm_kube_watch *w = xcalloc (1, sizeof (*w));
   w->fn = fn;
   w->ctx = ctx;
   w->line.max = MAX_EVENT;
@@ -894,8 +874,7 @@ kube_claim_get (void *self, const char *ns, const char *name, json_t **ret, nrm_
   cleanup_json json_t *body = NULL;
   if (!nrm_is_dns_subdomain (ns, 253) || !nrm_is_dns_subdomain (name, 253))
     return nrm_error_set (err, EINVAL, "invalid claim reference %s/%s", ns, name);
-  if (asprintf (&path, "/apis/resource.k8s.io/v1/namespaces/%s/resourceclaims/%s", ns, name) < 0)
-    return nrm_error_set (err, ENOMEM, "out of memory");
+  path = xasprintf ("/apis/resource.k8s.io/v1/namespaces/%s/resourceclaims/%s", ns, name);
   int code = nrm_kube_call (k, "GET", path, NULL, &body, err);
   if (code < 0)
     return nrm_error_wrap (err, "ResourceClaim %s/%s", ns, name);

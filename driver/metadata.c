@@ -18,6 +18,7 @@
 #include "driver/metadata.h"
 #include "driver/names.h"
 #include "nrm/base/cleanup.h"
+#include "nrm/base/xalloc.h"
 #include "nrm/base/fs.h"
 
 #define API_VERSION "metadata.resource.k8s.io/v1alpha1"
@@ -83,19 +84,15 @@ check_request (const char *request, char **ret, nrm_error_t *err)
     {
       if (!nrm_is_dns_label (request))
         return refuse ("request", request, why, err);
-      *ret = strdup (request);
+      *ret = xstrdup (request);
     }
   else
     {
-      cleanup_free char *base = strndup (request, (size_t) (slash - request));
-      if (base == NULL)
-        return nrm_error_set (err, ENOMEM, "out of memory");
+      cleanup_free char *base = xstrndup (request, (size_t) (slash - request));
       if (!nrm_is_dns_label (base) || !nrm_is_dns_label (slash + 1))
         return refuse ("request", request, why, err);
       *ret = TAKE_PTR (base);
     }
-  if (*ret == NULL)
-    return nrm_error_set (err, ENOMEM, "out of memory");
   return 0;
 }
 
@@ -149,11 +146,6 @@ copy_devices (json_t *devices, nrm_error_t *err)
   size_t i;
   json_t *d;
 
-  if (out == NULL)
-    {
-      nrm_error_set (err, ENOMEM, "out of memory");
-      return NULL;
-    }
   if (!json_is_array (devices) || json_array_size (devices) == 0)
     {
       nrm_error_set (err, EINVAL, "devices must be a non-empty array");
@@ -176,11 +168,9 @@ copy_devices (json_t *devices, nrm_error_t *err)
         return NULL;
       }
     json_t *c = json_pack ("{s:s, s:s, s:s}", "driver", driver, "pool", pool, "name", name);
-    if (json_array_append_new (out, c) < 0 || (json_is_object (attrs) && json_object_set (c, "attributes", attrs) < 0))
-      {
-        nrm_error_set (err, ENOMEM, "out of memory");
-        return NULL;
-      }
+    json_array_append_new (out, c);
+    if (json_is_object (attrs))
+      json_object_set (c, "attributes", attrs);
   }
   return TAKE_PTR (out);
 }
@@ -207,13 +197,11 @@ own_dir (const char *path, nrm_error_t *err)
   return 0;
 }
 
-static int
-dump (json_t *v, char **ret, nrm_error_t *err)
+static char *
+dump (json_t *v)
 {
-  cleanup_free char *text = v ? json_dumps (v, JSON_INDENT (2)) : NULL;
-  if (text == NULL || asprintf (ret, "%s\n", text) < 0)
-    return nrm_error_set (err, ENOMEM, "out of memory");
-  return 0;
+  cleanup_free char *text = json_dumps (v, JSON_INDENT (2));
+  return xasprintf ("%s\n", text);
 }
 
 int
@@ -237,16 +225,17 @@ nrm_metadata_write (const char *plugin_data_dir, const char *cdi_dir, const char
   if (devs == NULL)
     return nrm_error_wrap (err, "request `%s` of claim %s/%s", request, ns, name);
 
-  if (asprintf (&top, "%s/" HOST_SUBDIR, plugin_data_dir) < 0 || asprintf (&claim_dir, "%s/%s_%s", top, ns, name) < 0
-      || asprintf (&req_dir, "%s/%s", claim_dir, base) < 0 || asprintf (&host, "%s/metadata.json", req_dir) < 0
-      || asprintf (&container, NRM_METADATA_CONTAINER_ROOT "/%s/%s/%s/%s-metadata.json",
-                   pod_claim_name ? "resourceclaimtemplates" : "resourceclaims", pod_claim_name ? pod_claim_name : name,
-                   base, driver)
-             < 0
-      || asprintf (&dev_name, "%s_%s", uid, base) < 0
-      || asprintf (&cdi_file, "%s/%s_metadata_%s.json", cdi_dir, driver, dev_name) < 0
-      || asprintf (&kind, "%s/metadata", driver) < 0 || asprintf (&id, "%s=%s", kind, dev_name) < 0)
-    return nrm_error_set (err, ENOMEM, "out of memory");
+  top = xasprintf ("%s/" HOST_SUBDIR, plugin_data_dir);
+  claim_dir = xasprintf ("%s/%s_%s", top, ns, name);
+  req_dir = xasprintf ("%s/%s", claim_dir, base);
+  host = xasprintf ("%s/metadata.json", req_dir);
+  container = xasprintf (NRM_METADATA_CONTAINER_ROOT "/%s/%s/%s/%s-metadata.json",
+                         pod_claim_name ? "resourceclaimtemplates" : "resourceclaims",
+                         pod_claim_name ? pod_claim_name : name, base, driver);
+  dev_name = xasprintf ("%s_%s", uid, base);
+  cdi_file = xasprintf ("%s/%s_metadata_%s.json", cdi_dir, driver, dev_name);
+  kind = xasprintf ("%s/metadata", driver);
+  id = xasprintf ("%s=%s", kind, dev_name);
   /* Valid names can still make a file name too long for the file system. */
   if (strlen (ns) + 1 + strlen (name) > NAME_MAX)
     return refuse ("claim name", name, "too long, with the namespace, for a file name", err);
@@ -257,14 +246,17 @@ nrm_metadata_write (const char *plugin_data_dir, const char *cdi_dir, const char
   cleanup_json json_t *doc
       = json_pack ("{s:s, s:s, s:{s:s, s:s, s:s, s:I}}", "apiVersion", API_VERSION, "kind", "DeviceMetadata",
                    "metadata", "name", name, "namespace", ns, "uid", uid, "generation", generation);
-  if (doc == NULL || (pod_claim_name && json_object_set_new (doc, "podClaimName", json_string (pod_claim_name)) < 0)
-      || json_object_set_new (doc, "requests", json_pack ("[{s:s, s:O}]", "name", request, "devices", devs)) < 0)
-    return nrm_error_set (err, ENOMEM, "out of memory");
+  if (pod_claim_name)
+    json_object_set_new (doc, "podClaimName", json_string (pod_claim_name));
+  json_object_set_new (doc, "requests", json_pack ("[{s:s, s:O}]", "name", request, "devices", devs));
   cleanup_json json_t *spec = json_pack ("{s:s, s:s, s:[{s:s, s:{s:[{s:s, s:s, s:[s, s]}]}}]}", "cdiVersion", "0.5.0",
                                          "kind", kind, "devices", "name", dev_name, "containerEdits", "mounts",
                                          "hostPath", host, "containerPath", container, "options", "ro", "bind");
-  if (dump (doc, &text, err) < 0 || dump (spec, &spec_text, err) < 0)
-    return -1;
+  /* The other names are checked above; the directory is the node's setting. */
+  if (spec == NULL)
+    return nrm_error_set (err, EINVAL, "the plugin data directory `%s` is not valid UTF-8", plugin_data_dir);
+  text = dump (doc);
+  spec_text = dump (spec);
 
   if (nrm_mkdir_p (plugin_data_dir, 0755, err) < 0 || own_dir (top, err) < 0 || own_dir (claim_dir, err) < 0
       || own_dir (req_dir, err) < 0 || nrm_write_atomic (host, text, strlen (text), 0644, false, err) < 0
@@ -283,12 +275,10 @@ nrm_metadata_write (const char *plugin_data_dir, const char *cdi_dir, const char
 static int
 remove_at (int dfd, const char *where, const char *name, int depth, nrm_error_t *err)
 {
-  cleanup_free char *path = NULL;
+  cleanup_free char *path = xasprintf ("%s/%s", where, name);
   struct stat st;
   int rc = 0;
 
-  if (asprintf (&path, "%s/%s", where, name) < 0)
-    return nrm_error_set (err, ENOMEM, "out of memory");
   if (fstatat (dfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
     return errno == ENOENT ? 0 : nrm_error_errno (err, errno, "cannot stat `%s`", path);
   if (!S_ISDIR (st.st_mode))
@@ -344,11 +334,9 @@ remove_at (int dfd, const char *where, const char *name, int depth, nrm_error_t 
 static int
 remove_specs (const char *cdi_dir, const char *driver, const char *uid, nrm_error_t *err)
 {
-  cleanup_free char *prefix = NULL;
+  cleanup_free char *prefix = xasprintf ("%s_metadata_%s_", driver, uid);
   int rc = 0;
 
-  if (asprintf (&prefix, "%s_metadata_%s_", driver, uid) < 0)
-    return nrm_error_set (err, ENOMEM, "out of memory");
   size_t plen = strlen (prefix);
   cleanup_dir DIR *d = opendir (cdi_dir);
   if (d == NULL)
@@ -387,8 +375,8 @@ nrm_metadata_remove (const char *plugin_data_dir, const char *cdi_dir, const cha
     return nrm_error_set (err, EINVAL, "the plugin data and CDI directories are required");
   if (check_claim (driver, ns, name, uid, err) < 0)
     return -1;
-  if (asprintf (&top, "%s/" HOST_SUBDIR, plugin_data_dir) < 0 || asprintf (&claim_dir, "%s_%s", ns, name) < 0)
-    return nrm_error_set (err, ENOMEM, "out of memory");
+  top = xasprintf ("%s/" HOST_SUBDIR, plugin_data_dir);
+  claim_dir = xasprintf ("%s_%s", ns, name);
 
   cleanup_close int dfd = open (top, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dfd < 0 && errno != ENOENT)

@@ -23,6 +23,7 @@
 #include "driver/names.h"
 #include "driver/plugin.h"
 #include "nrm/base/cleanup.h"
+#include "nrm/base/xalloc.h"
 #include "nrm/base/fs.h"
 #include "proto/dra_health_v1alpha1.pb-c.h"
 #include "proto/dra_v1.pb-c.h"
@@ -208,8 +209,6 @@ checkpoint_write (struct nrm_plugin *p, json_t *cp, bool durable, nrm_error_t *e
   json_int_t gen = json_integer_value (json_object_get (cp, "generation")) + 1;
   json_object_set_new (cp, "generation", json_integer (gen));
   cleanup_free char *text = json_dumps (cp, JSON_INDENT (1) | JSON_SORT_KEYS);
-  if (text == NULL)
-    return nrm_error_set (err, ENOMEM, "out of memory");
   if (nrm_write_atomic (p->checkpoint, text, strlen (text), 0600, durable, err) < 0)
     {
       json_object_set_new (cp, "generation", json_integer (gen - 1));
@@ -226,19 +225,13 @@ checkpoint_write (struct nrm_plugin *p, json_t *cp, bool durable, nrm_error_t *e
 static char *
 cdi_path (struct nrm_plugin *p, const char *uid)
 {
-  char *path = NULL;
-  if (asprintf (&path, "%s/%s-%s.json", p->cdi_dir, p->driver, uid) < 0)
-    return NULL;
-  return path;
+  return xasprintf ("%s/%s-%s.json", p->cdi_dir, p->driver, uid);
 }
 
 static char *
 cdi_id (struct nrm_plugin *p, const char *uid)
 {
-  char *id = NULL;
-  if (asprintf (&id, "%s/claim=%s", p->driver, uid) < 0)
-    return NULL;
-  return id;
+  return xasprintf ("%s/claim=%s", p->driver, uid);
 }
 
 /* A driver's container edits as the checkpoint keeps them (new reference). */
@@ -251,10 +244,10 @@ edits_json (const struct nrm_container_edits *e)
     const char *key;
     json_t *v;
   } parts[] = { { "env", e->env }, { "deviceNodes", e->device_nodes }, { "mounts", e->mounts }, { "hooks", e->hooks } };
-  for (size_t i = 0; o && i < sizeof (parts) / sizeof (parts[0]); i++)
+  for (size_t i = 0; i < sizeof (parts) / sizeof (parts[0]); i++)
     if (json_array_size (parts[i].v) > 0)
       json_object_set (o, parts[i].key, parts[i].v);
-  if (o && e->commit_hook)
+  if (e->commit_hook)
     json_object_set_new (o, "commitHook", json_true ());
   return o;
 }
@@ -279,13 +272,10 @@ cdi_write (struct nrm_plugin *p, const char *uid, json_t *edits, nrm_error_t *er
 {
   if (p->cfg.local)
     return 0;
-  cleanup_free char *path = cdi_path (p, uid), *kind = NULL;
-  if (path == NULL || asprintf (&kind, "%s/claim", p->driver) < 0)
-    return nrm_error_set (err, ENOMEM, "out of memory");
+  cleanup_free char *path = cdi_path (p, uid), *kind = xasprintf ("%s/claim", p->driver);
   cleanup_json json_t *ce = json_object ();
   json_t *env = json_object_get (edits, "env");
-  if (ce == NULL || json_object_set (ce, "env", json_is_array (env) ? env : json_array ()) < 0)
-    return nrm_error_set (err, ENOMEM, "out of memory");
+  json_object_set_new (ce, "env", json_is_array (env) ? json_incref (env) : json_array ());
   static const char *const arrays[] = { "deviceNodes", "mounts" };
   for (size_t i = 0; i < 2; i++)
     if (json_array_size (json_object_get (edits, arrays[i])) > 0)
@@ -305,8 +295,6 @@ cdi_write (struct nrm_plugin *p, const char *uid, json_t *edits, nrm_error_t *er
   cleanup_json json_t *spec = json_pack ("{s:s, s:s, s:[{s:s, s:O}]}", "cdiVersion", "0.5.0", "kind", kind, "devices",
                                          "name", uid, "containerEdits", ce);
   cleanup_free char *text = json_dumps (spec, JSON_INDENT (2));
-  if (text == NULL)
-    return nrm_error_set (err, ENOMEM, "out of memory");
   return nrm_write_atomic (path, text, strlen (text), 0644, false, err);
 }
 
@@ -316,7 +304,7 @@ cdi_remove (struct nrm_plugin *p, const char *uid)
   if (p->cfg.local)
     return;
   cleanup_free char *path = cdi_path (p, uid);
-  if (path && unlink (path) < 0 && errno != ENOENT)
+  if (unlink (path) < 0 && errno != ENOENT)
     LOG (p, NRM_LOG_WARNING, "cannot remove CDI spec %s: %s", path, strerror (errno));
 }
 
@@ -395,7 +383,7 @@ static char *
 base_request (const char *request)
 {
   const char *slash = strchr (request, '/');
-  return slash ? strndup (request, (size_t) (slash - request)) : strdup (request);
+  return slash ? xstrndup (request, (size_t) (slash - request)) : xstrdup (request);
 }
 
 /* What the metadata files of a claim hold: one entry per base request,
@@ -406,7 +394,7 @@ metadata_entries (struct nrm_plugin *p, const struct nrm_claim_view *v, json_t *
 {
   json_t *out = json_array ();
   const char *pcn = nrm_metadata_pod_claim_name (v->claim);
-  for (size_t i = 0; out && i < v->n_results; i++)
+  for (size_t i = 0; i < v->n_results; i++)
     {
       const struct nrm_alloc_result *r = &v->results[i];
       cleanup_free char *base = base_request (r->request);
@@ -415,7 +403,7 @@ metadata_entries (struct nrm_plugin *p, const struct nrm_claim_view *v, json_t *
       json_array_foreach (out, k, e)
       {
         cleanup_free char *b = base_request (json_string_value (json_object_get (e, "request")));
-        if (b && base && strcmp (b, base) == 0)
+        if (strcmp (b, base) == 0)
           entry = e;
       }
       if (entry == NULL)
@@ -460,7 +448,7 @@ metadata_write (struct nrm_plugin *p, const char *ns, const char *name, const ch
     json_array_foreach (devs, k, d)
     {
       json_t *names = json_object_get (d, "requestNames");
-      if (base && strcmp (json_string_value (json_array_get (names, 0)) ?: "", base) == 0)
+      if (strcmp (json_string_value (json_array_get (names, 0)) ?: "", base) == 0)
         {
           json_t *ids = json_object_get (d, "cdiDeviceIDs");
           size_t x;
@@ -556,8 +544,8 @@ remove_orphan_specs (struct nrm_plugin *p)
       if (n <= plen + 6 || strncmp (de->d_name, p->driver, plen) != 0 || de->d_name[plen] != '-'
           || strcmp (de->d_name + n - 5, ".json") != 0)
         continue;
-      cleanup_free char *uid = strndup (de->d_name + plen + 1, n - plen - 6);
-      if (uid && json_object_get (json_object_get (p->cp, "claims"), uid) == NULL)
+      cleanup_free char *uid = xstrndup (de->d_name + plen + 1, n - plen - 6);
+      if (json_object_get (json_object_get (p->cp, "claims"), uid) == NULL)
         {
           LOG (p, NRM_LOG_INFO, "removing CDI spec of unknown claim %s", uid);
           cdi_remove (p, uid);
@@ -619,7 +607,7 @@ static char *
 strip_subrequest (const char *request)
 {
   const char *slash = strchr (request, '/');
-  return slash ? strndup (request, (size_t) (slash - request)) : strdup (request);
+  return slash ? xstrndup (request, (size_t) (slash - request)) : xstrdup (request);
 }
 
 /* The devices of a prepared claim as the kubelet wants them. */
@@ -724,12 +712,7 @@ prepare_claim (struct nrm_plugin *p, const char *ns, const char *name, const cha
     goto rollback_entry;
   if (p->ops->prepare (p->self, &a.view, &prep, err) < 0)
     goto rollback;
-  if ((edits = edits_json (&prep.edits)) == NULL)
-    {
-      nrm_error_set (err, ENOMEM, "out of memory");
-      p->ops->unprepare (p->self, uid, prep.state);
-      goto rollback;
-    }
+  edits = edits_json (&prep.edits);
   if (cdi_write (p, uid, edits, err) < 0)
     {
       p->ops->unprepare (p->self, uid, prep.state);
@@ -824,7 +807,7 @@ unprepare_claim (struct nrm_plugin *p, const char *uid, nrm_error_t *err)
 static grpc_status_code
 bad_request (char **details, const char *what)
 {
-  *details = strdup (what);
+  *details = xstrdup (what);
   return GRPC_STATUS_INVALID_ARGUMENT;
 }
 
@@ -832,9 +815,7 @@ static grpc_status_code
 pack_reply (const ProtobufCMessage *m, uint8_t **resp, size_t *len)
 {
   *len = protobuf_c_message_get_packed_size (m);
-  *resp = malloc (*len ? *len : 1);
-  if (*resp == NULL)
-    return GRPC_STATUS_RESOURCE_EXHAUSTED;
+  *resp = xmalloc (*len);
   protobuf_c_message_pack (m, *resp);
   return GRPC_STATUS_OK;
 }
@@ -844,13 +825,13 @@ check_claims (Claim **claims, size_t n, char **details)
 {
   if (n > MAX_CLAIMS_PER_CALL)
     {
-      *details = strdup ("too many claims in one request");
+      *details = xstrdup ("too many claims in one request");
       return -1;
     }
   for (size_t i = 0; i < n; i++)
     if (claims[i] == NULL || claims[i]->uid == NULL || claims[i]->uid[0] == '\0')
       {
-        *details = strdup ("a claim has no uid");
+        *details = xstrdup ("a claim has no uid");
         return -1;
       }
   return 0;
@@ -883,11 +864,11 @@ prepare_common (struct nrm_plugin *p, const uint8_t *req, size_t len, uint8_t **
 
   size_t n = in->n_claims;
   PrepareResponse out = K8S__IO__KUBELET__PKG__APIS__DRA__V1__NODE_PREPARE_RESOURCES_RESPONSE__INIT;
-  PrepareEntry *entries = calloc (n + 1, sizeof (*entries));
-  PrepareEntry **eptrs = calloc (n + 1, sizeof (*eptrs));
-  PrepareClaimResponse *cr = calloc (n + 1, sizeof (*cr));
-  json_t **keep = calloc (n + 1, sizeof (json_t *));
-  char **errors = calloc (n + 1, sizeof (char *));
+  PrepareEntry *entries = xcalloc (n + 1, sizeof (*entries));
+  PrepareEntry **eptrs = xcalloc (n + 1, sizeof (*eptrs));
+  PrepareClaimResponse *cr = xcalloc (n + 1, sizeof (*cr));
+  json_t **keep = xcalloc (n + 1, sizeof (json_t *));
+  char **errors = xcalloc (n + 1, sizeof (char *));
   size_t n_out = 0;
 
   for (size_t i = 0; i < n; i++)
@@ -909,10 +890,8 @@ prepare_common (struct nrm_plugin *p, const uint8_t *req, size_t len, uint8_t **
       record (p, &p->metrics.prepare, &t0, err);
       if (devs == NULL)
         {
-          if (asprintf (&errors[n_out], "%s: claim %s/%s: %s", p->driver, c->namespace_, c->name, nrm_error_msg (err))
-              < 0)
-            errors[n_out] = NULL;
-          r->error = errors[n_out] ? errors[n_out] : (char *) "error";
+          errors[n_out] = xasprintf ("%s: claim %s/%s: %s", p->driver, c->namespace_, c->name, nrm_error_msg (err));
+          r->error = errors[n_out];
           LOG (p, NRM_LOG_WARNING, "prepare: %s", r->error);
           nrm_error_release (&err);
         }
@@ -920,20 +899,20 @@ prepare_common (struct nrm_plugin *p, const uint8_t *req, size_t len, uint8_t **
         {
           keep[n_out] = devs;
           r->n_devices = json_array_size (devs);
-          r->devices = calloc (r->n_devices + 1, sizeof (Device *));
+          r->devices = xcalloc (r->n_devices + 1, sizeof (Device *));
           size_t k;
           json_t *d;
           json_array_foreach (devs, k, d)
           {
-            Device *dv = calloc (1, sizeof (*dv));
+            Device *dv = xcalloc (1, sizeof (*dv));
             k8s__io__kubelet__pkg__apis__dra__v1__device__init (dv);
             json_t *rn = json_object_get (d, "requestNames"), *ids = json_object_get (d, "cdiDeviceIDs");
             dv->n_request_names = json_array_size (rn);
-            dv->request_names = calloc (dv->n_request_names + 1, sizeof (char *));
+            dv->request_names = xcalloc (dv->n_request_names + 1, sizeof (char *));
             for (size_t x = 0; x < dv->n_request_names; x++)
               dv->request_names[x] = (char *) json_string_value (json_array_get (rn, x));
             dv->n_cdi_device_ids = json_array_size (ids);
-            dv->cdi_device_ids = calloc (dv->n_cdi_device_ids + 1, sizeof (char *));
+            dv->cdi_device_ids = xcalloc (dv->n_cdi_device_ids + 1, sizeof (char *));
             for (size_t x = 0; x < dv->n_cdi_device_ids; x++)
               dv->cdi_device_ids[x] = (char *) json_string_value (json_array_get (ids, x));
             dv->pool_name = (char *) json_string_value (json_object_get (d, "pool"));
@@ -997,10 +976,10 @@ h_unprepare (void *ctx, const uint8_t *req, size_t len, uint8_t **resp, size_t *
     }
   size_t n = in->n_claims, n_out = 0;
   UnprepareResponse out = K8S__IO__KUBELET__PKG__APIS__DRA__V1__NODE_UNPREPARE_RESOURCES_RESPONSE__INIT;
-  UnprepareEntry *entries = calloc (n + 1, sizeof (*entries));
-  UnprepareEntry **eptrs = calloc (n + 1, sizeof (*eptrs));
-  UnprepareClaimResponse *cr = calloc (n + 1, sizeof (*cr));
-  char **errors = calloc (n + 1, sizeof (char *));
+  UnprepareEntry *entries = xcalloc (n + 1, sizeof (*entries));
+  UnprepareEntry **eptrs = xcalloc (n + 1, sizeof (*eptrs));
+  UnprepareClaimResponse *cr = xcalloc (n + 1, sizeof (*cr));
+  char **errors = xcalloc (n + 1, sizeof (char *));
   for (size_t i = 0; i < n; i++)
     {
       if (repeated (in->claims, i))
@@ -1017,9 +996,8 @@ h_unprepare (void *ctx, const uint8_t *req, size_t len, uint8_t **resp, size_t *
       record (p, &p->metrics.unprepare, &t0, err);
       if (ur < 0)
         {
-          if (asprintf (&errors[n_out], "%s: claim %s: %s", p->driver, in->claims[i]->uid, nrm_error_msg (err)) < 0)
-            errors[n_out] = NULL;
-          cr[n_out].error = errors[n_out] ? errors[n_out] : (char *) "error";
+          errors[n_out] = xasprintf ("%s: claim %s: %s", p->driver, in->claims[i]->uid, nrm_error_msg (err));
+          cr[n_out].error = errors[n_out];
           LOG (p, NRM_LOG_WARNING, "unprepare: %s", cr[n_out].error);
           nrm_error_release (&err);
         }
@@ -1084,13 +1062,11 @@ health_report (struct nrm_plugin *p, struct nrm_health_report *r, nrm_error_t *e
   if (p->ops->health)
     return p->ops->health (p->self, r, err);
   size_t n = json_array_size (p->devices);
-  r->devices = calloc (n + 1, sizeof (*r->devices));
+  r->devices = xcalloc (n + 1, sizeof (*r->devices));
   r->n = 0;
-  if (r->devices == NULL)
-    return nrm_error_set (err, ENOMEM, "out of memory");
   for (size_t i = 0; i < n; i++)
     {
-      r->devices[r->n].device = strdup (json_string_value (json_array_get (p->devices, i)));
+      r->devices[r->n].device = xstrdup (json_string_value (json_array_get (p->devices, i)));
       r->devices[r->n++].health = NRM_HEALTH_HEALTHY;
     }
   return 0;
@@ -1109,13 +1085,11 @@ health_message (struct nrm_plugin *p, size_t *len)
     }
   size_t n = rep.n;
   V1alpha1__NodeWatchResourcesResponse out = V1ALPHA1__NODE_WATCH_RESOURCES_RESPONSE__INIT;
-  V1alpha1__DeviceHealth *dh = calloc (n + 1, sizeof (*dh));
-  V1alpha1__DeviceHealth **ptrs = calloc (n + 1, sizeof (*ptrs));
-  V1alpha1__DeviceIdentifier *ids = calloc (n + 1, sizeof (*ids));
+  V1alpha1__DeviceHealth *dh = xcalloc (n + 1, sizeof (*dh));
+  V1alpha1__DeviceHealth **ptrs = xcalloc (n + 1, sizeof (*ptrs));
+  V1alpha1__DeviceIdentifier *ids = xcalloc (n + 1, sizeof (*ids));
   uint8_t *buf = NULL;
   time_t now = time (NULL);
-  if (dh == NULL || ptrs == NULL || ids == NULL)
-    goto out;
   for (size_t i = 0; i < n; i++)
     {
       struct nrm_device_health *h = &rep.devices[i];
@@ -1138,10 +1112,8 @@ health_message (struct nrm_plugin *p, size_t *len)
   out.n_devices = n;
   out.devices = ptrs;
   *len = protobuf_c_message_get_packed_size (&out.base);
-  buf = malloc (*len ? *len : 1);
-  if (buf)
-    protobuf_c_message_pack (&out.base, buf);
-out:
+  buf = xmalloc (*len);
+  protobuf_c_message_pack (&out.base, buf);
   nrm_health_report_done (&rep);
   free (dh);
   free (ptrs);
@@ -1154,8 +1126,6 @@ health_broadcast (struct nrm_plugin *p)
 {
   size_t len = 0;
   cleanup_free uint8_t *msg = health_message (p, &len);
-  if (msg == NULL)
-    return;
   pthread_mutex_lock (&p->hlock);
   for (size_t i = 0; i < p->n_streams;)
     {
@@ -1232,21 +1202,13 @@ h_watch (void *ctx, const uint8_t *req, size_t len, struct nrm_grpc_stream *st, 
     return bad_request (details, "NodeWatchResourcesRequest cannot be decoded");
   v1alpha1__node_watch_resources_request__free_unpacked (in, NULL);
   pthread_mutex_lock (&p->hlock);
-  struct nrm_grpc_stream **s = realloc (p->streams, (p->n_streams + 1) * sizeof (*s));
-  if (s == NULL)
-    {
-      pthread_mutex_unlock (&p->hlock);
-      *details = strdup ("out of memory");
-      return GRPC_STATUS_RESOURCE_EXHAUSTED;
-    }
-  p->streams = s;
+  p->streams = xrealloc (p->streams, (p->n_streams + 1) * sizeof (*p->streams));
   p->streams[p->n_streams++] = nrm_grpc_stream_ref (st);
   pthread_mutex_unlock (&p->hlock);
   /* The complete list right away, then on change and periodically. */
   size_t mlen = 0;
   cleanup_free uint8_t *msg = health_message (p, &mlen);
-  if (msg)
-    nrm_grpc_stream_send (st, msg, mlen);
+  nrm_grpc_stream_send (st, msg, mlen);
   return GRPC_STATUS_OK;
 }
 
@@ -1312,12 +1274,10 @@ int
 nrm_plugin_start (const struct nrm_plugin_config *cfg, const struct nrm_driver_ops *ops, void *self,
                   struct nrm_plugin **ret, nrm_error_t *err)
 {
-  struct nrm_plugin *p = calloc (1, sizeof (*p));
+  struct nrm_plugin *p = xcalloc (1, sizeof (*p));
   cleanup_free char *plugin_dir = NULL, *reg_dir = NULL;
   const char *uid = cfg->instance_uid;
 
-  if (p == NULL)
-    return nrm_error_set (err, ENOMEM, "out of memory");
   p->cfg = *cfg;
   p->ops = ops;
   p->self = self;
@@ -1348,25 +1308,18 @@ nrm_plugin_start (const struct nrm_plugin_config *cfg, const struct nrm_driver_o
   json_t *dev;
   json_array_foreach (pool.devices, di, dev) { json_array_append (p->devices, json_object_get (dev, "name")); }
   nrm_pool_done (&pool);
-  p->driver = strdup (cfg->driver);
-  p->node_name = strdup (cfg->node_name);
-  p->cdi_dir = strdup (cfg->cdi_dir);
-  p->state_dir = strdup (cfg->state_dir);
-  p->plugin_dir = NULL;
-  if (asprintf (&plugin_dir, "%s/plugins/%s", cfg->kubelet_dir, cfg->driver) < 0
-      || (p->plugin_dir = strdup (plugin_dir)) == NULL
-      || asprintf (&reg_dir, "%s/plugins_registry", cfg->kubelet_dir) < 0
-      || asprintf (&p->dra_sock, "%s/dra%s%s.sock", plugin_dir, uid ? "-" : "", uid ? uid : "") < 0
-      || asprintf (&p->reg_sock, "%s/%s%s%s-reg.sock", reg_dir, cfg->driver, uid ? "-" : "", uid ? uid : "") < 0
-      || asprintf (&p->checkpoint, "%s/%s.checkpoint.json", cfg->state_dir, cfg->driver) < 0
-      || asprintf (&p->serialize_lock, "%s/%s.serialize.lock", cfg->state_dir, cfg->driver) < 0
-      || asprintf (&p->instance_lock, "%s/%s%s%s.instance.lock", cfg->state_dir, cfg->driver, uid ? "-" : "",
-                   uid ? uid : "")
-             < 0)
-    {
-      plugin_free (p);
-      return nrm_error_set (err, ENOMEM, "out of memory");
-    }
+  p->driver = xstrdup (cfg->driver);
+  p->node_name = xstrdup (cfg->node_name);
+  p->cdi_dir = xstrdup (cfg->cdi_dir);
+  p->state_dir = xstrdup (cfg->state_dir);
+  plugin_dir = xasprintf ("%s/plugins/%s", cfg->kubelet_dir, cfg->driver);
+  p->plugin_dir = xstrdup (plugin_dir);
+  reg_dir = xasprintf ("%s/plugins_registry", cfg->kubelet_dir);
+  p->dra_sock = xasprintf ("%s/dra%s%s.sock", plugin_dir, uid ? "-" : "", uid ? uid : "");
+  p->reg_sock = xasprintf ("%s/%s%s%s-reg.sock", reg_dir, cfg->driver, uid ? "-" : "", uid ? uid : "");
+  p->checkpoint = xasprintf ("%s/%s.checkpoint.json", cfg->state_dir, cfg->driver);
+  p->serialize_lock = xasprintf ("%s/%s.serialize.lock", cfg->state_dir, cfg->driver);
+  p->instance_lock = xasprintf ("%s/%s%s%s.instance.lock", cfg->state_dir, cfg->driver, uid ? "-" : "", uid ? uid : "");
   if (cfg->local)
     {
       /* Only the shared state: another instance may be serving. */

@@ -16,6 +16,7 @@
 #include "driver/publish.h"
 #include "driver/quantity.h"
 #include "nrm/base/cleanup.h"
+#include "nrm/base/xalloc.h"
 
 #define SLICES_PATH "/apis/resource.k8s.io/v1/resourceslices"
 /* generateName: the API server appends 5 characters to at most 248. */
@@ -70,8 +71,7 @@ set_status (struct nrm_publisher *p, int synced, int connected, const char *fmt,
     {
       va_list ap;
       va_start (ap, fmt);
-      if (vasprintf (&msg, fmt, ap) < 0)
-        msg = NULL;
+      msg = xvasprintf (fmt, ap);
       va_end (ap);
     }
   pthread_mutex_lock (&p->lock);
@@ -193,9 +193,7 @@ dropped (json_t *sent, json_t *stored, const char *path, const char *parent, con
       json_object_foreach (sent, k, v)
       {
         json_t *s = json_object_get (stored, k);
-        cleanup_free char *sub = NULL;
-        if (asprintf (&sub, "%s.%s", path, k) < 0)
-          return NULL;
+        cleanup_free char *sub = xasprintf ("%s.%s", path, k);
         if (s == NULL && !json_is_null (v))
           {
             *gate = gate_of (k, v, parent);
@@ -209,9 +207,7 @@ dropped (json_t *sent, json_t *stored, const char *path, const char *parent, con
     {
       for (size_t i = 0; i < json_array_size (sent) && i < json_array_size (stored); i++)
         {
-          cleanup_free char *sub = NULL;
-          if (asprintf (&sub, "%s[%zu]", path, i) < 0)
-            return NULL;
+          cleanup_free char *sub = xasprintf ("%s[%zu]", path, i);
           if ((r = dropped (json_array_get (sent, i), json_array_get (stored, i), sub, parent, gate)) != NULL)
             return r;
         }
@@ -252,10 +248,8 @@ slice_generation (json_t *s)
 static int
 get_node_uid (struct nrm_publisher *p, nrm_error_t *err)
 {
-  cleanup_free char *path = NULL;
+  cleanup_free char *path = xasprintf ("/api/v1/nodes/%s", p->node);
   cleanup_json json_t *node = NULL;
-  if (asprintf (&path, "/api/v1/nodes/%s", p->node) < 0)
-    return nrm_error_set (err, ENOMEM, "out of memory");
   int code = call (p, "GET", path, NULL, &node, err);
   if (code < 0)
     return nrm_error_wrap (err, "Node %s", p->node);
@@ -266,18 +260,15 @@ get_node_uid (struct nrm_publisher *p, nrm_error_t *err)
   if (uid == NULL || *uid == '\0')
     return nrm_error_set (err, EPROTO, "Node %s has no metadata.uid", p->node);
   free (p->node_uid);
-  p->node_uid = strdup (uid);
-  return p->node_uid ? 0 : nrm_error_set (err, ENOMEM, "out of memory");
+  p->node_uid = xstrdup (uid);
+  return 0;
 }
 
 static char *
 selector_query (struct nrm_publisher *p)
 {
-  char *q = NULL;
   /* Both values are DNS subdomains: nothing to escape. */
-  if (asprintf (&q, "fieldSelector=spec.nodeName%%3D%s%%2Cspec.driver%%3D%s", p->node, p->driver) < 0)
-    return NULL;
-  return q;
+  return xasprintf ("fieldSelector=spec.nodeName%%3D%s%%2Cspec.driver%%3D%s", p->node, p->driver);
 }
 
 static bool
@@ -296,14 +287,11 @@ list_slices (struct nrm_publisher *p, nrm_error_t *err)
   cleanup_free char *sel = selector_query (p);
   cleanup_json json_t *cache = json_object ();
   cleanup_free char *cont = NULL, *rv = NULL;
-  if (sel == NULL || cache == NULL)
-    return nrm_error_set (err, ENOMEM, "out of memory");
   do
     {
-      cleanup_free char *path = NULL;
+      cleanup_free char *path
+          = xasprintf (SLICES_PATH "?%s&limit=500%s%s", sel, cont ? "&continue=" : "", cont ? cont : "");
       cleanup_json json_t *list = NULL;
-      if (asprintf (&path, SLICES_PATH "?%s&limit=500%s%s", sel, cont ? "&continue=" : "", cont ? cont : "") < 0)
-        return nrm_error_set (err, ENOMEM, "out of memory");
       int code = call (p, "GET", path, NULL, &list, err);
       if (code < 0)
         return nrm_error_wrap (err, "listing ResourceSlices");
@@ -327,10 +315,10 @@ list_slices (struct nrm_publisher *p, nrm_error_t *err)
           /* Continue tokens are base64: escape them for the query. */
           cont = nrm_kube_escape (c);
           if (cont == NULL)
-            return nrm_error_set (err, ENOMEM, "out of memory");
+            return nrm_error_set (err, ENOMEM, "listing ResourceSlices: libcurl cannot escape the continue token");
         }
-      if (rv == NULL && r && (rv = strdup (r)) == NULL)
-        return nrm_error_set (err, ENOMEM, "out of memory");
+      if (rv == NULL && r)
+        rv = xstrdup (r);
     }
   while (cont);
   if (rv == NULL)
@@ -348,13 +336,10 @@ static char *
 generate_prefix (json_t *desired)
 {
   const char *name = slice_name (desired);
-  char *r = NULL;
   size_t len = name ? strlen (name) : 0;
   if (len > GENERATE_PREFIX_MAX - 1)
     len = GENERATE_PREFIX_MAX - 1;
-  if (asprintf (&r, "%.*s-", (int) len, name ? name : "") < 0)
-    return NULL;
-  return r;
+  return xasprintf ("%.*s-", (int) len, name ? name : "");
 }
 
 static bool
@@ -384,8 +369,6 @@ write_slot (struct nrm_publisher *p, size_t slot, json_t *current, long long gen
                    "ResourceSlice", "metadata", "ownerReferences", "apiVersion", "v1", "kind", "Node", "name", p->node,
                    "uid", p->node_uid, "controller", 1, "spec", desired_spec (want, generation));
   cleanup_json json_t *answer = NULL;
-  if (prefix == NULL || body == NULL)
-    return nrm_error_set (err, ENOMEM, "out of memory");
   json_t *meta = json_object_get (body, "metadata");
   const char *method = "POST";
   if (current)
@@ -394,14 +377,12 @@ write_slot (struct nrm_publisher *p, size_t slot, json_t *current, long long gen
       json_object_set (meta, "name", json_object_get (json_object_get (current, "metadata"), "name"));
       json_object_set (meta, "resourceVersion",
                        json_object_get (json_object_get (current, "metadata"), "resourceVersion"));
-      if (asprintf (&path, SLICES_PATH "/%s", slice_name (current)) < 0)
-        return nrm_error_set (err, ENOMEM, "out of memory");
+      path = xasprintf (SLICES_PATH "/%s", slice_name (current));
     }
   else
     {
       json_object_set_new (meta, "generateName", json_string (prefix));
-      if ((path = strdup (SLICES_PATH)) == NULL)
-        return nrm_error_set (err, ENOMEM, "out of memory");
+      path = xstrdup (SLICES_PATH);
     }
   const char *what = current ? slice_name (current) : prefix;
   int code = call (p, method, path, body, &answer, err);
@@ -445,15 +426,16 @@ write_slot (struct nrm_publisher *p, size_t slot, json_t *current, long long gen
 static int
 delete_slice (struct nrm_publisher *p, json_t *s, nrm_error_t *err)
 {
-  cleanup_free char *path = NULL;
   cleanup_json json_t *answer = NULL;
-  cleanup_free char *name = strdup (slice_name (s));
+  cleanup_free char *name = xstrdup (slice_name (s));
+  cleanup_free char *path = xasprintf (SLICES_PATH "/%s", name);
   json_t *meta = json_object_get (s, "metadata");
   cleanup_json json_t *opts
       = json_pack ("{s:s, s:s, s:{s:O, s:O}}", "apiVersion", "v1", "kind", "DeleteOptions", "preconditions", "uid",
                    json_object_get (meta, "uid"), "resourceVersion", json_object_get (meta, "resourceVersion"));
-  if (name == NULL || opts == NULL || asprintf (&path, SLICES_PATH "/%s", name) < 0)
-    return nrm_error_set (err, ENOMEM, "out of memory");
+  /* The slice as the API server listed it: json_pack() refuses a missing field. */
+  if (opts == NULL)
+    return nrm_error_set (err, EPROTO, "ResourceSlice %s has no metadata.uid or metadata.resourceVersion", name);
   int code = call (p, "DELETE", path, opts, &answer, err);
   if (code < 0)
     return nrm_error_wrap (err, "deleting ResourceSlice %s", name);
@@ -477,19 +459,13 @@ static int
 reconcile (struct nrm_publisher *p, nrm_error_t *err)
 {
   size_t n = json_array_size (p->work);
-  cleanup_free json_t **chosen = calloc (n ? n : 1, sizeof (json_t *));
-  cleanup_free char **prefixes = calloc (n ? n : 1, sizeof (char *));
+  cleanup_free json_t **chosen = xcalloc (n, sizeof (json_t *));
+  cleanup_free char **prefixes = xcalloc (n, sizeof (char *));
   cleanup_json json_t *obsolete = json_array ();
   long long max_gen = 0;
   int r = -1;
-  if (chosen == NULL || prefixes == NULL || obsolete == NULL)
-    return nrm_error_set (err, ENOMEM, "out of memory");
   for (size_t i = 0; i < n; i++)
-    if ((prefixes[i] = generate_prefix (json_array_get (p->work, i))) == NULL)
-      {
-        nrm_error_set (err, ENOMEM, "out of memory");
-        goto out;
-      }
+    prefixes[i] = generate_prefix (json_array_get (p->work, i));
 
   /* Each cached slice fills the slot of its index prefix (the newest
    * generation wins); the rest is obsolete. */
@@ -602,12 +578,8 @@ on_event (void *ctx, const char *type, json_t *obj)
     }
   if (rv && *rv)
     {
-      char *c = strdup (rv);
-      if (c)
-        {
-          free (p->rv);
-          p->rv = c;
-        }
+      free (p->rv);
+      p->rv = xstrdup (rv);
     }
   if (strcmp (type, "BOOKMARK") == 0 || !ours (p, obj))
     return 0;
@@ -735,15 +707,8 @@ thread_main (void *arg)
           unsigned r = 0;
           if (getrandom (&r, sizeof (r), GRND_NONBLOCK) != sizeof (r))
             r = 0;
-          if (sel == NULL
-              || asprintf (&path,
-                           SLICES_PATH "?%s&watch=true&allowWatchBookmarks=true&resourceVersion=%s&timeoutSeconds=%u",
-                           sel, p->rv, 300 + r % 300)
-                     < 0)
-            {
-              wait_wake (p, 1000);
-              continue;
-            }
+          path = xasprintf (SLICES_PATH "?%s&watch=true&allowWatchBookmarks=true&resourceVersion=%s&timeoutSeconds=%u",
+                            sel, p->rv, 300 + r % 300);
           if (nrm_kube_watch_open (p->kube, path, on_event, p, &w, &err) < 0)
             {
               failed (p, &err);
@@ -808,8 +773,6 @@ nrm_publisher_update (struct nrm_publisher *p, json_t *slices, nrm_error_t *err)
   if (check_desired (p, slices, err) < 0)
     return -1;
   cleanup_json json_t *copy = json_deep_copy (slices);
-  if (copy == NULL)
-    return nrm_error_set (err, ENOMEM, "out of memory");
   pthread_mutex_lock (&p->lock);
   json_decref (p->desired);
   p->desired = TAKE_PTR (copy);
@@ -843,23 +806,16 @@ int
 nrm_publisher_start (const struct nrm_publisher_config *cfg, json_t *slices, struct nrm_publisher **ret,
                      nrm_error_t *err)
 {
-  struct nrm_publisher *p = calloc (1, sizeof (*p));
-  if (p == NULL)
-    return nrm_error_set (err, ENOMEM, "out of memory");
+  struct nrm_publisher *p = xcalloc (1, sizeof (*p));
   pthread_mutex_init (&p->lock, NULL);
   p->kube = cfg->kube;
   p->resync_s = cfg->resync_s > 0 ? cfg->resync_s : 600;
   p->log = cfg->log;
   p->log_ctx = cfg->log_ctx;
-  p->driver = strdup (cfg->driver);
-  p->node = strdup (cfg->node_name);
+  p->driver = xstrdup (cfg->driver);
+  p->node = xstrdup (cfg->node_name);
   p->cache = json_object ();
   p->wake = eventfd (0, EFD_CLOEXEC | EFD_NONBLOCK);
-  if (p->driver == NULL || p->node == NULL || p->cache == NULL)
-    {
-      publisher_free (p);
-      return nrm_error_set (err, ENOMEM, "out of memory");
-    }
   if (p->wake < 0)
     {
       int e = errno;
@@ -886,7 +842,7 @@ nrm_publisher_status (struct nrm_publisher *p, struct nrm_publisher_status *st)
 {
   pthread_mutex_lock (&p->lock);
   *st = p->st;
-  st->error = p->st.error ? strdup (p->st.error) : NULL;
+  st->error = p->st.error ? xstrdup (p->st.error) : NULL;
   pthread_mutex_unlock (&p->lock);
 }
 

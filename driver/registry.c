@@ -13,6 +13,7 @@
 #include "driver/names.h"
 #include "driver/registry.h"
 #include "nrm/base/cleanup.h"
+#include "nrm/base/xalloc.h"
 
 /* The built-in drivers: one line each. */
 extern const struct nrm_driver_ops nrm_cpu_driver;
@@ -40,14 +41,8 @@ add (struct nrm_registry *r, const struct nrm_driver_ops *ops, void *handle, con
     return nrm_error_set (err, EINVAL, "driver %s (`%s`): a required operation is missing", where, ops->id);
   if (nrm_registry_find (r, ops->id))
     return nrm_error_set (err, EEXIST, "driver %s: a driver `%s` is registered already", where, ops->id);
-  const struct nrm_driver_ops **o = realloc (r->ops, (r->n + 1) * sizeof (*o));
-  if (o == NULL)
-    return nrm_error_set (err, ENOMEM, "out of memory");
-  r->ops = o;
-  void **h = realloc (r->handles, (r->n + 1) * sizeof (*h));
-  if (h == NULL)
-    return nrm_error_set (err, ENOMEM, "out of memory");
-  r->handles = h;
+  r->ops = xrealloc (r->ops, (r->n + 1) * sizeof (*r->ops));
+  r->handles = xrealloc (r->handles, (r->n + 1) * sizeof (*r->handles));
   r->ops[r->n] = ops;
   r->handles[r->n] = handle;
   r->n++;
@@ -57,9 +52,7 @@ add (struct nrm_registry *r, const struct nrm_driver_ops *ops, void *handle, con
 int
 nrm_registry_new (struct nrm_registry **ret, nrm_error_t *err)
 {
-  struct nrm_registry *r = calloc (1, sizeof (*r));
-  if (r == NULL)
-    return nrm_error_set (err, ENOMEM, "out of memory");
+  struct nrm_registry *r = xcalloc (1, sizeof (*r));
   for (size_t i = 0; i < sizeof (builtin) / sizeof (builtin[0]); i++)
     if (add (r, builtin[i], NULL, "(built in)", err) < 0)
       {
@@ -104,11 +97,11 @@ nrm_registry_load (struct nrm_registry *r, const char *path, nrm_error_t *err)
       return nrm_error_set (err, ENOEXEC, "driver `%s` was built for driver ABI %u; this nrm has ABI %u: rebuild it",
                             path, abi, NRM_DRIVER_ABI);
     }
-  cleanup_free char *where = NULL;
-  if (asprintf (&where, "`%s`", path) < 0 || add (r, ops, h, where ? where : path, err) < 0)
+  cleanup_free char *where = xasprintf ("`%s`", path);
+  if (add (r, ops, h, where, err) < 0)
     {
       dlclose (h);
-      return err && *err ? -1 : nrm_error_set (err, ENOMEM, "out of memory");
+      return -1;
     }
   return 0;
 }
@@ -134,26 +127,16 @@ nrm_registry_load_dir (struct nrm_registry *r, const char *dir, nrm_error_t *err
       size_t len = strlen (de->d_name);
       if (len < 4 || strcmp (de->d_name + len - 3, ".so") != 0 || de->d_name[0] == '.')
         continue;
-      char **nn = realloc (names, (n + 1) * sizeof (*nn));
-      if (nn == NULL || (nn[n] = strdup (de->d_name)) == NULL)
-        {
-          names = nn ? nn : names;
-          rc = nrm_error_set (err, ENOMEM, "out of memory");
-          break;
-        }
-      names = nn;
-      n++;
+      names = xrealloc (names, (n + 1) * sizeof (*names));
+      names[n++] = xstrdup (de->d_name);
     }
   closedir (d);
-  if (rc == 0 && n > 0)
+  if (n > 0)
     qsort (names, n, sizeof (*names), cmp_names);
   for (size_t i = 0; rc == 0 && i < n; i++)
     {
-      cleanup_free char *path = NULL;
-      if (asprintf (&path, "%s/%s", dir, names[i]) < 0)
-        rc = nrm_error_set (err, ENOMEM, "out of memory");
-      else
-        rc = nrm_registry_load (r, path, err);
+      cleanup_free char *path = xasprintf ("%s/%s", dir, names[i]);
+      rc = nrm_registry_load (r, path, err);
     }
   for (size_t i = 0; i < n; i++)
     free (names[i]);
@@ -225,15 +208,13 @@ nrm_registry_names (const struct nrm_registry *reg, const struct nrm_driver_sele
   if (sel->ids && known_ids (reg, sel->ids, err) < 0)
     return NULL;
   json_t *names = json_array ();
-  for (size_t i = 0; names && i < reg->n; i++)
+  for (size_t i = 0; i < reg->n; i++)
     {
       const struct nrm_driver_ops *ops = reg->ops[i];
       const char *name = json_string_value (json_object_get (sel->names, ops->id));
       if (sel->ids == NULL || listed (sel->ids, ops->id))
         json_array_append_new (names, json_string (name ? name : ops->default_name));
     }
-  if (names == NULL)
-    nrm_error_set (err, ENOMEM, "out of memory");
   return names;
 }
 
@@ -244,9 +225,7 @@ nrm_drivers_open (const struct nrm_registry *reg, const struct nrm_driver_select
   struct nrm_drivers d = { 0 };
   if (sel->ids && known_ids (reg, sel->ids, err) < 0)
     return -1;
-  d.slots = calloc (reg->n + 1, sizeof (*d.slots));
-  if (d.slots == NULL)
-    return nrm_error_set (err, ENOMEM, "out of memory");
+  d.slots = xcalloc (reg->n + 1, sizeof (*d.slots));
   for (size_t i = 0; i < reg->n; i++)
     {
       const struct nrm_driver_ops *ops = reg->ops[i];
@@ -273,11 +252,7 @@ nrm_drivers_open (const struct nrm_registry *reg, const struct nrm_driver_select
       h.name = name;
       struct nrm_driver_slot *s = &d.slots[d.n];
       s->ops = ops;
-      if ((s->name = strdup (name)) == NULL)
-        {
-          nrm_drivers_close (&d);
-          return nrm_error_set (err, ENOMEM, "out of memory");
-        }
+      s->name = xstrdup (name);
       if (ops->new (&h, &s->self, err) < 0)
         {
           free (s->name);
@@ -315,13 +290,13 @@ json_t *
 nrm_health_taints (const char *driver, const struct nrm_health_report *r)
 {
   json_t *out = json_object ();
-  for (size_t i = 0; out && i < r->n; i++)
+  for (size_t i = 0; i < r->n; i++)
     {
       const struct nrm_device_health *h = &r->devices[i];
       const char *effect = nrm_taint_effect_name (h->effect);
-      cleanup_free char *key = NULL;
-      if (h->device == NULL || h->taint == NULL || effect == NULL || asprintf (&key, "%s/%s", driver, h->taint) < 0)
+      if (h->device == NULL || h->taint == NULL || effect == NULL)
         continue;
+      cleanup_free char *key = xasprintf ("%s/%s", driver, h->taint);
       json_t *list = json_object_get (out, h->device);
       if (list == NULL)
         json_object_set_new (out, h->device, list = json_array ());
@@ -334,11 +309,9 @@ int
 nrm_drivers_slices (const struct nrm_drivers *d, const struct nrm_publish_options *o, json_t *held, json_t *taints,
                     json_t **ret, nrm_error_t *err)
 {
-  struct nrm_pool *pools = calloc (d->n + 1, sizeof (*pools));
+  struct nrm_pool *pools = xcalloc (d->n + 1, sizeof (*pools));
   int r = -1;
   size_t made = 0;
-  if (pools == NULL)
-    return nrm_error_set (err, ENOMEM, "out of memory");
   for (; made < d->n; made++)
     {
       const struct nrm_driver_slot *s = &d->slots[made];

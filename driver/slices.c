@@ -8,6 +8,7 @@
 
 #include "driver/devices.h"
 #include "nrm/base/cleanup.h"
+#include "nrm/base/xalloc.h"
 
 #define MAX_DEVICES 128
 #define MAX_DEVICES_ADVANCED 64
@@ -85,13 +86,8 @@ nrm_numa_device_index (const struct nrm_topology *t, const char *name, bool *iso
 size_t *
 nrm_numa_preference_by_room (const struct nrm_topology *t, const uint64_t *free_cpus)
 {
-  cleanup_free struct pref *p = calloc (t->n_numa ? t->n_numa : 1, sizeof (*p));
-  size_t *order = calloc (t->n_numa ? t->n_numa : 1, sizeof (size_t));
-  if (p == NULL || order == NULL)
-    {
-      free (order);
-      return NULL;
-    }
+  cleanup_free struct pref *p = xcalloc (t->n_numa, sizeof (*p));
+  size_t *order = xcalloc (t->n_numa, sizeof (size_t));
   for (size_t i = 0; i < t->n_numa; i++)
     {
       p[i].index = i;
@@ -139,8 +135,6 @@ nrm_slices_build (const struct nrm_pool *pools, size_t n_pools, const struct nrm
                   nrm_error_t *err)
 {
   cleanup_json json_t *items = json_array ();
-  if (items == NULL)
-    return nrm_error_set (err, ENOMEM, "out of memory");
 
   for (size_t pi = 0; pi < n_pools; pi++)
     {
@@ -203,8 +197,6 @@ nrm_slices_build (const struct nrm_pool *pools, size_t n_pools, const struct nrm
       }
     }
   *ret = json_pack ("{s:s, s:s, s:O}", "apiVersion", "v1", "kind", "List", "items", items);
-  if (*ret == NULL)
-    return nrm_error_set (err, ENOMEM, "out of memory");
   return 0;
 }
 

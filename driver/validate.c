@@ -10,6 +10,7 @@
 #include "driver/names.h"
 #include "driver/quantity.h"
 #include "nrm/base/cleanup.h"
+#include "nrm/base/xalloc.h"
 
 /* resource.k8s.io/v1 limits (Kubernetes 1.36). */
 #define MAX_DEVICES 128
@@ -373,9 +374,7 @@ pool_name_ok (const char *s)
 {
   if (s == NULL || strlen (s) == 0 || strlen (s) > 253)
     return false;
-  cleanup_free char *copy = strdup (s);
-  if (copy == NULL)
-    return false;
+  cleanup_free char *copy = xstrdup (s);
   char *save = NULL;
   size_t parts = 0;
   for (char *tok = strtok_r (copy, "/", &save); tok; tok = strtok_r (NULL, "/", &save), parts++)

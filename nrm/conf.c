@@ -13,6 +13,7 @@
 #include "driver/names.h"
 #include "driver/quantity.h"
 #include "nrm/base/cleanup.h"
+#include "nrm/base/xalloc.h"
 #include "driver/registry.h"
 #include "nrm/conf.h"
 #include "nrm/base/fs.h"
@@ -69,9 +70,7 @@ nrm_config_done (struct nrm_config *c)
 int
 nrm_config_set_string (char **field, const char *value, nrm_error_t *err)
 {
-  char *s = strdup (value);
-  if (s == NULL)
-    return nrm_error_set (err, ENOMEM, "out of memory");
+  char *s = xstrdup (value);
   free (*field);
   *field = s;
   return 0;
@@ -114,16 +113,12 @@ add_reserved (struct nrm_config *c, unsigned node, const char *resource, const c
     return nrm_error_set (err, EINVAL, "reserved memory: unknown resource `%s` (memory or hugepages-<size>)", resource);
   if (nrm_quantity_parse_bytes (amount, &bytes, err) < 0)
     return nrm_error_wrap (err, "reserved memory: %s on NUMA node %u", resource, node);
-  struct nrm_reserved_memory *r = realloc (c->node.reserved_memory, (c->node.n_reserved_memory + 1) * sizeof (*r));
-  if (r == NULL)
-    return nrm_error_set (err, ENOMEM, "out of memory");
+  struct nrm_reserved_memory *r = xrealloc (c->node.reserved_memory, (c->node.n_reserved_memory + 1) * sizeof (*r));
   c->node.reserved_memory = r;
   r = &r[c->node.n_reserved_memory];
   r->numa_node = node;
   r->bytes = bytes;
-  r->resource = strdup (resource);
-  if (r->resource == NULL)
-    return nrm_error_set (err, ENOMEM, "out of memory");
+  r->resource = xstrdup (resource);
   c->node.n_reserved_memory++;
   return 0;
 }
@@ -154,9 +149,7 @@ nrm_config_add_reserved_memory (struct nrm_config *c, const char *spec, nrm_erro
     return nrm_error_set (err, EINVAL, "reserved memory `%s`: expected <node>:<resource>=<amount>[,...]", spec);
   if (parse_node (spec, (size_t) (colon - spec), &node, err) < 0)
     return -1;
-  cleanup_free char *rest = strdup (colon + 1);
-  if (rest == NULL)
-    return nrm_error_set (err, ENOMEM, "out of memory");
+  cleanup_free char *rest = xstrdup (colon + 1);
   char *save = NULL;
   size_t n = 0;
   for (char *tok = strtok_r (rest, ",", &save); tok; tok = strtok_r (NULL, ",", &save), n++)
@@ -189,10 +182,8 @@ set_gate (struct nrm_config *c, const char *name, bool value, nrm_error_t *err)
 int
 nrm_config_set_feature_gates (struct nrm_config *c, const char *spec, nrm_error_t *err)
 {
-  cleanup_free char *copy = strdup (spec);
+  cleanup_free char *copy = xstrdup (spec);
   char *save = NULL;
-  if (copy == NULL)
-    return nrm_error_set (err, ENOMEM, "out of memory");
   for (char *tok = strtok_r (copy, ",", &save); tok; tok = strtok_r (NULL, ",", &save))
     {
       char *eq = strchr (tok, '=');
@@ -220,11 +211,9 @@ nrm_config_set_cpu_mode (struct nrm_config *c, const char *mode, nrm_error_t *er
 int
 nrm_config_set_cpu_options (struct nrm_config *c, const char *list, nrm_error_t *err)
 {
-  cleanup_free char *copy = strdup (list);
+  cleanup_free char *copy = xstrdup (list);
   unsigned opts = 0;
   char *save = NULL;
-  if (copy == NULL)
-    return nrm_error_set (err, ENOMEM, "out of memory");
   for (char *tok = strtok_r (copy, ",", &save); tok; tok = strtok_r (NULL, ",", &save))
     if (nrm_cpu_option_parse (tok, &opts, err) < 0)
       return -1;
@@ -448,8 +437,7 @@ load_root (struct nrm_config *c, json_t *root, nrm_error_t *err)
           WANT (o, json_is_string, "drivers[]", "a string");
           if (strchr (json_string_value (o), ',') != NULL)
             return nrm_error_set (err, EINVAL, "key `drivers`: `%s` is not a driver id", json_string_value (o));
-          if (asprintf (&next, "%s%s%s", list ? list : "", list ? "," : "", json_string_value (o)) < 0)
-            return nrm_error_set (err, ENOMEM, "out of memory");
+          next = xasprintf ("%s%s%s", list ? list : "", list ? "," : "", json_string_value (o));
           free (list);
           list = next;
         }
@@ -525,9 +513,7 @@ nrm_config_load_file (struct nrm_config *c, const char *path, nrm_error_t *err)
     }
   else
     {
-      cleanup_free char *what = NULL;
-      if (asprintf (&what, "config `%s`", path) < 0)
-        return nrm_error_set (err, ENOMEM, "out of memory");
+      cleanup_free char *what = xasprintf ("config `%s`", path);
       if (nrm_yaml_load (text, len, what, &root, err) < 0)
         return -1;
     }
@@ -637,9 +623,9 @@ nrm_config_finish (struct nrm_config *c, nrm_error_t *err)
       cleanup_free char *hook = NULL;
       if (slash)
         *slash = '\0';
-      if (asprintf (&hook, "%s/nrm-hook", slash ? self : "/usr/local/bin") < 0
-          || nrm_config_set_string (&c->hook_path, hook, err) < 0)
-        return nrm_error_set (err, ENOMEM, "out of memory");
+      hook = xasprintf ("%s/nrm-hook", slash ? self : "/usr/local/bin");
+      if (nrm_config_set_string (&c->hook_path, hook, err) < 0)
+        return -1;
     }
   if (c->hook_path[0] != '\0' && c->hook_path[0] != '/')
     return nrm_error_set (err, EINVAL, "hook path `%s` must be absolute (or empty for no hook)", c->hook_path);

@@ -12,6 +12,7 @@
 #include "driver/binding.h"
 #include "driver/informer.h"
 #include "nrm/base/cleanup.h"
+#include "nrm/base/xalloc.h"
 #include "nrm/controller.h"
 #include "nrm/log.h"
 
@@ -89,13 +90,12 @@ on_claim (void *ctx, const char *type, json_t *claim)
     return;
   const char *ns = json_string_value (json_object_get (meta, "namespace"));
   const char *name = json_string_value (json_object_get (meta, "name"));
-  cleanup_free char *path = NULL;
+  if (ns == NULL || name == NULL)
+    return;
+  cleanup_free char *path = xasprintf ("/apis/resource.k8s.io/v1/namespaces/%s/resourceclaims/%s", ns, name);
   cleanup_json json_t *answer = NULL;
   cleanup_json json_t *patch = json_pack ("{s:{s:{s:s}}}", "metadata", "labels", NRM_NODE_LABEL, node);
   nrm_error_t err = NULL;
-  if (ns == NULL || name == NULL || patch == NULL
-      || asprintf (&path, "/apis/resource.k8s.io/v1/namespaces/%s/resourceclaims/%s", ns, name) < 0)
-    return;
   int code = nrm_kube_patch (l->kube, path, "application/merge-patch+json", patch, &answer, &err);
   if (code == 200)
     {
@@ -115,13 +115,11 @@ on_claim (void *ctx, const char *type, json_t *claim)
 static int
 try_lease (struct nrm_kube *k, const char *ns, const char *id, char **seen, double *seen_at, nrm_error_t *err)
 {
-  cleanup_free char *path = NULL, *coll = NULL;
+  cleanup_free char *coll = xasprintf ("/apis/coordination.k8s.io/v1/namespaces/%s/leases", ns);
+  cleanup_free char *path = xasprintf ("%s/" LEASE_NAME, coll);
   cleanup_json json_t *lease = NULL, *answer = NULL;
   char now[40];
   micro_time (now, sizeof (now));
-  if (asprintf (&coll, "/apis/coordination.k8s.io/v1/namespaces/%s/leases", ns) < 0
-      || asprintf (&path, "%s/" LEASE_NAME, coll) < 0)
-    return nrm_error_set (err, ENOMEM, "out of memory");
   int code = nrm_kube_call (k, "GET", path, NULL, &lease, err);
   if (code < 0)
     return -1;
@@ -145,9 +143,7 @@ try_lease (struct nrm_kube *k, const char *ns, const char *id, char **seen, doub
   const char *holder = json_string_value (json_object_get (spec, "holderIdentity"));
   const char *renew = json_string_value (json_object_get (spec, "renewTime"));
   json_int_t duration = json_integer_value (json_object_get (spec, "leaseDurationSeconds"));
-  cleanup_free char *record = NULL;
-  if (asprintf (&record, "%s@%s", holder ? holder : "", renew ? renew : "") < 0)
-    return nrm_error_set (err, ENOMEM, "out of memory");
+  cleanup_free char *record = xasprintf ("%s@%s", holder ? holder : "", renew ? renew : "");
   if (*seen == NULL || strcmp (*seen, record) != 0)
     {
       free (*seen);

@@ -12,6 +12,7 @@
 
 #include "cpuset/commit.h"
 #include "nrm/base/cleanup.h"
+#include "nrm/base/xalloc.h"
 
 static const char usage[] = "Usage: nrm-hook [--fsroot DIR] [--state-dir DIR] < OCI-STATE\n"
                             "\n"
@@ -31,6 +32,7 @@ main (int argc, char **argv)
                                         { NULL, 0, NULL, 0 } };
   const char *fsroot = "/", *state_dir = "/var/lib/nrm";
   int c;
+  nrm_json_abort_on_oom ();
   while ((c = getopt_long (argc, argv, "h", opts, NULL)) != -1)
     switch (c)
       {
@@ -52,9 +54,9 @@ main (int argc, char **argv)
       fprintf (stderr, "nrm-hook: --fsroot and --state-dir must be absolute paths\n");
       return 2;
     }
-  cleanup_free char *buf = malloc (1 << 20);
-  size_t len = buf ? fread (buf, 1, (1 << 20) - 1, stdin) : 0;
-  if (buf == NULL || !feof (stdin))
+  cleanup_free char *buf = xmalloc (1 << 20);
+  size_t len = fread (buf, 1, (1 << 20) - 1, stdin);
+  if (!feof (stdin))
     {
       fprintf (stderr, "nrm-hook: the OCI state on stdin is missing or too large\n");
       return 1;

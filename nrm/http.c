@@ -10,6 +10,7 @@
 #include <microhttpd.h>
 
 #include "nrm/base/cleanup.h"
+#include "nrm/base/xalloc.h"
 #include "nrm/http.h"
 
 struct nrm_http
@@ -78,8 +79,7 @@ nrm_http_start (const char *address, nrm_http_handler fn, void *ctx, struct nrm_
       h++;
       hl -= 2;
     }
-  if ((host = strndup (h, hl)) == NULL)
-    return nrm_error_set (err, ENOMEM, "out of memory");
+  host = xstrndup (h, hl);
   char *end = NULL;
   long port = strtol (colon + 1, &end, 10);
   if (*end || port < 0 || port > 65535)
@@ -94,13 +94,7 @@ nrm_http_start (const char *address, nrm_http_handler fn, void *ctx, struct nrm_
       if (gr != 0)
         return nrm_error_set (err, EINVAL, "HTTP address `%s`: %s", address, gai_strerror (gr));
     }
-  struct nrm_http *s = calloc (1, sizeof (*s));
-  if (s == NULL)
-    {
-      if (ai)
-        freeaddrinfo (ai);
-      return nrm_error_set (err, ENOMEM, "out of memory");
-    }
+  struct nrm_http *s = xcalloc (1, sizeof (*s));
   s->fn = fn;
   s->ctx = ctx;
   if (ai)

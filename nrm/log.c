@@ -11,6 +11,7 @@
 #include <jansson.h>
 
 #include "nrm/log.h"
+#include "nrm/base/xalloc.h"
 
 static enum nrm_log_level max_level = NRM_LOG_INFO;
 static bool as_json;
@@ -47,8 +48,7 @@ nrm_log (void *ctx, enum nrm_log_level level, const char *fmt, ...)
   if (level > max_level)
     return;
   va_start (ap, fmt);
-  if (vasprintf (&msg, fmt, ap) < 0)
-    msg = NULL;
+  msg = xvasprintf (fmt, ap);
   va_end (ap);
   clock_gettime (CLOCK_REALTIME, &now);
   gmtime_r (&now.tv_sec, &tm);
@@ -57,7 +57,8 @@ nrm_log (void *ctx, enum nrm_log_level level, const char *fmt, ...)
   pthread_mutex_lock (&lock);
   if (as_json)
     {
-      json_t *j = json_pack ("{s:s, s:s, s:s}", "time", ts, "level", names[level], "msg", msg ? msg : "");
+      /* NULL for a message that is not UTF-8: it is left out. */
+      json_t *j = json_pack ("{s:s, s:s, s:s}", "time", ts, "level", names[level], "msg", msg);
       char *line = json_dumps (j, JSON_COMPACT);
       if (line)
         fprintf (stderr, "%s\n", line);
@@ -65,7 +66,7 @@ nrm_log (void *ctx, enum nrm_log_level level, const char *fmt, ...)
       json_decref (j);
     }
   else
-    fprintf (stderr, "%s %-7s %s\n", ts, names[level], msg ? msg : "");
+    fprintf (stderr, "%s %-7s %s\n", ts, names[level], msg);
   fflush (stderr);
   pthread_mutex_unlock (&lock);
   free (msg);

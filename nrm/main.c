@@ -35,6 +35,7 @@
 #include "nrm/run.h"
 #include "nrm/status.h"
 #include "nrm/base/cleanup.h"
+#include "nrm/base/xalloc.h"
 #include "nrm/conf.h"
 #include "nrm/controller.h"
 #include "driver/names.h"
@@ -550,8 +551,6 @@ static int
 emit_json (json_t *doc, nrm_error_t *err)
 {
   cleanup_free char *s = json_dumps (doc, JSON_INDENT (2));
-  if (s == NULL)
-    return nrm_error_set (err, ENOMEM, "out of memory");
   size_t len = strlen (s);
   s[len] = '\n';
   return emit (s, len + 1, err);
@@ -567,7 +566,7 @@ cmd_topology (struct cli *cli, nrm_error_t *err)
   if (cli->json)
     {
       cleanup_json json_t *doc = nrm_topology_to_json (t);
-      r = doc ? emit_json (doc, err) : nrm_error_set (err, ENOMEM, "out of memory");
+      r = emit_json (doc, err);
     }
   else
     {
@@ -635,16 +634,11 @@ static void
 reconcile_pass (struct reconciler *r)
 {
   cleanup_bitmap hwloc_bitmap_t taken = nrm_status_claimed_cpus (r->cfg, r->drivers);
-  cleanup_bitmap hwloc_bitmap_t shared = taken ? nrm_status_shared_cpus (r->cfg, r->t, taken) : NULL;
-  if (shared == NULL)
-    {
-      nrm_log (NULL, NRM_LOG_ERROR, "shared pool: out of memory");
-      return;
-    }
+  cleanup_bitmap hwloc_bitmap_t shared = nrm_status_shared_cpus (r->cfg, r->t, taken);
   cleanup_free char *list = nrm_cpulist_format (shared), *first = NULL;
   struct nrm_reconcile_stats st;
   nrm_error_t err = NULL;
-  if (nrm_reconcile (r->fs, r->cfg->state_dir, list ? list : "", &st, &first, &err) < 0)
+  if (nrm_reconcile (r->fs, r->cfg->state_dir, list, &st, &first, &err) < 0)
     {
       nrm_log (NULL, NRM_LOG_ERROR, "shared pool: %s", nrm_error_msg (err));
       nrm_error_release (&err);
@@ -772,13 +766,7 @@ cmd_hook (struct cli *cli, nrm_error_t *err)
               free (buf);
               return nrm_error_set (err, EFBIG, "hook: the OCI state on stdin is too large");
             }
-          char *nb = realloc (buf, cap);
-          if (nb == NULL)
-            {
-              free (buf);
-              return nrm_error_set (err, ENOMEM, "out of memory");
-            }
-          buf = nb;
+          buf = xrealloc (buf, cap);
         }
       size_t n = fread (buf + len, 1, cap - len, stdin);
       len += n;
@@ -786,7 +774,7 @@ cmd_hook (struct cli *cli, nrm_error_t *err)
         break;
     }
   cleanup_free char *summary = NULL;
-  int r = nrm_hook_run (cli->cfg.fsroot, buf ? buf : "", len, cli->cfg.state_dir, &summary, err);
+  int r = nrm_hook_run (cli->cfg.fsroot, buf, len, cli->cfg.state_dir, &summary, err);
   free (buf);
   if (r < 0)
     return nrm_error_wrap (err, "hook");
@@ -794,16 +782,18 @@ cmd_hook (struct cli *cli, nrm_error_t *err)
 }
 
 #ifdef NRM_AGENT
+static void publisher_log (void *ctx, enum nrm_log_level level, const char *fmt, ...)
+    __attribute__ ((format (printf, 3, 4)));
+
 static void
 publisher_log (void *ctx, enum nrm_log_level level, const char *fmt, ...)
 {
   va_list ap;
   char *msg = NULL;
   va_start (ap, fmt);
-  if (vasprintf (&msg, fmt, ap) < 0)
-    msg = NULL;
+  msg = xvasprintf (fmt, ap);
   va_end (ap);
-  nrm_log (NULL, level, "%s: %s", (const char *) ctx, msg ? msg : fmt);
+  nrm_log (NULL, level, "%s: %s", (const char *) ctx, msg);
   free (msg);
 }
 
@@ -821,10 +811,8 @@ check_kubelet_managers (const struct nrm_config *c, nrm_error_t *err)
   };
   for (size_t i = 0; i < sizeof (managers) / sizeof (managers[0]); i++)
     {
-      cleanup_free char *path = NULL, *text = NULL;
+      cleanup_free char *path = xasprintf ("%s/%s", c->kubelet_dir, managers[i].file), *text = NULL;
       nrm_error_t rerr = NULL;
-      if (asprintf (&path, "%s/%s", c->kubelet_dir, managers[i].file) < 0)
-        return nrm_error_set (err, ENOMEM, "out of memory");
       if (nrm_read_file (path, 16 << 20, &text, NULL, &rerr) < 0)
         {
           nrm_error_release (&rerr);
@@ -1034,8 +1022,7 @@ http_handler (void *ctx, const char *path, int *status, const char **content_typ
     return NULL;
   bool ok = live ? nrm_metrics_live (s, &why) : nrm_metrics_ready (s, &why);
   *status = ok ? 200 : 503;
-  if (asprintf (&body, "%s\n", ok ? "ok" : why ? why : "not ready") < 0)
-    body = NULL;
+  body = xasprintf ("%s\n", ok ? "ok" : why);
   free (why);
   return body;
 }
@@ -1088,14 +1075,9 @@ cmd_plugin (struct cli *cli, nrm_error_t *err)
       nrm_error_set (err, EINVAL, "plugin: no driver enabled (--drivers `%s`)", c->drivers ? c->drivers : "");
       goto out;
     }
-  plugins = calloc (d.n, sizeof (*plugins));
-  pubs = calloc (d.n, sizeof (*pubs));
-  names = calloc (d.n, sizeof (*names));
-  if (plugins == NULL || pubs == NULL || names == NULL)
-    {
-      nrm_error_set (err, ENOMEM, "out of memory");
-      goto out;
-    }
+  plugins = xcalloc (d.n, sizeof (*plugins));
+  pubs = xcalloc (d.n, sizeof (*pubs));
+  names = xcalloc (d.n, sizeof (*names));
   if (api)
     {
       struct nrm_kube_options ko;
@@ -1168,9 +1150,9 @@ cmd_plugin (struct cli *cli, nrm_error_t *err)
   else if (c->reconcile_interval > 0)
     {
       nrm_error_t cerr = NULL;
-      cleanup_free char *ctl = NULL;
-      if (asprintf (&ctl, "%s/sys/fs/cgroup/cgroup.controllers", strcmp (c->fsroot, "/") ? c->fsroot : "") >= 0
-          && access (ctl, F_OK) == 0 && nrm_cgroupfs_open (c->fsroot, &rec.fs, &cerr) == 0)
+      cleanup_free char *ctl
+          = xasprintf ("%s/sys/fs/cgroup/cgroup.controllers", strcmp (c->fsroot, "/") ? c->fsroot : "");
+      if (access (ctl, F_OK) == 0 && nrm_cgroupfs_open (c->fsroot, &rec.fs, &cerr) == 0)
         {
           rec.t = t;
           rec.drivers = &d;
@@ -1321,6 +1303,7 @@ main (int argc, char **argv)
   struct cli cli = { .json = false, .run = { .numa_node = -1 } };
   int r;
 
+  nrm_json_abort_on_oom ();
   if (argc < 2)
     {
       fputs (usage_text, stderr);

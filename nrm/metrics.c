@@ -8,6 +8,7 @@
 
 #include "driver/quantity.h"
 #include "nrm/base/cleanup.h"
+#include "nrm/base/xalloc.h"
 #include "nrm/metrics.h"
 #include "nrm/status.h"
 
@@ -163,15 +164,15 @@ nrm_metrics_render (struct nrm_metrics_sources *s)
     fprintf (f, "nrm_registered{driver=\"%s\"} %d\n", s->names[i], nrm_plugin_registered (s->plugins[i]));
 
   header (f, "nrm_claim_operation_duration_seconds", "histogram", "Time to prepare or unprepare one claim.");
-  cleanup_free struct nrm_plugin_metrics *pm = calloc (n + 1, sizeof (*pm));
-  for (size_t i = 0; pm && i < n; i++)
+  cleanup_free struct nrm_plugin_metrics *pm = xcalloc (n + 1, sizeof (*pm));
+  for (size_t i = 0; i < n; i++)
     {
       nrm_plugin_metrics (s->plugins[i], &pm[i]);
       op_metrics (f, "nrm_claim_operation_duration_seconds", "prepare", s->names[i], &pm[i].prepare);
       op_metrics (f, "nrm_claim_operation_duration_seconds", "unprepare", s->names[i], &pm[i].unprepare);
     }
   header (f, "nrm_claim_errors_total", "counter", "Claims that failed to prepare or unprepare, by kind of error.");
-  for (size_t i = 0; pm && i < n; i++)
+  for (size_t i = 0; i < n; i++)
     for (int k = 0; k < NRM_ERRKIND_COUNT; k++)
       {
         fprintf (f, "nrm_claim_errors_total{driver=\"%s\",operation=\"prepare\",kind=\"%s\"} %llu\n", s->names[i],
@@ -180,7 +181,7 @@ nrm_metrics_render (struct nrm_metrics_sources *s)
                  nrm_error_kind_name (k), pm[i].unprepare.errors[k]);
       }
 
-  cleanup_free struct nrm_publisher_status *ps = s->publishers ? calloc (n + 1, sizeof (*ps)) : NULL;
+  cleanup_free struct nrm_publisher_status *ps = s->publishers ? xcalloc (n + 1, sizeof (*ps)) : NULL;
   if (ps)
     {
       bool connected = true;
@@ -215,8 +216,7 @@ nrm_metrics_live (struct nrm_metrics_sources *s, char **why)
   for (size_t i = 0; i < s->drivers->n; i++)
     if (s->plugins[i] == NULL || access (nrm_plugin_dra_socket (s->plugins[i]), F_OK) < 0)
       {
-        if (asprintf (why, "%s: the DRA socket is gone", s->names[i]) < 0)
-          *why = NULL;
+        *why = xasprintf ("%s: the DRA socket is gone", s->names[i]);
         return false;
       }
   return true;
@@ -233,10 +233,8 @@ nrm_metrics_ready (struct nrm_metrics_sources *s, char **why)
       int reg = nrm_plugin_registered (s->plugins[i]);
       if (reg != 1)
         {
-          if (asprintf (why, "%s: %s", s->names[i],
-                        reg == 0 ? "the kubelet refused the registration" : "not registered with the kubelet yet")
-              < 0)
-            *why = NULL;
+          *why = xasprintf ("%s: %s", s->names[i],
+                            reg == 0 ? "the kubelet refused the registration" : "not registered with the kubelet yet");
           return false;
         }
       if (s->publishers && s->publishers[i])
@@ -244,11 +242,9 @@ nrm_metrics_ready (struct nrm_metrics_sources *s, char **why)
           struct nrm_publisher_status ps;
           nrm_publisher_status (s->publishers[i], &ps);
           bool ok = ps.synced;
-          if (!ok
-              && asprintf (why, "%s: ResourceSlices not in sync%s%s", s->names[i], ps.error ? ": " : "",
-                           ps.error ? ps.error : "")
-                     < 0)
-            *why = NULL;
+          if (!ok)
+            *why = xasprintf ("%s: ResourceSlices not in sync%s%s", s->names[i], ps.error ? ": " : "",
+                              ps.error ? ps.error : "");
           free (ps.error);
           if (!ok)
             return false;

@@ -25,6 +25,7 @@
 #include "driver/plugin.h"
 #include "driver/registry.h"
 #include "nrm/base/cleanup.h"
+#include "nrm/base/xalloc.h"
 #include "nrm/base/fs.h"
 #include "nrm/log.h"
 #include "nrm/run.h"
@@ -125,10 +126,9 @@ claim_for (const char *uid, const char *name, const char *driver, const char *no
 static bool
 have_cgroup_cpuset (const char *fsroot)
 {
-  cleanup_free char *path = NULL, *text = NULL;
+  cleanup_free char *path = xasprintf ("%s/sys/fs/cgroup/cgroup.controllers", strcmp (fsroot, "/") ? fsroot : "");
+  cleanup_free char *text = NULL;
   nrm_error_t err = NULL;
-  if (asprintf (&path, "%s/sys/fs/cgroup/cgroup.controllers", strcmp (fsroot, "/") ? fsroot : "") < 0)
-    return false;
   if (nrm_read_file (path, 4096, &text, NULL, &err) < 0)
     {
       nrm_error_release (&err);
@@ -142,10 +142,8 @@ have_cgroup_cpuset (const char *fsroot)
 static int
 make_cgroup (struct nrm_cgroupfs *fs, const char *name, nrm_error_t *err)
 {
-  cleanup_free char *parent = NULL, *child = NULL;
-  if (asprintf (&parent, "%s/nrm.slice", nrm_cgroupfs_root (fs)) < 0
-      || asprintf (&child, "%s/nrm.slice/%s", nrm_cgroupfs_root (fs), name) < 0)
-    return nrm_error_set (err, ENOMEM, "out of memory");
+  cleanup_free char *parent = xasprintf ("%s/nrm.slice", nrm_cgroupfs_root (fs));
+  cleanup_free char *child = xasprintf ("%s/nrm.slice/%s", nrm_cgroupfs_root (fs), name);
   if (nrm_cgroup_write (fs, "", "cgroup.subtree_control", "+cpuset", err) < 0
       || (mkdir (parent, 0755) < 0 && errno != EEXIST)
       || nrm_cgroup_write (fs, "nrm.slice", "cgroup.subtree_control", "+cpuset", err) < 0)
@@ -200,10 +198,9 @@ nrm_cmd_run (struct nrm_config *c, struct nrm_topology *t, const struct nrm_run_
 
   pid_t self = getpid ();
   unsigned long long st = start_time (self);
-  if (asprintf (&name, "run-%d-%llu", (int) self, st) < 0
-      || asprintf (&uid, "%08x-0000-4000-8000-%012llx", (unsigned) self, st & 0xffffffffffffULL) < 0
-      || asprintf (&cgname, "run-%d", (int) self) < 0)
-    return nrm_error_set (err, ENOMEM, "out of memory");
+  name = xasprintf ("run-%d-%llu", (int) self, st);
+  uid = xasprintf ("%08x-0000-4000-8000-%012llx", (unsigned) self, st & 0xffffffffffffULL);
+  cgname = xasprintf ("run-%d", (int) self);
   /* A run is the command line of the CPU and memory drivers: their claims,
    * with their names, in their checkpoints. */
   struct nrm_publish_options po = c->publish;
@@ -256,7 +253,7 @@ nrm_cmd_run (struct nrm_config *c, struct nrm_topology *t, const struct nrm_run_
   snprintf (count, sizeof (count), "%u", rq->cpus);
   nrm_error_t last = NULL;
   int node = -1;
-  for (size_t k = 0; order && k < t->n_numa && node < 0; k++)
+  for (size_t k = 0; k < t->n_numa && node < 0; k++)
     {
       const struct nrm_numa_node *n = &t->numa[order[k]];
       char dev[32];
@@ -338,17 +335,15 @@ nrm_cmd_run (struct nrm_config *c, struct nrm_topology *t, const struct nrm_run_
           json_array_append_new (results,
                                  result_for ("hugepages-1gi", md, c->node_name, dev, "hugepages", rq->hugepages_1gi));
         }
-      if (asprintf (&what, "%s%s%s%s%s%s%s%s on NUMA node %d", rq->memory ? "memory " : "", rq->memory ?: "",
-                    rq->hugepages_2mi ? (rq->memory ? ", " : "") : "", rq->hugepages_2mi ? "2Mi huge pages " : "",
-                    rq->hugepages_2mi ?: "", rq->hugepages_1gi ? (rq->memory || rq->hugepages_2mi ? ", " : "") : "",
-                    rq->hugepages_1gi ? "1Gi huge pages " : "", rq->hugepages_1gi ?: "", node)
-          < 0)
-        what = NULL;
+      what = xasprintf ("%s%s%s%s%s%s%s%s on NUMA node %d", rq->memory ? "memory " : "", rq->memory ?: "",
+                        rq->hugepages_2mi ? (rq->memory ? ", " : "") : "", rq->hugepages_2mi ? "2Mi huge pages " : "",
+                        rq->hugepages_2mi ?: "", rq->hugepages_1gi ? (rq->memory || rq->hugepages_2mi ? ", " : "") : "",
+                        rq->hugepages_1gi ? "1Gi huge pages " : "", rq->hugepages_1gi ?: "", node);
       src[1].claim = claim_with (uid, name, TAKE_PTR (results), mconfig);
       json_t *devs = nrm_plugin_prepare (pl[1], RUN_NAMESPACE, name, uid, err);
       if (devs == NULL)
         {
-          nrm_error_wrap (err, "%s", what ? what : "memory");
+          nrm_error_wrap (err, "%s", what);
           goto out;
         }
       json_decref (devs);
@@ -365,8 +360,8 @@ nrm_cmd_run (struct nrm_config *c, struct nrm_topology *t, const struct nrm_run_
   {
     cleanup_json json_t *claims = nrm_plugin_claims (pl[0], err);
     json_t *state = json_object_get (json_object_get (claims, uid), "state");
-    cpus = strdup (json_string_value (json_object_get (state, "cpus")) ?: "");
-    mems = strdup (json_string_value (json_object_get (state, "mems")) ?: "");
+    cpus = xstrdup (json_string_value (json_object_get (state, "cpus")) ?: "");
+    mems = xstrdup (json_string_value (json_object_get (state, "mems")) ?: "");
   }
   nrm_log (NULL, NRM_LOG_INFO, "run %s: CPUs %s, memory node %s", name, cpus, mems);
 
@@ -375,12 +370,7 @@ nrm_cmd_run (struct nrm_config *c, struct nrm_topology *t, const struct nrm_run_
     {
       struct nrm_binding b = { .cpus = cpus, .memory = { .mems = mems } };
       nrm_env_binding_memory (&mem_eb, &b.memory);
-      cleanup_free char *rel = NULL;
-      if (asprintf (&rel, "nrm.slice/%s", cgname) < 0)
-        {
-          nrm_error_set (err, ENOMEM, "out of memory");
-          goto out;
-        }
+      cleanup_free char *rel = xasprintf ("nrm.slice/%s", cgname);
       if (nrm_cgroupfs_open (c->fsroot, &fs, err) < 0 || make_cgroup (fs, cgname, err) < 0
           || nrm_cgroup_apply (fs, rel, &b, err) < 0)
         goto out;
@@ -412,9 +402,8 @@ nrm_cmd_run (struct nrm_config *c, struct nrm_topology *t, const struct nrm_run_
       size_t ml = strlen (nrm_env_name[NRM_ENV_MEMS]);
       if (eq && !(strncmp (kv, nrm_env_name[NRM_ENV_MEMS], ml) == 0 && kv[ml] == '='))
         {
-          cleanup_free char *k = strndup (kv, (size_t) (eq - kv));
-          if (k)
-            setenv (k, eq + 1, 1);
+          cleanup_free char *k = xstrndup (kv, (size_t) (eq - kv));
+          setenv (k, eq + 1, 1);
         }
     }
   }
@@ -457,9 +446,9 @@ nrm_cmd_run (struct nrm_config *c, struct nrm_topology *t, const struct nrm_run_
   if (cgroup)
     {
       char pidtext[32];
-      cleanup_free char *rel = NULL;
+      cleanup_free char *rel = xasprintf ("nrm.slice/%s", cgname);
       snprintf (pidtext, sizeof (pidtext), "%d", (int) child_pid);
-      if (asprintf (&rel, "nrm.slice/%s", cgname) < 0 || nrm_cgroup_write (fs, rel, "cgroup.procs", pidtext, err) < 0)
+      if (nrm_cgroup_write (fs, rel, "cgroup.procs", pidtext, err) < 0)
         {
           kill (child_pid, SIGKILL);
           waitpid (child_pid, NULL, 0);
@@ -496,9 +485,8 @@ out:
   nrm_registry_free (reg);
   if (fs)
     {
-      cleanup_free char *dir = NULL;
-      if (asprintf (&dir, "%s/nrm.slice/%s", nrm_cgroupfs_root (fs), cgname) >= 0)
-        rmdir (dir);
+      cleanup_free char *dir = xasprintf ("%s/nrm.slice/%s", nrm_cgroupfs_root (fs), cgname);
+      rmdir (dir);
       nrm_cgroupfs_close (fs);
     }
   return r;

@@ -14,6 +14,7 @@
 #include "driver/plugin.h"
 #include "driver/quantity.h"
 #include "nrm/base/cleanup.h"
+#include "nrm/base/xalloc.h"
 #include "nrm/base/fs.h"
 #include "nrm/status.h"
 
@@ -176,8 +177,8 @@ pool_status (const struct nrm_pool *p, json_t *claims, json_t *descs, const char
 hwloc_bitmap_t
 nrm_status_claimed_cpus (const struct nrm_config *c, const struct nrm_drivers *d)
 {
-  hwloc_bitmap_t all = hwloc_bitmap_alloc ();
-  for (size_t i = 0; all && i < d->n; i++)
+  hwloc_bitmap_t all = xbitmap_alloc ();
+  for (size_t i = 0; i < d->n; i++)
     {
       const struct nrm_driver_slot *s = &d->slots[i];
       nrm_error_t err = NULL;
@@ -206,9 +207,7 @@ nrm_status_claimed_cpus (const struct nrm_config *c, const struct nrm_drivers *d
 hwloc_bitmap_t
 nrm_status_shared_cpus (const struct nrm_config *c, const struct nrm_topology *t, hwloc_const_bitmap_t claimed)
 {
-  hwloc_bitmap_t shared = hwloc_bitmap_dup (t->online);
-  if (shared == NULL)
-    return NULL;
+  hwloc_bitmap_t shared = xbitmap_dup (t->online);
   hwloc_bitmap_andnot (shared, shared, t->disallowed);
   hwloc_bitmap_andnot (shared, shared, t->isolated);
   hwloc_bitmap_andnot (shared, shared, claimed);
@@ -222,7 +221,7 @@ nrm_status (struct nrm_config *c, const struct nrm_topology *t, const struct nrm
             FILE *out, nrm_error_t *err)
 {
   cleanup_json json_t *doc = json_object (), *all_claims = json_object ();
-  cleanup_bitmap hwloc_bitmap_t exclusive = hwloc_bitmap_alloc ();
+  cleanup_bitmap hwloc_bitmap_t exclusive = xbitmap_alloc ();
   cleanup_bitmap hwloc_bitmap_t shared = NULL;
   cleanup_free char *ex = NULL, *sh = NULL, *res = NULL, *iso = NULL;
   int r = -1;
@@ -291,9 +290,8 @@ nrm_status (struct nrm_config *c, const struct nrm_topology *t, const struct nrm
   sh = nrm_cpulist_format (shared);
   res = nrm_cpulist_format (t->reserved);
   iso = nrm_cpulist_format (t->isolated);
-  json_object_set_new (doc, "cpus",
-                       json_pack ("{s:s, s:s, s:s, s:s}", "exclusive", ex ?: "", "shared", sh ?: "", "reserved",
-                                  res ?: "", "isolated", iso ?: ""));
+  json_object_set_new (
+      doc, "cpus", json_pack ("{s:s, s:s, s:s, s:s}", "exclusive", ex, "shared", sh, "reserved", res, "isolated", iso));
 
   if (as_json)
     {

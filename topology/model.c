@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "nrm/base/cleanup.h"
+#include "nrm/base/xalloc.h"
 #include "topology/topology.h"
 
 char *
@@ -18,9 +19,9 @@ nrm_cpulist_format (hwloc_const_bitmap_t set)
 {
   char *s = NULL;
   if (set == NULL || hwloc_bitmap_iszero (set))
-    return strdup ("");
+    return xstrdup ("");
   if (hwloc_bitmap_list_asprintf (&s, set) < 0)
-    return NULL;
+    nrm_oom ();
   return s;
 }
 
@@ -29,11 +30,9 @@ nrm_cpulist_format (hwloc_const_bitmap_t set)
 int
 nrm_cpulist_parse (const char *text, hwloc_bitmap_t *ret, nrm_error_t *err)
 {
-  cleanup_bitmap hwloc_bitmap_t set = hwloc_bitmap_alloc ();
+  cleanup_bitmap hwloc_bitmap_t set = xbitmap_alloc ();
   const char *p = text;
 
-  if (set == NULL)
-    return nrm_error_set (err, ENOMEM, "out of memory");
   while (*p && isspace ((unsigned char) *p))
     p++;
   while (*p && *p != '\n')
@@ -80,23 +79,18 @@ nrm_pagesize_name (uint64_t size)
 {
   static const char *const units[] = { "", "Ki", "Mi", "Gi", "Ti" };
   size_t u = 0;
-  char *s = NULL;
   while (u + 1 < sizeof (units) / sizeof (units[0]) && size >= 1024 && size % 1024 == 0)
     {
       size /= 1024;
       u++;
     }
-  if (asprintf (&s, "%" PRIu64 "%s", size, units[u]) < 0)
-    return NULL;
-  return s;
+  return xasprintf ("%" PRIu64 "%s", size, units[u]);
 }
 
 hwloc_bitmap_t
 nrm_topology_node_allocatable (const struct nrm_topology *t, size_t numa)
 {
-  hwloc_bitmap_t set = hwloc_bitmap_dup (t->numa[numa].cpus);
-  if (set == NULL)
-    return NULL;
+  hwloc_bitmap_t set = xbitmap_dup (t->numa[numa].cpus);
   hwloc_bitmap_andnot (set, set, t->disallowed);
   hwloc_bitmap_andnot (set, set, t->reserved);
   return set;
@@ -155,20 +149,19 @@ nrm_topology_near_nodes (const struct nrm_topology *t, size_t numa, int64_t *out
 static int
 read_isolated (const char *fsroot, hwloc_bitmap_t *ret, nrm_error_t *err)
 {
-  cleanup_free char *path = NULL;
+  cleanup_free char *path
+      = xasprintf ("%s/sys/devices/system/cpu/isolated", fsroot && strcmp (fsroot, "/") ? fsroot : "");
   cleanup_fclose FILE *f = NULL;
   char buf[4096];
 
-  if (asprintf (&path, "%s/sys/devices/system/cpu/isolated", fsroot && strcmp (fsroot, "/") ? fsroot : "") < 0)
-    return nrm_error_set (err, ENOMEM, "out of memory");
   f = fopen (path, "re");
   if (f == NULL)
     {
       /* Kernels without the file isolate nothing. */
       if (errno == ENOENT)
         {
-          *ret = hwloc_bitmap_alloc ();
-          return *ret ? 0 : nrm_error_set (err, ENOMEM, "out of memory");
+          *ret = xbitmap_alloc ();
+          return 0;
         }
       return nrm_error_errno (err, errno, "cannot read `%s`", path);
     }
@@ -183,14 +176,12 @@ int
 nrm_topology_apply_settings (struct nrm_topology *t, const struct nrm_node_settings *s, const char *fsroot,
                              nrm_error_t *err)
 {
-  cleanup_bitmap hwloc_bitmap_t reserved = hwloc_bitmap_alloc ();
+  cleanup_bitmap hwloc_bitmap_t reserved = xbitmap_alloc ();
   cleanup_bitmap hwloc_bitmap_t isolated = NULL;
-  cleanup_bitmap hwloc_bitmap_t bad = hwloc_bitmap_alloc ();
-  cleanup_free uint64_t *mem = calloc (t->n_numa ? t->n_numa : 1, sizeof (uint64_t));
+  cleanup_bitmap hwloc_bitmap_t bad = xbitmap_alloc ();
+  cleanup_free uint64_t *mem = xcalloc (t->n_numa, sizeof (uint64_t));
   cleanup_free char *badlist = NULL;
 
-  if (reserved == NULL || bad == NULL || mem == NULL)
-    return nrm_error_set (err, ENOMEM, "out of memory");
   if (s->reserved_cpus != NULL)
     {
       hwloc_bitmap_copy (reserved, s->reserved_cpus);
@@ -198,21 +189,17 @@ nrm_topology_apply_settings (struct nrm_topology *t, const struct nrm_node_setti
       if (!hwloc_bitmap_iszero (bad))
         {
           badlist = nrm_cpulist_format (bad);
-          return nrm_error_set (err, EINVAL, "reserved CPUs `%s` do not exist or are offline on this machine",
-                                badlist ? badlist : "?");
+          return nrm_error_set (err, EINVAL, "reserved CPUs `%s` do not exist or are offline on this machine", badlist);
         }
     }
   if (s->isolated_cpus != NULL)
     {
-      isolated = hwloc_bitmap_dup (s->isolated_cpus);
-      if (isolated == NULL)
-        return nrm_error_set (err, ENOMEM, "out of memory");
+      isolated = xbitmap_dup (s->isolated_cpus);
       hwloc_bitmap_andnot (bad, isolated, t->online);
       if (!hwloc_bitmap_iszero (bad))
         {
           badlist = nrm_cpulist_format (bad);
-          return nrm_error_set (err, EINVAL, "isolated CPUs `%s` do not exist or are offline on this machine",
-                                badlist ? badlist : "?");
+          return nrm_error_set (err, EINVAL, "isolated CPUs `%s` do not exist or are offline on this machine", badlist);
         }
     }
   else if (strcmp (t->source, "live") == 0)
@@ -221,17 +208,15 @@ nrm_topology_apply_settings (struct nrm_topology *t, const struct nrm_node_setti
         return -1;
       hwloc_bitmap_and (isolated, isolated, t->online);
     }
-  else if ((isolated = hwloc_bitmap_alloc ()) == NULL)
-    return nrm_error_set (err, ENOMEM, "out of memory");
+  else
+    isolated = xbitmap_alloc ();
 
   /* Reserved memory: validate everything before touching the model. */
   cleanup_free uint64_t *hp = NULL;
   size_t total_hp = 0;
   for (size_t i = 0; i < t->n_numa; i++)
     total_hp += t->numa[i].n_hugepages;
-  hp = calloc (total_hp ? total_hp : 1, sizeof (uint64_t));
-  if (hp == NULL)
-    return nrm_error_set (err, ENOMEM, "out of memory");
+  hp = xcalloc (total_hp, sizeof (uint64_t));
   for (size_t r = 0; r < s->n_reserved_memory; r++)
     {
       const struct nrm_reserved_memory *rm = &s->reserved_memory[r];
@@ -260,7 +245,7 @@ nrm_topology_apply_settings (struct nrm_topology *t, const struct nrm_node_setti
         {
           cleanup_free char *name = nrm_pagesize_name (n->hugepages[h].size);
           char want[64];
-          snprintf (want, sizeof (want), "hugepages-%s", name ? name : "?");
+          snprintf (want, sizeof (want), "hugepages-%s", name);
           if (strcmp (want, rm->resource) != 0)
             continue;
           found = true;

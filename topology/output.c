@@ -8,13 +8,14 @@
 #include <string.h>
 
 #include "nrm/base/cleanup.h"
+#include "nrm/base/xalloc.h"
 #include "topology/topology.h"
 
 static json_t *
 jcpus (hwloc_const_bitmap_t set)
 {
   cleanup_free char *s = nrm_cpulist_format (set);
-  return json_string (s ? s : "");
+  return json_string (s);
 }
 
 static json_t *
@@ -136,7 +137,7 @@ print_bytes (FILE *out, uint64_t b)
 static const char *
 or_dash (const char *s)
 {
-  return s && *s ? s : "-";
+  return *s ? s : "-";
 }
 
 int
@@ -173,10 +174,8 @@ nrm_topology_print_summary (const struct nrm_topology *t, FILE *out, nrm_error_t
     {
       const struct nrm_numa_node *n = &t->numa[i];
       cleanup_bitmap hwloc_bitmap_t alloc = nrm_topology_node_allocatable (t, i);
-      cleanup_bitmap hwloc_bitmap_t iso = hwloc_bitmap_dup (t->isolated);
-      cleanup_bitmap hwloc_bitmap_t res = hwloc_bitmap_dup (t->reserved);
-      if (alloc == NULL || iso == NULL || res == NULL)
-        return nrm_error_set (err, ENOMEM, "out of memory");
+      cleanup_bitmap hwloc_bitmap_t iso = xbitmap_dup (t->isolated);
+      cleanup_bitmap hwloc_bitmap_t res = xbitmap_dup (t->reserved);
       hwloc_bitmap_and (iso, iso, n->cpus);
       hwloc_bitmap_and (res, res, n->cpus);
       cleanup_free char *cpus = nrm_cpulist_format (n->cpus), *a = nrm_cpulist_format (alloc);
@@ -213,7 +212,7 @@ nrm_topology_print_summary (const struct nrm_topology *t, FILE *out, nrm_error_t
       for (size_t h = 0; h < n->n_hugepages; h++)
         {
           cleanup_free char *ps = nrm_pagesize_name (n->hugepages[h].size);
-          fprintf (out, "  hugepages-%s: %" PRIu64 " pages", ps ? ps : "?", n->hugepages[h].count);
+          fprintf (out, "  hugepages-%s: %" PRIu64 " pages", ps, n->hugepages[h].count);
           if (n->reserved_hugepages[h])
             fprintf (out, " (%" PRIu64 " reserved)", n->reserved_hugepages[h] / n->hugepages[h].size);
           fputc ('\n', out);
@@ -225,7 +224,7 @@ nrm_topology_print_summary (const struct nrm_topology *t, FILE *out, nrm_error_t
             cleanup_free char *lc = nrm_cpulist_format (t->l3[l].cpus);
             fprintf (out, "%s%u (", first ? "  L3 groups: " : ", ", t->l3[l].os_index);
             print_bytes (out, t->l3[l].size);
-            fprintf (out, ", CPUs %s)", lc ? lc : "?");
+            fprintf (out, ", CPUs %s)", lc);
             first = false;
           }
       if (!first)

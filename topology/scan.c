@@ -9,16 +9,11 @@
 #include <unistd.h>
 
 #include "nrm/base/cleanup.h"
+#include "nrm/base/xalloc.h"
 #include "topology/topology.h"
 
 DEFINE_TRIVIAL_CLEANUP_FUNC (hwloc_topology_t, hwloc_topology_destroy)
 #define cleanup_hwloc __attribute__ ((cleanup (hwloc_topology_destroyp)))
-
-static void *
-xcalloc (size_t n, size_t size)
-{
-  return calloc (n ? n : 1, size);
-}
 
 /* Fastest first: a rank per memory kind, used to number the tiers present. */
 static int
@@ -86,29 +81,25 @@ home_node (struct nrm_topology *t, hwloc_const_nodeset_t local)
   return best;
 }
 
-static int
-scan_numa (hwloc_topology_t h, struct nrm_topology *t, nrm_error_t *err)
+static void
+scan_numa (hwloc_topology_t h, struct nrm_topology *t)
 {
   int n = hwloc_get_nbobjs_by_type (h, HWLOC_OBJ_NUMANODE);
   hwloc_const_nodeset_t allowed = hwloc_topology_get_allowed_nodeset (h);
 
   t->n_numa = n > 0 ? (size_t) n : 0;
   t->numa = xcalloc (t->n_numa, sizeof (*t->numa));
-  if (t->numa == NULL)
-    return nrm_error_set (err, ENOMEM, "out of memory");
   for (size_t i = 0; i < t->n_numa; i++)
     {
       hwloc_obj_t o = hwloc_get_obj_by_type (h, HWLOC_OBJ_NUMANODE, (unsigned) i);
       struct nrm_numa_node *node = &t->numa[i];
       node->os_index = o->os_index;
       node->memory = o->attr->numanode.local_memory;
-      node->kind = strdup (o->subtype ? o->subtype : "DRAM");
-      node->locality = hwloc_bitmap_dup (o->cpuset ? o->cpuset : hwloc_topology_get_complete_cpuset (h));
-      node->cpus = hwloc_bitmap_alloc ();
+      node->kind = xstrdup (o->subtype ? o->subtype : "DRAM");
+      node->locality = xbitmap_dup (o->cpuset ? o->cpuset : hwloc_topology_get_complete_cpuset (h));
+      node->cpus = xbitmap_alloc ();
       node->allowed = hwloc_bitmap_isset (allowed, o->os_index);
       node->package = -1;
-      if (node->kind == NULL || node->locality == NULL || node->cpus == NULL)
-        return nrm_error_set (err, ENOMEM, "out of memory");
       for (unsigned p = 0; p < o->attr->numanode.page_types_len; p++)
         {
           const struct hwloc_memory_page_type_s *pt = &o->attr->numanode.page_types[p];
@@ -120,17 +111,13 @@ scan_numa (hwloc_topology_t h, struct nrm_topology *t, nrm_error_t *err)
             }
           if (pt->size == 0)
             continue;
-          struct nrm_hugepages *hp = realloc (node->hugepages, (node->n_hugepages + 1) * sizeof (*hp));
-          if (hp == NULL)
-            return nrm_error_set (err, ENOMEM, "out of memory");
+          struct nrm_hugepages *hp = xrealloc (node->hugepages, (node->n_hugepages + 1) * sizeof (*hp));
           node->hugepages = hp;
           hp[node->n_hugepages].size = pt->size;
           hp[node->n_hugepages].count = pt->count;
           node->n_hugepages++;
         }
       node->reserved_hugepages = xcalloc (node->n_hugepages, sizeof (uint64_t));
-      if (node->reserved_hugepages == NULL)
-        return nrm_error_set (err, ENOMEM, "out of memory");
     }
   qsort (t->numa, t->n_numa, sizeof (*t->numa), cmp_numa);
 
@@ -150,20 +137,19 @@ scan_numa (hwloc_topology_t h, struct nrm_topology *t, nrm_error_t *err)
         }
       t->numa[i].tier = tier;
     }
-  return 0;
 }
 
-static int
+static void
 scan_distances (hwloc_topology_t h, struct nrm_topology *t)
 {
   unsigned nr = 0;
   struct hwloc_distances_s *d[8];
 
   if (t->n_numa == 0)
-    return 0;
+    return;
   nr = 8;
   if (hwloc_distances_get_by_type (h, HWLOC_OBJ_NUMANODE, &nr, d, 0, 0) < 0)
-    return 0;
+    return;
   if (nr > 8)
     nr = 8;
   /* Prefer a complete latency matrix from the OS (the ACPI SLIT). */
@@ -186,27 +172,23 @@ scan_distances (hwloc_topology_t h, struct nrm_topology *t)
   if (pick >= 0)
     {
       struct hwloc_distances_s *m = d[pick];
-      t->distances = calloc (t->n_numa * t->n_numa, sizeof (uint64_t));
-      if (t->distances != NULL)
-        {
-          t->distances_from_os = (m->kind & HWLOC_DISTANCES_KIND_FROM_OS) != 0;
-          for (unsigned a = 0; a < m->nbobjs; a++)
-            for (unsigned b = 0; b < m->nbobjs; b++)
-              {
-                int ia = nrm_topology_numa_index (t, m->objs[a]->os_index);
-                int ib = nrm_topology_numa_index (t, m->objs[b]->os_index);
-                if (ia >= 0 && ib >= 0)
-                  t->distances[(size_t) ia * t->n_numa + (size_t) ib] = m->values[a * m->nbobjs + b];
-              }
-        }
+      t->distances = xcalloc (t->n_numa * t->n_numa, sizeof (uint64_t));
+      t->distances_from_os = (m->kind & HWLOC_DISTANCES_KIND_FROM_OS) != 0;
+      for (unsigned a = 0; a < m->nbobjs; a++)
+        for (unsigned b = 0; b < m->nbobjs; b++)
+          {
+            int ia = nrm_topology_numa_index (t, m->objs[a]->os_index);
+            int ib = nrm_topology_numa_index (t, m->objs[b]->os_index);
+            if (ia >= 0 && ib >= 0)
+              t->distances[(size_t) ia * t->n_numa + (size_t) ib] = m->values[a * m->nbobjs + b];
+          }
     }
   for (unsigned i = 0; i < nr; i++)
     hwloc_distances_release (h, d[i]);
-  return 0;
 }
 
-static int
-scan_cpu_objects (hwloc_topology_t h, struct nrm_topology *t, nrm_error_t *err)
+static void
+scan_cpu_objects (hwloc_topology_t h, struct nrm_topology *t)
 {
   int np = hwloc_get_nbobjs_by_type (h, HWLOC_OBJ_PACKAGE);
   int nl3 = hwloc_get_nbobjs_by_type (h, HWLOC_OBJ_L3CACHE);
@@ -218,14 +200,12 @@ scan_cpu_objects (hwloc_topology_t h, struct nrm_topology *t, nrm_error_t *err)
   t->l3 = xcalloc (t->n_l3, sizeof (*t->l3));
   t->n_cores = nc > 0 ? (size_t) nc : 0;
   t->cores = xcalloc (t->n_cores, sizeof (*t->cores));
-  if (t->packages == NULL || t->l3 == NULL || t->cores == NULL)
-    return nrm_error_set (err, ENOMEM, "out of memory");
 
   for (size_t i = 0; i < t->n_packages; i++)
     {
       hwloc_obj_t o = hwloc_get_obj_by_type (h, HWLOC_OBJ_PACKAGE, (unsigned) i);
       t->packages[i].os_index = o->os_index == HWLOC_UNKNOWN_INDEX ? (unsigned) i : o->os_index;
-      t->packages[i].cpus = hwloc_bitmap_dup (o->cpuset);
+      t->packages[i].cpus = xbitmap_dup (o->cpuset);
     }
   for (size_t i = 0; i < t->n_l3; i++)
     {
@@ -233,7 +213,7 @@ scan_cpu_objects (hwloc_topology_t h, struct nrm_topology *t, nrm_error_t *err)
       /* hwloc gives caches no OS number: the logical index is stable for a machine. */
       t->l3[i].os_index = o->logical_index;
       t->l3[i].size = o->attr->cache.size;
-      t->l3[i].cpus = hwloc_bitmap_dup (o->cpuset);
+      t->l3[i].cpus = xbitmap_dup (o->cpuset);
     }
 
   /* Dies and Group objects (clusters, sub-NUMA groups), outermost first. */
@@ -245,21 +225,16 @@ scan_cpu_objects (hwloc_topology_t h, struct nrm_topology *t, nrm_error_t *err)
       if (type != HWLOC_OBJ_DIE && type != HWLOC_OBJ_GROUP)
         continue;
       unsigned n = hwloc_get_nbobjs_by_depth (h, d);
-      struct nrm_group *g = realloc (t->groups, (t->n_groups + n) * sizeof (*g));
-      if (g == NULL)
-        return nrm_error_set (err, ENOMEM, "out of memory");
-      t->groups = g;
+      t->groups = xrealloc (t->groups, (t->n_groups + n) * sizeof (*t->groups));
       for (unsigned i = 0; i < n; i++)
         {
           hwloc_obj_t o = hwloc_get_obj_by_depth (h, d, i);
           struct nrm_group *grp = &t->groups[t->n_groups++];
           memset (grp, 0, sizeof (*grp));
-          grp->kind = strdup (type == HWLOC_OBJ_DIE ? "Die" : (o->subtype ? o->subtype : "Group"));
+          grp->kind = xstrdup (type == HWLOC_OBJ_DIE ? "Die" : (o->subtype ? o->subtype : "Group"));
           grp->os_index = o->os_index == HWLOC_UNKNOWN_INDEX ? o->logical_index : o->os_index;
           grp->depth = gdepth;
-          grp->cpus = hwloc_bitmap_dup (o->cpuset);
-          if (grp->kind == NULL)
-            return nrm_error_set (err, ENOMEM, "out of memory");
+          grp->cpus = xbitmap_dup (o->cpuset);
         }
       gdepth++;
     }
@@ -268,33 +243,29 @@ scan_cpu_objects (hwloc_topology_t h, struct nrm_topology *t, nrm_error_t *err)
   int nk = hwloc_cpukinds_get_nr (h, 0);
   t->n_kinds = nk > 0 ? (size_t) nk : 0;
   t->kinds = xcalloc (t->n_kinds, sizeof (*t->kinds));
-  if (t->kinds == NULL)
-    return nrm_error_set (err, ENOMEM, "out of memory");
   int best = -1;
   for (size_t i = 0; i < t->n_kinds; i++)
     {
       struct hwloc_info_s *infos = NULL;
       unsigned nr_infos = 0;
       int eff = -1;
-      t->kinds[i].cpus = hwloc_bitmap_alloc ();
+      t->kinds[i].cpus = xbitmap_alloc ();
       hwloc_cpukinds_get_info (h, (unsigned) i, t->kinds[i].cpus, &eff, &nr_infos, &infos, 0);
       t->kinds[i].efficiency = eff;
       for (unsigned k = 0; k < nr_infos; k++)
         if (strcmp (infos[k].name, "CoreType") == 0)
-          t->kinds[i].core_type = strdup (infos[k].value);
+          t->kinds[i].core_type = xstrdup (infos[k].value);
       if (eff > best)
         best = eff;
     }
   for (size_t i = 0; i < t->n_kinds; i++)
-    t->kinds[i].name = strdup (t->n_kinds > 1 && t->kinds[i].efficiency < best ? "efficiency" : "performance");
+    t->kinds[i].name = xstrdup (t->n_kinds > 1 && t->kinds[i].efficiency < best ? "efficiency" : "performance");
 
   /* Online PUs, with their core, caches and home node. */
   hwloc_const_cpuset_t allowed = hwloc_topology_get_allowed_cpuset (h);
   int npu = hwloc_get_nbobjs_by_type (h, HWLOC_OBJ_PU);
   t->n_pus = npu > 0 ? (size_t) npu : 0;
   t->pus = xcalloc (t->n_pus, sizeof (*t->pus));
-  if (t->pus == NULL)
-    return nrm_error_set (err, ENOMEM, "out of memory");
   for (size_t i = 0; i < t->n_pus; i++)
     {
       hwloc_obj_t o = hwloc_get_obj_by_type (h, HWLOC_OBJ_PU, (unsigned) i);
@@ -318,12 +289,10 @@ scan_cpu_objects (hwloc_topology_t h, struct nrm_topology *t, nrm_error_t *err)
       t->n_cores = t->n_pus;
       free (t->cores);
       t->cores = xcalloc (t->n_cores, sizeof (*t->cores));
-      if (t->cores == NULL)
-        return nrm_error_set (err, ENOMEM, "out of memory");
       for (size_t i = 0; i < t->n_pus; i++)
         {
           t->cores[i].os_index = t->pus[i].os_index;
-          t->cores[i].cpus = hwloc_bitmap_alloc ();
+          t->cores[i].cpus = xbitmap_alloc ();
           hwloc_bitmap_set (t->cores[i].cpus, t->pus[i].os_index);
           t->pus[i].core = (int) i;
         }
@@ -333,7 +302,7 @@ scan_cpu_objects (hwloc_topology_t h, struct nrm_topology *t, nrm_error_t *err)
       {
         hwloc_obj_t o = hwloc_get_obj_by_type (h, HWLOC_OBJ_CORE, (unsigned) i);
         t->cores[i].os_index = o->os_index == HWLOC_UNKNOWN_INDEX ? (unsigned) i : o->os_index;
-        t->cores[i].cpus = hwloc_bitmap_dup (o->cpuset);
+        t->cores[i].cpus = xbitmap_dup (o->cpuset);
         hwloc_bitmap_and (t->cores[i].cpus, t->cores[i].cpus, hwloc_topology_get_topology_cpuset (h));
       }
 
@@ -369,16 +338,13 @@ scan_cpu_objects (hwloc_topology_t h, struct nrm_topology *t, nrm_error_t *err)
       if (t->numa[i].package < 0 && pi >= 0)
         t->numa[i].package = t->pus[pi].package;
     }
-  t->online = hwloc_bitmap_dup (hwloc_topology_get_topology_cpuset (h));
-  t->offline = hwloc_bitmap_dup (hwloc_topology_get_complete_cpuset (h));
-  t->disallowed = hwloc_bitmap_dup (t->online);
-  t->reserved = hwloc_bitmap_alloc ();
-  t->isolated = hwloc_bitmap_alloc ();
-  if (t->online == NULL || t->offline == NULL || t->disallowed == NULL || t->reserved == NULL || t->isolated == NULL)
-    return nrm_error_set (err, ENOMEM, "out of memory");
+  t->online = xbitmap_dup (hwloc_topology_get_topology_cpuset (h));
+  t->offline = xbitmap_dup (hwloc_topology_get_complete_cpuset (h));
+  t->disallowed = xbitmap_dup (t->online);
+  t->reserved = xbitmap_alloc ();
+  t->isolated = xbitmap_alloc ();
   hwloc_bitmap_andnot (t->offline, t->offline, t->online);
   hwloc_bitmap_andnot (t->disallowed, t->disallowed, allowed);
-  return 0;
 }
 
 static const char *
@@ -412,15 +378,13 @@ osdev_rank (const char *kind)
   return 100;
 }
 
-static int
-scan_pci (hwloc_topology_t h, struct nrm_topology *t, nrm_error_t *err)
+static void
+scan_pci (hwloc_topology_t h, struct nrm_topology *t)
 {
   size_t n = 0;
   for (hwloc_obj_t o = hwloc_get_next_pcidev (h, NULL); o; o = hwloc_get_next_pcidev (h, o))
     n++;
   t->pci = xcalloc (n, sizeof (*t->pci));
-  if (t->pci == NULL)
-    return nrm_error_set (err, ENOMEM, "out of memory");
   for (hwloc_obj_t o = hwloc_get_next_pcidev (h, NULL); o; o = hwloc_get_next_pcidev (h, o))
     {
       struct nrm_pci_device *d = &t->pci[t->n_pci++];
@@ -435,9 +399,7 @@ scan_pci (hwloc_topology_t h, struct nrm_topology *t, nrm_error_t *err)
           snprintf (d->pcie_root, sizeof (d->pcie_root), "pci%04x:%02x", p->attr->bridge.downstream.pci.domain,
                     p->attr->bridge.downstream.pci.secondary_bus);
       hwloc_obj_t anc = hwloc_get_non_io_ancestor_obj (h, o);
-      d->nodes = hwloc_bitmap_dup (anc && anc->nodeset ? anc->nodeset : hwloc_topology_get_topology_nodeset (h));
-      if (d->nodes == NULL)
-        return nrm_error_set (err, ENOMEM, "out of memory");
+      d->nodes = xbitmap_dup (anc && anc->nodeset ? anc->nodeset : hwloc_topology_get_topology_nodeset (h));
       d->numa = -1;
       if (hwloc_bitmap_weight (d->nodes) == 1)
         d->numa = nrm_topology_numa_index (t, (unsigned) hwloc_bitmap_first (d->nodes));
@@ -445,9 +407,7 @@ scan_pci (hwloc_topology_t h, struct nrm_topology *t, nrm_error_t *err)
         {
           if (c->type != HWLOC_OBJ_OS_DEVICE || c->name == NULL)
             continue;
-          char *joined = NULL;
-          if (asprintf (&joined, "%s%s%s", d->os_names ? d->os_names : "", d->os_names ? "," : "", c->name) < 0)
-            return nrm_error_set (err, ENOMEM, "out of memory");
+          char *joined = xasprintf ("%s%s%s", d->os_names ? d->os_names : "", d->os_names ? "," : "", c->name);
           free (d->os_names);
           d->os_names = joined;
           /* A GPU also shows as CUDA/OpenCL co-processors: the lowest rank names it. */
@@ -455,11 +415,10 @@ scan_pci (hwloc_topology_t h, struct nrm_topology *t, nrm_error_t *err)
           if (k != NULL && (d->os_kind == NULL || osdev_rank (k) < osdev_rank (d->os_kind)))
             {
               free (d->os_kind);
-              d->os_kind = strdup (k);
+              d->os_kind = xstrdup (k);
             }
         }
     }
-  return 0;
 }
 
 int
@@ -495,19 +454,15 @@ nrm_topology_load (const char *xml_path, struct nrm_topology **ret, nrm_error_t 
   if (hwloc_get_nbobjs_by_type (h, HWLOC_OBJ_PU) <= 0)
     return nrm_error_set (err, EINVAL, "topology `%s` has no CPUs", xml_path ? xml_path : "of this machine");
 
-  t = calloc (1, sizeof (*t));
-  if (t == NULL)
-    return nrm_error_set (err, ENOMEM, "out of memory");
-  t->source = strdup (xml_path ? xml_path : "live");
+  t = xcalloc (1, sizeof (*t));
+  t->source = xstrdup (xml_path ? xml_path : "live");
   hwloc_obj_t root = hwloc_get_root_obj (h);
   const char *arch = hwloc_obj_get_info_by_name (root, "Architecture");
-  t->arch = strdup (arch ? arch : "unknown");
-  if (scan_numa (h, t, err) < 0 || scan_cpu_objects (h, t, err) < 0 || scan_distances (h, t) < 0
-      || scan_pci (h, t, err) < 0)
-    {
-      nrm_topology_free (t);
-      return nrm_error_wrap (err, "topology `%s`", xml_path ? xml_path : "of this machine");
-    }
+  t->arch = xstrdup (arch ? arch : "unknown");
+  scan_numa (h, t);
+  scan_cpu_objects (h, t);
+  scan_distances (h, t);
+  scan_pci (h, t);
   *ret = t;
   return 0;
 }

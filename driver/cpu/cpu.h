@@ -9,9 +9,9 @@ int nrm_cpu_pool (const struct nrm_topology *t, const struct nrm_publish_options
                   struct nrm_pool *ret, nrm_error_t *err);
 
 /* The free (unheld, allocatable, not isolated) CPUs of each NUMA node
- * (per node index), given the held claims {uid: state with "cpus"}; NULL
- * when out of memory. The order nrm_numa_preference_by_room() makes of it
- * is the order the pool offers its consumable devices in. */
+ * (per node index), given the held claims {uid: state with "cpus"}. The
+ * order nrm_numa_preference_by_room() makes of it is the order the pool
+ * offers its consumable devices in. */
 uint64_t *nrm_cpu_free_per_node (const struct nrm_topology *t, json_t *held);
 
 #endif

@@ -16,6 +16,7 @@
 #include "driver/driver.h"
 #include "driver/kit.h"
 #include "nrm/base/cleanup.h"
+#include "nrm/base/xalloc.h"
 #include "nrm/base/fs.h"
 
 struct claim_entry
@@ -49,14 +50,9 @@ find_claim (struct cpu_driver *d, const char *uid)
 static int
 add_claim (struct cpu_driver *d, const char *uid, hwloc_const_bitmap_t cpus, nrm_error_t *err)
 {
-  struct claim_entry *c = calloc (1, sizeof (*c));
-  if (c == NULL || (c->uid = strdup (uid)) == NULL || (c->cpus = hwloc_bitmap_dup (cpus)) == NULL)
-    {
-      if (c)
-        free (c->uid);
-      free (c);
-      return nrm_error_set (err, ENOMEM, "out of memory");
-    }
+  struct claim_entry *c = xcalloc (1, sizeof (*c));
+  c->uid = xstrdup (uid);
+  c->cpus = xbitmap_dup (cpus);
   c->next = d->claims;
   d->claims = c;
   hwloc_bitmap_or (d->taken, d->taken, cpus);
@@ -92,8 +88,8 @@ cpu_reset (void *self)
 static hwloc_bitmap_t
 allocatable (const struct nrm_topology *t)
 {
-  hwloc_bitmap_t set = hwloc_bitmap_alloc ();
-  for (size_t i = 0; set && i < t->n_numa; i++)
+  hwloc_bitmap_t set = xbitmap_alloc ();
+  for (size_t i = 0; i < t->n_numa; i++)
     {
       cleanup_bitmap hwloc_bitmap_t a = nrm_topology_node_allocatable (t, i);
       hwloc_bitmap_or (set, set, a);
@@ -108,17 +104,12 @@ device_cpus (const struct nrm_topology *t, const char *name)
   unsigned id;
   char tail;
   hwloc_bitmap_t set = allocatable (t);
-  if (set == NULL)
-    return NULL;
   bool isolated = false;
   int i = nrm_numa_device_index (t, name, &isolated);
   if (i >= 0)
     {
       cleanup_bitmap hwloc_bitmap_t a = nrm_topology_node_allocatable (t, (size_t) i);
-      if (a)
-        hwloc_bitmap_and (set, set, a);
-      else
-        hwloc_bitmap_zero (set);
+      hwloc_bitmap_and (set, set, a);
     }
   else if (sscanf (name, "l3-%u%c", &id, &tail) == 1)
     {
@@ -151,7 +142,7 @@ device_cpus (const struct nrm_topology *t, const char *name)
 static char *
 mems_of (const struct nrm_topology *t, hwloc_const_bitmap_t cpus)
 {
-  cleanup_bitmap hwloc_bitmap_t nodes = hwloc_bitmap_alloc ();
+  cleanup_bitmap hwloc_bitmap_t nodes = xbitmap_alloc ();
   int cpu;
   hwloc_bitmap_foreach_begin (cpu, cpus)
   {
@@ -241,8 +232,6 @@ take_device (struct cpu_driver *d, const struct nrm_alloc_result *r, json_t *con
     return -1;
   *shared |= cs.shared;
   cleanup_bitmap hwloc_bitmap_t cpus = device_cpus (d->t, r->device);
-  if (cpus == NULL)
-    return nrm_error_set (err, ENOMEM, "out of memory");
   if (!json_is_true (json_object_get (dev, "allowMultipleAllocations")))
     {
       /* A whole device: all its CPUs, or none when some are in use. */
@@ -262,10 +251,8 @@ take_device (struct cpu_driver *d, const struct nrm_alloc_result *r, json_t *con
           .options = cs.options,
           .cpu_kind = cs.cpu_kind[0] ? cs.cpu_kind : NULL,
           .isolated = hwloc_bitmap_isincluded (cpus, d->t->isolated) && !hwloc_bitmap_iszero (cpus) };
-  cleanup_bitmap hwloc_bitmap_t free_set = hwloc_bitmap_dup (d->t->online);
-  cleanup_bitmap hwloc_bitmap_t got = hwloc_bitmap_alloc ();
-  if (free_set == NULL || got == NULL)
-    return nrm_error_set (err, ENOMEM, "out of memory");
+  cleanup_bitmap hwloc_bitmap_t free_set = xbitmap_dup (d->t->online);
+  cleanup_bitmap hwloc_bitmap_t got = xbitmap_alloc ();
   hwloc_bitmap_andnot (free_set, free_set, d->taken);
   hwloc_bitmap_andnot (free_set, free_set, claim);
   if (nrm_place_cpus (d->t, free_set, &req, got, err) < 0)
@@ -279,15 +266,15 @@ take_device (struct cpu_driver *d, const struct nrm_alloc_result *r, json_t *con
 static char *
 objects_meeting (hwloc_const_bitmap_t cpus, size_t n, const void *objs, size_t size, size_t cpus_at, size_t os_at)
 {
-  cleanup_bitmap hwloc_bitmap_t ids = hwloc_bitmap_alloc ();
-  for (size_t i = 0; ids && i < n; i++)
+  cleanup_bitmap hwloc_bitmap_t ids = xbitmap_alloc ();
+  for (size_t i = 0; i < n; i++)
     {
       const char *o = (const char *) objs + i * size;
       hwloc_const_bitmap_t set = *(hwloc_const_bitmap_t *) (o + cpus_at);
       if (set && hwloc_bitmap_intersects (set, cpus))
         hwloc_bitmap_set (ids, *(const unsigned *) (o + os_at));
     }
-  return ids ? nrm_cpulist_format (ids) : NULL;
+  return nrm_cpulist_format (ids);
 }
 
 #define MEETING(set, arr, n, type)                                                                                     \
@@ -300,11 +287,11 @@ static json_t *
 cpu_metadata (struct cpu_driver *d, const struct nrm_claim_view *c, hwloc_const_bitmap_t claim)
 {
   json_t *out = json_object ();
-  for (size_t i = 0; out && i < c->n_results; i++)
+  for (size_t i = 0; i < c->n_results; i++)
     {
       const char *name = c->results[i].device;
       cleanup_bitmap hwloc_bitmap_t on = device_cpus (d->t, name);
-      if (on == NULL || json_object_get (out, name))
+      if (json_object_get (out, name))
         continue;
       hwloc_bitmap_and (on, on, claim);
       json_t *attrs = json_deep_copy (json_object_get (json_object_get (d->devices, name), "attributes"));
@@ -323,7 +310,7 @@ cpu_metadata (struct cpu_driver *d, const struct nrm_claim_view *c, hwloc_const_
       const char *keys[] = { "cpus", "cores", "l3Groups", "numaNodes" };
       const char *vals[] = { cpus, cores, l3, nodes };
       for (size_t k = 0; k < 4; k++)
-        json_object_set_new (attrs, keys[k], json_pack ("{s:s}", "string", vals[k] ? vals[k] : ""));
+        json_object_set_new (attrs, keys[k], json_pack ("{s:s}", "string", vals[k]));
       json_object_set_new (out, name, attrs);
     }
   return out;
@@ -333,12 +320,10 @@ static int
 cpu_prepare (void *self, const struct nrm_claim_view *c, struct nrm_prepared *out, nrm_error_t *err)
 {
   struct cpu_driver *d = self;
-  cleanup_bitmap hwloc_bitmap_t claim = hwloc_bitmap_alloc ();
+  cleanup_bitmap hwloc_bitmap_t claim = xbitmap_alloc ();
   bool shared = false;
   if (find_claim (d, c->uid))
     return nrm_error_set (err, EEXIST, "claim %s is already prepared", c->uid);
-  if (claim == NULL)
-    return nrm_error_set (err, ENOMEM, "out of memory");
   for (size_t i = 0; i < c->n_results; i++)
     if (take_device (d, &c->results[i], c->config, claim, &shared, err) < 0)
       return -1;
@@ -346,8 +331,6 @@ cpu_prepare (void *self, const struct nrm_claim_view *c, struct nrm_prepared *ou
   if (d->o.min_shared_cpus > 0)
     {
       cleanup_bitmap hwloc_bitmap_t left = allocatable (d->t);
-      if (left == NULL)
-        return nrm_error_set (err, ENOMEM, "out of memory");
       hwloc_bitmap_andnot (left, left, d->t->isolated);
       hwloc_bitmap_andnot (left, left, d->taken);
       hwloc_bitmap_andnot (left, left, claim);
@@ -357,10 +340,8 @@ cpu_prepare (void *self, const struct nrm_claim_view *c, struct nrm_prepared *ou
                               w == 1 ? "" : "s", d->o.min_shared_cpus);
     }
   cleanup_free char *list = nrm_cpulist_format (claim), *mems = mems_of (d->t, claim);
-  cleanup_json json_t *state = list && mems ? json_pack ("{s:s, s:s}", "cpus", list, "mems", mems) : NULL;
+  cleanup_json json_t *state = json_pack ("{s:s, s:s}", "cpus", list, "mems", mems);
   cleanup_json json_t *env = json_array ();
-  if (state == NULL || env == NULL)
-    return nrm_error_set (err, ENOMEM, "out of memory");
   if (shared)
     json_object_set_new (state, "sharedCPUs", json_true ());
   if (nrm_env_add (env, NRM_ENV_CPUS, NULL, c->uid, list, err) < 0
@@ -420,35 +401,29 @@ cpu_health (void *self, struct nrm_health_report *ret, nrm_error_t *err)
           || nrm_cpulist_parse (text, &online, &rerr) < 0))
     {
       all = NRM_HEALTH_UNKNOWN;
-      if (asprintf (&why, "cannot read %s: %s", d->online_path, nrm_error_msg (rerr)) < 0)
-        why = NULL;
+      why = xasprintf ("cannot read %s: %s", d->online_path, nrm_error_msg (rerr));
       nrm_error_release (&rerr);
     }
-  ret->devices = calloc (n + 1, sizeof (*ret->devices));
+  ret->devices = xcalloc (n + 1, sizeof (*ret->devices));
   ret->n = 0;
-  if (ret->devices == NULL)
-    return nrm_error_set (err, ENOMEM, "out of memory");
   for (size_t i = 0; i < n; i++)
     {
       struct nrm_device_health *h = &ret->devices[ret->n++];
       const char *dev = json_string_value (json_array_get (d->names, i));
-      h->device = strdup (dev);
+      h->device = xstrdup (dev);
       h->health = all;
       if (why)
-        h->message = strdup (why);
+        h->message = xstrdup (why);
       if (online == NULL)
         continue;
       cleanup_bitmap hwloc_bitmap_t gone = device_cpus (d->t, dev);
-      if (gone == NULL)
-        continue;
       hwloc_bitmap_andnot (gone, gone, online);
       if (hwloc_bitmap_iszero (gone))
         continue;
       cleanup_free char *list = nrm_cpulist_format (gone);
       h->health = NRM_HEALTH_UNHEALTHY;
-      if (asprintf (&h->message, "CPUs %s went offline", list ? list : "?") < 0)
-        h->message = NULL;
-      h->taint = strdup ("cpus-offline");
+      h->message = xasprintf ("CPUs %s went offline", list);
+      h->taint = xstrdup ("cpus-offline");
       h->effect = NRM_TAINT_NO_SCHEDULE;
     }
   return 0;
@@ -463,8 +438,6 @@ cpu_describe (void *self, const char *uid, json_t *state)
   const char *list = json_string_value (json_object_get (state, "cpus"));
   json_t *out = json_object ();
   nrm_error_t e = NULL;
-  if (out == NULL)
-    return NULL;
   if (list)
     json_object_set (out, "cpus", json_object_get (state, "cpus"));
   if (json_object_get (state, "mems"))
@@ -481,8 +454,6 @@ cpu_describe (void *self, const char *uid, json_t *state)
   json_array_foreach (d->names, i, name)
   {
     cleanup_bitmap hwloc_bitmap_t on = device_cpus (d->t, json_string_value (name));
-    if (on == NULL)
-      continue;
     hwloc_bitmap_and (on, on, held);
     if (!hwloc_bitmap_iszero (on))
       json_object_set_new (devs, json_string_value (name),
@@ -495,16 +466,14 @@ cpu_describe (void *self, const char *uid, json_t *state)
 /* The numa<N> CPU devices in the order of nrm_numa_preference_by_room(),
  * in the places they had in the pool (the isolated and other devices keep
  * theirs). */
-static int
-order_by_room (const struct nrm_topology *t, struct nrm_pool *p, const uint64_t *free_cpus, nrm_error_t *err)
+static void
+order_by_room (const struct nrm_topology *t, struct nrm_pool *p, const uint64_t *free_cpus)
 {
   size_t count = json_array_size (p->devices), n = 0;
   cleanup_free size_t *order = nrm_numa_preference_by_room (t, free_cpus);
-  cleanup_free size_t *slot = calloc (count + 1, sizeof (size_t));
-  cleanup_free int *node_of = calloc (count + 1, sizeof (int));
+  cleanup_free size_t *slot = xcalloc (count + 1, sizeof (size_t));
+  cleanup_free int *node_of = xcalloc (count + 1, sizeof (int));
   cleanup_json json_t *devs = json_deep_copy (p->devices);
-  if (order == NULL || slot == NULL || node_of == NULL || devs == NULL)
-    return nrm_error_set (err, ENOMEM, "out of memory");
   for (size_t i = 0; i < count; i++)
     {
       int ni = nrm_numa_device_index (t, json_string_value (json_object_get (json_array_get (p->devices, i), "name")),
@@ -520,21 +489,15 @@ order_by_room (const struct nrm_topology *t, struct nrm_pool *p, const uint64_t 
     for (size_t j = 0; j < n; j++)
       if (node_of[j] == (int) order[k])
         json_array_set (p->devices, slot[next++], json_array_get (devs, slot[j]));
-  return 0;
 }
 
 uint64_t *
 nrm_cpu_free_per_node (const struct nrm_topology *t, json_t *held)
 {
-  uint64_t *free_cpus = calloc (t->n_numa + 1, sizeof (uint64_t));
-  cleanup_bitmap hwloc_bitmap_t taken = hwloc_bitmap_alloc ();
+  uint64_t *free_cpus = xcalloc (t->n_numa + 1, sizeof (uint64_t));
+  cleanup_bitmap hwloc_bitmap_t taken = xbitmap_alloc ();
   const char *uid;
   json_t *st;
-  if (free_cpus == NULL || taken == NULL)
-    {
-      free (free_cpus);
-      return NULL;
-    }
   json_object_foreach (held, uid, st)
   {
     hwloc_bitmap_t set = NULL;
@@ -548,8 +511,6 @@ nrm_cpu_free_per_node (const struct nrm_topology *t, json_t *held)
   for (size_t i = 0; i < t->n_numa; i++)
     {
       cleanup_bitmap hwloc_bitmap_t a = nrm_topology_node_allocatable (t, i);
-      if (a == NULL)
-        continue;
       hwloc_bitmap_andnot (a, a, t->isolated);
       int all = hwloc_bitmap_weight (a);
       hwloc_bitmap_and (a, a, taken);
@@ -569,11 +530,7 @@ cpu_pool (void *self, json_t *held, struct nrm_pool *ret, nrm_error_t *err)
   if (held == NULL || d->o.cpu_mode != NRM_CPU_MODE_NUMA)
     return 0;
   cleanup_free uint64_t *free_cpus = nrm_cpu_free_per_node (d->t, held);
-  if (free_cpus == NULL || order_by_room (d->t, ret, free_cpus, err) < 0)
-    {
-      nrm_pool_done (ret);
-      return err && *err ? -1 : nrm_error_set (err, ENOMEM, "out of memory");
-    }
+  order_by_room (d->t, ret, free_cpus);
   return 0;
 }
 
@@ -596,23 +553,16 @@ static int
 cpu_new (const struct nrm_driver_host *h, void **ret, nrm_error_t *err)
 {
   struct nrm_pool pool = { 0 };
-  struct cpu_driver *d = calloc (1, sizeof (*d));
-  if (d == NULL)
-    return nrm_error_set (err, ENOMEM, "out of memory");
+  struct cpu_driver *d = xcalloc (1, sizeof (*d));
   d->t = h->topo;
   d->o = *h->node;
-  d->name = strdup (h->name);
-  d->taken = hwloc_bitmap_alloc ();
+  d->name = xstrdup (h->name);
+  d->taken = xbitmap_alloc ();
   /* Health follows the online CPUs of this machine, or of the tree under
    * the fsroot when a recorded machine is served. */
   bool root = strcmp (h->fsroot, "/") == 0;
-  if ((h->live || !root) && asprintf (&d->online_path, "%s/sys/devices/system/cpu/online", root ? "" : h->fsroot) < 0)
-    d->online_path = NULL;
-  if (d->name == NULL || d->taken == NULL || ((h->live || !root) && d->online_path == NULL))
-    {
-      cpu_free (d);
-      return nrm_error_set (err, ENOMEM, "out of memory");
-    }
+  if (h->live || !root)
+    d->online_path = xasprintf ("%s/sys/devices/system/cpu/online", root ? "" : h->fsroot);
   if (nrm_cpu_pool (d->t, &d->o, d->name, &pool, err) < 0
       || nrm_kit_index_pool (&pool, &d->devices, &d->names, err) < 0)
     {

@@ -10,6 +10,7 @@
 #include "driver/devices.h"
 #include "driver/jsonattr.h"
 #include "nrm/base/cleanup.h"
+#include "nrm/base/xalloc.h"
 
 /* List attributes share the 48 values a device may carry with about 14
  * scalar ones: at most 16 L3 ids, 8 NUMA nodes and 8 PCIe roots. */
@@ -190,38 +191,30 @@ consumable_device (const struct nrm_topology *t, const struct nrm_publish_option
  * beside the node's other devices, so that a claim gets isolated CPUs only
  * when it asks for that device, and the scheduler never counts them as
  * ordinary CPUs. */
-static int
-isolated_device (const struct nrm_topology *t, const struct nrm_publish_options *o, size_t i, json_t *devices,
-                 nrm_error_t *err)
+static void
+isolated_device (const struct nrm_topology *t, const struct nrm_publish_options *o, size_t i, json_t *devices)
 {
   cleanup_bitmap hwloc_bitmap_t iso = nrm_topology_node_allocatable (t, i);
   char name[48];
-  if (iso == NULL)
-    return nrm_error_set (err, ENOMEM, "out of memory");
   hwloc_bitmap_and (iso, iso, t->isolated);
   if (hwloc_bitmap_iszero (iso))
-    return 0;
+    return;
   snprintf (name, sizeof (name), "numa%u-isolated", t->numa[i].os_index);
   consumable_device (t, o, i, iso, name, true, devices);
-  return 0;
 }
 
 /* NRM_CPU_MODE_NUMA: one shared device per node, consumed by CPU count. */
-static int
-numa_device (const struct nrm_topology *t, const struct nrm_publish_options *o, size_t i, json_t *devices,
-             nrm_error_t *err)
+static void
+numa_device (const struct nrm_topology *t, const struct nrm_publish_options *o, size_t i, json_t *devices)
 {
   cleanup_bitmap hwloc_bitmap_t alloc = nrm_topology_node_allocatable (t, i);
   char name[32];
 
-  if (alloc == NULL)
-    return nrm_error_set (err, ENOMEM, "out of memory");
   hwloc_bitmap_andnot (alloc, alloc, t->isolated);
   if (hwloc_bitmap_iszero (alloc))
-    return 0;
+    return;
   snprintf (name, sizeof (name), "numa%u", t->numa[i].os_index);
   consumable_device (t, o, i, alloc, name, false, devices);
-  return 0;
 }
 
 /* NRM_CPU_MODE_PARTITIONED. Every node gets a counter set "numa<N>" with one
@@ -290,28 +283,18 @@ consumption (const char *set, const char *counter, size_t value)
   return json_pack ("{s:s, s:{s:{s:o}}}", "counterSet", set, "counters", counter, "value", cpu_count (value));
 }
 
-static int
+static void
 partitioned_devices (const struct nrm_topology *t, const struct nrm_publish_options *o, const size_t *order,
-                     json_t *devices, json_t *sets, nrm_error_t *err)
+                     json_t *devices, json_t *sets)
 {
   const size_t max_cells = 32; /* counters per counter set */
   struct cell cells[32];
-  bool *merged = calloc (t->n_numa ? t->n_numa : 1, sizeof (bool));
-  hwloc_bitmap_t *allocs = calloc (t->n_numa ? t->n_numa : 1, sizeof (hwloc_bitmap_t));
-  int ret = -1;
+  bool *merged = xcalloc (t->n_numa, sizeof (bool));
+  hwloc_bitmap_t *allocs = xcalloc (t->n_numa, sizeof (hwloc_bitmap_t));
 
-  if (merged == NULL || allocs == NULL)
-    {
-      nrm_error_set (err, ENOMEM, "out of memory");
-      goto out;
-    }
   for (size_t i = 0; i < t->n_numa; i++)
     {
-      if ((allocs[i] = nrm_topology_node_allocatable (t, i)) == NULL)
-        {
-          nrm_error_set (err, ENOMEM, "out of memory");
-          goto out;
-        }
+      allocs[i] = nrm_topology_node_allocatable (t, i);
       /* Isolated CPUs are published on their own devices. */
       hwloc_bitmap_andnot (allocs[i], allocs[i], t->isolated);
     }
@@ -364,12 +347,7 @@ partitioned_devices (const struct nrm_topology *t, const struct nrm_publish_opti
         {
           size_t nodes[2], n_nodes = 0;
           bool skip = false;
-          cleanup_bitmap hwloc_bitmap_t set = hwloc_bitmap_alloc ();
-          if (set == NULL)
-            {
-              nrm_error_set (err, ENOMEM, "out of memory");
-              goto out;
-            }
+          cleanup_bitmap hwloc_bitmap_t set = xbitmap_alloc ();
           for (size_t oj = 0; oj < t->n_numa; oj++)
             {
               size_t j = order[oj];
@@ -386,7 +364,7 @@ partitioned_devices (const struct nrm_topology *t, const struct nrm_publish_opti
           json_t *consumes = json_array ();
           for (size_t k = 0; k < n_nodes; k++)
             {
-              cleanup_bitmap hwloc_bitmap_t part = hwloc_bitmap_dup (t->l3[l].cpus);
+              cleanup_bitmap hwloc_bitmap_t part = xbitmap_dup (t->l3[l].cpus);
               char setname[32], cname[32];
               hwloc_bitmap_and (part, part, allocs[nodes[k]]);
               hwloc_bitmap_or (set, set, part);
@@ -431,14 +409,10 @@ partitioned_devices (const struct nrm_topology *t, const struct nrm_publish_opti
                                                      json_pack ("[o]", consumption (setname, cname, st.cpus)), o));
         }
     }
-  ret = 0;
-out:
-  if (allocs != NULL)
-    for (size_t i = 0; i < t->n_numa; i++)
-      hwloc_bitmap_free (allocs[i]);
+  for (size_t i = 0; i < t->n_numa; i++)
+    hwloc_bitmap_free (allocs[i]);
   free (allocs);
   free (merged);
-  return ret;
 }
 
 int
@@ -446,26 +420,15 @@ nrm_cpu_pool (const struct nrm_topology *t, const struct nrm_publish_options *o,
               struct nrm_pool *ret, nrm_error_t *err)
 {
   cleanup_free size_t *order = nrm_numa_preference (t);
-  struct nrm_pool p = { .driver = strdup (driver), .devices = json_array (), .counter_sets = json_array () };
-  int r = 0;
+  struct nrm_pool p = { .driver = xstrdup (driver), .devices = json_array (), .counter_sets = json_array () };
 
-  if (order == NULL || p.driver == NULL || p.devices == NULL || p.counter_sets == NULL)
-    {
-      nrm_pool_done (&p);
-      return nrm_error_set (err, ENOMEM, "out of memory");
-    }
   if (o->cpu_mode == NRM_CPU_MODE_NUMA)
-    for (size_t k = 0; k < t->n_numa && r == 0; k++)
-      r = numa_device (t, o, order[k], p.devices, err);
+    for (size_t k = 0; k < t->n_numa; k++)
+      numa_device (t, o, order[k], p.devices);
   else
-    r = partitioned_devices (t, o, order, p.devices, p.counter_sets, err);
-  for (size_t k = 0; k < t->n_numa && r == 0; k++)
-    r = isolated_device (t, o, order[k], p.devices, err);
-  if (r < 0)
-    {
-      nrm_pool_done (&p);
-      return -1;
-    }
+    partitioned_devices (t, o, order, p.devices, p.counter_sets);
+  for (size_t k = 0; k < t->n_numa; k++)
+    isolated_device (t, o, order[k], p.devices);
   *ret = p;
   return 0;
 }

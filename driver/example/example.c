@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* An example driver, built as a shared object against nrm's installed
  * headers only (driver/driver.h and what it includes; driver/kit.h has
- * helpers for opaque configuration and consumed capacity) and jansson.
+ * helpers for opaque configuration and consumed capacity; with
+ * nrm/base/xalloc.h an allocation aborts on failure, as everywhere in nrm,
+ * whose jansson aborts too) and jansson.
  * Four devices dev0..dev3, spread over the NUMA nodes, each held whole by
  * one claim at a time and passed to the container as a device node, a
  * read-only mount and one environment variable. A device listed in
@@ -12,8 +14,6 @@
  *   cc -shared -fPIC -o nrm-driver-example.so example.c $(pkg-config --cflags --libs nrm-driver)
  *   nrm plugin --driver-dir DIR --drivers example ...
  */
-#define _GNU_SOURCE /* asprintf */
-
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,6 +25,7 @@
 #include <jansson.h>
 
 #include "driver/driver.h"
+#include "nrm/base/xalloc.h"
 
 #define N_DEVICES 4
 #define MODEL "nrm-example-1"
@@ -56,17 +57,11 @@ device_index (const char *name)
 static int
 ex_new (const struct nrm_driver_host *h, void **ret, nrm_error_t *err)
 {
-  struct example *d = calloc (1, sizeof (*d));
+  struct example *d = xcalloc (1, sizeof (*d));
   bool root = strcmp (h->fsroot, "/") == 0;
-  if (d == NULL)
-    return nrm_error_set (err, ENOMEM, "out of memory");
-  d->name = strdup (h->name);
-  if (d->name == NULL || asprintf (&d->unhealthy, "%s/" UNHEALTHY_FILE, root ? "" : h->fsroot) < 0)
-    {
-      free (d->name);
-      free (d);
-      return nrm_error_set (err, ENOMEM, "out of memory");
-    }
+  (void) err; /* it cannot fail */
+  d->name = xstrdup (h->name);
+  d->unhealthy = xasprintf ("%s/" UNHEALTHY_FILE, root ? "" : h->fsroot);
   /* Round robin over the NUMA nodes of the machine. */
   for (int i = 0; i < N_DEVICES; i++)
     d->numa[i] = h->topo->n_numa ? (int) h->topo->numa[(size_t) i % h->topo->n_numa].os_index : -1;
@@ -121,16 +116,13 @@ ex_pool (void *self, json_t *held, struct nrm_pool *ret, nrm_error_t *err)
 {
   struct example *d = self;
   (void) held;
-  struct nrm_pool p = { .driver = strdup (d->name), .devices = json_array (), .counter_sets = json_array () };
-  if (p.driver == NULL || p.devices == NULL || p.counter_sets == NULL)
-    goto oom;
+  (void) err;
+  struct nrm_pool p = { .driver = xstrdup (d->name), .devices = json_array (), .counter_sets = json_array () };
   for (int i = 0; i < N_DEVICES; i++)
     {
       char name[8];
       snprintf (name, sizeof (name), "dev%d", i);
       json_t *dev = json_pack ("{s:s, s:{s:{s:s}}}", "name", name, "attributes", "model", "string", MODEL);
-      if (dev == NULL)
-        goto oom;
       if (d->numa[i] >= 0)
         json_object_set_new (json_object_get (dev, "attributes"), NRM_STD_NUMA_ATTR,
                              json_pack ("{s:i}", "int", d->numa[i]));
@@ -140,14 +132,10 @@ ex_pool (void *self, json_t *held, struct nrm_pool *ret, nrm_error_t *err)
           json_object_set_new (dev, "bindingConditions", json_pack ("[s]", READY));
           json_object_set_new (dev, "bindingFailureConditions", json_pack ("[s]", FAILED));
         }
-      if (json_array_append_new (p.devices, dev) < 0)
-        goto oom;
+      json_array_append_new (p.devices, dev);
     }
   *ret = p;
   return 0;
-oom:
-  nrm_pool_done (&p);
-  return nrm_error_set (err, ENOMEM, "out of memory");
 }
 
 static void
@@ -188,10 +176,8 @@ static int
 ex_prepare (void *self, const struct nrm_claim_view *c, struct nrm_prepared *out, nrm_error_t *err)
 {
   struct example *d = self;
-  json_t *devices = json_array (), *nodes = json_array (), *mounts = json_array (), *env = NULL;
+  json_t *devices = json_array (), *nodes = json_array (), *mounts = json_array ();
   char list[N_DEVICES * 8] = "";
-  if (devices == NULL || nodes == NULL || mounts == NULL)
-    goto oom;
   for (size_t i = 0; i < c->n_results; i++)
     {
       const char *dev = c->results[i].device;
@@ -201,46 +187,26 @@ ex_prepare (void *self, const struct nrm_claim_view *c, struct nrm_prepared *out
           nrm_error_set (err, ENODEV, "unknown device `%s` in pool `%s`", dev, c->results[i].pool);
           goto fail;
         }
-      if (json_array_append_new (devices, json_string (dev)) < 0)
-        goto oom;
+      json_array_append_new (devices, json_string (dev));
       if (strlen (list) + strlen (dev) + 2 <= sizeof (list))
         snprintf (list + strlen (list), sizeof (list) - strlen (list), "%s%s", i ? "," : "", dev);
       /* A stand-in for the device's node and a file of its own. */
       snprintf (path, sizeof (path), "/dev/example/%s", dev);
-      if (json_array_append_new (nodes, json_pack ("{s:s, s:s}", "path", path, "hostPath", "/dev/null")) < 0)
-        goto oom;
+      json_array_append_new (nodes, json_pack ("{s:s, s:s}", "path", path, "hostPath", "/dev/null"));
       snprintf (path, sizeof (path), "/run/example/%s", dev);
-      if (json_array_append_new (mounts, json_pack ("{s:s, s:s, s:[s, s]}", "hostPath", "/dev/null", "containerPath",
-                                                    path, "options", "ro", "bind"))
-          < 0)
-        goto oom;
+      json_array_append_new (mounts, json_pack ("{s:s, s:s, s:[s, s]}", "hostPath", "/dev/null", "containerPath", path,
+                                                "options", "ro", "bind"));
     }
   if (hold (d, c->uid, devices, err) < 0)
     goto fail;
-  env = json_pack ("[s+]", "EXAMPLE_DEVICES=", list);
   out->state = json_pack ("{s:o}", "devices", devices);
-  if (env == NULL || out->state == NULL)
-    {
-      /* devices went to the state, or was freed by json_pack. */
-      for (int k = 0; k < N_DEVICES; k++)
-        if (strcmp (d->holder[k], c->uid) == 0)
-          d->holder[k][0] = '\0';
-      json_decref (out->state);
-      out->state = NULL;
-      json_decref (env);
-      json_decref (nodes);
-      json_decref (mounts);
-      return nrm_error_set (err, ENOMEM, "out of memory");
-    }
-  out->edits.env = env;
+  out->edits.env = json_pack ("[s+]", "EXAMPLE_DEVICES=", list);
   out->edits.device_nodes = nodes;
   out->edits.mounts = mounts;
   out->edits.commit_hook = false; /* nothing for nrm-hook to bind */
   if (d->log)
     d->log (d->log_ctx, NRM_LOG_DEBUG, "%s: claim %s holds %s", d->name, c->uid, list);
   return 0;
-oom:
-  nrm_error_set (err, ENOMEM, "out of memory");
 fail:
   json_decref (devices);
   json_decref (nodes);
@@ -291,28 +257,21 @@ ex_health (void *self, struct nrm_health_report *ret, nrm_error_t *err)
   FILE *f = fopen (d->unhealthy, "r");
   if (f == NULL && errno != ENOENT)
     return nrm_error_errno (err, errno, "cannot read %s", d->unhealthy);
-  ret->devices = calloc (N_DEVICES, sizeof (*ret->devices));
+  ret->devices = xcalloc (N_DEVICES, sizeof (*ret->devices));
   ret->n = 0;
-  if (ret->devices == NULL)
-    {
-      if (f)
-        fclose (f);
-      return nrm_error_set (err, ENOMEM, "out of memory");
-    }
   for (int i = 0; i < N_DEVICES; i++)
     {
       struct nrm_device_health *h = &ret->devices[ret->n++];
       char name[8];
       snprintf (name, sizeof (name), "dev%d", i);
-      h->device = strdup (name);
+      h->device = xstrdup (name);
       h->health = NRM_HEALTH_HEALTHY;
       if (f == NULL || !listed_unhealthy (f, name))
         continue;
       h->health = NRM_HEALTH_UNHEALTHY;
-      if (asprintf (&h->message, "listed in %s", d->unhealthy) < 0)
-        h->message = NULL;
+      h->message = xasprintf ("listed in %s", d->unhealthy);
       /* Published as the taint example.nrm.io/unhealthy: evicts its pods. */
-      h->taint = strdup ("unhealthy");
+      h->taint = xstrdup ("unhealthy");
       h->effect = NRM_TAINT_NO_EXECUTE;
     }
   if (f)
@@ -331,7 +290,7 @@ ex_bind (void *self, const struct nrm_claim_view *c, json_t **ret, nrm_error_t *
   if (f == NULL && errno != ENOENT)
     return nrm_error_errno (err, errno, "cannot read %s", d->unhealthy);
   json_t *out = json_array ();
-  for (size_t i = 0; out && i < c->n_results; i++)
+  for (size_t i = 0; i < c->n_results; i++)
     {
       const struct nrm_alloc_result *r = &c->results[i];
       if (device_index (r->device) != BINDING_DEVICE)
@@ -342,14 +301,12 @@ ex_bind (void *self, const struct nrm_claim_view *c, json_t **ret, nrm_error_t *
                                 bad ? "the device is listed unhealthy" : "the device is set up");
       json_t *st = json_pack ("{s:s, s:s, s:s, s:[o]}", "driver", d->name, "pool", r->pool, "device", r->device,
                               "conditions", cond);
-      if (st && r->share_id)
+      if (r->share_id)
         json_object_set_new (st, "shareID", json_string (r->share_id));
       json_array_append_new (out, st);
     }
   if (f)
     fclose (f);
-  if (out == NULL)
-    return nrm_error_set (err, ENOMEM, "out of memory");
   *ret = out;
   return 0;
 }
@@ -363,10 +320,10 @@ ex_describe (void *self, const char *uid, json_t *state)
   size_t i;
   json_array_foreach (json_object_get (state, "devices"), i, v)
   {
-    if (devs && json_is_string (v))
+    if (json_is_string (v))
       json_object_set_new (devs, json_string_value (v), json_object ());
   }
-  return devs ? json_pack ("{s:o}", "devices", devs) : NULL;
+  return json_pack ("{s:o}", "devices", devs);
 }
 
 const struct nrm_driver_ops nrm_driver_component = {

@@ -13,6 +13,7 @@
 #include "driver/kit.h"
 #include "driver/memory/memory.h"
 #include "nrm/base/cleanup.h"
+#include "nrm/base/xalloc.h"
 
 struct claim_entry
 {
@@ -58,12 +59,8 @@ count (struct memory_driver *d, json_t *bytes, json_int_t sign)
 static int
 hold_memory (struct memory_driver *d, const char *uid, json_t *bytes, nrm_error_t *err)
 {
-  struct claim_entry *c = calloc (1, sizeof (*c));
-  if (c == NULL || (c->uid = strdup (uid)) == NULL)
-    {
-      free (c);
-      return nrm_error_set (err, ENOMEM, "out of memory");
-    }
+  struct claim_entry *c = xcalloc (1, sizeof (*c));
+  c->uid = xstrdup (uid);
   count (d, bytes, 1);
   c->used = json_incref (bytes);
   c->next = d->claims;
@@ -164,13 +161,11 @@ mem_prepare (void *self, const struct nrm_claim_view *c, struct nrm_prepared *ou
   cleanup_json json_t *add = json_object ();
   cleanup_json json_t *hugetlb = json_object (); /* kernel size name -> bytes */
   cleanup_json json_t *env = json_array ();
-  cleanup_bitmap hwloc_bitmap_t nodes = hwloc_bitmap_alloc ();
+  cleanup_bitmap hwloc_bitmap_t nodes = xbitmap_alloc ();
   json_int_t ordinary = 0;
   bool limit, guarantee;
   if (find_claim (d, c->uid))
     return nrm_error_set (err, EEXIST, "claim %s is already prepared", c->uid);
-  if (add == NULL || hugetlb == NULL || env == NULL || nodes == NULL)
-    return nrm_error_set (err, ENOMEM, "out of memory");
   if (memory_settings (c, &limit, &guarantee, err) < 0)
     return -1;
   /* One claim for the pods of a group: cgroup v2 has no parent shared by
@@ -228,9 +223,7 @@ mem_prepare (void *self, const struct nrm_claim_view *c, struct nrm_prepared *ou
         ordinary += bytes;
     }
   cleanup_free char *mems = nrm_cpulist_format (nodes);
-  cleanup_json json_t *state = mems ? json_pack ("{s:O, s:s}", "devices", add, "mems", mems) : NULL;
-  if (state == NULL)
-    return nrm_error_set (err, ENOMEM, "out of memory");
+  cleanup_json json_t *state = json_pack ("{s:O, s:s}", "devices", add, "mems", mems);
   if (nrm_env_add (env, NRM_ENV_MEMS, NULL, c->uid, mems, err) < 0)
     return -1;
   /* Limits the hook writes: huge pages always (a claim is what the
@@ -296,12 +289,6 @@ mem_describe (void *self, const char *uid, json_t *state)
   json_t *out = json_object (), *devs = json_object ();
   const char *name;
   json_t *v;
-  if (out == NULL || devs == NULL)
-    {
-      json_decref (out);
-      json_decref (devs);
-      return NULL;
-    }
   if (json_object_get (state, "mems"))
     json_object_set (out, "memoryNodes", json_object_get (state, "mems"));
   json_object_foreach (json_object_get (state, "devices"), name, v)
@@ -342,18 +329,11 @@ static int
 mem_new (const struct nrm_driver_host *h, void **ret, nrm_error_t *err)
 {
   struct nrm_pool pool = { 0 };
-  struct memory_driver *d = calloc (1, sizeof (*d));
-  if (d == NULL)
-    return nrm_error_set (err, ENOMEM, "out of memory");
+  struct memory_driver *d = xcalloc (1, sizeof (*d));
   d->t = h->topo;
   d->o = *h->node;
-  d->name = strdup (h->name);
+  d->name = xstrdup (h->name);
   d->used = json_object ();
-  if (d->name == NULL || d->used == NULL)
-    {
-      mem_free (d);
-      return nrm_error_set (err, ENOMEM, "out of memory");
-    }
   if (nrm_memory_pool (d->t, &d->o, d->name, &pool, err) < 0
       || nrm_kit_index_pool (&pool, &d->devices, &d->names, err) < 0)
     {

@@ -11,6 +11,7 @@
 #include "driver/jsonattr.h"
 #include "driver/quantity.h"
 #include "nrm/base/cleanup.h"
+#include "nrm/base/xalloc.h"
 
 static json_t *
 qbytes (uint64_t v)
@@ -76,14 +77,9 @@ nrm_memory_pool (const struct nrm_topology *t, const struct nrm_publish_options 
                  struct nrm_pool *ret, nrm_error_t *err)
 {
   cleanup_free size_t *pref = nrm_numa_preference (t);
-  cleanup_free size_t *order = calloc (2 * (t->n_numa ? t->n_numa : 1), sizeof (size_t));
-  struct nrm_pool p = { .driver = strdup (driver), .devices = json_array (), .counter_sets = json_array () };
+  cleanup_free size_t *order = xcalloc (2 * (t->n_numa ? t->n_numa : 1), sizeof (size_t));
+  struct nrm_pool p = { .driver = xstrdup (driver), .devices = json_array (), .counter_sets = json_array () };
 
-  if (pref == NULL || order == NULL || p.driver == NULL || p.devices == NULL || p.counter_sets == NULL)
-    {
-      nrm_pool_done (&p);
-      return nrm_error_set (err, ENOMEM, "out of memory");
-    }
   /* DRAM first, then the faster tiers, nodes with CPUs before CPU-less
    * ones, then the general node preference. */
   for (size_t k = 0; k < t->n_numa; k++)
@@ -107,7 +103,7 @@ nrm_memory_pool (const struct nrm_topology *t, const struct nrm_publish_options 
       if (n->base_page)
         {
           cleanup_free char *ps = nrm_pagesize_name (n->base_page);
-          jattr_str (attrs, "pageSize", ps ? ps : "?");
+          jattr_str (attrs, "pageSize", ps);
         }
       jattr_bool (attrs, "hugeTLB", false);
       snprintf (name, sizeof (name), "numa%u", n->os_index);
@@ -131,11 +127,8 @@ nrm_memory_pool (const struct nrm_topology *t, const struct nrm_publish_options 
           json_t *cap = consumable (total - n->reserved_hugepages[h], size);
           cleanup_free char *ps = nrm_pagesize_name (size);
           char name[64], lower[32], resource[48];
-          if (cap == NULL || ps == NULL)
-            {
-              json_decref (cap);
-              continue;
-            }
+          if (cap == NULL)
+            continue;
           snprintf (lower, sizeof (lower), "%s", ps);
           for (char *c = lower; *c; c++)
             *c = (char) (*c >= 'A' && *c <= 'Z' ? *c - 'A' + 'a' : *c);

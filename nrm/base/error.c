@@ -2,37 +2,32 @@
 #include "config.h"
 
 #include "nrm/base/error.h"
+#include "nrm/base/xalloc.h"
 
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+static int error_vset (nrm_error_t *err, int status, const char *suffix, const char *fmt, va_list ap)
+    __attribute__ ((format (printf, 4, 0)));
+
 static int
 error_vset (nrm_error_t *err, int status, const char *suffix, const char *fmt, va_list ap)
 {
-  char *msg = NULL;
+  char *msg;
   nrm_error_t e;
 
   if (err == NULL)
     return -1;
-  if (vasprintf (&msg, fmt, ap) < 0)
-    msg = NULL;
-  if (msg != NULL && suffix != NULL)
+  msg = xvasprintf (fmt, ap);
+  if (suffix != NULL)
     {
-      char *full = NULL;
-      if (asprintf (&full, "%s: %s", msg, suffix) >= 0)
-        {
-          free (msg);
-          msg = full;
-        }
-    }
-  e = calloc (1, sizeof (*e));
-  if (e == NULL)
-    {
+      char *full = xasprintf ("%s: %s", msg, suffix);
       free (msg);
-      return -1;
+      msg = full;
     }
+  e = xcalloc (1, sizeof (*e));
   e->status = status;
   e->msg = msg;
   /* An earlier error would be lost: keep the first, it is the cause. */
@@ -69,20 +64,17 @@ nrm_error_errno (nrm_error_t *err, int errnum, const char *fmt, ...)
 int
 nrm_error_wrap (nrm_error_t *err, const char *fmt, ...)
 {
-  char *ctx = NULL, *full = NULL;
+  char *ctx, *full;
   va_list ap;
 
   if (err == NULL || *err == NULL)
     return -1;
   va_start (ap, fmt);
-  if (vasprintf (&ctx, fmt, ap) < 0)
-    ctx = NULL;
+  ctx = xvasprintf (fmt, ap);
   va_end (ap);
-  if (ctx != NULL && asprintf (&full, "%s: %s", ctx, (*err)->msg ? (*err)->msg : "unknown error") >= 0)
-    {
-      free ((*err)->msg);
-      (*err)->msg = full;
-    }
+  full = xasprintf ("%s: %s", ctx, (*err)->msg);
+  free ((*err)->msg);
+  (*err)->msg = full;
   free (ctx);
   return -1;
 }
@@ -102,5 +94,5 @@ nrm_error_msg (nrm_error_t err)
 {
   if (err == NULL)
     return "no error";
-  return err->msg ? err->msg : "out of memory";
+  return err->msg;
 }

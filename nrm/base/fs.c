@@ -12,16 +12,15 @@
 
 #include "nrm/base/cleanup.h"
 #include "nrm/base/fs.h"
+#include "nrm/base/xalloc.h"
 
 int
 nrm_write_atomic (const char *path, const void *data, size_t len, mode_t mode, bool durable, nrm_error_t *err)
 {
-  cleanup_free char *tmp = NULL, *dircopy = strdup (path);
+  cleanup_free char *dircopy = xstrdup (path), *tmp = xasprintf ("%s.tmp.%d", path, (int) getpid ());
   cleanup_close int fd = -1, dfd = -1;
   const char *p = data;
 
-  if (dircopy == NULL || asprintf (&tmp, "%s.tmp.%d", path, (int) getpid ()) < 0)
-    return nrm_error_set (err, ENOMEM, "out of memory");
   fd = open (tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, mode);
   if (fd < 0)
     return nrm_error_errno (err, errno, "cannot create `%s`", tmp);
@@ -73,10 +72,7 @@ nrm_read_file (const char *path, size_t max, char **ret, size_t *len, nrm_error_
       if (n + 4096 + 1 > cap)
         {
           cap = cap ? cap * 2 : 8192;
-          char *nb = realloc (buf, cap);
-          if (nb == NULL)
-            return nrm_error_set (err, ENOMEM, "out of memory");
-          buf = nb;
+          buf = xrealloc (buf, cap);
         }
       ssize_t r = read (fd, buf + n, cap - n - 1);
       if (r < 0 && errno == EINTR)
@@ -89,8 +85,8 @@ nrm_read_file (const char *path, size_t max, char **ret, size_t *len, nrm_error_
       if (n > max)
         return nrm_error_set (err, EFBIG, "`%s` is larger than %zu bytes", path, max);
     }
-  if (buf == NULL && (buf = malloc (1)) == NULL)
-    return nrm_error_set (err, ENOMEM, "out of memory");
+  if (buf == NULL)
+    buf = xmalloc (1);
   buf[n] = '\0';
   if (len)
     *len = n;
@@ -101,9 +97,7 @@ nrm_read_file (const char *path, size_t max, char **ret, size_t *len, nrm_error_
 int
 nrm_mkdir_p (const char *path, mode_t mode, nrm_error_t *err)
 {
-  cleanup_free char *copy = strdup (path);
-  if (copy == NULL)
-    return nrm_error_set (err, ENOMEM, "out of memory");
+  cleanup_free char *copy = xstrdup (path);
   for (char *p = copy + 1;; p++)
     {
       if (*p == '/' || *p == '\0')

@@ -12,6 +12,7 @@
 
 #include "nrm/base/cleanup.h"
 #include "nrm/base/fs.h"
+#include "nrm/base/xalloc.h"
 #include "nrm/base/yaml.h"
 
 /* Aliases can make a small document expand exponentially: cap the output. */
@@ -85,8 +86,6 @@ static int
 convert_mapping (struct conv *c, yaml_node_t *n, int depth, json_t **ret, nrm_error_t *err)
 {
   cleanup_json json_t *obj = json_object ();
-  if (obj == NULL)
-    return nrm_error_set (err, ENOMEM, "out of memory");
   for (yaml_node_pair_t *p = n->data.mapping.pairs.start; p < n->data.mapping.pairs.top; p++)
     {
       yaml_node_t *k = yaml_document_get_node (c->doc, p->key);
@@ -96,9 +95,7 @@ convert_mapping (struct conv *c, yaml_node_t *n, int depth, json_t **ret, nrm_er
       if (k->type != YAML_SCALAR_NODE)
         return nrm_error_set (err, EINVAL, "%s: line %zu: a mapping key must be a string", c->what,
                               k->start_mark.line + 1);
-      cleanup_free char *key = strndup ((const char *) k->data.scalar.value, k->data.scalar.length);
-      if (key == NULL)
-        return nrm_error_set (err, ENOMEM, "out of memory");
+      cleanup_free char *key = xstrndup ((const char *) k->data.scalar.value, k->data.scalar.length);
       if (strcmp (key, "<<") == 0)
         return nrm_error_set (err, EINVAL, "%s: line %zu: merge keys (<<) are not supported", c->what,
                               k->start_mark.line + 1);
@@ -141,8 +138,6 @@ convert (struct conv *c, yaml_node_t *n, int depth, json_t **ret, nrm_error_t *e
     case YAML_SEQUENCE_NODE:
       {
         cleanup_json json_t *arr = json_array ();
-        if (arr == NULL)
-          return nrm_error_set (err, ENOMEM, "out of memory");
         for (yaml_node_item_t *i = n->data.sequence.items.start; i < n->data.sequence.items.top; i++)
           {
             yaml_node_t *item = yaml_document_get_node (c->doc, *i);
@@ -175,8 +170,9 @@ nrm_yaml_load (const char *text, size_t len, const char *what, json_t **ret, nrm
   __attribute__ ((cleanup (yaml_document_deletep))) yaml_document_t *dp = NULL;
   __attribute__ ((cleanup (yaml_document_deletep))) yaml_document_t *ep = NULL;
 
+  /* It fails only for lack of memory. */
   if (!yaml_parser_initialize (&parser))
-    return nrm_error_set (err, ENOMEM, "out of memory");
+    nrm_oom ();
   pp = &parser;
   yaml_parser_set_input_string (&parser, (const unsigned char *) text, len);
   if (!yaml_parser_load (&parser, &doc))
@@ -205,8 +201,6 @@ nrm_yaml_load_file (const char *path, size_t max, json_t **ret, nrm_error_t *err
   size_t len = 0;
   if (nrm_read_file (path, max, &text, &len, err) < 0)
     return -1;
-  cleanup_free char *what = NULL;
-  if (asprintf (&what, "`%s`", path) < 0)
-    return nrm_error_set (err, ENOMEM, "out of memory");
+  cleanup_free char *what = xasprintf ("`%s`", path);
   return nrm_yaml_load (text, len, what, ret, err);
 }
