@@ -486,10 +486,10 @@ static void
 remove_orphan_metadata (struct nrm_plugin *p)
 {
   json_t *claims = json_object_get (p->cp, "claims");
-  cleanup_free char *prefix = NULL, *dir = NULL;
-  if (p->cfg.local || asprintf (&prefix, "%s_metadata_", p->driver) < 0
-      || asprintf (&dir, "%s/dra-device-metadata", p->plugin_dir) < 0)
+  if (p->cfg.local)
     return;
+  cleanup_free char *prefix = xasprintf ("%s_metadata_", p->driver);
+  cleanup_free char *dir = xasprintf ("%s/dra-device-metadata", p->plugin_dir);
   size_t plen = strlen (prefix);
   DIR *d = opendir (p->cdi_dir);
   struct dirent *de;
@@ -498,8 +498,8 @@ remove_orphan_metadata (struct nrm_plugin *p)
       const char *rest = de->d_name + plen;
       if (strncmp (de->d_name, prefix, plen) != 0 || strchr (rest, '_') == NULL)
         continue;
-      cleanup_free char *uid = strndup (rest, strcspn (rest, "_"));
-      if (uid && json_object_get (claims, uid) == NULL && unlinkat (dirfd (d), de->d_name, 0) == 0)
+      cleanup_free char *uid = xstrndup (rest, strcspn (rest, "_"));
+      if (json_object_get (claims, uid) == NULL && unlinkat (dirfd (d), de->d_name, 0) == 0)
         LOG (p, NRM_LOG_INFO, "removed the metadata spec %s of unknown claim %s", de->d_name, uid);
     }
   if (d)
@@ -510,18 +510,17 @@ remove_orphan_metadata (struct nrm_plugin *p)
       const char *sep = strchr (de->d_name, '_');
       if (de->d_name[0] == '.' || sep == NULL)
         continue;
-      cleanup_free char *ns = strndup (de->d_name, (size_t) (sep - de->d_name));
+      cleanup_free char *ns = xstrndup (de->d_name, (size_t) (sep - de->d_name));
       bool known = false;
       const char *uid;
       json_t *c;
       json_object_foreach (claims, uid, c)
       {
-        known
-            |= ns && same_str (json_object_get (c, "namespace"), ns) && same_str (json_object_get (c, "name"), sep + 1);
+        known |= same_str (json_object_get (c, "namespace"), ns) && same_str (json_object_get (c, "name"), sep + 1);
       }
       nrm_error_t err = NULL;
       /* No UID matches "-": only the folder goes here. */
-      if (ns && !known && nrm_metadata_remove (p->plugin_dir, p->cdi_dir, p->driver, ns, sep + 1, "-", &err) == 0)
+      if (!known && nrm_metadata_remove (p->plugin_dir, p->cdi_dir, p->driver, ns, sep + 1, "-", &err) == 0)
         LOG (p, NRM_LOG_INFO, "removed the device metadata of unknown claim %s/%s", ns, sep + 1);
       nrm_error_release (&err);
     }

@@ -180,11 +180,9 @@ try_lease (struct nrm_kube *k, const char *ns, const char *id, char **seen, doub
 static void
 release_lease (struct nrm_kube *k, const char *ns, const char *id)
 {
-  cleanup_free char *path = NULL;
+  cleanup_free char *path = xasprintf ("/apis/coordination.k8s.io/v1/namespaces/%s/leases/" LEASE_NAME, ns);
   cleanup_json json_t *lease = NULL, *answer = NULL;
   nrm_error_t err = NULL;
-  if (asprintf (&path, "/apis/coordination.k8s.io/v1/namespaces/%s/leases/" LEASE_NAME, ns) < 0)
-    return;
   if (nrm_kube_call (k, "GET", path, NULL, &lease, &err) != 200
       || strcmp (json_string_value (json_object_get (json_object_get (lease, "spec"), "holderIdentity")) ?: "", id)
              != 0)

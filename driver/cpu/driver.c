@@ -298,11 +298,11 @@ cpu_metadata (struct cpu_driver *d, const struct nrm_claim_view *c, hwloc_const_
       cleanup_free char *cpus = nrm_cpulist_format (on);
       /* Cores by their coreID, as the core devices name them (the first
        * CPU; Linux core ids repeat in every package). */
-      cleanup_bitmap hwloc_bitmap_t first = hwloc_bitmap_alloc ();
-      for (size_t k = 0; first && k < d->t->n_cores; k++)
+      cleanup_bitmap hwloc_bitmap_t first = xbitmap_alloc ();
+      for (size_t k = 0; k < d->t->n_cores; k++)
         if (hwloc_bitmap_intersects (d->t->cores[k].cpus, on))
           hwloc_bitmap_set (first, (unsigned) hwloc_bitmap_first (d->t->cores[k].cpus));
-      cleanup_free char *cores = first ? nrm_cpulist_format (first) : NULL;
+      cleanup_free char *cores = nrm_cpulist_format (first);
       cleanup_free char *l3 = MEETING (on, d->t->l3, d->t->n_l3, struct nrm_cache);
       cleanup_free char *nodes = MEETING (on, d->t->numa, d->t->n_numa, struct nrm_numa_node);
       if (attrs == NULL)
