@@ -15,6 +15,7 @@
 
 #include "driver/informer.h"
 #include "nrm/base/cleanup.h"
+#include "nrm/base/clock.h"
 #include "nrm/base/xalloc.h"
 
 #define BACKOFF_MIN_MS 500
@@ -33,14 +34,6 @@ struct nrm_informer
 };
 
 #define LOG(i, lvl, ...) NRM_LOG_TO ((i)->cfg.log, (i)->cfg.log_ctx, lvl, __VA_ARGS__)
-
-static double
-now_s (void)
-{
-  struct timespec t;
-  clock_gettime (CLOCK_MONOTONIC, &t);
-  return (double) t.tv_sec + (double) t.tv_nsec / 1e9;
-}
 
 static unsigned
 random_below (unsigned n)
@@ -152,7 +145,7 @@ thread_main (void *arg)
   while (wait_wake (i, 0))
     {
       nrm_error_t err = NULL;
-      if (i->cfg.resync_s > 0 && now_s () - i->listed_at >= i->cfg.resync_s)
+      if (i->cfg.resync_s > 0 && nrm_mono_s () - i->listed_at >= i->cfg.resync_s)
         i->need_list = true;
       if (i->need_list)
         {
@@ -164,7 +157,7 @@ thread_main (void *arg)
               continue;
             }
           i->need_list = false;
-          i->listed_at = now_s ();
+          i->listed_at = nrm_mono_s ();
           __atomic_store_n (&i->synced, true, __ATOMIC_SEQ_CST);
         }
       if (w == NULL)

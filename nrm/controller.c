@@ -12,6 +12,7 @@
 #include "driver/binding.h"
 #include "driver/informer.h"
 #include "nrm/base/cleanup.h"
+#include "nrm/base/clock.h"
 #include "nrm/base/xalloc.h"
 #include "nrm/controller.h"
 #include "nrm/log.h"
@@ -29,14 +30,6 @@ struct labeler
   json_t *drivers;
   unsigned long labelled, failed;
 };
-
-static double
-mono_s (void)
-{
-  struct timespec t;
-  clock_gettime (CLOCK_MONOTONIC, &t);
-  return (double) t.tv_sec + (double) t.tv_nsec / 1e9;
-}
 
 static void
 micro_time (char *buf, size_t len)
@@ -148,10 +141,11 @@ try_lease (struct nrm_kube *k, const char *ns, const char *id, char **seen, doub
     {
       free (*seen);
       *seen = TAKE_PTR (record);
-      *seen_at = mono_s ();
+      *seen_at = nrm_mono_s ();
     }
   bool mine = holder && strcmp (holder, id) == 0;
-  bool expired = holder == NULL || *holder == '\0' || mono_s () - *seen_at > (double) (duration > 0 ? duration : 15);
+  bool expired
+      = holder == NULL || *holder == '\0' || nrm_mono_s () - *seen_at > (double) (duration > 0 ? duration : 15);
   if (!mine && !expired)
     return 0;
   if (spec == NULL)
@@ -219,7 +213,7 @@ nrm_cmd_controller (struct nrm_kube *kube, json_t *drivers, const char *ns, cons
         }
       if (held == 1)
         {
-          renewed = mono_s ();
+          renewed = nrm_mono_s ();
           if (inf == NULL)
             {
               struct nrm_informer_config ic = { .kube = kube,
@@ -233,7 +227,7 @@ nrm_cmd_controller (struct nrm_kube *kube, json_t *drivers, const char *ns, cons
                 goto out;
             }
         }
-      else if (inf && (held == 0 || mono_s () - renewed > RENEW_DEADLINE_S))
+      else if (inf && (held == 0 || nrm_mono_s () - renewed > RENEW_DEADLINE_S))
         {
           nrm_error_set (err, ENOLCK, "controller %s: lost the lease (%s); stepping down", id,
                          held == 0 ? "another holds it" : "not renewed in time");

@@ -4,6 +4,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <grpc/byte_buffer.h>
 #include <grpc/grpc_security.h>
@@ -11,6 +13,7 @@
 #include <grpc/support/time.h>
 
 #include "driver/grpc.h"
+#include "proto/pluginregistration.pb-c.h"
 #include "tests/plugin/kubelet.h"
 
 static gpr_timespec
@@ -194,4 +197,50 @@ kc_stream_close (struct kc_stream *s)
   grpc_completion_queue_destroy (s->cq);
   free (s);
   return st;
+}
+
+int
+kc_wait_exit (pid_t pid, int ms)
+{
+  int status;
+  for (int i = 0; i < ms / 10; i++)
+    {
+      if (waitpid (pid, &status, WNOHANG) == pid)
+        return WIFEXITED (status) ? WEXITSTATUS (status) : 128 + WTERMSIG (status);
+      usleep (10000);
+    }
+  return -1;
+}
+
+bool
+kc_answers (const char *reg_socket)
+{
+  Pluginregistration__InfoRequest in = PLUGINREGISTRATION__INFO_REQUEST__INIT;
+  uint8_t buf[16];
+  size_t len = protobuf_c_message_pack (&in.base, buf);
+  grpc_channel *ch = kc_connect (reg_socket);
+  struct kc_reply r;
+  bool ok
+      = kc_unary (ch, "/pluginregistration.Registration/GetInfo", buf, len, 200, &r) == 0 && r.status == GRPC_STATUS_OK;
+  kc_reply_done (&r);
+  kc_close (ch);
+  return ok;
+}
+
+char *
+kc_slurp (const char *path)
+{
+  FILE *f = fopen (path, "re");
+  if (f == NULL)
+    return NULL;
+  char *buf = NULL;
+  size_t len = 0;
+  FILE *m = open_memstream (&buf, &len);
+  int c;
+  while (m && (c = fgetc (f)) != EOF)
+    fputc (c, m);
+  if (m)
+    fclose (m);
+  fclose (f);
+  return buf;
 }

@@ -35,4 +35,16 @@ int kc_stream_read (struct kc_stream *s, int timeout_ms, uint8_t **data, size_t 
 /* Cancels and frees; returns the final status. */
 grpc_status_code kc_stream_close (struct kc_stream *s);
 
+/* Process helpers of the protocol tests. */
+#include <stdbool.h>
+#include <sys/types.h>
+
+/* The exit status of pid within ms (128 + signal for a signal), or -1. */
+int kc_wait_exit (pid_t pid, int ms);
+/* Whether a plugin answers GetInfo on its registration socket (serving
+ * means answering: a socket file may be left over from a crash). */
+bool kc_answers (const char *reg_socket);
+/* The whole of a file (malloc'd, NUL-terminated), or NULL. */
+char *kc_slurp (const char *path);
+
 #endif

@@ -67,37 +67,6 @@ spawn (const char *const *args, const char *out, const char *err)
   return pid;
 }
 
-static int
-wait_exit (pid_t pid, int ms)
-{
-  int status;
-  for (int i = 0; i < ms / 10; i++)
-    {
-      if (waitpid (pid, &status, WNOHANG) == pid)
-        return WIFEXITED (status) ? WEXITSTATUS (status) : 128 + WTERMSIG (status);
-      usleep (10000);
-    }
-  return -1;
-}
-
-/* The whole of a file (malloc'd, NUL-terminated), or NULL. */
-static char *
-slurp (const char *path)
-{
-  FILE *f = fopen (path, "r");
-  if (f == NULL)
-    return NULL;
-  char *buf = NULL;
-  size_t len = 0;
-  FILE *m = open_memstream (&buf, &len);
-  int c;
-  while ((c = fgetc (f)) != EOF)
-    fputc (c, m);
-  fclose (m);
-  fclose (f);
-  return buf;
-}
-
 /* Runs `nrm ARGS...` to the end: its exit status; stdout and stderr (the
  * caller frees them). */
 static int
@@ -116,27 +85,12 @@ run_nrm (char **out, char **err, ...)
   snprintf (e, sizeof (e), "%s/run.err", root);
   unlink (o);
   unlink (e);
-  int rc = wait_exit (spawn (args, o, e), 30000);
-  *out = slurp (o);
-  *err = slurp (e);
+  int rc = kc_wait_exit (spawn (args, o, e), 30000);
+  *out = kc_slurp (o);
+  *err = kc_slurp (e);
   assert_non_null (*out);
   assert_non_null (*err);
   return rc;
-}
-
-static bool
-answers (const char *reg_socket)
-{
-  Pluginregistration__InfoRequest in = PLUGINREGISTRATION__INFO_REQUEST__INIT;
-  uint8_t buf[16];
-  size_t len = protobuf_c_message_pack (&in.base, buf);
-  grpc_channel *c = kc_connect (reg_socket);
-  struct kc_reply r;
-  bool ok
-      = kc_unary (c, "/pluginregistration.Registration/GetInfo", buf, len, 200, &r) == 0 && r.status == GRPC_STATUS_OK;
-  kc_reply_done (&r);
-  kc_close (c);
-  return ok;
 }
 
 static pid_t
@@ -175,11 +129,11 @@ start_plugin (void)
 {
   plugin_pid = spawn_plugin (driver_dir);
   int i;
-  for (i = 0; i < 150 && !answers (reg); i++)
+  for (i = 0; i < 150 && !kc_answers (reg); i++)
     usleep (100000);
   if (i == 150)
     {
-      char *log = slurp (log_path);
+      char *log = kc_slurp (log_path);
       fail_msg ("nrm plugin with the example driver does not answer at %s: %s", reg, log ? log : "");
     }
   ch = kc_connect (sock);
@@ -191,7 +145,7 @@ stop_plugin (void)
   kc_close (ch);
   ch = NULL;
   kill (plugin_pid, SIGTERM);
-  assert_int_equal (wait_exit (plugin_pid, 15000), 0);
+  assert_int_equal (kc_wait_exit (plugin_pid, 15000), 0);
   plugin_pid = -1;
 }
 
@@ -564,8 +518,8 @@ test_refusals (void **state)
   free (err);
 
   /* nrm plugin does not start with it either. */
-  assert_int_not_equal (wait_exit (spawn_plugin (bad_dir), 15000), 0);
-  char *log = slurp (log_path);
+  assert_int_not_equal (kc_wait_exit (spawn_plugin (bad_dir), 15000), 0);
+  char *log = kc_slurp (log_path);
   assert_non_null (strstr (log, abi));
   free (log);
 

@@ -101,35 +101,6 @@ spawn_plugin (const char *extra)
   return pid;
 }
 
-static int
-wait_exit (pid_t pid, int ms)
-{
-  int status;
-  for (int i = 0; i < ms / 10; i++)
-    {
-      if (waitpid (pid, &status, WNOHANG) == pid)
-        return WIFEXITED (status) ? WEXITSTATUS (status) : 128 + WTERMSIG (status);
-      usleep (10000);
-    }
-  return -1;
-}
-
-/* Serving means answering: a socket file may be left over from a crash. */
-static bool
-answers (const char *reg_socket)
-{
-  Pluginregistration__InfoRequest in = PLUGINREGISTRATION__INFO_REQUEST__INIT;
-  uint8_t buf[16];
-  size_t len = protobuf_c_message_pack (&in.base, buf);
-  grpc_channel *ch = kc_connect (reg_socket);
-  struct kc_reply r;
-  bool ok
-      = kc_unary (ch, "/pluginregistration.Registration/GetInfo", buf, len, 200, &r) == 0 && r.status == GRPC_STATUS_OK;
-  kc_reply_done (&r);
-  kc_close (ch);
-  return ok;
-}
-
 static void
 start_plugin (void)
 {
@@ -137,7 +108,7 @@ start_plugin (void)
   snprintf (mem_reg, sizeof (mem_reg), "%s/plugins_registry/" MEM_DRIVER "-reg.sock", kubelet_dir);
   plugin_pid = spawn_plugin (NULL);
   int i;
-  for (i = 0; i < 150 && !(answers (cpu_reg) && answers (mem_reg)); i++)
+  for (i = 0; i < 150 && !(kc_answers (cpu_reg) && kc_answers (mem_reg)); i++)
     usleep (100000);
   assert_true (i < 150);
   cpu_ch = kc_connect (cpu_sock);
@@ -151,7 +122,7 @@ stop_plugin (int sig)
   kc_close (mem_ch);
   cpu_ch = mem_ch = NULL;
   kill (plugin_pid, sig);
-  int rc = wait_exit (plugin_pid, 15000);
+  int rc = kc_wait_exit (plugin_pid, 15000);
   if (sig == SIGTERM)
     assert_int_equal (rc, 0);
   plugin_pid = -1;
@@ -999,7 +970,7 @@ test_refusals (void **state)
   (void) state;
   /* A second instance for the same drivers refuses to start. */
   pid_t twin = spawn_plugin (NULL);
-  assert_int_not_equal (wait_exit (twin, 15000), 0);
+  assert_int_not_equal (kc_wait_exit (twin, 15000), 0);
   assert_true (log_contains ("refusing to start a second instance"));
   assert_true (access (cpu_sock, F_OK) == 0);
 
@@ -1011,7 +982,7 @@ test_refusals (void **state)
   fputs ("{\"version\": 1, \"claims\": [", f);
   fclose (f);
   pid_t p = spawn_plugin (NULL);
-  assert_int_not_equal (wait_exit (p, 15000), 0);
+  assert_int_not_equal (kc_wait_exit (p, 15000), 0);
   assert_true (log_contains ("is corrupt"));
   f = fopen (cp, "r");
   char buf[64] = { 0 };
@@ -1033,7 +1004,7 @@ test_rolling_update (void **state)
   snprintf (twin_reg, sizeof (twin_reg), "%s/plugins_registry/" CPU_DRIVER "-pod-2-reg.sock", kubelet_dir);
   pid_t twin = spawn_plugin ("pod-2");
   int i;
-  for (i = 0; i < 150 && !answers (twin_reg); i++)
+  for (i = 0; i < 150 && !kc_answers (twin_reg); i++)
     usleep (100000);
   assert_true (i < 150);
   grpc_channel *tch = kc_connect (twin_sock);
@@ -1063,7 +1034,7 @@ test_rolling_update (void **state)
   assert_null (cdi_cpus (uids[0]));
   kc_close (tch);
   kill (twin, SIGTERM);
-  assert_int_equal (wait_exit (twin, 15000), 0);
+  assert_int_equal (kc_wait_exit (twin, 15000), 0);
   assert_false (access (twin_sock, F_OK) == 0);
   assert_false (access (twin_reg, F_OK) == 0);
   assert_true (access (cpu_sock, F_OK) == 0);
@@ -1149,20 +1120,6 @@ test_pod_group (void **state)
   assert_int_equal (access (spec, F_OK), -1);
 }
 
-/* Reads a whole file into a string (malloc'd), or NULL. */
-static char *
-slurp (const char *path)
-{
-  FILE *f = fopen (path, "re");
-  if (f == NULL)
-    return NULL;
-  char *buf = calloc (1, 1 << 20);
-  size_t n = fread (buf, 1, (1 << 20) - 1, f);
-  fclose (f);
-  buf[n] = '\0';
-  return buf;
-}
-
 /* KEP-5304: with --device-metadata, every prepared request gets a file of
  * its devices on the host and a CDI spec that mounts it read-only into the
  * container, at the paths and in the format of the 1.36 kubelet library;
@@ -1205,7 +1162,7 @@ test_device_metadata (void **state)
       /* The host file: one DeviceMetadata object, newline-terminated. */
       snprintf (path, sizeof (path), "%s/plugins/" CPU_DRIVER "/dra-device-metadata/default_%s/cpus/metadata.json",
                 kubelet_dir, names[c]);
-      char *body = slurp (path);
+      char *body = kc_slurp (path);
       assert_non_null (body);
       assert_true (body[0] && body[strlen (body) - 1] == '\n');
       json_error_t je;
