@@ -13,6 +13,7 @@
 #include "driver/binding.h"
 #include "driver/claimview.h"
 #include "driver/informer.h"
+#include "driver/names.h"
 #include "nrm/base/cleanup.h"
 #include "nrm/base/xalloc.h"
 
@@ -202,7 +203,8 @@ bind_claim (struct nrm_binder *b, const struct nrm_driver_slot *s, json_t *claim
   cleanup_free char *path = NULL, *manager = NULL;
   nrm_error_t err = NULL;
   memset (&a, 0, sizeof (a));
-  if (ns == NULL || name == NULL || uid == NULL)
+  /* They become part of a URL path: as the API server names objects. */
+  if (ns == NULL || name == NULL || uid == NULL || !nrm_is_dns_label (ns) || !nrm_is_dns_subdomain (name, 253))
     return;
   if (nrm_claim_allocation (s->name, b->cfg.node_name, claim, uid, &a, &err) < 0)
     goto fail;

@@ -11,6 +11,7 @@
 
 #include "driver/binding.h"
 #include "driver/informer.h"
+#include "driver/names.h"
 #include "nrm/base/cleanup.h"
 #include "nrm/base/clock.h"
 #include "nrm/base/xalloc.h"
@@ -83,7 +84,8 @@ on_claim (void *ctx, const char *type, json_t *claim)
     return;
   const char *ns = json_string_value (json_object_get (meta, "namespace"));
   const char *name = json_string_value (json_object_get (meta, "name"));
-  if (ns == NULL || name == NULL)
+  /* They become part of a URL path: as the API server names objects. */
+  if (ns == NULL || name == NULL || !nrm_is_dns_label (ns) || !nrm_is_dns_subdomain (name, 253))
     return;
   cleanup_free char *path = xasprintf ("/apis/resource.k8s.io/v1/namespaces/%s/resourceclaims/%s", ns, name);
   cleanup_json json_t *answer = NULL;
