@@ -6,6 +6,9 @@
 #include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -76,10 +79,39 @@ nrm_registry_free (struct nrm_registry *r)
   free (r);
 }
 
+/* Code that nrm runs as root must be root's (or this user's) and writable
+ * by no one else: a file or folder others may write is refused, as sudo
+ * refuses its plugins. */
+static int
+trusted (int fd, const char *what, const char *path, bool folder, nrm_error_t *err)
+{
+  struct stat st;
+  if (fstat (fd, &st) < 0)
+    return nrm_error_errno (err, errno, "%s `%s`", what, path);
+  if (folder ? !S_ISDIR (st.st_mode) : !S_ISREG (st.st_mode))
+    return nrm_error_set (err, EPERM, "%s `%s` is not a %s", what, path, folder ? "folder" : "regular file");
+  if (st.st_uid != 0 && st.st_uid != geteuid ())
+    return nrm_error_set (err, EPERM, "%s `%s` belongs to user %u, not to root: refusing to load drivers from it", what,
+                          path, (unsigned) st.st_uid);
+  if (st.st_mode & (S_IWGRP | S_IWOTH))
+    return nrm_error_set (err, EPERM, "%s `%s` is writable by others (mode %04o): refusing to load drivers from it",
+                          what, path, (unsigned) (st.st_mode & 07777));
+  return 0;
+}
+
 int
 nrm_registry_load (struct nrm_registry *r, const char *path, nrm_error_t *err)
 {
-  void *h = dlopen (path, RTLD_NOW | RTLD_LOCAL);
+  /* Checked and loaded through one descriptor: the file cannot be swapped
+   * in between. */
+  cleanup_close int fd = open (path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0)
+    return nrm_error_errno (err, errno, "driver `%s` cannot be opened", path);
+  if (trusted (fd, "driver", path, false, err) < 0)
+    return -1;
+  char self[64];
+  snprintf (self, sizeof (self), "/proc/self/fd/%d", fd);
+  void *h = dlopen (self, RTLD_NOW | RTLD_LOCAL);
   if (h == NULL)
     return nrm_error_set (err, ENOEXEC, "driver `%s` cannot be loaded: %s", path, dlerror ());
   const struct nrm_driver_ops *ops = dlsym (h, NRM_DRIVER_SYMBOL);
@@ -122,6 +154,11 @@ nrm_registry_load_dir (struct nrm_registry *r, const char *dir, nrm_error_t *err
   int rc = 0;
   if (d == NULL)
     return nrm_error_errno (err, errno, "driver directory `%s`", dir);
+  if (trusted (dirfd (d), "driver directory", dir, true, err) < 0)
+    {
+      closedir (d);
+      return -1;
+    }
   while ((de = readdir (d)) != NULL)
     {
       size_t len = strlen (de->d_name);

@@ -511,7 +511,8 @@ test_slices (void **state)
 }
 
 /* A shared object built for another driver ABI is refused before any of it
- * runs, naming the file and both versions; so is an unknown driver id. */
+ * runs, naming the file and both versions; so are drivers others could have
+ * written, and an unknown driver id. */
 static void
 test_refusals (void **state)
 {
@@ -532,6 +533,26 @@ test_refusals (void **state)
   char *log = kc_slurp (log_path);
   assert_non_null (strstr (log, abi));
   free (log);
+
+  /* A driver or a folder that others may write, or a link, is never loaded. */
+  char dir[400], cmd[3][2400];
+  snprintf (dir, sizeof (dir), "%s/loose", root);
+  snprintf (cmd[0], sizeof (cmd[0]), "mkdir -p %s && cp %s/nrm-driver-example.so %s/x.so && chmod 0666 %s/x.so", dir,
+            driver_dir, dir, dir);
+  snprintf (cmd[1], sizeof (cmd[1]), "chmod 0755 %s/x.so && chmod 0777 %s", dir, dir);
+  snprintf (cmd[2], sizeof (cmd[2]), "chmod 0755 %s && mv %s/x.so %s/real && ln -s real %s/x.so", dir, dir, dir, dir);
+  const char *want[] = { "is writable by others (mode 0666)", "driver directory", "Too many levels of symbolic links" };
+  for (size_t i = 0; i < 3; i++)
+    {
+      assert_int_equal (system (cmd[i]), 0);
+      rc = run_nrm (&out, &err, "slices", "--driver-dir", dir, "--topology", topo, NULL);
+      assert_int_not_equal (rc, 0);
+      assert_string_equal (out, "");
+      if (strstr (err, want[i]) == NULL || strstr (err, dir) == NULL)
+        fail_msg ("a loose driver (%s): `%s` lacks `%s`", cmd[i], err, want[i]);
+      free (out);
+      free (err);
+    }
 
   rc = run_nrm (&out, &err, "slices", "--drivers", "nosuch", "--driver-dir", driver_dir, "--topology", topo, NULL);
   assert_int_not_equal (rc, 0);
@@ -566,9 +587,10 @@ setup (void **state)
   assert_int_equal (mkdir (claims_dir, 0700), 0);
   assert_int_equal (mkdir (fsroot, 0700), 0);
   assert_int_equal (mkdir (bad_dir, 0700), 0);
-  char link[400];
-  snprintf (link, sizeof (link), "%s/nrm-driver-mismatch.so", bad_dir);
-  assert_int_equal (symlink (mismatch, link), 0);
+  /* A copy: drivers are loaded from regular files only, never links. */
+  char copy[1200];
+  snprintf (copy, sizeof (copy), "cp %s %s/nrm-driver-mismatch.so", mismatch, bad_dir);
+  assert_int_equal (system (copy), 0);
   snprintf (sock, sizeof (sock), "%s/plugins/" DRIVER "/dra.sock", kubelet_dir);
   snprintf (reg, sizeof (reg), "%s/plugins_registry/" DRIVER "-reg.sock", kubelet_dir);
   grpc_init ();
