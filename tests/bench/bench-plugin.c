@@ -49,38 +49,6 @@ percentiles (double *v, size_t n, double *p50, double *p99)
   *p99 = v[(n * 99) / 100 < n ? (n * 99) / 100 : n - 1];
 }
 
-static uint8_t *
-claim_request (const char *name, const char *uid, bool unprepare, size_t *len)
-{
-  K8s__Io__Kubelet__Pkg__Apis__Dra__V1__Claim c = K8S__IO__KUBELET__PKG__APIS__DRA__V1__CLAIM__INIT;
-  K8s__Io__Kubelet__Pkg__Apis__Dra__V1__Claim *ptr = &c;
-  c.namespace_ = "bench";
-  c.name = (char *) name;
-  c.uid = (char *) uid;
-  uint8_t *buf;
-  if (unprepare)
-    {
-      K8s__Io__Kubelet__Pkg__Apis__Dra__V1__NodeUnprepareResourcesRequest r
-          = K8S__IO__KUBELET__PKG__APIS__DRA__V1__NODE_UNPREPARE_RESOURCES_REQUEST__INIT;
-      r.n_claims = 1;
-      r.claims = &ptr;
-      *len = protobuf_c_message_get_packed_size (&r.base);
-      buf = malloc (*len);
-      protobuf_c_message_pack (&r.base, buf);
-    }
-  else
-    {
-      K8s__Io__Kubelet__Pkg__Apis__Dra__V1__NodePrepareResourcesRequest r
-          = K8S__IO__KUBELET__PKG__APIS__DRA__V1__NODE_PREPARE_RESOURCES_REQUEST__INIT;
-      r.n_claims = 1;
-      r.claims = &ptr;
-      *len = protobuf_c_message_get_packed_size (&r.base);
-      buf = malloc (*len);
-      protobuf_c_message_pack (&r.base, buf);
-    }
-  return buf;
-}
-
 struct job
 {
   int id, rounds;
@@ -97,7 +65,9 @@ run_job (void *arg)
   snprintf (name, sizeof (name), "claim%d", j->id);
   snprintf (uid, sizeof (uid), "00000000-0000-4000-8000-%012d", j->id);
   size_t plen, ulen;
-  uint8_t *p = claim_request (name, uid, false, &plen), *u = claim_request (name, uid, true, &ulen);
+  const char *names[] = { name }, *uids[] = { uid };
+  uint8_t *p = kc_pack_claims ("bench", names, uids, 1, false, &plen);
+  uint8_t *u = kc_pack_claims ("bench", names, uids, 1, true, &ulen);
   for (int i = 0; i < j->rounds; i++)
     {
       struct kc_reply r1, r2, r3, r4;

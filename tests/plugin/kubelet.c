@@ -13,6 +13,7 @@
 #include <grpc/support/time.h>
 
 #include "driver/grpc.h"
+#include "proto/dra_v1.pb-c.h"
 #include "proto/pluginregistration.pb-c.h"
 #include "tests/plugin/kubelet.h"
 
@@ -212,19 +213,30 @@ kc_wait_exit (pid_t pid, int ms)
   return -1;
 }
 
-bool
-kc_answers (const char *reg_socket)
+Pluginregistration__PluginInfo *
+kc_get_info (const char *reg_socket, int timeout_ms)
 {
   Pluginregistration__InfoRequest in = PLUGINREGISTRATION__INFO_REQUEST__INIT;
   uint8_t buf[16];
   size_t len = protobuf_c_message_pack (&in.base, buf);
   grpc_channel *ch = kc_connect (reg_socket);
   struct kc_reply r;
-  bool ok
-      = kc_unary (ch, "/pluginregistration.Registration/GetInfo", buf, len, 200, &r) == 0 && r.status == GRPC_STATUS_OK;
+  Pluginregistration__PluginInfo *info = NULL;
+  if (kc_unary (ch, "/pluginregistration.Registration/GetInfo", buf, len, timeout_ms, &r) == 0
+      && r.status == GRPC_STATUS_OK)
+    info = pluginregistration__plugin_info__unpack (NULL, r.len, r.data);
   kc_reply_done (&r);
   kc_close (ch);
-  return ok;
+  return info;
+}
+
+bool
+kc_answers (const char *reg_socket)
+{
+  Pluginregistration__PluginInfo *info = kc_get_info (reg_socket, 200);
+  if (info)
+    pluginregistration__plugin_info__free_unpacked (info, NULL);
+  return info != NULL;
 }
 
 char *
@@ -242,5 +254,45 @@ kc_slurp (const char *path)
   if (m)
     fclose (m);
   fclose (f);
+  return buf;
+}
+
+uint8_t *
+kc_pack_claims (const char *ns, const char *const *names, const char *const *uids, size_t n, bool unprepare,
+                size_t *len)
+{
+  K8s__Io__Kubelet__Pkg__Apis__Dra__V1__Claim *c = calloc (n + 1, sizeof (*c));
+  K8s__Io__Kubelet__Pkg__Apis__Dra__V1__Claim **ptrs = calloc (n + 1, sizeof (*ptrs));
+  uint8_t *buf;
+  for (size_t i = 0; i < n; i++)
+    {
+      k8s__io__kubelet__pkg__apis__dra__v1__claim__init (&c[i]);
+      c[i].namespace_ = (char *) ns;
+      c[i].name = (char *) names[i];
+      c[i].uid = (char *) uids[i];
+      ptrs[i] = &c[i];
+    }
+  if (unprepare)
+    {
+      K8s__Io__Kubelet__Pkg__Apis__Dra__V1__NodeUnprepareResourcesRequest req
+          = K8S__IO__KUBELET__PKG__APIS__DRA__V1__NODE_UNPREPARE_RESOURCES_REQUEST__INIT;
+      req.n_claims = n;
+      req.claims = ptrs;
+      *len = protobuf_c_message_get_packed_size (&req.base);
+      buf = malloc (*len + 1);
+      protobuf_c_message_pack (&req.base, buf);
+    }
+  else
+    {
+      K8s__Io__Kubelet__Pkg__Apis__Dra__V1__NodePrepareResourcesRequest req
+          = K8S__IO__KUBELET__PKG__APIS__DRA__V1__NODE_PREPARE_RESOURCES_REQUEST__INIT;
+      req.n_claims = n;
+      req.claims = ptrs;
+      *len = protobuf_c_message_get_packed_size (&req.base);
+      buf = malloc (*len + 1);
+      protobuf_c_message_pack (&req.base, buf);
+    }
+  free (c);
+  free (ptrs);
   return buf;
 }

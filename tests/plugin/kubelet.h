@@ -7,6 +7,8 @@
 
 #include <grpc/grpc.h>
 
+#include "proto/pluginregistration.pb-c.h"
+
 /* A gRPC core client that calls a plugin's sockets as the kubelet does:
  * insecure credentials over unix:<path>, a deadline per call. */
 
@@ -46,5 +48,15 @@ int kc_wait_exit (pid_t pid, int ms);
 bool kc_answers (const char *reg_socket);
 /* The whole of a file (malloc'd, NUL-terminated), or NULL. */
 char *kc_slurp (const char *path);
+
+/* A NodePrepareResourcesRequest (or NodeUnprepareResourcesRequest) of n
+ * claims in namespace ns, packed (malloc'd, *len bytes). */
+uint8_t *kc_pack_claims (const char *ns, const char *const *names, const char *const *uids, size_t n, bool unprepare,
+                         size_t *len);
+
+/* GetInfo on a registration socket: the PluginInfo (free it with
+ * pluginregistration__plugin_info__free_unpacked), or NULL when the call
+ * failed or the answer cannot be decoded. */
+Pluginregistration__PluginInfo *kc_get_info (const char *reg_socket, int timeout_ms);
 
 #endif

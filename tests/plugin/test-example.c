@@ -176,19 +176,8 @@ claim_devices (const char *name, const char *uid, const char *const *devices, si
 static char *
 prepare_one (const char *name, const char *uid, const char *const *want, size_t n_want)
 {
-  Claim c;
-  Claim *ptrs[] = { &c };
-  K8s__Io__Kubelet__Pkg__Apis__Dra__V1__NodePrepareResourcesRequest req
-      = K8S__IO__KUBELET__PKG__APIS__DRA__V1__NODE_PREPARE_RESOURCES_REQUEST__INIT;
-  k8s__io__kubelet__pkg__apis__dra__v1__claim__init (&c);
-  c.namespace_ = "default";
-  c.name = (char *) name;
-  c.uid = (char *) uid;
-  req.n_claims = 1;
-  req.claims = ptrs;
-  size_t len = protobuf_c_message_get_packed_size (&req.base);
-  uint8_t *buf = malloc (len + 1);
-  protobuf_c_message_pack (&req.base, buf);
+  size_t len;
+  uint8_t *buf = kc_pack_claims ("default", &name, &uid, 1, false, &len);
   struct kc_reply r;
   assert_int_equal (kc_unary (ch, PREPARE, buf, len, 10000, &r), 0);
   free (buf);
@@ -240,19 +229,9 @@ expect_refused (const char *name, const char *uid, const char *needle)
 static void
 unprepare_one (const char *uid)
 {
-  Claim c;
-  Claim *ptrs[] = { &c };
-  K8s__Io__Kubelet__Pkg__Apis__Dra__V1__NodeUnprepareResourcesRequest req
-      = K8S__IO__KUBELET__PKG__APIS__DRA__V1__NODE_UNPREPARE_RESOURCES_REQUEST__INIT;
-  k8s__io__kubelet__pkg__apis__dra__v1__claim__init (&c);
-  c.namespace_ = "default";
-  c.name = "x";
-  c.uid = (char *) uid;
-  req.n_claims = 1;
-  req.claims = ptrs;
-  size_t len = protobuf_c_message_get_packed_size (&req.base);
-  uint8_t *buf = malloc (len + 1);
-  protobuf_c_message_pack (&req.base, buf);
+  const char *name = "x";
+  size_t len;
+  uint8_t *buf = kc_pack_claims ("default", &name, &uid, 1, true, &len);
   struct kc_reply r;
   assert_int_equal (kc_unary (ch, UNPREPARE, buf, len, 10000, &r), 0);
   free (buf);
@@ -318,21 +297,12 @@ static void
 test_registration (void **state)
 {
   (void) state;
-  grpc_channel *rc = kc_connect (reg);
-  Pluginregistration__InfoRequest in = PLUGINREGISTRATION__INFO_REQUEST__INIT;
-  uint8_t buf[16];
-  size_t len = protobuf_c_message_pack (&in.base, buf);
-  struct kc_reply r;
-  assert_int_equal (kc_unary (rc, "/pluginregistration.Registration/GetInfo", buf, len, 5000, &r), 0);
-  assert_int_equal (r.status, GRPC_STATUS_OK);
-  Pluginregistration__PluginInfo *info = pluginregistration__plugin_info__unpack (NULL, r.len, r.data);
+  Pluginregistration__PluginInfo *info = kc_get_info (reg, 5000);
   assert_non_null (info);
   assert_string_equal (info->type, "DRAPlugin");
   assert_string_equal (info->name, DRIVER);
   assert_string_equal (info->endpoint, sock);
   pluginregistration__plugin_info__free_unpacked (info, NULL);
-  kc_reply_done (&r);
-  kc_close (rc);
   /* --drivers example: the built-in drivers are not served. */
   char cpu[600];
   snprintf (cpu, sizeof (cpu), "%s/plugins_registry/cpu.nrm.io-reg.sock", kubelet_dir);

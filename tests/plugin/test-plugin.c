@@ -189,50 +189,11 @@ claim_cpus (const char *name, const char *uid, const char *device, int cpus)
   free (arr);
 }
 
-static uint8_t *
-pack_claims (const char *const *names, const char *const *uids, size_t n, size_t *len, bool unprepare)
-{
-  Claim *c = calloc (n, sizeof (*c));
-  Claim **ptrs = calloc (n, sizeof (*ptrs));
-  for (size_t i = 0; i < n; i++)
-    {
-      k8s__io__kubelet__pkg__apis__dra__v1__claim__init (&c[i]);
-      c[i].namespace_ = "default";
-      c[i].name = (char *) names[i];
-      c[i].uid = (char *) uids[i];
-      ptrs[i] = &c[i];
-    }
-  uint8_t *buf;
-  if (unprepare)
-    {
-      K8s__Io__Kubelet__Pkg__Apis__Dra__V1__NodeUnprepareResourcesRequest req
-          = K8S__IO__KUBELET__PKG__APIS__DRA__V1__NODE_UNPREPARE_RESOURCES_REQUEST__INIT;
-      req.n_claims = n;
-      req.claims = ptrs;
-      *len = protobuf_c_message_get_packed_size (&req.base);
-      buf = malloc (*len + 1);
-      protobuf_c_message_pack (&req.base, buf);
-    }
-  else
-    {
-      K8s__Io__Kubelet__Pkg__Apis__Dra__V1__NodePrepareResourcesRequest req
-          = K8S__IO__KUBELET__PKG__APIS__DRA__V1__NODE_PREPARE_RESOURCES_REQUEST__INIT;
-      req.n_claims = n;
-      req.claims = ptrs;
-      *len = protobuf_c_message_get_packed_size (&req.base);
-      buf = malloc (*len + 1);
-      protobuf_c_message_pack (&req.base, buf);
-    }
-  free (c);
-  free (ptrs);
-  return buf;
-}
-
 static PrepareResponse *
 prepare (grpc_channel *ch, const char *method, const char *const *names, const char *const *uids, size_t n)
 {
   size_t len;
-  uint8_t *req = pack_claims (names, uids, n, &len, false);
+  uint8_t *req = kc_pack_claims ("default", names, uids, n, false, &len);
   struct kc_reply r;
   assert_int_equal (kc_unary (ch, method, req, len, 10000, &r), 0);
   free (req);
@@ -260,7 +221,7 @@ unprepare (grpc_channel *ch, const char *const *uids, size_t n)
 {
   static const char *names[16] = { "x", "x", "x", "x", "x", "x", "x", "x", "x", "x", "x", "x", "x", "x", "x", "x" };
   size_t len;
-  uint8_t *req = pack_claims (names, uids, n, &len, true);
+  uint8_t *req = kc_pack_claims ("default", names, uids, n, true, &len);
   struct kc_reply r;
   assert_int_equal (kc_unary (ch, UNPREPARE, req, len, 10000, &r), 0);
   free (req);
@@ -771,7 +732,7 @@ worker (void *arg)
   for (int round = 0; round < 5; round++)
     {
       size_t len;
-      uint8_t *req = pack_claims (names, uids, 1, &len, false);
+      uint8_t *req = kc_pack_claims ("default", names, uids, 1, false, &len);
       struct kc_reply r;
       if (kc_unary (ch, PREPARE, req, len, 20000, &r) < 0 || r.status != GRPC_STATUS_OK)
         w->failures++;
@@ -788,7 +749,7 @@ worker (void *arg)
       free (req);
       if (round < 4)
         {
-          req = pack_claims (names, uids, 1, &len, true);
+          req = kc_pack_claims ("default", names, uids, 1, true, &len);
           if (kc_unary (ch, UNPREPARE, req, len, 20000, &r) < 0 || r.status != GRPC_STATUS_OK)
             w->failures++;
           kc_reply_done (&r);
