@@ -572,6 +572,23 @@ test_memory_and_beta (void **state)
 
 /* Opaque MemoryConfig: guarantee puts the claimed bytes in NRM_MEMORY_MIN,
  * limit in NRM_MEMORY_MAX, each with the claim's own name too. */
+/* A variable of a claim's environment and its per-claim copy: both want,
+ * or both absent when want is NULL. */
+static void
+expect_var (const char *claim, const char *var, const char *got, const char *got_claim, const char *want)
+{
+  if (want == NULL)
+    {
+      assert_null (got);
+      assert_null (got_claim);
+      return;
+    }
+  if (got == NULL || strcmp (got, want) != 0)
+    fail_msg ("claim %s: %s is `%s`, not %s", claim, var, got ? got : "(missing)", want);
+  assert_non_null (got_claim);
+  assert_string_equal (got_claim, want);
+}
+
 static void
 test_memory_config (void **state)
 {
@@ -607,30 +624,8 @@ test_memory_config (void **state)
       char *max = cdi_memory_env (uids[0], "NRM_MEMORY_MAX"), *max_claim = cdi_memory_env (uids[0], per_claim[1]);
       assert_non_null (mems);
       assert_string_equal (mems, "1");
-      if (cases[i].min)
-        {
-          if (min == NULL || strcmp (min, cases[i].min) != 0)
-            fail_msg ("claim %s: NRM_MEMORY_MIN is `%s`, not %s", cases[i].name, min ? min : "(missing)", cases[i].min);
-          assert_non_null (min_claim);
-          assert_string_equal (min_claim, cases[i].min);
-        }
-      else
-        {
-          assert_null (min);
-          assert_null (min_claim);
-        }
-      if (cases[i].max)
-        {
-          if (max == NULL || strcmp (max, cases[i].max) != 0)
-            fail_msg ("claim %s: NRM_MEMORY_MAX is `%s`, not %s", cases[i].name, max ? max : "(missing)", cases[i].max);
-          assert_non_null (max_claim);
-          assert_string_equal (max_claim, cases[i].max);
-        }
-      else
-        {
-          assert_null (max);
-          assert_null (max_claim);
-        }
+      expect_var (cases[i].name, "NRM_MEMORY_MIN", min, min_claim, cases[i].min);
+      expect_var (cases[i].name, "NRM_MEMORY_MAX", max, max_claim, cases[i].max);
       free (mems);
       free (min);
       free (min_claim);
