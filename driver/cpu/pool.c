@@ -187,34 +187,26 @@ consumable_device (const struct nrm_topology *t, const struct nrm_publish_option
   json_array_append_new (devices, dev);
 }
 
-/* Isolated CPUs are a class of their own: a device "numa<N>-isolated"
- * beside the node's other devices, so that a claim gets isolated CPUs only
- * when it asks for that device, and the scheduler never counts them as
- * ordinary CPUs. */
+/* A consumable device over a node's allocatable CPUs, consumed by CPU
+ * count: "numa<N>" (NRM_CPU_MODE_NUMA) without its isolated CPUs, or
+ * "numa<N>-isolated" with only those. Isolated CPUs are a class of their
+ * own beside the node's other devices, so that a claim gets isolated CPUs
+ * only when it asks for that device, and the scheduler never counts them
+ * as ordinary CPUs. */
 static void
-isolated_device (const struct nrm_topology *t, const struct nrm_publish_options *o, size_t i, json_t *devices)
+node_device (const struct nrm_topology *t, const struct nrm_publish_options *o, size_t i, bool isolated,
+             json_t *devices)
 {
-  cleanup_bitmap hwloc_bitmap_t iso = nrm_topology_node_allocatable (t, i);
+  cleanup_bitmap hwloc_bitmap_t set = nrm_topology_node_allocatable (t, i);
   char name[48];
-  hwloc_bitmap_and (iso, iso, t->isolated);
-  if (hwloc_bitmap_iszero (iso))
+  if (isolated)
+    hwloc_bitmap_and (set, set, t->isolated);
+  else
+    hwloc_bitmap_andnot (set, set, t->isolated);
+  if (hwloc_bitmap_iszero (set))
     return;
-  snprintf (name, sizeof (name), "numa%u-isolated", t->numa[i].os_index);
-  consumable_device (t, o, i, iso, name, true, devices);
-}
-
-/* NRM_CPU_MODE_NUMA: one shared device per node, consumed by CPU count. */
-static void
-numa_device (const struct nrm_topology *t, const struct nrm_publish_options *o, size_t i, json_t *devices)
-{
-  cleanup_bitmap hwloc_bitmap_t alloc = nrm_topology_node_allocatable (t, i);
-  char name[32];
-
-  hwloc_bitmap_andnot (alloc, alloc, t->isolated);
-  if (hwloc_bitmap_iszero (alloc))
-    return;
-  snprintf (name, sizeof (name), "numa%u", t->numa[i].os_index);
-  consumable_device (t, o, i, alloc, name, false, devices);
+  snprintf (name, sizeof (name), isolated ? "numa%u-isolated" : "numa%u", t->numa[i].os_index);
+  consumable_device (t, o, i, set, name, isolated, devices);
 }
 
 /* NRM_CPU_MODE_PARTITIONED. Every node gets a counter set "numa<N>" with one
@@ -424,11 +416,11 @@ nrm_cpu_pool (const struct nrm_topology *t, const struct nrm_publish_options *o,
 
   if (o->cpu_mode == NRM_CPU_MODE_NUMA)
     for (size_t k = 0; k < t->n_numa; k++)
-      numa_device (t, o, order[k], p.devices);
+      node_device (t, o, order[k], false, p.devices);
   else
     partitioned_devices (t, o, order, p.devices, p.counter_sets);
   for (size_t k = 0; k < t->n_numa; k++)
-    isolated_device (t, o, order[k], p.devices);
+    node_device (t, o, order[k], true, p.devices);
   *ret = p;
   return 0;
 }
