@@ -3,12 +3,14 @@
 #include "config.h"
 
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cpuset/env.h"
 #include "nrm/base/cleanup.h"
+#include "nrm/base/quantity.h"
 #include "nrm/base/xalloc.h"
 
 const char *const nrm_env_name[NRM_ENV_COUNT] = {
@@ -24,7 +26,18 @@ const char *const nrm_env_name[NRM_ENV_COUNT] = {
 static bool
 digits_only (const char *s)
 {
-  return s && *s && strspn (s, "0123456789") == strlen (s) && strlen (s) <= 20;
+  /* Plain digits (what the cgroup files take), and a byte count that the
+   * one quantity parser accepts without wrapping. */
+  uint64_t v;
+  nrm_error_t e = NULL;
+  if (s == NULL || *s == '\0' || strspn (s, "0123456789") != strlen (s))
+    return false;
+  if (nrm_quantity_parse_bytes (s, &v, &e) < 0)
+    {
+      nrm_error_release (&e);
+      return false;
+    }
+  return v <= INT64_MAX;
 }
 
 static void

@@ -33,10 +33,84 @@ nrm_kit_consumed (const struct nrm_alloc_result *r, const char *key, nrm_quantit
       *ret = dflt;
       return 0;
     }
-  if (!json_is_string (v) || nrm_quantity_parse (json_string_value (v), ret, err) < 0)
+  if (!json_is_string (v))
     return nrm_error_set (err, EINVAL, "device %s: consumedCapacity `%s` is not a quantity", r->device, key);
+  if (nrm_quantity_parse (json_string_value (v), ret, err) < 0)
+    return nrm_error_wrap (err, "device %s: consumedCapacity `%s` is not a quantity", r->device, key);
   if (*ret <= 0)
     return nrm_error_set (err, EINVAL, "device %s: consumedCapacity `%s` must be positive", r->device, key);
+  return 0;
+}
+
+static int
+policy_quantity (json_t *obj, const char *field, const char *device, const char *key, nrm_quantity_t *ret,
+                 nrm_error_t *err)
+{
+  nrm_error_t e = NULL;
+  if (nrm_quantity_parse (json_string_value (json_object_get (obj, field)), ret, &e) < 0)
+    {
+      nrm_error_release (&e);
+      return nrm_error_set (err, EINVAL, "device %s: capacity `%s` has no valid %s", device, key, field);
+    }
+  return 0;
+}
+
+int
+nrm_kit_consumed_checked (const struct nrm_alloc_result *r, json_t *device, const char *key, nrm_quantity_t *ret,
+                          nrm_error_t *err)
+{
+  json_t *cap = json_object_get (json_object_get (device, "capacity"), key);
+  json_t *policy = json_object_get (cap, "requestPolicy");
+  json_t *range = json_object_get (policy, "validRange"), *values = json_object_get (policy, "validValues");
+  nrm_quantity_t value, dflt, q;
+  char a[64], b[64];
+  if (cap == NULL)
+    return nrm_error_set (err, EINVAL, "device %s has no capacity `%s`", r->device, key);
+  if (policy_quantity (cap, "value", r->device, key, &value, err) < 0)
+    return -1;
+  dflt = value;
+  if (json_object_get (policy, "default") && policy_quantity (policy, "default", r->device, key, &dflt, err) < 0)
+    return -1;
+  if (nrm_kit_consumed (r, key, dflt, &q, err) < 0)
+    return -1;
+  nrm_quantity_text (q, a, sizeof (a));
+  if (q > value)
+    return nrm_error_set (err, ERANGE, "device %s: consumedCapacity `%s` of %s is more than the device's %s", r->device,
+                          key, a, nrm_quantity_text (value, b, sizeof (b)));
+  if (json_is_array (values))
+    {
+      size_t i;
+      json_t *v;
+      json_array_foreach (values, i, v)
+      {
+        nrm_quantity_t x;
+        nrm_error_t e = NULL;
+        if (nrm_quantity_parse (json_string_value (v), &x, &e) == 0 && x == q)
+          return *ret = q, 0;
+        nrm_error_release (&e);
+      }
+      return nrm_error_set (err, EINVAL, "device %s: consumedCapacity `%s` of %s is none of the device's valid values",
+                            r->device, key, a);
+    }
+  if (range)
+    {
+      nrm_quantity_t min = 0, max = value, step = 0;
+      if ((json_object_get (range, "min") && policy_quantity (range, "min", r->device, key, &min, err) < 0)
+          || (json_object_get (range, "max") && policy_quantity (range, "max", r->device, key, &max, err) < 0)
+          || (json_object_get (range, "step") && policy_quantity (range, "step", r->device, key, &step, err) < 0))
+        return -1;
+      if (q < min)
+        return nrm_error_set (err, ERANGE, "device %s: consumedCapacity `%s` of %s is below the device's minimum %s",
+                              r->device, key, a, nrm_quantity_text (min, b, sizeof (b)));
+      if (q > max)
+        return nrm_error_set (err, ERANGE, "device %s: consumedCapacity `%s` of %s is above the device's maximum %s",
+                              r->device, key, a, nrm_quantity_text (max, b, sizeof (b)));
+      if (step > 0 && (q - min) % step != 0)
+        return nrm_error_set (err, EINVAL,
+                              "device %s: consumedCapacity `%s` of %s is not the minimum plus whole steps of %s",
+                              r->device, key, a, nrm_quantity_text (step, b, sizeof (b)));
+    }
+  *ret = q;
   return 0;
 }
 

@@ -6,7 +6,7 @@
 #include <stdbool.h>
 
 #include "driver/driver.h"
-#include "driver/quantity.h"
+#include "nrm/base/quantity.h"
 
 /* Helpers that every driver's prepare needs: request names, consumed
  * capacity, opaque configuration. */
@@ -19,6 +19,15 @@ bool nrm_kit_names_request (json_t *requests, const char *request);
  * amount that is not a positive quantity is an error naming the device. */
 int nrm_kit_consumed (const struct nrm_alloc_result *r, const char *key, nrm_quantity_t dflt, nrm_quantity_t *ret,
                       nrm_error_t *err);
+
+/* The consumedCapacity `key` of a result, checked against what the device
+ * (its JSON as published) offers: at most the capacity's value, and within
+ * its requestPolicy (validRange min, max and step, or validValues). Without
+ * a consumed amount the result took the policy's default (the whole value
+ * when there is no policy). Anything else is an error naming the amount,
+ * the device and the limit; the arithmetic is exact. */
+int nrm_kit_consumed_checked (const struct nrm_alloc_result *r, json_t *device, const char *key, nrm_quantity_t *ret,
+                              nrm_error_t *err);
 
 /* The parameters of opaque configuration entry i, checked to be an object
  * of this apiVersion and kind; *ret is borrowed. */

@@ -25,6 +25,7 @@
 #include "nrm/base/cleanup.h"
 #include "nrm/base/xalloc.h"
 #include "nrm/base/fs.h"
+#include "nrm/base/text.h"
 #include "proto/dra_health_v1alpha1.pb-c.h"
 #include "proto/dra_v1.pb-c.h"
 #include "proto/pluginregistration.pb-c.h"
@@ -33,6 +34,9 @@
 #define MAX_CHECKPOINT NRM_CHECKPOINT_MAX
 #define HEALTH_TIMEOUT_S 30
 #define MAX_CLAIMS_PER_CALL 4096
+#define MAX_UID 128
+#define QUOTE_MAX 64         /* bytes of a bad input quoted in a message */
+#define MAX_REPLY_ERROR 1024 /* bytes of an error in a reply */
 
 typedef K8s__Io__Kubelet__Pkg__Apis__Dra__V1__NodePrepareResourcesRequest PrepareRequest;
 typedef K8s__Io__Kubelet__Pkg__Apis__Dra__V1__NodePrepareResourcesResponse PrepareResponse;
@@ -656,6 +660,18 @@ prepared_devices (struct nrm_plugin *p, const char *uid, nrm_error_t *err)
 }
 
 /* Prepares one claim; returns its devices (new reference) or an error. */
+/* A Kubernetes UID as nrm accepts it: it becomes part of file names. */
+static bool
+is_uid (const ProtobufCBinaryData *b)
+{
+  if (b->len == 0 || b->len > MAX_UID)
+    return false;
+  for (size_t i = 0; i < b->len; i++)
+    if (!((b->data[i] >= 'a' && b->data[i] <= 'z') || (b->data[i] >= '0' && b->data[i] <= '9') || b->data[i] == '-'))
+      return false;
+  return true;
+}
+
 static json_t *
 prepare_claim (struct nrm_plugin *p, const char *ns, const char *name, const char *uid, nrm_error_t *err)
 {
@@ -663,17 +679,14 @@ prepare_claim (struct nrm_plugin *p, const char *ns, const char *name, const cha
   struct nrm_allocation a;
   memset (&a, 0, sizeof (a));
 
-  if (!nrm_is_dns_subdomain (ns, 253) || !nrm_is_dns_subdomain (name, 253) || uid[0] == '\0' || strlen (uid) > 128)
+  ProtobufCBinaryData ub = { strlen (uid), (uint8_t *) uid };
+  if (!nrm_is_dns_label (ns) || !nrm_is_dns_subdomain (name, 253) || !is_uid (&ub))
     {
-      nrm_error_set (err, EINVAL, "invalid claim reference %s/%s (uid %s)", ns, name, uid);
+      cleanup_free char *qn = nrm_quote (ns, strlen (ns), QUOTE_MAX), *qm = nrm_quote (name, strlen (name), QUOTE_MAX),
+                        *qu = nrm_quote (uid, strlen (uid), QUOTE_MAX);
+      nrm_error_set (err, EINVAL, "invalid claim reference `%s`/`%s` (uid `%s`)", qn, qm, qu);
       return NULL;
     }
-  for (const char *c = uid; *c; c++)
-    if (!((*c >= 'a' && *c <= 'z') || (*c >= '0' && *c <= '9') || *c == '-'))
-      {
-        nrm_error_set (err, EINVAL, "invalid claim UID `%s`", uid);
-        return NULL;
-      }
   /* Prepared already: the same answer, even if the claim is gone from its
    * source by now. */
   json_t *done = prepared_devices (p, uid, err);
@@ -819,30 +832,96 @@ pack_reply (const ProtobufCMessage *m, uint8_t **resp, size_t *len)
   return GRPC_STATUS_OK;
 }
 
+/* A claim reference from the wire, checked: the UID as a C string, and the
+ * namespace and name, or the reason they cannot be used. */
+struct claim_ref
+{
+  char *ns, *name, *uid;
+  char *bad; /* why this claim is refused, or NULL */
+};
+
+/* A namespace or name as a C string when it is one, NULL otherwise: no
+ * NUL inside, valid UTF-8, a DNS label or subdomain. */
+static char *
+ref_string (const ProtobufCBinaryData *b, bool label)
+{
+  const char *s = (const char *) b->data;
+  if (b->len == 0 || b->len > 253 || memchr (s, '\0', b->len) || !nrm_utf8_valid (s, b->len))
+    return NULL;
+  cleanup_free char *c = xstrndup (s, b->len);
+  if (label ? !nrm_is_dns_label (c) : !nrm_is_dns_subdomain (c, 253))
+    return NULL;
+  return TAKE_PTR (c);
+}
+
+static void
+refs_free (struct claim_ref *refs, size_t n)
+{
+  for (size_t i = 0; refs && i < n; i++)
+    {
+      free (refs[i].ns);
+      free (refs[i].name);
+      free (refs[i].uid);
+      free (refs[i].bad);
+    }
+  free (refs);
+}
+
+/* Checks every claim reference of a request before anything is done. A
+ * UID that is not one refuses the whole request: the reply is keyed by
+ * UID, so there is no entry to answer it under. A bad namespace or name
+ * refuses only its claim. */
 static int
-check_claims (Claim **claims, size_t n, char **details)
+check_claims (Claim **claims, size_t n, struct claim_ref **ret, char **details)
 {
   if (n > MAX_CLAIMS_PER_CALL)
     {
-      *details = xstrdup ("too many claims in one request");
+      *details = xasprintf ("too many claims in one request (%zu; at most %d)", n, MAX_CLAIMS_PER_CALL);
       return -1;
     }
+  struct claim_ref *refs = xcalloc (n + 1, sizeof (*refs));
   for (size_t i = 0; i < n; i++)
-    if (claims[i] == NULL || claims[i]->uid == NULL || claims[i]->uid[0] == '\0')
-      {
-        *details = xstrdup ("a claim has no uid");
-        return -1;
-      }
+    {
+      Claim *c = claims[i];
+      if (c == NULL || c->uid.len == 0)
+        {
+          *details = xasprintf ("claim %zu of the request has no uid", i);
+          refs_free (refs, n);
+          return -1;
+        }
+      if (!is_uid (&c->uid))
+        {
+          cleanup_free char *q = nrm_quote ((const char *) c->uid.data, c->uid.len, QUOTE_MAX);
+          *details = xasprintf ("claim %zu of the request: uid `%s` (%zu bytes) is not a Kubernetes UID (at most %d "
+                                "lowercase letters, digits and '-')",
+                                i, q, c->uid.len, MAX_UID);
+          refs_free (refs, n);
+          return -1;
+        }
+      refs[i].uid = xstrndup ((const char *) c->uid.data, c->uid.len);
+      refs[i].ns = ref_string (&c->namespace_, true);
+      refs[i].name = ref_string (&c->name, false);
+      if (refs[i].ns == NULL || refs[i].name == NULL)
+        {
+          cleanup_free char *qn = nrm_quote ((const char *) c->namespace_.data, c->namespace_.len, QUOTE_MAX);
+          cleanup_free char *qm = nrm_quote ((const char *) c->name.data, c->name.len, QUOTE_MAX);
+          refs[i].bad = xasprintf ("invalid claim reference `%s`/`%s` (%zu and %zu bytes): the %s is not a valid "
+                                   "Kubernetes %s",
+                                   qn, qm, c->namespace_.len, c->name.len, refs[i].ns ? "name" : "namespace",
+                                   refs[i].ns ? "object name" : "namespace name");
+        }
+    }
+  *ret = refs;
   return 0;
 }
 
-/* Whether claims[i]'s UID came earlier in the request: the reply has one
+/* Whether refs[i]'s UID came earlier in the request: the reply has one
  * entry per UID. */
 static bool
-repeated (Claim **claims, size_t i)
+repeated (const struct claim_ref *refs, size_t i)
 {
   for (size_t j = 0; j < i; j++)
-    if (strcmp (claims[j]->uid, claims[i]->uid) == 0)
+    if (strcmp (refs[j].uid, refs[i].uid) == 0)
       return true;
   return false;
 }
@@ -855,7 +934,8 @@ prepare_common (struct nrm_plugin *p, const uint8_t *req, size_t len, uint8_t **
   PrepareRequest *in = k8s__io__kubelet__pkg__apis__dra__v1__node_prepare_resources_request__unpack (NULL, len, req);
   if (in == NULL)
     return bad_request (details, "NodePrepareResourcesRequest cannot be decoded");
-  if (check_claims (in->claims, in->n_claims, details) < 0)
+  struct claim_ref *refs = NULL;
+  if (check_claims (in->claims, in->n_claims, &refs, details) < 0)
     {
       k8s__io__kubelet__pkg__apis__dra__v1__node_prepare_resources_request__free_unpacked (in, NULL);
       return GRPC_STATUS_INVALID_ARGUMENT;
@@ -872,8 +952,8 @@ prepare_common (struct nrm_plugin *p, const uint8_t *req, size_t len, uint8_t **
 
   for (size_t i = 0; i < n; i++)
     {
-      Claim *c = in->claims[i];
-      if (repeated (in->claims, i))
+      const struct claim_ref *c = &refs[i];
+      if (repeated (refs, i))
         continue; /* one entry per UID */
       nrm_error_t err = NULL;
       PrepareEntry *e = &entries[n_out];
@@ -885,11 +965,18 @@ prepare_common (struct nrm_plugin *p, const uint8_t *req, size_t len, uint8_t **
       eptrs[n_out] = e;
       struct timespec t0;
       clock_gettime (CLOCK_MONOTONIC, &t0);
-      json_t *devs = prepare_claim (p, c->namespace_ ? c->namespace_ : "", c->name ? c->name : "", c->uid, &err);
+      json_t *devs = NULL;
+      if (c->bad)
+        nrm_error_set (&err, EINVAL, "%s", c->bad);
+      else
+        devs = prepare_claim (p, c->ns, c->name, c->uid, &err);
       record (p, &p->metrics.prepare, &t0, err);
       if (devs == NULL)
         {
-          errors[n_out] = xasprintf ("%s: claim %s/%s: %s", p->driver, c->namespace_, c->name, nrm_error_msg (err));
+          cleanup_free char *msg
+              = c->bad ? xasprintf ("%s: claim %s: %s", p->driver, c->uid, nrm_error_msg (err))
+                       : xasprintf ("%s: claim %s/%s: %s", p->driver, c->ns, c->name, nrm_error_msg (err));
+          errors[n_out] = nrm_text_bound (msg, MAX_REPLY_ERROR);
           r->error = errors[n_out];
           LOG (p, NRM_LOG_WARNING, "prepare: %s", r->error);
           nrm_error_release (&err);
@@ -944,6 +1031,7 @@ prepare_common (struct nrm_plugin *p, const uint8_t *req, size_t len, uint8_t **
   free (cr);
   free (keep);
   free (errors);
+  refs_free (refs, n);
   k8s__io__kubelet__pkg__apis__dra__v1__node_prepare_resources_request__free_unpacked (in, NULL);
   return code;
 }
@@ -968,7 +1056,8 @@ h_unprepare (void *ctx, const uint8_t *req, size_t len, uint8_t **resp, size_t *
       = k8s__io__kubelet__pkg__apis__dra__v1__node_unprepare_resources_request__unpack (NULL, len, req);
   if (in == NULL)
     return bad_request (details, "NodeUnprepareResourcesRequest cannot be decoded");
-  if (check_claims (in->claims, in->n_claims, details) < 0)
+  struct claim_ref *refs = NULL;
+  if (check_claims (in->claims, in->n_claims, &refs, details) < 0)
     {
       k8s__io__kubelet__pkg__apis__dra__v1__node_unprepare_resources_request__free_unpacked (in, NULL);
       return GRPC_STATUS_INVALID_ARGUMENT;
@@ -981,21 +1070,24 @@ h_unprepare (void *ctx, const uint8_t *req, size_t len, uint8_t **resp, size_t *
   char **errors = xcalloc (n + 1, sizeof (char *));
   for (size_t i = 0; i < n; i++)
     {
-      if (repeated (in->claims, i))
+      if (repeated (refs, i))
         continue;
       nrm_error_t err = NULL;
       k8s__io__kubelet__pkg__apis__dra__v1__node_unprepare_resources_response__claims_entry__init (&entries[n_out]);
       k8s__io__kubelet__pkg__apis__dra__v1__node_unprepare_resource_response__init (&cr[n_out]);
-      entries[n_out].key = in->claims[i]->uid;
+      entries[n_out].key = refs[i].uid;
       entries[n_out].value = &cr[n_out];
       eptrs[n_out] = &entries[n_out];
       struct timespec t0;
       clock_gettime (CLOCK_MONOTONIC, &t0);
-      int ur = unprepare_claim (p, in->claims[i]->uid, &err);
+      /* The namespace and name are not needed to unprepare, but a reference
+       * that prepare would refuse is refused here too. */
+      int ur = refs[i].bad ? nrm_error_set (&err, EINVAL, "%s", refs[i].bad) : unprepare_claim (p, refs[i].uid, &err);
       record (p, &p->metrics.unprepare, &t0, err);
       if (ur < 0)
         {
-          errors[n_out] = xasprintf ("%s: claim %s: %s", p->driver, in->claims[i]->uid, nrm_error_msg (err));
+          cleanup_free char *msg = xasprintf ("%s: claim %s: %s", p->driver, refs[i].uid, nrm_error_msg (err));
+          errors[n_out] = nrm_text_bound (msg, MAX_REPLY_ERROR);
           cr[n_out].error = errors[n_out];
           LOG (p, NRM_LOG_WARNING, "unprepare: %s", cr[n_out].error);
           nrm_error_release (&err);
@@ -1011,6 +1103,7 @@ h_unprepare (void *ctx, const uint8_t *req, size_t len, uint8_t **resp, size_t *
   free (entries);
   free (eptrs);
   free (cr);
+  refs_free (refs, n);
   k8s__io__kubelet__pkg__apis__dra__v1__node_unprepare_resources_request__free_unpacked (in, NULL);
   return code;
 }

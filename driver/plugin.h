@@ -24,8 +24,13 @@ struct nrm_claim_source
   void *self;
 };
 
-/* Reads ResourceClaims from *.json files in a directory. */
-void nrm_claim_source_dir (struct nrm_claim_source *src, const char *dir);
+/* Reads ResourceClaims from *.json files in a directory (regular files
+ * only, indexed). One nrm_claims_dir may serve several sources and
+ * threads. */
+struct nrm_claims_dir;
+struct nrm_claims_dir *nrm_claims_dir_new (const char *dir);
+void nrm_claims_dir_free (struct nrm_claims_dir *cd);
+void nrm_claim_source_dir (struct nrm_claim_source *src, struct nrm_claims_dir *cd);
 
 struct nrm_plugin_config
 {

@@ -14,7 +14,7 @@
 #include <unistd.h>
 
 #include "driver/publish.h"
-#include "driver/quantity.h"
+#include "nrm/base/quantity.h"
 #include "nrm/base/cleanup.h"
 #include "nrm/base/xalloc.h"
 

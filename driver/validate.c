@@ -8,7 +8,7 @@
 
 #include "driver/devices.h"
 #include "driver/names.h"
-#include "driver/quantity.h"
+#include "nrm/base/quantity.h"
 #include "nrm/base/cleanup.h"
 #include "nrm/base/xalloc.h"
 

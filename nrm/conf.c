@@ -11,7 +11,7 @@
 
 #include "cpuset/placement.h"
 #include "driver/names.h"
-#include "driver/quantity.h"
+#include "nrm/base/quantity.h"
 #include "nrm/base/cleanup.h"
 #include "nrm/base/xalloc.h"
 #include "driver/registry.h"

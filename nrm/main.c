@@ -20,7 +20,7 @@
 #include "cpuset/watch.h"
 #include "cpuset/placement.h"
 #include "driver/devices.h"
-#include "driver/quantity.h"
+#include "nrm/base/quantity.h"
 #include "driver/binding.h"
 #include "driver/registry.h"
 #include "driver/kube.h"
@@ -1040,6 +1040,7 @@ cmd_plugin (struct cli *cli, nrm_error_t *err)
   cleanup_free struct nrm_plugin **plugins = NULL;
   cleanup_free struct nrm_publisher **pubs = NULL;
   cleanup_free const char **names = NULL;
+  struct nrm_claims_dir *claims_dir = NULL;
   struct nrm_kube *kube = NULL;
   struct nrm_binder *binder = NULL;
   struct nrm_http *http = NULL;
@@ -1105,7 +1106,11 @@ cmd_plugin (struct cli *cli, nrm_error_t *err)
       pc.on_health = refresh_kick;
       pc.on_health_ctx = &refresher;
       if (c->claims_dir)
-        nrm_claim_source_dir (&pc.claims, c->claims_dir);
+        {
+          if (claims_dir == NULL)
+            claims_dir = nrm_claims_dir_new (c->claims_dir);
+          nrm_claim_source_dir (&pc.claims, claims_dir);
+        }
       else
         nrm_claim_source_kube (&pc.claims, kube);
       if (nrm_plugin_start (&pc, d.slots[i].ops, d.slots[i].self, &plugins[i], err) < 0)
@@ -1208,6 +1213,7 @@ out:
     nrm_publisher_stop (pubs[i]);
   for (size_t i = d.n; plugins && i-- > 0;)
     nrm_plugin_stop (plugins[i]);
+  nrm_claims_dir_free (claims_dir);
   close_drivers (reg, &d);
   nrm_kube_free (kube);
   if (rec.wake >= 0)

@@ -12,7 +12,7 @@
 #include "cpuset/placement.h"
 #include "driver/devices.h"
 #include "driver/plugin.h"
-#include "driver/quantity.h"
+#include "nrm/base/quantity.h"
 #include "nrm/base/cleanup.h"
 #include "nrm/base/xalloc.h"
 #include "nrm/base/fs.h"

@@ -241,7 +241,7 @@ take_device (struct cpu_driver *d, const struct nrm_alloc_result *r, json_t *con
       return 0;
     }
   nrm_quantity_t q;
-  if (nrm_kit_consumed (r, "cpus", NRM_QUANTITY_ONE, &q, err) < 0)
+  if (nrm_kit_consumed_checked (r, dev, "cpus", &q, err) < 0)
     return -1;
   if (q % NRM_QUANTITY_ONE != 0)
     return nrm_error_set (err, EINVAL, "device %s: a fraction of a CPU cannot be exclusive", r->device);

@@ -188,17 +188,11 @@ mem_prepare (void *self, const struct nrm_claim_view *c, struct nrm_prepared *ou
         return nrm_error_set (err, ENODEV, "unknown device `%s` in pool `%s`", r->device, r->pool);
       if (device_capacity (dev, &key, &cap) < 0)
         return nrm_error_set (err, EINVAL, "device %s has no capacity", r->device);
-      /* Without a consumed amount the request took the default, one step. */
-      json_t *policy = json_object_get (json_object_get (json_object_get (dev, "capacity"), key), "requestPolicy");
-      nrm_quantity_t dflt;
-      nrm_error_t e = NULL;
-      if (nrm_quantity_parse (json_string_value (json_object_get (policy, "default")), &dflt, &e) < 0)
-        {
-          nrm_error_release (&e);
-          dflt = cap;
-        }
-      if (nrm_kit_consumed (r, key, dflt, &q, err) < 0)
+      /* At most the device, within its steps: the count below cannot wrap. */
+      if (nrm_kit_consumed_checked (r, dev, key, &q, err) < 0)
         return -1;
+      if (q % NRM_QUANTITY_ONE != 0)
+        return nrm_error_set (err, EINVAL, "device %s: a fraction of a byte cannot be claimed", r->device);
       json_int_t bytes = (json_int_t) (q / NRM_QUANTITY_ONE);
       json_int_t used = json_integer_value (json_object_get (d->used, r->device))
                         + json_integer_value (json_object_get (add, r->device));

@@ -9,7 +9,7 @@
 #include "driver/devices.h"
 #include "driver/memory/memory.h"
 #include "driver/jsonattr.h"
-#include "driver/quantity.h"
+#include "nrm/base/quantity.h"
 #include "nrm/base/cleanup.h"
 #include "nrm/base/xalloc.h"
 

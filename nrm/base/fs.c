@@ -58,15 +58,11 @@ nrm_write_atomic (const char *path, const void *data, size_t len, mode_t mode, b
   return 0;
 }
 
-int
-nrm_read_file (const char *path, size_t max, char **ret, size_t *len, nrm_error_t *err)
+static int
+read_fd (int fd, const char *path, size_t max, char **ret, size_t *len, nrm_error_t *err)
 {
-  cleanup_close int fd = open (path, O_RDONLY | O_CLOEXEC);
   cleanup_free char *buf = NULL;
   size_t n = 0, cap = 0;
-
-  if (fd < 0)
-    return nrm_error_errno (err, errno, "cannot open `%s`", path);
   for (;;)
     {
       if (n + 4096 + 1 > cap)
@@ -92,6 +88,33 @@ nrm_read_file (const char *path, size_t max, char **ret, size_t *len, nrm_error_
     *len = n;
   *ret = TAKE_PTR (buf);
   return 0;
+}
+
+int
+nrm_read_file (const char *path, size_t max, char **ret, size_t *len, nrm_error_t *err)
+{
+  cleanup_close int fd = open (path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return nrm_error_errno (err, errno, "cannot open `%s`", path);
+  return read_fd (fd, path, max, ret, len, err);
+}
+
+int
+nrm_read_regular_at (int dirfd, const char *name, size_t max, char **ret, size_t *len, nrm_error_t *err)
+{
+  /* Never a link, and never a wait: a FIFO or device opens at once and is
+   * refused before anything reads it. */
+  cleanup_close int fd = openat (dirfd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY);
+  struct stat st;
+  if (fd < 0)
+    return nrm_error_errno (err, errno, "cannot open `%s`", name);
+  if (fstat (fd, &st) < 0)
+    return nrm_error_errno (err, errno, "cannot stat `%s`", name);
+  if (!S_ISREG (st.st_mode))
+    return nrm_error_set (err, EINVAL, "`%s` is not a regular file", name);
+  if ((size_t) st.st_size > max)
+    return nrm_error_set (err, EFBIG, "`%s` is larger than %zu bytes", name, max);
+  return read_fd (fd, name, max, ret, len, err);
 }
 
 int

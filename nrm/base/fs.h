@@ -17,6 +17,11 @@ int nrm_write_atomic (const char *path, const void *data, size_t len, mode_t mod
 /* Reads a whole file (at most max bytes) into a NUL-terminated buffer. */
 int nrm_read_file (const char *path, size_t max, char **ret, size_t *len, nrm_error_t *err);
 
+/* Like nrm_read_file(), for the entry `name` of an open directory, and only
+ * when it is a regular file: links are not followed, and a FIFO or device
+ * is refused without blocking. */
+int nrm_read_regular_at (int dirfd, const char *name, size_t max, char **ret, size_t *len, nrm_error_t *err);
+
 /* mkdir -p with the mode for each created directory. */
 int nrm_mkdir_p (const char *path, mode_t mode, nrm_error_t *err);
 

@@ -62,7 +62,7 @@ if [ -n "$node0" ] && [ "$(cat "$node0/hugepages/hugepages-1048576kB/nr_hugepage
 fi
 
 # A request that cannot be met fails before the command starts.
-expect_error "too many CPUs" "CPUs asked" -- run --state-dir "$S" --cpus 4096 -- touch "$TMP/ran"
+expect_error "too many CPUs" "is more than the device's" -- run --state-dir "$S" --cpus 4096 -- touch "$TMP/ran"
 [ -e "$TMP/ran" ] && fail "the command ran although the request failed" || ok
 expect_error "no command" "no command given" -- run --state-dir "$S" --cpus 1
 expect_error "no --cpus" "--cpus N is required" -- run --state-dir "$S" -- true

@@ -9,7 +9,7 @@
 
 #include "cpuset/placement.h"
 #include "driver/names.h"
-#include "driver/quantity.h"
+#include "nrm/base/quantity.h"
 #include "nrm/conf.h"
 #include "topology/topology.h"
 

@@ -49,9 +49,10 @@ main (int argc, char **argv)
     }
   K8s__Io__Kubelet__Pkg__Apis__Dra__V1__Claim c = K8S__IO__KUBELET__PKG__APIS__DRA__V1__CLAIM__INIT;
   K8s__Io__Kubelet__Pkg__Apis__Dra__V1__Claim *cp = &c;
-  c.namespace_ = prep ? argv[3] : "default";
-  c.name = prep ? argv[4] : "unknown";
-  c.uid = prep ? argv[5] : argv[3];
+  const char *ns = prep ? argv[3] : "default", *name = prep ? argv[4] : "unknown", *uid = prep ? argv[5] : argv[3];
+  c.namespace_ = (ProtobufCBinaryData){ strlen (ns), (uint8_t *) ns };
+  c.name = (ProtobufCBinaryData){ strlen (name), (uint8_t *) name };
+  c.uid = (ProtobufCBinaryData){ strlen (uid), (uint8_t *) uid };
   uint8_t buf[4096];
   size_t len;
   if (prep)

@@ -257,9 +257,26 @@ kc_slurp (const char *path)
   return buf;
 }
 
+static ProtobufCBinaryData
+bytes_of (const char *s, size_t len)
+{
+  return (ProtobufCBinaryData){ .len = len, .data = (uint8_t *) s };
+}
+
 uint8_t *
 kc_pack_claims (const char *ns, const char *const *names, const char *const *uids, size_t n, bool unprepare,
                 size_t *len)
+{
+  struct kc_ref *refs = calloc (n + 1, sizeof (*refs));
+  for (size_t i = 0; i < n; i++)
+    refs[i] = (struct kc_ref){ ns, names[i], uids[i], strlen (ns), strlen (names[i]), strlen (uids[i]) };
+  uint8_t *buf = kc_pack_refs (refs, n, unprepare, len);
+  free (refs);
+  return buf;
+}
+
+uint8_t *
+kc_pack_refs (const struct kc_ref *refs, size_t n, bool unprepare, size_t *len)
 {
   K8s__Io__Kubelet__Pkg__Apis__Dra__V1__Claim *c = calloc (n + 1, sizeof (*c));
   K8s__Io__Kubelet__Pkg__Apis__Dra__V1__Claim **ptrs = calloc (n + 1, sizeof (*ptrs));
@@ -267,9 +284,9 @@ kc_pack_claims (const char *ns, const char *const *names, const char *const *uid
   for (size_t i = 0; i < n; i++)
     {
       k8s__io__kubelet__pkg__apis__dra__v1__claim__init (&c[i]);
-      c[i].namespace_ = (char *) ns;
-      c[i].name = (char *) names[i];
-      c[i].uid = (char *) uids[i];
+      c[i].namespace_ = bytes_of (refs[i].ns, refs[i].ns_len);
+      c[i].name = bytes_of (refs[i].name, refs[i].name_len);
+      c[i].uid = bytes_of (refs[i].uid, refs[i].uid_len);
       ptrs[i] = &c[i];
     }
   if (unprepare)

@@ -54,6 +54,17 @@ char *kc_slurp (const char *path);
 uint8_t *kc_pack_claims (const char *ns, const char *const *names, const char *const *uids, size_t n, bool unprepare,
                          size_t *len);
 
+/* One claim reference as raw bytes, which may hold a NUL or bytes that are
+ * not UTF-8, as a hostile client may send them. */
+struct kc_ref
+{
+  const char *ns, *name, *uid;
+  size_t ns_len, name_len, uid_len;
+};
+
+/* Like kc_pack_claims(), from raw references. */
+uint8_t *kc_pack_refs (const struct kc_ref *refs, size_t n, bool unprepare, size_t *len);
+
 /* GetInfo on a registration socket: the PluginInfo (free it with
  * pluginregistration__plugin_info__free_unpacked), or NULL when the call
  * failed or the answer cannot be decoded. */

@@ -389,8 +389,9 @@ test_prepare_mixed (void **state)
                          "00000000-0000-4000-8000-000000000002", "00000000-0000-4000-8000-000000000003",
                          "00000000-0000-4000-8000-000000000004", "00000000-0000-4000-8000-000000000005",
                          "00000000-0000-4000-8000-000000000006" };
-  const char *want[]
-      = { NULL, "not found", "not allocated", "replaced", "no device of driver", "CPUs asked", "unknown device" };
+  const char *want[] = {
+    NULL, "not found", "not allocated", "replaced", "no device of driver", "more than the device", "unknown device"
+  };
   PrepareResponse *resp = prepare (cpu_ch, PREPARE, names, uids, 7);
   assert_int_equal (resp->n_claims, 7);
   for (size_t i = 0; i < 7; i++)

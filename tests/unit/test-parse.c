@@ -14,8 +14,9 @@
 #include "driver/claimview.h"
 #include "driver/kit.h"
 #include "driver/names.h"
-#include "driver/quantity.h"
+#include "nrm/base/quantity.h"
 #include "nrm/base/cleanup.h"
+#include "nrm/base/text.h"
 #include "topology/topology.h"
 
 static void
@@ -211,14 +212,118 @@ test_claim_view (void **state)
   assert_null (nrm_kit_pod_group (claim));
 }
 
+/* Untrusted text in messages: bounded, printable, valid UTF-8. */
+static void
+test_text (void **state)
+{
+  (void) state;
+  static const struct
+  {
+    const char *s;
+    size_t len;
+    bool valid;
+  } u[] = {
+    { "", 0, true },      { "abc", 3, true },       { "\xc3\xbc", 2, true },      { "\xf0\x9f\x98\x80", 4, true },
+    { "\xff", 1, false }, { "\xc0\xaf", 2, false }, { "\xed\xa0\x80", 3, false }, { "\xf4\x90\x80\x80", 4, false },
+    { "\xc3", 1, false }, { "a\0b", 3, true },      { "\xe2\x82", 2, false },     { "\xef\xbf\xbf", 3, true },
+  };
+  for (size_t i = 0; i < sizeof (u) / sizeof (u[0]); i++)
+    if (nrm_utf8_valid (u[i].s, u[i].len) != u[i].valid)
+      fail_msg ("case %zu: valid is %d", i, !u[i].valid);
+
+  char *q = nrm_quote ("u1\0/../x", 8, 64);
+  assert_string_equal (q, "u1\\0/../x");
+  free (q);
+  q = nrm_quote ("a\xff\n\\b", 5, 64);
+  assert_string_equal (q, "a\\xff\\n\\\\b");
+  free (q);
+  q = nrm_quote ("abcdefgh", 8, 3);
+  assert_string_equal (q, "abc...");
+  free (q);
+  /* A character cut by the bound is left out whole. */
+  q = nrm_quote ("ab\xc3\xbc", 4, 3);
+  assert_string_equal (q, "ab...");
+  free (q);
+
+  cleanup_free char *big = malloc (3 << 20);
+  memset (big, 'x', 3 << 20);
+  big[(3 << 20) - 1] = '\0';
+  q = nrm_text_bound (big, 1024);
+  assert_int_equal (strlen (q), 1024);
+  assert_string_equal (q + 1021, "...");
+  free (q);
+  q = nrm_text_bound ("ok \xff\xfe end", 1024);
+  assert_string_equal (q, "ok ?? end");
+  assert_true (nrm_utf8_valid (q, strlen (q)));
+  free (q);
+  q = nrm_text_bound ("short", 1024);
+  assert_string_equal (q, "short");
+  free (q);
+}
+
+/* consumedCapacity against what the device publishes, exactly. */
+static void
+test_consumed_checked (void **state)
+{
+  (void) state;
+  json_t *dev
+      = json_loads ("{\"capacity\":{\"memory\":{\"value\":\"18421Mi\",\"requestPolicy\":{\"default\":\"1Mi\","
+                    "\"validRange\":{\"min\":\"1Mi\",\"step\":\"1Mi\"}}},"
+                    "\"cpus\":{\"value\":\"1\",\"requestPolicy\":{\"default\":\"1\",\"validValues\":[\"1\"]}}}}",
+                    0, NULL);
+  assert_non_null (dev);
+  static const struct
+  {
+    const char *key, *amount, *want; /* want: NULL accepted, else in the error */
+  } c[] = {
+    { "memory", "1Mi", NULL },
+    { "memory", "18421Mi", NULL },
+    { "memory", "3Mi", NULL },
+    { "memory", NULL, NULL }, /* the default */
+    { "memory", "18422Mi", "more than the device's 19315818496" },
+    { "memory", "8Ei", "more than the device's" },
+    { "memory", "16Ei", "more than the device's" },
+    { "memory", "10E", "more than the device's" },
+    { "memory", "1", "below the device's minimum 1048576" },
+    { "memory", "1.5Mi", "whole steps" },
+    { "memory", "-1Mi", "must be positive" },
+    { "memory", "0", "must be positive" },
+    { "memory", "1e40", "not a quantity" },
+    { "cpus", "1", NULL },
+    { "cpus", "2", "more than the device's 1" },
+    { "cpus", "0.5", "none of the device's valid values" },
+    { "gpus", "1", "has no capacity `gpus`" },
+  };
+  for (size_t i = 0; i < sizeof (c) / sizeof (c[0]); i++)
+    {
+      json_t *consumed = c[i].amount ? json_pack ("{s:s}", c[i].key, c[i].amount) : NULL;
+      struct nrm_alloc_result r = { .request = "r", .driver = "d", .pool = "p", .device = "dev", .consumed = consumed };
+      nrm_quantity_t q = 0;
+      nrm_error_t err = NULL;
+      int rc = nrm_kit_consumed_checked (&r, dev, c[i].key, &q, &err);
+      if (c[i].want == NULL && rc < 0)
+        fail_msg ("%s %s: %s", c[i].key, c[i].amount, nrm_error_msg (err));
+      if (c[i].want && (rc == 0 || strstr (nrm_error_msg (err), c[i].want) == NULL))
+        fail_msg ("%s %s: `%s` lacks `%s`", c[i].key, c[i].amount, rc ? nrm_error_msg (err) : "accepted", c[i].want);
+      if (c[i].want == NULL && c[i].amount == NULL)
+        assert_true (q == 1048576 * NRM_QUANTITY_ONE);
+      nrm_error_release (&err);
+      json_decref (consumed);
+    }
+  json_decref (dev);
+  char buf[64];
+  assert_string_equal (nrm_quantity_text ((nrm_quantity_t) 18446744073709551615ULL * NRM_QUANTITY_ONE * 10, buf, 64),
+                       "184467440737095516150");
+  assert_string_equal (nrm_quantity_text (NRM_QUANTITY_ONE / 2, buf, 64), "0.5");
+  assert_string_equal (nrm_quantity_text (-3 * NRM_QUANTITY_ONE, buf, 64), "-3");
+}
+
 int
 main (void)
 {
   const struct CMUnitTest tests[] = {
-    cmocka_unit_test (test_cpulist),
-    cmocka_unit_test (test_claim_view),
-    cmocka_unit_test (test_quantity),
-    cmocka_unit_test (test_names),
+    cmocka_unit_test (test_cpulist), cmocka_unit_test (test_claim_view), cmocka_unit_test (test_quantity),
+    cmocka_unit_test (test_names),   cmocka_unit_test (test_text),       cmocka_unit_test (test_consumed_checked),
   };
   return cmocka_run_group_tests (tests, NULL, NULL);
 }

@@ -15,7 +15,7 @@
 
 #include "driver/devices.h"
 #include "driver/registry.h"
-#include "driver/quantity.h"
+#include "nrm/base/quantity.h"
 #include "nrm/base/cleanup.h"
 #include "tests/unit/corpus.h"
 #include "topology/topology.h"

@@ -7,7 +7,18 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "driver/quantity.h"
+#include "nrm/base/quantity.h"
+#include "nrm/base/cleanup.h"
+#include "nrm/base/text.h"
+
+/* Quantities come from claims and command lines: a message quotes only a
+ * short, printable prefix of one. */
+static int
+bad (nrm_error_t *err, int status, const char *text, const char *why)
+{
+  cleanup_free char *q = nrm_quote (text, strlen (text), 40);
+  return nrm_error_set (err, status, "quantity `%s` %s", q, why);
+}
 
 /* Anything larger cannot be a resource amount and would overflow. */
 #define QUANTITY_MAX ((nrm_quantity_t) 1 << 120)
@@ -27,7 +38,7 @@ nrm_quantity_parse (const char *text, nrm_quantity_t *ret, nrm_error_t *err)
     {
       whole = whole * 10 + (*p - '0');
       if (whole > QUANTITY_MAX)
-        return nrm_error_set (err, ERANGE, "quantity `%s` is too large", text);
+        return bad (err, ERANGE, text, "is too large");
     }
   if (*p == '.')
     {
@@ -40,7 +51,7 @@ nrm_quantity_parse (const char *text, nrm_quantity_t *ret, nrm_error_t *err)
           }
     }
   if (digits == 0)
-    return nrm_error_set (err, EINVAL, "quantity `%s` has no number", text);
+    return bad (err, EINVAL, text, "has no number");
 
   static const struct
   {
@@ -72,14 +83,14 @@ nrm_quantity_parse (const char *text, nrm_quantity_t *ret, nrm_error_t *err)
         if (strcmp (p, suffixes[i].s) == 0)
           break;
       if (i == sizeof (suffixes) / sizeof (suffixes[0]))
-        return nrm_error_set (err, EINVAL, "quantity `%s` has an unknown suffix `%s`", text, p);
+        return bad (err, EINVAL, text, "has an unknown suffix");
       if (suffixes[i].base == 2)
         mult = (nrm_quantity_t) 1 << suffixes[i].exp;
       else
         exp10 = suffixes[i].exp;
     }
   if (exp10 > 27 || exp10 < -27)
-    return nrm_error_set (err, ERANGE, "quantity `%s` is out of range", text);
+    return bad (err, ERANGE, text, "is out of range");
   /* value = (whole + frac/frac_scale) * mult * 10^exp10, in nano-units. */
   int e = exp10 + 9;
   for (; e > 0; e--)
@@ -89,13 +100,13 @@ nrm_quantity_parse (const char *text, nrm_quantity_t *ret, nrm_error_t *err)
   /* Checked before multiplying: a signed overflow is undefined. */
   const nrm_quantity_t top = (nrm_quantity_t) (((unsigned __int128) 1 << 127) - 1);
   if ((whole != 0 && mult > top / whole) || (frac != 0 && mult > top / frac))
-    return nrm_error_set (err, ERANGE, "quantity `%s` is too large", text);
+    return bad (err, ERANGE, text, "is too large");
   nrm_quantity_t v = whole * mult;
   /* Round up a remainder below one nano-unit, as Kubernetes does. */
   nrm_quantity_t f = frac * mult;
   v = (v + div - 1) / div + (f + frac_scale * div - 1) / (frac_scale * div);
   if (v > QUANTITY_MAX)
-    return nrm_error_set (err, ERANGE, "quantity `%s` is too large", text);
+    return bad (err, ERANGE, text, "is too large");
   *ret = sign * v;
   return 0;
 }
@@ -107,10 +118,10 @@ nrm_quantity_parse_bytes (const char *text, uint64_t *ret, nrm_error_t *err)
   if (nrm_quantity_parse (text, &q, err) < 0)
     return -1;
   if (q < 0 || q % NRM_QUANTITY_ONE != 0)
-    return nrm_error_set (err, EINVAL, "quantity `%s` is not a whole, non-negative number of bytes", text);
+    return bad (err, EINVAL, text, "is not a whole, non-negative number of bytes");
   q /= NRM_QUANTITY_ONE;
   if (q > (nrm_quantity_t) UINT64_MAX)
-    return nrm_error_set (err, ERANGE, "quantity `%s` is too large", text);
+    return bad (err, ERANGE, text, "is too large");
   *ret = (uint64_t) q;
   return 0;
 }
@@ -127,5 +138,29 @@ nrm_quantity_format (uint64_t value, int binary, char *buf, unsigned len)
         u++;
       }
   snprintf (buf, len, "%" PRIu64 "%s", value, units[u]);
+  return buf;
+}
+
+char *
+nrm_quantity_text (nrm_quantity_t q, char *buf, unsigned len)
+{
+  char digits[64], *p = digits + sizeof (digits);
+  unsigned __int128 u = q < 0 ? -(unsigned __int128) q : (unsigned __int128) q;
+  unsigned __int128 whole = u / NRM_QUANTITY_ONE;
+  unsigned frac = (unsigned) (u % NRM_QUANTITY_ONE);
+  *--p = '\0';
+  do
+    *--p = (char) ('0' + (int) (whole % 10));
+  while ((whole /= 10) != 0);
+  if (frac == 0)
+    snprintf (buf, len, "%s%s", q < 0 ? "-" : "", p);
+  else
+    {
+      char f[16];
+      snprintf (f, sizeof (f), "%09u", frac);
+      for (size_t n = strlen (f); n > 0 && f[n - 1] == '0'; n--)
+        f[n - 1] = '\0';
+      snprintf (buf, len, "%s%s.%s", q < 0 ? "-" : "", p, f);
+    }
   return buf;
 }

@@ -1,0 +1,23 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#ifndef NRM_TEXT_H
+#define NRM_TEXT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+/* Whether s[0..len) is well-formed UTF-8 (no overlong forms, surrogates or
+ * code points past U+10FFFF). */
+bool nrm_utf8_valid (const char *s, size_t len);
+
+/* A printable, valid UTF-8 rendering of at most max bytes of s[0..len), for
+ * messages that name untrusted input: control bytes, backslashes and bytes
+ * that are not UTF-8 become C escapes (\0, \n, \x80), and "..." marks a cut.
+ * The result is heap memory. */
+char *nrm_quote (const char *s, size_t len, size_t max);
+
+/* s cut to at most max bytes (a multiple of whole characters, "..." marking
+ * a cut), with every byte that is not UTF-8 replaced by '?': what may go
+ * into a protobuf string that a peer must be able to decode. */
+char *nrm_text_bound (const char *s, size_t max);
+
+#endif
