@@ -159,8 +159,7 @@ nrm_hook_run (const char *fsroot, const char *state, size_t len, const char *sta
 
   /* The record comes first, under the reconciler's lock: a pass that runs
    * meanwhile either sees the record or finishes before the cgroup is
-   * written, so it never moves the container back. No fsync: only a crash
-   * of the machine loses page-cache data, and that ends the container too. */
+   * written, so it never moves the container back. */
   cleanup_free char *dir = xasprintf ("%s/containers", state_dir), *rec = record_path (state_dir, id), *text = NULL;
   cleanup_free char *with_shared = NULL;
   cleanup_close int lock = -1;
@@ -172,7 +171,7 @@ nrm_hook_run (const char *fsroot, const char *state, size_t len, const char *sta
   if (eb.shared_cpus && cpus)
     json_object_set_new (doc, "sharedCPUs", json_true ());
   text = json_dumps (doc, JSON_COMPACT);
-  if (nrm_write_atomic (rec, text, strlen (text), 0600, false, err) < 0)
+  if (nrm_write_atomic (rec, text, strlen (text), 0600, err) < 0)
     goto fail;
   /* A mixed claim starts on its CPUs and the shared pool as the reconciler
    * last wrote it (under the same lock); without that file, on its own
@@ -313,7 +312,7 @@ nrm_reconcile (struct nrm_cgroupfs *fs, const char *state_dir, const char *share
     if (nrm_read_file (path, 1 << 16, &old, NULL, &ignored) < 0 || strcmp (old, p.shared_text) != 0)
       {
         nrm_error_release (&ignored);
-        if (nrm_write_atomic (path, p.shared_text, strlen (p.shared_text), 0600, false, err) < 0)
+        if (nrm_write_atomic (path, p.shared_text, strlen (p.shared_text), 0600, err) < 0)
           goto out;
       }
     nrm_error_release (&ignored);

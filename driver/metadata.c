@@ -26,7 +26,7 @@
 #define UID_MAX 128
 /* An existing metadata file larger than this is not read back. */
 #define READ_MAX (16 * 1024 * 1024)
-/* Room that nrm_write_atomic() needs beside a file name: ".tmp.<pid>". */
+/* Room that nrm_write_atomic() needs beside a file name: ".tmp.XXXXXX". */
 #define TMP_ROOM 16
 
 static inline void
@@ -259,9 +259,9 @@ nrm_metadata_write (const char *plugin_data_dir, const char *cdi_dir, const char
   spec_text = dump (spec);
 
   if (nrm_mkdir_p (plugin_data_dir, 0755, err) < 0 || own_dir (top, err) < 0 || own_dir (claim_dir, err) < 0
-      || own_dir (req_dir, err) < 0 || nrm_write_atomic (host, text, strlen (text), 0644, false, err) < 0
+      || own_dir (req_dir, err) < 0 || nrm_write_atomic (host, text, strlen (text), 0644, err) < 0
       || nrm_mkdir_p (cdi_dir, 0755, err) < 0
-      || nrm_write_atomic (cdi_file, spec_text, strlen (spec_text), 0644, false, err) < 0)
+      || nrm_write_atomic (cdi_file, spec_text, strlen (spec_text), 0644, err) < 0)
     return nrm_error_wrap (err, "device metadata of request `%s` of claim %s/%s", request, ns, name);
   if (ret_cdi_id)
     *ret_cdi_id = TAKE_PTR (id);

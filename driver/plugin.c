@@ -203,17 +203,16 @@ checkpoint_read (struct nrm_plugin *p, json_t **ret, nrm_error_t *err)
   return 0;
 }
 
-/* Durable writes record what must survive a crash of the machine: a
- * completed prepare and an unprepare. A PrepareStarted entry needs no
- * fsync: if it is lost, nothing was handed out, and an orphan CDI spec is
- * removed at the next start. */
+/* Every write is durable: one that replaced the file without a sync could
+ * leave it empty after a power cut, and then the plugin could not start,
+ * and the completed claims in it would be lost. */
 static int
-checkpoint_write (struct nrm_plugin *p, json_t *cp, bool durable, nrm_error_t *err)
+checkpoint_write (struct nrm_plugin *p, json_t *cp, nrm_error_t *err)
 {
   json_int_t gen = json_integer_value (json_object_get (cp, "generation")) + 1;
   json_object_set_new (cp, "generation", json_integer (gen));
   cleanup_free char *text = json_dumps (cp, JSON_INDENT (1) | JSON_SORT_KEYS);
-  if (nrm_write_atomic (p->checkpoint, text, strlen (text), 0600, durable, err) < 0)
+  if (nrm_write_atomic (p->checkpoint, text, strlen (text), 0600, err) < 0)
     {
       json_object_set_new (cp, "generation", json_integer (gen - 1));
       return -1;
@@ -299,7 +298,7 @@ cdi_write (struct nrm_plugin *p, const char *uid, json_t *edits, nrm_error_t *er
   cleanup_json json_t *spec = json_pack ("{s:s, s:s, s:[{s:s, s:O}]}", "cdiVersion", "0.5.0", "kind", kind, "devices",
                                          "name", uid, "containerEdits", ce);
   cleanup_free char *text = json_dumps (spec, JSON_INDENT (2));
-  return nrm_write_atomic (path, text, strlen (text), 0644, false, err);
+  return nrm_write_atomic (path, text, strlen (text), 0644, err);
 }
 
 static void
@@ -556,6 +555,20 @@ remove_orphan_specs (struct nrm_plugin *p)
     }
   closedir (d);
   remove_orphan_metadata (p);
+  /* What interrupted writes left: checkpoint, specs, metadata, records. */
+  const char *dirs[] = { p->state_dir, p->cdi_dir, p->plugin_dir };
+  for (size_t i = 0; i < sizeof (dirs) / sizeof (dirs[0]); i++)
+    {
+      unsigned removed = 0;
+      nrm_error_t err = NULL;
+      if (nrm_remove_stale_temps (dirs[i], 3, &removed, &err) < 0)
+        {
+          LOG (p, NRM_LOG_WARNING, "%s", nrm_error_msg (err));
+          nrm_error_release (&err);
+        }
+      if (removed)
+        LOG (p, NRM_LOG_INFO, "removed %u temporary files of interrupted writes in %s", removed, dirs[i]);
+    }
 }
 
 /* Claims left half-prepared by a crash are rolled back: the driver never
@@ -599,7 +612,7 @@ recover (struct nrm_plugin *p, nrm_error_t *err)
       }
   }
   remove_orphan_specs (p);
-  int r = rolled ? checkpoint_write (p, p->cp, true, err) : 0;
+  int r = rolled ? checkpoint_write (p, p->cp, err) : 0;
   unlock_state (p);
   return r;
 }
@@ -649,7 +662,7 @@ prepared_devices (struct nrm_plugin *p, const char *uid, nrm_error_t *err)
       LOG (p, NRM_LOG_WARNING, "claim %s was left half-prepared by another instance; rolling it back", uid);
       cdi_remove (p, uid);
       json_object_del (claims, uid);
-      if (checkpoint_write (p, p->cp, false, err) < 0)
+      if (checkpoint_write (p, p->cp, err) < 0)
         {
           unlock_state (p);
           return NULL;
@@ -720,7 +733,7 @@ prepare_claim (struct nrm_plugin *p, const char *ns, const char *name, const cha
   json_object_set_new (
       claims, uid,
       json_pack ("{s:s, s:s, s:s, s:O}", "namespace", ns, "name", name, "phase", "PrepareStarted", "devices", devs));
-  if (checkpoint_write (p, p->cp, false, err) < 0)
+  if (checkpoint_write (p, p->cp, err) < 0)
     goto rollback_entry;
   if (p->ops->prepare (p->self, &a.view, &prep, err) < 0)
     goto rollback;
@@ -744,7 +757,7 @@ prepare_claim (struct nrm_plugin *p, const char *ns, const char *name, const cha
   json_object_set_new (entry, "phase", json_string ("PrepareCompleted"));
   json_object_set (entry, "state", prep.state);
   json_object_set (entry, "edits", edits);
-  if (checkpoint_write (p, p->cp, true, err) < 0)
+  if (checkpoint_write (p, p->cp, err) < 0)
     {
       p->ops->unprepare (p->self, uid, prep.state);
       cdi_remove (p, uid);
@@ -763,7 +776,7 @@ rollback:
   json_object_del (claims, uid);
   {
     nrm_error_t werr = NULL;
-    if (checkpoint_write (p, p->cp, false, &werr) < 0)
+    if (checkpoint_write (p, p->cp, &werr) < 0)
       {
         /* The PrepareStarted entry stays on disk; the next start rolls it back. */
         LOG (p, NRM_LOG_ERROR, "%s", nrm_error_msg (werr));
@@ -798,7 +811,7 @@ unprepare_claim (struct nrm_plugin *p, const char *uid, nrm_error_t *err)
   const char *phase = json_string_value (json_object_get (entry, "phase"));
   cleanup_json json_t *saved = json_incref (entry);
   json_object_del (claims, uid);
-  if (checkpoint_write (p, p->cp, true, err) < 0)
+  if (checkpoint_write (p, p->cp, err) < 0)
     {
       json_object_set (claims, uid, saved);
       unlock_state (p);

@@ -1,12 +1,14 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 #include "config.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -14,48 +16,126 @@
 #include "nrm/base/fs.h"
 #include "nrm/base/xalloc.h"
 
-int
-nrm_write_atomic (const char *path, const void *data, size_t len, mode_t mode, bool durable, nrm_error_t *err)
+#define TEMP_INFIX ".tmp."
+#define TEMP_SUFFIX "XXXXXX"
+
+/* A new temporary file beside path, locked for as long as it is open: the
+ * lock tells nrm_remove_stale_temps() that its writer is alive. A cleaner
+ * may take an unlocked file in the instant between its creation and the
+ * lock; then it is unlinked, and another is made. */
+static int
+create_temp (const char *path, char **tmp, nrm_error_t *err)
 {
-  cleanup_free char *dircopy = xstrdup (path), *tmp = xasprintf ("%s.tmp.%d", path, (int) getpid ());
+  for (int attempt = 0; attempt < 16; attempt++)
+    {
+      free (*tmp);
+      *tmp = xasprintf ("%s" TEMP_INFIX TEMP_SUFFIX, path);
+      int fd = mkostemp (*tmp, O_CLOEXEC);
+      struct stat st;
+      if (fd < 0)
+        return nrm_error_errno (err, errno, "cannot create a temporary file beside `%s`", path);
+      if (flock (fd, LOCK_EX) == 0 && fstat (fd, &st) == 0 && st.st_nlink > 0)
+        return fd;
+      close (fd);
+    }
+  return nrm_error_set (err, EAGAIN, "cannot keep a temporary file beside `%s`", path);
+}
+
+int
+nrm_write_atomic (const char *path, const void *data, size_t len, mode_t mode, nrm_error_t *err)
+{
+  cleanup_free char *dircopy = xstrdup (path), *tmp = NULL;
   cleanup_close int fd = -1, dfd = -1;
   const char *p = data;
+  const char *what = "write";
 
-  fd = open (tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, mode);
+  fd = create_temp (path, &tmp, err);
   if (fd < 0)
-    return nrm_error_errno (err, errno, "cannot create `%s`", tmp);
+    return -1;
   while (len > 0)
     {
       ssize_t w = write (fd, p, len);
       if (w < 0 && errno == EINTR)
         continue;
       if (w < 0)
-        {
-          int e = errno;
-          unlink (tmp);
-          return nrm_error_errno (err, e, "cannot write `%s`", tmp);
-        }
+        goto fail;
       p += w;
       len -= (size_t) w;
     }
-  if (fchmod (fd, mode) < 0 || (durable && fsync (fd) < 0))
-    {
-      int e = errno;
-      unlink (tmp);
-      return nrm_error_errno (err, e, "cannot sync `%s`", tmp);
-    }
+  /* The data reaches the disk before the name does: after a crash the path
+   * holds the old file or the new one, never an empty one. */
+  what = "sync";
+  if (fchmod (fd, mode) < 0 || fsync (fd) < 0)
+    goto fail;
+  what = "rename";
   if (rename (tmp, path) < 0)
-    {
-      int e = errno;
-      unlink (tmp);
-      return nrm_error_errno (err, e, "cannot rename `%s` to `%s`", tmp, path);
-    }
-  if (!durable)
-    return 0;
+    goto fail;
   dfd = open (dirname (dircopy), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dfd < 0 || fsync (dfd) < 0)
     return nrm_error_errno (err, errno, "cannot sync the directory of `%s`", path);
   return 0;
+fail:;
+  int e = errno;
+  unlink (tmp);
+  return nrm_error_errno (err, e, "cannot %s `%s`", what, tmp);
+}
+
+/* Whether name is a temporary file of nrm_write_atomic(). */
+static bool
+is_temp (const char *name)
+{
+  size_t n = strlen (name), sl = strlen (TEMP_SUFFIX), il = strlen (TEMP_INFIX);
+  return n > il + sl && strncmp (name + n - sl - il, TEMP_INFIX, il) == 0;
+}
+
+static int
+remove_temps_at (int dfd, const char *dir, int depth, unsigned *removed, nrm_error_t *err)
+{
+  int copy = dup (dfd);
+  DIR *d = copy >= 0 ? fdopendir (copy) : NULL;
+  struct dirent *de;
+  if (d == NULL)
+    {
+      int e = errno;
+      if (copy >= 0)
+        close (copy);
+      return nrm_error_errno (err, e, "cannot read `%s`", dir);
+    }
+  while ((de = readdir (d)) != NULL)
+    {
+      if (strcmp (de->d_name, ".") == 0 || strcmp (de->d_name, "..") == 0)
+        continue;
+      cleanup_close int fd = openat (dfd, de->d_name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY);
+      struct stat st;
+      if (fd < 0 || fstat (fd, &st) < 0)
+        continue;
+      if (S_ISDIR (st.st_mode) && depth > 0)
+        {
+          cleanup_free char *sub = xasprintf ("%s/%s", dir, de->d_name);
+          if (remove_temps_at (fd, sub, depth - 1, removed, err) < 0)
+            {
+              closedir (d);
+              return -1;
+            }
+          continue;
+        }
+      /* Locked: its writer is still at work. */
+      if (!S_ISREG (st.st_mode) || !is_temp (de->d_name) || flock (fd, LOCK_EX | LOCK_NB) < 0)
+        continue;
+      if (unlinkat (dfd, de->d_name, 0) == 0 && removed)
+        (*removed)++;
+    }
+  closedir (d);
+  return 0;
+}
+
+int
+nrm_remove_stale_temps (const char *dir, int depth, unsigned *removed, nrm_error_t *err)
+{
+  cleanup_close int dfd = open (dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+  if (dfd < 0)
+    return errno == ENOENT ? 0 : nrm_error_errno (err, errno, "cannot open `%s`", dir);
+  return remove_temps_at (dfd, dir, depth, removed, err);
 }
 
 static int

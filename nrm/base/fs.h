@@ -9,10 +9,16 @@
 #include "nrm/base/error.h"
 
 /* Replaces path with data so that a reader sees either the old or the new
- * file: a temporary file beside it, then rename. With durable, the data and
- * the rename also survive a crash of the machine (fsync of the file before
- * the rename and of the directory after). */
-int nrm_write_atomic (const char *path, const void *data, size_t len, mode_t mode, bool durable, nrm_error_t *err);
+ * file, also after a crash of the machine: a temporary file beside it
+ * (<path>.tmp.XXXXXX, locked while it is written), fsync, rename, fsync of
+ * the directory. */
+int nrm_write_atomic (const char *path, const void *data, size_t len, mode_t mode, nrm_error_t *err);
+
+/* Removes the temporary files that interrupted nrm_write_atomic() calls
+ * left in dir and, depth levels down, its folders; a file whose writer is
+ * still at work is left. Counts them in *removed (may be NULL). A missing
+ * dir is fine. */
+int nrm_remove_stale_temps (const char *dir, int depth, unsigned *removed, nrm_error_t *err);
 
 /* Reads a whole file (at most max bytes) into a NUL-terminated buffer. */
 int nrm_read_file (const char *path, size_t max, char **ret, size_t *len, nrm_error_t *err);

@@ -77,7 +77,10 @@ nh_start (struct nh *h, const char *const *extra)
       if (kc_answers (h->cpu_reg) && kc_answers (h->mem_reg))
         return true;
       if (kc_wait_exit (h->pid, 100) >= 0)
-        break;
+        {
+          h->pid = -1; /* exited (and reaped) */
+          break;
+        }
     }
   return false;
 }

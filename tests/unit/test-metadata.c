@@ -262,7 +262,7 @@ test_generation (void **state)
 
   /* A corrupt file starts over. */
   nrm_error_t err = NULL;
-  assert_int_equal (nrm_write_atomic (host, "{\"metadata\": {", 14, 0644, false, &err), 0);
+  assert_int_equal (nrm_write_atomic (host, "{\"metadata\": {", 14, 0644, &err), 0);
   write_ok (NS, NAME, UID, NULL, "cpus", DRIVER, NULL);
   check_doc (host, NULL, "cpus", 1);
 

@@ -8,6 +8,11 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+#include <sys/stat.h>
+#include <sys/file.h>
+#include <stdio.h>
+#include <fcntl.h>
 
 #include <cmocka.h>
 
@@ -16,6 +21,7 @@
 #include "driver/names.h"
 #include "nrm/base/quantity.h"
 #include "nrm/base/cleanup.h"
+#include "nrm/base/fs.h"
 #include "nrm/base/text.h"
 #include "topology/topology.h"
 
@@ -318,12 +324,94 @@ test_consumed_checked (void **state)
   assert_string_equal (nrm_quantity_text (-3 * NRM_QUANTITY_ONE, buf, 64), "-3");
 }
 
+static bool
+exists (const char *dir, const char *name)
+{
+  char path[512];
+  snprintf (path, sizeof (path), "%s/%s", dir, name);
+  return access (path, F_OK) == 0;
+}
+
+static void
+touch (const char *dir, const char *name)
+{
+  char path[512];
+  snprintf (path, sizeof (path), "%s/%s", dir, name);
+  int fd = open (path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  assert_true (fd >= 0);
+  assert_int_equal (write (fd, "{}", 2), 2);
+  close (fd);
+}
+
+/* Replacing writes leave no temporary file, and the temporary files of
+ * interrupted writes are removed unless their writer still holds them. */
+static void
+test_write_atomic (void **state)
+{
+  (void) state;
+  char dir[] = "/tmp/nrm-fs-XXXXXX", sub[600], path[600];
+  nrm_error_t err = NULL;
+  assert_non_null (mkdtemp (dir));
+  snprintf (path, sizeof (path), "%s/cp.json", dir);
+  for (int i = 0; i < 20; i++)
+    assert_int_equal (nrm_write_atomic (path, "{\"a\": 1}", 8, 0600, &err), 0);
+  cleanup_free char *text = NULL;
+  assert_int_equal (nrm_read_file (path, 64, &text, NULL, &err), 0);
+  assert_string_equal (text, "{\"a\": 1}");
+  struct stat st;
+  assert_int_equal (stat (path, &st), 0);
+  assert_int_equal (st.st_mode & 07777, 0600);
+
+  /* Left by killed writers: here, one level down and three levels down
+   * (too deep for depth 2); a live writer's; a FIFO and a file that only
+   * look alike. */
+  touch (dir, "cp.json.tmp.a1b2c3");
+  touch (dir, "spec.json.tmp.zzzzzz");
+  snprintf (sub, sizeof (sub), "%s/containers", dir);
+  mkdir (sub, 0700);
+  touch (sub, "rec.json.tmp.q1w2e3");
+  snprintf (sub, sizeof (sub), "%s/a/b/c", dir);
+  assert_int_equal (nrm_mkdir_p (sub, 0700, &err), 0);
+  touch (sub, "deep.json.tmp.123456");
+  touch (dir, "live.json.tmp.777777");
+  snprintf (path, sizeof (path), "%s/live.json.tmp.777777", dir);
+  int live = open (path, O_RDONLY);
+  assert_int_equal (flock (live, LOCK_EX), 0);
+  snprintf (path, sizeof (path), "%s/fifo.tmp.abcdef", dir);
+  assert_int_equal (mkfifo (path, 0600), 0);
+  touch (dir, "notes.tmp.txt");
+  touch (dir, "x.tmp.");
+
+  unsigned removed = 0;
+  assert_int_equal (nrm_remove_stale_temps (dir, 2, &removed, &err), 0);
+  assert_int_equal (removed, 3);
+  assert_false (exists (dir, "cp.json.tmp.a1b2c3"));
+  assert_false (exists (dir, "spec.json.tmp.zzzzzz"));
+  assert_false (exists (dir, "containers/rec.json.tmp.q1w2e3"));
+  assert_true (exists (dir, "a/b/c/deep.json.tmp.123456"));
+  assert_true (exists (dir, "live.json.tmp.777777"));
+  assert_true (exists (dir, "fifo.tmp.abcdef"));
+  assert_true (exists (dir, "notes.tmp.txt"));
+  assert_true (exists (dir, "x.tmp."));
+  assert_true (exists (dir, "cp.json"));
+  close (live);
+  assert_int_equal (nrm_remove_stale_temps (dir, 3, &removed, &err), 0);
+  assert_int_equal (removed, 5);
+  assert_false (exists (dir, "live.json.tmp.777777"));
+  assert_int_equal (nrm_remove_stale_temps ("/tmp/nrm-no-such-dir-here", 1, NULL, &err), 0);
+
+  char cmd[100];
+  snprintf (cmd, sizeof (cmd), "rm -rf '%s'", dir);
+  assert_int_equal (system (cmd), 0);
+}
+
 int
 main (void)
 {
   const struct CMUnitTest tests[] = {
-    cmocka_unit_test (test_cpulist), cmocka_unit_test (test_claim_view), cmocka_unit_test (test_quantity),
-    cmocka_unit_test (test_names),   cmocka_unit_test (test_text),       cmocka_unit_test (test_consumed_checked),
+    cmocka_unit_test (test_cpulist),      cmocka_unit_test (test_claim_view), cmocka_unit_test (test_quantity),
+    cmocka_unit_test (test_names),        cmocka_unit_test (test_text),       cmocka_unit_test (test_consumed_checked),
+    cmocka_unit_test (test_write_atomic),
   };
   return cmocka_run_group_tests (tests, NULL, NULL);
 }
