@@ -735,19 +735,32 @@ nrm_cpu_option_parse (const char *name, unsigned *ret, nrm_error_t *err)
     const char *name;
     unsigned flag;
   } opts[] = { { "full-pcpus-only", NRM_OPT_FULL_PCPUS_ONLY },
-               { "distribute-cpus-across-numa", NRM_OPT_DISTRIBUTE_ACROSS_NUMA },
-               { "align-by-socket", NRM_OPT_ALIGN_BY_SOCKET },
                { "distribute-cpus-across-cores", NRM_OPT_DISTRIBUTE_ACROSS_CORES },
                { "strict-cpu-reservation", NRM_OPT_STRICT_CPU_RESERVATION },
                { "prefer-align-cpus-by-uncorecache", NRM_OPT_PREFER_ALIGN_UNCORECACHE } };
+  /* The kubelet's options that choose between NUMA nodes or sockets: every
+   * request takes its CPUs from one numa<N> device, so they could never act;
+   * refused rather than accepted and ignored. */
+  static const struct
+  {
+    const char *name, *instead;
+  } refused[] = { { "distribute-cpus-across-numa", "one request per NUMA node, with the same count in each" },
+                  { "align-by-socket", "a matchAttribute constraint on cpu.nrm.io/socket" } };
   for (size_t i = 0; i < sizeof (opts) / sizeof (opts[0]); i++)
     if (strcmp (opts[i].name, name) == 0)
       {
         *ret |= opts[i].flag;
         return 0;
       }
-  return nrm_error_set (err, EINVAL,
-                        "unknown CPU option `%s` (full-pcpus-only, distribute-cpus-across-numa, align-by-socket, "
-                        "distribute-cpus-across-cores, strict-cpu-reservation, prefer-align-cpus-by-uncorecache)",
-                        name);
+  for (size_t i = 0; i < sizeof (refused) / sizeof (refused[0]); i++)
+    if (strcmp (refused[i].name, name) == 0)
+      return nrm_error_set (err, EINVAL,
+                            "CPU option `%s` is not supported: each request takes its CPUs from one numa<N> device, "
+                            "which lies on one NUMA node; use %s",
+                            name, refused[i].instead);
+  return nrm_error_set (
+      err, EINVAL,
+      "unknown CPU option `%s` (full-pcpus-only, distribute-cpus-across-cores, strict-cpu-reservation, "
+      "prefer-align-cpus-by-uncorecache)",
+      name);
 }
