@@ -84,35 +84,29 @@ unit_whole (const struct ctx *c, const struct unit *u)
 }
 
 /* What taking n CPUs from the unit costs in split cores, as fill_cores
- * takes them: whole free cores cost nothing; each CPU that pairs up with a
- * half-used core costs 1 (it shares a core with another claim); splitting a
- * free core costs more than any pairing (it leaves a new half-used core).
- * Units that cost less are chosen first, so a claim takes whole cores where
- * some unit has them and pairs only its odd remainder. */
+ * takes them: whole free cores cost nothing; each CPU beyond them costs 1,
+ * whether it pairs up with a half-used core or splits a free one. Units
+ * that cost less are chosen first, so a claim takes whole cores where some
+ * unit has them. Pairing is not preferred across units: measured on the
+ * recorded machines (bench-placement, DRA set-up), sending the odd thread
+ * to a half-used core of another L3 group or node kept fewer claims in one
+ * L3 group and left more claims sharing a core over their lives than the
+ * kubelet; inside the chosen unit fill_cores still pairs first. */
 static size_t
 unit_cost (const struct ctx *c, const struct unit *u, size_t n)
 {
   if (c->req->options & (NRM_OPT_DISTRIBUTE_ACROSS_CORES | NRM_OPT_FULL_PCPUS_ONLY))
     return 0;
-  size_t partial = 0;
   for (size_t k = 0; k < c->t->n_cores; k++)
-    {
-      if (c->avail[k] == 0 || !matches (c, u, k))
-        continue;
-      if (c->avail[k] == c->size[k] && c->size[k] <= n)
-        n -= c->size[k];
-      else if (c->avail[k] < c->size[k])
-        partial += c->avail[k];
-    }
-  if (n <= partial)
-    return n;
-  return partial + 1000 * (n - partial);
+    if (c->avail[k] && c->avail[k] == c->size[k] && c->size[k] <= n && matches (c, u, k))
+      n -= c->size[k];
+  return n;
 }
 
 /* One pass over a unit's cores: what fill() compares units by. */
 struct usum
 {
-  size_t avail, whole, partial, size; /* size: of every core, when uniform */
+  size_t avail, whole, size; /* size: of every core, when uniform */
   bool uniform;
 };
 
@@ -123,8 +117,6 @@ summary_add (const struct ctx *c, struct usum *s, size_t k)
   s->avail += c->avail[k];
   if (c->avail[k] == c->size[k])
     s->whole += c->avail[k];
-  else
-    s->partial += c->avail[k];
   if (s->size == 0)
     s->size = c->size[k];
   else if (s->size != c->size[k])
@@ -149,11 +141,8 @@ summary_cost (const struct ctx *c, const struct unit *u, const struct usum *s, s
     return unit_cost (c, u, n);
   if (c->req->options & (NRM_OPT_DISTRIBUTE_ACROSS_CORES | NRM_OPT_FULL_PCPUS_ONLY))
     return 0;
-  size_t fit = n / s->size * s->size, taken = s->whole < fit ? s->whole : fit, rest = n - taken;
-  /* A partial core is one whose every usable thread is counted in partial. */
-  if (rest <= s->partial)
-    return rest;
-  return s->partial + 1000 * (rest - s->partial);
+  size_t fit = n / s->size * s->size, taken = s->whole < fit ? s->whole : fit;
+  return n - taken;
 }
 
 static void
@@ -746,19 +735,32 @@ nrm_cpu_option_parse (const char *name, unsigned *ret, nrm_error_t *err)
     const char *name;
     unsigned flag;
   } opts[] = { { "full-pcpus-only", NRM_OPT_FULL_PCPUS_ONLY },
-               { "distribute-cpus-across-numa", NRM_OPT_DISTRIBUTE_ACROSS_NUMA },
-               { "align-by-socket", NRM_OPT_ALIGN_BY_SOCKET },
                { "distribute-cpus-across-cores", NRM_OPT_DISTRIBUTE_ACROSS_CORES },
                { "strict-cpu-reservation", NRM_OPT_STRICT_CPU_RESERVATION },
                { "prefer-align-cpus-by-uncorecache", NRM_OPT_PREFER_ALIGN_UNCORECACHE } };
+  /* The kubelet's options that choose between NUMA nodes or sockets: every
+   * request takes its CPUs from one numa<N> device, so they could never act;
+   * refused rather than accepted and ignored. */
+  static const struct
+  {
+    const char *name, *instead;
+  } refused[] = { { "distribute-cpus-across-numa", "one request per NUMA node, with the same count in each" },
+                  { "align-by-socket", "a matchAttribute constraint on cpu.nrm.io/socket" } };
   for (size_t i = 0; i < sizeof (opts) / sizeof (opts[0]); i++)
     if (strcmp (opts[i].name, name) == 0)
       {
         *ret |= opts[i].flag;
         return 0;
       }
-  return nrm_error_set (err, EINVAL,
-                        "unknown CPU option `%s` (full-pcpus-only, distribute-cpus-across-numa, align-by-socket, "
-                        "distribute-cpus-across-cores, strict-cpu-reservation, prefer-align-cpus-by-uncorecache)",
-                        name);
+  for (size_t i = 0; i < sizeof (refused) / sizeof (refused[0]); i++)
+    if (strcmp (refused[i].name, name) == 0)
+      return nrm_error_set (err, EINVAL,
+                            "CPU option `%s` is not supported: each request takes its CPUs from one numa<N> device, "
+                            "which lies on one NUMA node; use %s",
+                            name, refused[i].instead);
+  return nrm_error_set (
+      err, EINVAL,
+      "unknown CPU option `%s` (full-pcpus-only, distribute-cpus-across-cores, strict-cpu-reservation, "
+      "prefer-align-cpus-by-uncorecache)",
+      name);
 }

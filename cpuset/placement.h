@@ -16,10 +16,11 @@ enum nrm_cpu_option
   /* Whole physical cores only (kubelet full-pcpus-only). */
   NRM_OPT_FULL_PCPUS_ONLY = 1 << 0,
   /* Spread over the fewest NUMA nodes evenly instead of packing one first
-   * (kubelet distribute-cpus-across-numa). */
+   * (kubelet distribute-cpus-across-numa). Engine only: a request through
+   * a device lies on one node, so nrm_cpu_option_parse refuses the name. */
   NRM_OPT_DISTRIBUTE_ACROSS_NUMA = 1 << 1,
   /* Prefer whole sockets over whole NUMA nodes when spilling over (kubelet
-   * align-by-socket). */
+   * align-by-socket). Engine only, as above. */
   NRM_OPT_ALIGN_BY_SOCKET = 1 << 2,
   /* One thread per core before any second thread (kubelet
    * distribute-cpus-across-cores). */
@@ -54,7 +55,9 @@ int nrm_place_cpus (const struct nrm_topology *t, hwloc_const_bitmap_t free, con
 /* Options that cannot go together are refused. */
 int nrm_cpu_options_check (unsigned options, nrm_error_t *err);
 
-/* Parses a kubelet CPU Manager option name ("full-pcpus-only", ...). */
+/* Parses a kubelet CPU Manager option name ("full-pcpus-only", ...).
+ * distribute-cpus-across-numa and align-by-socket are refused with the
+ * reason: a request is placed inside one NUMA node's device. */
 int nrm_cpu_option_parse (const char *name, unsigned *ret, nrm_error_t *err);
 
 #endif

@@ -54,10 +54,20 @@ void nrm_pool_done (struct nrm_pool *p);
 size_t *nrm_numa_preference (const struct nrm_topology *t);
 
 /* The same, and within a class the nodes with the fewest free CPUs first
- * (free_cpus: per NUMA node index; NULL: none known). Offered in this order,
- * a scheduler's first fit is a best fit: the fullest node that holds the
- * claim, and empty nodes stay whole for large claims. */
-size_t *nrm_numa_preference_by_room (const struct nrm_topology *t, const uint64_t *free_cpus);
+ * (free_cpus: per NUMA node index; NULL: none known), except that a node
+ * whose free CPUs lie in several L3 groups comes after the nodes with a
+ * larger free L3 group (free_cell: the most free CPUs of the node in one
+ * L3 group; NULL: not known). Offered in this order, a scheduler's first
+ * fit is a best fit: the fullest node that holds the claim, in one L3 group
+ * when some node can, and empty nodes stay whole for large claims. */
+size_t *nrm_numa_preference_by_room (const struct nrm_topology *t, const uint64_t *free_cpus,
+                                     const uint64_t *free_cell);
+
+/* The free CPUs of each node (allocatable ones in free_set) into
+ * free_cpus, and the most of them in one L3 group into free_cell (the whole
+ * node on machines without L3 groups); both per NUMA node index. */
+void nrm_numa_room (const struct nrm_topology *t, hwloc_const_bitmap_t free_set, uint64_t *free_cpus,
+                    uint64_t *free_cell);
 
 /* The NUMA node index of a consumable CPU or memory device named
  * "numa<N>" (and, when isolated is not NULL, of "numa<N>-isolated", telling

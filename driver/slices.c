@@ -64,7 +64,7 @@ cmp_pref (const void *a, const void *b)
 size_t *
 nrm_numa_preference (const struct nrm_topology *t)
 {
-  return nrm_numa_preference_by_room (t, NULL);
+  return nrm_numa_preference_by_room (t, NULL, NULL);
 }
 
 int
@@ -83,8 +83,34 @@ nrm_numa_device_index (const struct nrm_topology *t, const char *name, bool *iso
   return nrm_topology_numa_index (t, os);
 }
 
+void
+nrm_numa_room (const struct nrm_topology *t, hwloc_const_bitmap_t free_set, uint64_t *free_cpus, uint64_t *free_cell)
+{
+  size_t ng = t->n_l3 + 1; /* slot 0: CPUs without an L3 */
+  cleanup_free uint64_t *cells = xcalloc (t->n_numa * ng + 1, sizeof (uint64_t));
+  memset (free_cpus, 0, t->n_numa * sizeof (uint64_t));
+  memset (free_cell, 0, t->n_numa * sizeof (uint64_t));
+  for (size_t i = 0; i < t->n_numa; i++)
+    {
+      cleanup_bitmap hwloc_bitmap_t a = nrm_topology_node_allocatable (t, i);
+      int cpu;
+      hwloc_bitmap_and (a, a, free_set);
+      hwloc_bitmap_foreach_begin (cpu, a)
+      {
+        int pi = nrm_topology_pu_index (t, (unsigned) cpu);
+        int l3 = pi >= 0 ? t->pus[pi].l3 : -1;
+        size_t g = i * ng + (l3 >= 0 && (size_t) l3 < t->n_l3 ? (size_t) l3 + 1 : 0);
+        free_cpus[i]++;
+        /* Without L3 groups the node is one cell. */
+        if (++cells[t->n_l3 ? g : i * ng] > free_cell[i])
+          free_cell[i] = cells[t->n_l3 ? g : i * ng];
+      }
+      hwloc_bitmap_foreach_end ();
+    }
+}
+
 size_t *
-nrm_numa_preference_by_room (const struct nrm_topology *t, const uint64_t *free_cpus)
+nrm_numa_preference_by_room (const struct nrm_topology *t, const uint64_t *free_cpus, const uint64_t *free_cell)
 {
   cleanup_free struct pref *p = xcalloc (t->n_numa, sizeof (*p));
   size_t *order = xcalloc (t->n_numa, sizeof (size_t));
@@ -99,6 +125,24 @@ nrm_numa_preference_by_room (const struct nrm_topology *t, const uint64_t *free_
           p[i].accelerators++;
     }
   qsort (p, t->n_numa, sizeof (*p), cmp_pref);
+  /* The scheduler takes the first node with room for the claim. A node
+   * whose free CPUs lie in several L3 groups may come before another only
+   * if that one has no larger free group: else a claim the other holds in
+   * one group would land where no group holds it. Among the nodes that may
+   * come next, the first in the order above (classes, then the fullest). */
+  for (size_t k = 0; free_cpus && free_cell && k + 1 < t->n_numa; k++)
+    {
+      uint64_t most = 0;
+      for (size_t j = k; j < t->n_numa; j++)
+        if (free_cell[p[j].index] > most)
+          most = free_cell[p[j].index];
+      size_t j = k;
+      while (free_cell[p[j].index] < most && free_cell[p[j].index] < free_cpus[p[j].index])
+        j++;
+      struct pref x = p[j];
+      memmove (&p[k + 1], &p[k], (j - k) * sizeof (*p));
+      p[k] = x;
+    }
   for (size_t i = 0; i < t->n_numa; i++)
     order[i] = p[i].index;
   return order;

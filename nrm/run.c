@@ -189,7 +189,7 @@ nrm_cmd_run (struct nrm_config *c, struct nrm_topology *t, const struct nrm_run_
   cleanup_free char *uid = NULL, *name = NULL, *cpus = NULL, *mems = NULL, *cgname = NULL;
   cleanup_json json_t *config = json_array ();
   cleanup_free size_t *order = NULL;
-  cleanup_free uint64_t *free_cpus = NULL;
+  cleanup_free uint64_t *free_cpus = NULL, *free_cell = NULL;
   bool use_mem = rq->memory != NULL || rq->hugepages_2mi != NULL || rq->hugepages_1gi != NULL;
   bool prepared[2] = { false, false };
   cleanup_json json_t *mem_env = NULL, *cpu_claims = NULL, *held = NULL;
@@ -247,8 +247,9 @@ nrm_cmd_run (struct nrm_config *c, struct nrm_topology *t, const struct nrm_run_
   held = cpu_claims ? nrm_checkpoint_held (cpu_claims) : NULL;
   nrm_error_release (&e);
   /* Unreadable state: the nodes keep the preference order. */
-  free_cpus = held ? nrm_cpu_free_per_node (t, held) : NULL;
-  order = nrm_numa_preference_by_room (t, free_cpus);
+  if (held)
+    nrm_cpu_room (t, held, &free_cpus, &free_cell);
+  order = nrm_numa_preference_by_room (t, free_cpus, free_cell);
   char count[32];
   snprintf (count, sizeof (count), "%u", rq->cpus);
   nrm_error_t last = NULL;

@@ -8,10 +8,11 @@
 int nrm_cpu_pool (const struct nrm_topology *t, const struct nrm_publish_options *o, const char *driver,
                   struct nrm_pool *ret, nrm_error_t *err);
 
-/* The free (unheld, allocatable, not isolated) CPUs of each NUMA node
- * (per node index), given the held claims {uid: state with "cpus"}. The
- * order nrm_numa_preference_by_room() makes of it is the order the pool
- * offers its consumable devices in. */
-uint64_t *nrm_cpu_free_per_node (const struct nrm_topology *t, json_t *held);
+/* The free (unheld, allocatable, not isolated) CPUs of each NUMA node, and
+ * the most of them in one L3 group (both per node index, allocated), given
+ * the held claims {uid: state with "cpus"}. The order
+ * nrm_numa_preference_by_room() makes of them is the order the pool offers
+ * its consumable devices in. */
+void nrm_cpu_room (const struct nrm_topology *t, json_t *held, uint64_t **free_cpus, uint64_t **free_cell);
 
 #endif

@@ -467,10 +467,10 @@ cpu_describe (void *self, const char *uid, json_t *state)
  * in the places they had in the pool (the isolated and other devices keep
  * theirs). */
 static void
-order_by_room (const struct nrm_topology *t, struct nrm_pool *p, const uint64_t *free_cpus)
+order_by_room (const struct nrm_topology *t, struct nrm_pool *p, const uint64_t *free_cpus, const uint64_t *free_cell)
 {
   size_t count = json_array_size (p->devices), n = 0;
-  cleanup_free size_t *order = nrm_numa_preference_by_room (t, free_cpus);
+  cleanup_free size_t *order = nrm_numa_preference_by_room (t, free_cpus, free_cell);
   cleanup_free size_t *slot = xcalloc (count + 1, sizeof (size_t));
   cleanup_free int *node_of = xcalloc (count + 1, sizeof (int));
   cleanup_json json_t *devs = json_deep_copy (p->devices);
@@ -491,11 +491,10 @@ order_by_room (const struct nrm_topology *t, struct nrm_pool *p, const uint64_t 
         json_array_set (p->devices, slot[next++], json_array_get (devs, slot[j]));
 }
 
-uint64_t *
-nrm_cpu_free_per_node (const struct nrm_topology *t, json_t *held)
+void
+nrm_cpu_room (const struct nrm_topology *t, json_t *held, uint64_t **free_cpus, uint64_t **free_cell)
 {
-  uint64_t *free_cpus = xcalloc (t->n_numa + 1, sizeof (uint64_t));
-  cleanup_bitmap hwloc_bitmap_t taken = xbitmap_alloc ();
+  cleanup_bitmap hwloc_bitmap_t free_set = xbitmap_dup (t->online);
   const char *uid;
   json_t *st;
   json_object_foreach (held, uid, st)
@@ -504,23 +503,19 @@ nrm_cpu_free_per_node (const struct nrm_topology *t, json_t *held)
     nrm_error_t e = NULL;
     const char *list = json_string_value (json_object_get (st, "cpus"));
     if (list && nrm_cpulist_parse (list, &set, &e) == 0)
-      hwloc_bitmap_or (taken, taken, set);
+      hwloc_bitmap_andnot (free_set, free_set, set);
     nrm_error_release (&e);
     hwloc_bitmap_free (set);
   }
-  for (size_t i = 0; i < t->n_numa; i++)
-    {
-      cleanup_bitmap hwloc_bitmap_t a = nrm_topology_node_allocatable (t, i);
-      hwloc_bitmap_andnot (a, a, t->isolated);
-      int all = hwloc_bitmap_weight (a);
-      hwloc_bitmap_and (a, a, taken);
-      free_cpus[i] = (uint64_t) (all - hwloc_bitmap_weight (a));
-    }
-  return free_cpus;
+  hwloc_bitmap_andnot (free_set, free_set, t->isolated);
+  *free_cpus = xcalloc (t->n_numa + 1, sizeof (uint64_t));
+  *free_cell = xcalloc (t->n_numa + 1, sizeof (uint64_t));
+  nrm_numa_room (t, free_set, *free_cpus, *free_cell);
 }
 
 /* The consumable devices go fullest first (numa mode), so that the
- * scheduler's first fit is a best fit. */
+ * scheduler's first fit is a best fit, in one L3 group when some node has
+ * room for that (nrm_numa_preference_by_room). */
 static int
 cpu_pool (void *self, json_t *held, struct nrm_pool *ret, nrm_error_t *err)
 {
@@ -529,8 +524,9 @@ cpu_pool (void *self, json_t *held, struct nrm_pool *ret, nrm_error_t *err)
     return -1;
   if (held == NULL || d->o.cpu_mode != NRM_CPU_MODE_NUMA)
     return 0;
-  cleanup_free uint64_t *free_cpus = nrm_cpu_free_per_node (d->t, held);
-  order_by_room (d->t, ret, free_cpus);
+  cleanup_free uint64_t *free_cpus = NULL, *free_cell = NULL;
+  nrm_cpu_room (d->t, held, &free_cpus, &free_cell);
+  order_by_room (d->t, ret, free_cpus, free_cell);
   return 0;
 }
 

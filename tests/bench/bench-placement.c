@@ -327,6 +327,24 @@ largest_block (const struct nrm_topology *t, hwloc_const_bitmap_t free_set)
   return best;
 }
 
+/* The numa<N> device the scheduler takes: the first with room in the
+ * order nrm publishes them; NULL when none holds the claim. */
+static hwloc_bitmap_t
+scheduler_pick (const struct nrm_topology *t, hwloc_const_bitmap_t free_set, size_t count)
+{
+  hwloc_bitmap_t within = NULL;
+  uint64_t *room = calloc (t->n_numa + 1, sizeof (uint64_t)), *cell = calloc (t->n_numa + 1, sizeof (uint64_t));
+  nrm_numa_room (t, free_set, room, cell);
+  size_t *order = nrm_numa_preference_by_room (t, room, cell);
+  for (size_t k = 0; order && k < t->n_numa && within == NULL; k++)
+    if (room[order[k]] >= count)
+      within = hwloc_bitmap_dup (t->numa[order[k]].cpus);
+  free (order);
+  free (room);
+  free (cell);
+  return within;
+}
+
 /* One seeded churn; adds its sums to st. */
 enum engine
 {
@@ -375,19 +393,7 @@ churn (const struct nrm_topology *t, enum engine engine, uint64_t seed, struct s
            * (nrm_numa_preference_by_room: the fullest first); nrm picks
            * the CPUs in it. A claim no node holds asks for several
            * devices; the engine then spreads it as it would. */
-          cleanup_bitmap hwloc_bitmap_t within = NULL;
-          if (engine == NRM_DRA)
-            {
-              uint64_t *room = calloc (t->n_numa + 1, sizeof (uint64_t));
-              for (size_t i = 0; i < t->n_numa; i++)
-                room[i] = avail_in (free_set, t->numa[i].cpus);
-              size_t *order = nrm_numa_preference_by_room (t, room);
-              for (size_t k = 0; order && k < t->n_numa && within == NULL; k++)
-                if (room[order[k]] >= count)
-                  within = hwloc_bitmap_dup (t->numa[order[k]].cpus);
-              free (order);
-              free (room);
-            }
+          cleanup_bitmap hwloc_bitmap_t within = engine == NRM_DRA ? scheduler_pick (t, free_set, count) : NULL;
           struct nrm_cpu_request req = { .count = count, .within = within };
           nrm_error_t err = NULL;
           r = nrm_place_cpus (t, free_set, &req, out, &err);
@@ -509,21 +515,236 @@ compare (double f[][MAX_SEEDS][FIGURES], int a, int b, unsigned seeds, char *beh
   return count;
 }
 
+/* --- the DRA set-up of issue #13 ------------------------------------------------
+ * A shorter churn of exclusive claims of 1-16 CPUs. nrm as the plugin runs:
+ * the scheduler takes the first numa<N> device with room in the published
+ * order, nrm picks the CPUs inside it. The kubelet references take CPUs
+ * from the whole node (no Topology Manager), with and without
+ * prefer-align-cpus-by-uncorecache. */
+
+#define DRA_STEPS 600
+#define DRA_MAX 16
+
+enum dra_engine
+{
+  D_NRM,
+  D_KUB,
+  D_KUC,
+  D_ENGINES,
+};
+
+struct dra_stats
+{
+  size_t placed, failed, l3_possible, l3_ok, smt_split;
+};
+
+static void
+dra_churn (const struct nrm_topology *t, enum dra_engine engine, uint64_t seed, struct dra_stats *st)
+{
+  cleanup_bitmap hwloc_bitmap_t free_set = hwloc_bitmap_dup (t->online);
+  hwloc_bitmap_andnot (free_set, free_set, t->reserved);
+  hwloc_bitmap_t claims[MAX_CLAIMS];
+  bool split[MAX_CLAIMS];
+  size_t n_claims = 0;
+  rng = 0x9e3779b97f4a7c15ULL * (seed + 1) ^ (uint64_t) weight (free_set);
+  for (int step = 0; step < DRA_STEPS; step++)
+    {
+      bool alloc = n_claims == 0 || (n_claims < MAX_CLAIMS && next () % 100 < 55);
+      if (!alloc)
+        {
+          size_t k = next () % n_claims;
+          hwloc_bitmap_or (free_set, free_set, claims[k]);
+          st->smt_split += split[k];
+          hwloc_bitmap_free (claims[k]);
+          claims[k] = claims[n_claims - 1];
+          split[k] = split[--n_claims];
+          continue;
+        }
+      size_t count = 1 + next () % DRA_MAX;
+      bool l3 = t->n_l3 > 0 && fits_in (t, free_set, count, true);
+      hwloc_bitmap_t out = hwloc_bitmap_alloc ();
+      int r;
+      if (engine == D_NRM)
+        {
+          cleanup_bitmap hwloc_bitmap_t within = scheduler_pick (t, free_set, count);
+          struct nrm_cpu_request req = { .count = count, .within = within };
+          nrm_error_t err = NULL;
+          r = nrm_place_cpus (t, free_set, &req, out, &err);
+          nrm_error_release (&err);
+        }
+      else
+        r = kubelet_take (t, free_set, count, engine == D_KUC, out);
+      if (r < 0)
+        {
+          st->failed++;
+          hwloc_bitmap_free (out);
+          continue;
+        }
+      st->placed++;
+      st->l3_possible += l3;
+      st->l3_ok += l3 && inside_one (t, out, true);
+      /* A core shared with another claim splits its threads between the
+       * two: both count, once each, over their whole life. */
+      split[n_claims] = false;
+      for (size_t k = 0; k < t->n_cores; k++)
+        if (hwloc_bitmap_intersects (t->cores[k].cpus, out) && !hwloc_bitmap_isincluded (t->cores[k].cpus, out))
+          for (size_t j = 0; j < n_claims; j++)
+            if (hwloc_bitmap_intersects (t->cores[k].cpus, claims[j]))
+              split[j] = split[n_claims] = true;
+      hwloc_bitmap_andnot (free_set, free_set, out);
+      claims[n_claims++] = out;
+    }
+  for (size_t k = 0; k < n_claims; k++)
+    {
+      st->smt_split += split[k];
+      hwloc_bitmap_free (claims[k]);
+    }
+}
+
+/* Paired over the seeds: the mean of a - b and twice its standard error. */
+static void
+paired (const double *a, const double *b, unsigned seeds, double *mean, double *margin)
+{
+  double m = 0, var = 0;
+  for (unsigned s = 0; s < seeds; s++)
+    m += a[s] - b[s];
+  m /= seeds;
+  for (unsigned s = 0; s < seeds; s++)
+    var += (a[s] - b[s] - m) * (a[s] - b[s] - m);
+  *mean = m;
+  *margin = seeds > 1 ? 2 * sqrt (var / (seeds - 1) / seeds) : 0;
+}
+
+/* Prints one machine's line; returns whether the goal is met: nrm keeps
+ * claims in one L3 group at least as often as kuc, and splits SMT siblings
+ * no more often than kub or kuc (a shortfall within twice the standard
+ * error of the paired differences counts as even). */
+static bool
+dra_machine (const struct nrm_topology *t, const char *label, unsigned seeds)
+{
+  static double l3[D_ENGINES][MAX_SEEDS], sp[D_ENGINES][MAX_SEEDS];
+  double ml3[D_ENGINES] = { 0 }, msp[D_ENGINES] = { 0 };
+  bool smt = false;
+  for (size_t k = 0; k < t->n_cores; k++)
+    smt |= weight (t->cores[k].cpus) > 1;
+  for (int e = 0; e < D_ENGINES; e++)
+    for (unsigned s = 0; s < seeds; s++)
+      {
+        struct dra_stats st = { 0 };
+        dra_churn (t, (enum dra_engine) e, s, &st);
+        l3[e][s] = pct (st.l3_ok, st.l3_possible);
+        sp[e][s] = pct (st.smt_split, st.placed);
+        ml3[e] += l3[e][s] / seeds;
+        msp[e] += sp[e][s] / seeds;
+      }
+  double d, m;
+  bool ok = true;
+  char why[256] = "";
+  if (t->n_l3 > 0)
+    {
+      paired (l3[D_NRM], l3[D_KUC], seeds, &d, &m);
+      if (d < -m)
+        {
+          ok = false;
+          snprintf (why + strlen (why), sizeof (why) - strlen (why), " L3 %.1f < kuc %.1f (+-%.1f)", ml3[D_NRM],
+                    ml3[D_KUC], m);
+        }
+    }
+  for (int e = D_KUB; smt && e <= D_KUC; e++)
+    {
+      paired (sp[D_NRM], sp[e], seeds, &d, &m);
+      if (d > m)
+        {
+          ok = false;
+          snprintf (why + strlen (why), sizeof (why) - strlen (why), " SMT split %.1f > %s %.1f (+-%.1f)", msp[D_NRM],
+                    e == D_KUB ? "kub" : "kuc", msp[e], m);
+        }
+    }
+  printf ("%-28s", label);
+  for (int e = 0; e < D_ENGINES; e++)
+    printf (t->n_l3 > 0 ? " %5.1f" : "     -", ml3[e]);
+  printf ("  ");
+  for (int e = 0; e < D_ENGINES; e++)
+    printf (smt ? " %5.1f" : "     -", msp[e]);
+  printf ("  %s%s\n", ok ? "met" : "NOT met:", why);
+  return ok;
+}
+
+static int bench_all (int argc, char **argv, int first, unsigned seeds, int worse[2][2], int better[2][2]);
+static int bench_dra (int argc, char **argv, int first, unsigned seeds);
+
 int
 main (int argc, char **argv)
 {
   int worse[2][2] = { { 0 } }, better[2][2] = { { 0 } }, first = 1;
   unsigned seeds = 10;
-  if (argc > 2 && strcmp (argv[1], "--seeds") == 0)
-    {
-      seeds = (unsigned) strtoul (argv[2], NULL, 10);
-      first = 3;
-    }
+  bool dra_only = false;
+  for (;;)
+    if (argc > first + 1 && strcmp (argv[first], "--seeds") == 0)
+      {
+        seeds = (unsigned) strtoul (argv[first + 1], NULL, 10);
+        first += 2;
+      }
+    else if (argc > first && strcmp (argv[first], "--dra-only") == 0)
+      {
+        dra_only = true;
+        first++;
+      }
+    else
+      break;
   if (seeds == 0 || seeds > MAX_SEEDS || first >= argc)
     {
-      fprintf (stderr, "usage: bench-placement [--seeds N (1-%d)] TOPOLOGY.xml...\n", MAX_SEEDS);
+      fprintf (stderr, "usage: bench-placement [--seeds N (1-%d)] [--dra-only] TOPOLOGY.xml...\n", MAX_SEEDS);
       return 2;
     }
+  if (!dra_only && bench_all (argc, argv, first, seeds, worse, better) < 0)
+    return 1;
+  return bench_dra (argc, argv, first, seeds);
+}
+
+/* The DRA set-up, per machine. */
+static int
+bench_dra (int argc, char **argv, int first, unsigned seeds)
+{
+  int met = 0;
+  printf ("\nthe DRA set-up: %u seeds x %d steps of churn, exclusive claims of 1-%d CPUs; for each machine the\n"
+          "share of claims in one L3 group (of those some L3 group had room for) and the share of claims that\n"
+          "shared a core with another claim during their life (SMT siblings split between claims):\n"
+          "  nrm   the scheduler takes the first numa<N> device with room in the published order, nrm picks\n"
+          "        the CPUs inside it\n"
+          "  kub   TakeByTopologyNUMAPacked on the whole node (no Topology Manager)\n"
+          "  kuc   the same with prefer-align-cpus-by-uncorecache\n"
+          "goal: nrm's L3 share >= kuc's, nrm's split share <= kub's and kuc's (differences within twice the\n"
+          "standard error of the paired per-seed differences count as even)\n",
+          seeds, DRA_STEPS, DRA_MAX);
+  printf ("%-28s %-17s   %-17s\n", "", "in one L3 %", "split SMT %");
+  printf ("%-28s   nrm   kub   kuc     nrm   kub   kuc  goal\n", "machine");
+  for (int i = first; i < argc; i++)
+    {
+      nrm_error_t err = NULL;
+      struct nrm_topology *t = NULL;
+      if (nrm_topology_load (argv[i], &t, &err) < 0)
+        {
+          fprintf (stderr, "%s\n", nrm_error_msg (err));
+          return 1;
+        }
+      const char *name = strrchr (argv[i], '/') ? strrchr (argv[i], '/') + 1 : argv[i];
+      char label[29];
+      size_t len = strlen (name);
+      if (len > 4 && strcmp (name + len - 4, ".xml") == 0)
+        len -= 4;
+      snprintf (label, sizeof (label), "%.*s", (int) len, name);
+      met += dra_machine (t, label, seeds);
+      nrm_topology_free (t);
+    }
+  printf ("DRA set-up goal met on %d of %d machines\n", met, argc - first);
+  return 0;
+}
+
+/* The four placements of the long churn, per machine. */
+static int
+bench_all (int argc, char **argv, int first, unsigned seeds, int worse[2][2], int better[2][2])
+{
   printf ("placement quality: %u seeds x %d steps of churn per machine, figures averaged over the states after each\n"
           "placement. Per figure, four placements of the same churn:\n"
           "  nrm   nrm's engine on the whole machine (it picks the NUMA node too)\n"
@@ -548,7 +769,7 @@ main (int argc, char **argv)
       if (nrm_topology_load (argv[i], &t, &err) < 0)
         {
           fprintf (stderr, "%s\n", nrm_error_msg (err));
-          return 1;
+          return -1;
         }
       double mean[4][FIGURES], ns[4];
       memset (mean, 0, sizeof (mean));
@@ -570,9 +791,10 @@ main (int argc, char **argv)
         }
       const char *name = strrchr (argv[i], '/') ? strrchr (argv[i], '/') + 1 : argv[i];
       char label[29];
-      snprintf (label, sizeof (label), "%s", name);
-      if (strlen (label) > 4 && strcmp (label + strlen (label) - 4, ".xml") == 0)
-        label[strlen (label) - 4] = '\0';
+      size_t len = strlen (name);
+      if (len > 4 && strcmp (name + len - 4, ".xml") == 0)
+        len -= 4;
+      snprintf (label, sizeof (label), "%.*s", (int) len, name);
       printf ("%-28s", label);
       for (size_t k = 0; k < FIGURES; k++)
         for (int e = NRM; e <= KUBELET_TM; e++)

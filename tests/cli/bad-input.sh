@@ -31,6 +31,12 @@ for cmd in topology slices; do
   expect_error "$cmd unknown option" "--frobnicate" -- $cmd --topology "$X" --frobnicate
   expect_error "$cmd bad cpu mode" "unknown CPU device mode" -- $cmd --topology "$X" --cpu-mode fast
   expect_error "$cmd bad gate" "unknown feature gate" -- $cmd --topology "$X" --feature-gates Foo=true
+  # Options that could never act (a request lies on one NUMA node) are refused by name.
+  expect_error "$cmd cpu option across numa" "CPU option \`distribute-cpus-across-numa\` is not supported" -- \
+    $cmd --topology "$X" --cpu-options full-pcpus-only,distribute-cpus-across-numa
+  echo '{"cpu": {"options": ["align-by-socket"]}}' >"$TMP/socket.json"
+  expect_error "$cmd config cpu option by socket" "CPU option \`align-by-socket\` is not supported" -- \
+    $cmd --topology "$X" --config "$TMP/socket.json"
 
   echo '{"reservedCPUs": "0", "colour": "blue"}' >"$TMP/unknown.json"
   expect_error "$cmd config unknown key" "unknown key \`colour\`" -- $cmd --topology "$X" --config "$TMP/unknown.json"

@@ -535,6 +535,40 @@ test_order_by_room (void **state)
   nrm_topology_free (t);
 }
 
+/* A fuller node whose free CPUs lie in several L3 groups comes after the
+ * nodes with a larger free group: the scheduler's first fit would
+ * otherwise send a claim of 4-6 CPUs where no group holds it. */
+static void
+test_order_by_l3_room (void **state)
+{
+  (void) state;
+  char path[4096];
+  nrm_error_t err = NULL;
+  struct nrm_topology *t = NULL;
+  snprintf (path, sizeof (path), "%s/Hygon-Dhyana-32cores.xml", getenv ("NRM_TOPOLOGIES"));
+  assert_int_equal (nrm_topology_load (path, &t, &err), 0);
+  struct nrm_publish_options o;
+  nrm_publish_options_init (&o);
+  o.node_name = "n";
+  /* Node 0 (L3 groups 0-3,32-35 and 4-7,36-39): 3 free CPUs in each group,
+   * 6 in all. Node 1: one group of 8 taken, the other free. */
+  cleanup_json json_t *live = NULL;
+  assert_int_equal (slices_held (t, &o, "0-11,32,36,40-43", &live, &err), 0);
+  cleanup_free char *ordered = cpu_device_names (live, CPU_DRIVER);
+  assert_string_equal (ordered, "numa1,numa2,numa3,numa0");
+
+  /* Free room by node and by the fullest L3 group of each. */
+  cleanup_bitmap hwloc_bitmap_t free_set = hwloc_bitmap_dup (t->online);
+  hwloc_bitmap_clr_range (free_set, 0, 11);
+  uint64_t room[4], cell[4];
+  nrm_numa_room (t, free_set, room, cell);
+  assert_int_equal (room[0], 8);
+  assert_int_equal (cell[0], 4);
+  assert_int_equal (room[1], 12);
+  assert_int_equal (cell[1], 8);
+  nrm_topology_free (t);
+}
+
 int
 main (void)
 {
@@ -543,6 +577,7 @@ main (void)
     { .name = "validator refuses broken slices", .test_func = test_validator },
     { .name = "counter sets split", .test_func = test_counter_sets_split },
     { .name = "CPU devices fullest first", .test_func = test_order_by_room },
+    { .name = "CPU devices by free L3 groups", .test_func = test_order_by_l3_room },
   };
   return corpus_run ("slices", per_machine, 1, others, sizeof (others) / sizeof (others[0]));
 }
