@@ -567,6 +567,10 @@ easy_new (struct nrm_kube *k, const char *method, const char *path, const char *
   SET (CURLOPT_XFERINFODATA, k);
   if (k->ca_file)
     SET (CURLOPT_CAINFO, k->ca_file);
+  /* A named CA is the only one trusted, as for kubectl: never the system
+   * store's directory, which libcurl adds by default. */
+  if (k->ca_file || k->ca_pem)
+    SET (CURLOPT_CAPATH, (char *) NULL);
   if (c == CURLE_OK)
     c = set_pem (h, CURLOPT_CAINFO_BLOB, CURLOPT_LASTENTRY, k->ca_pem);
   if (k->cert_file)

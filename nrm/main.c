@@ -4,6 +4,7 @@
 #include <stdarg.h>
 #include <errno.h>
 #include <getopt.h>
+#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1053,6 +1054,10 @@ cmd_plugin (struct cli *cli, nrm_error_t *err)
   sigset_t set;
   int sig = 0, r = -1;
 
+  /* Before any thread starts: one malloc arena instead of one per thread
+   * (up to 8 per CPU) for gRPC's, libcurl's and libmicrohttpd's threads
+   * (docs/plugin.md, memory). */
+  mallopt (M_ARENA_MAX, 1);
   nrm_log_parse_level (c->log_level, &level);
   nrm_log_setup (level, strcmp (c->log_format, "json") == 0);
   bool api = c->kubeconfig != NULL || nrm_kube_in_cluster ();

@@ -721,6 +721,24 @@ check(wait_for(lambda: "certificate" in p.text().lower() and "error" in p.text()
 check(writes_since(n) == [], "...and nothing was written")
 p.stop()
 
+# The named CA is the only one trusted: a certificate it did not sign is
+# never looked up in the system store's directory as well.
+if shutil.which("strace") is None:
+    print("skipped: strace is not installed, the system store's directory is not checked")
+else:
+    trace, slog = os.path.join(work, "untrusted.trace"), os.path.join(work, "untrusted-strace.log")
+    s = subprocess.Popen(["strace", "-f", "-qq", "-e", "trace=%file", "-o", trace, NRM, "plugin", "-t", TOPO,
+                          "--node-name", NODE, "--kubeconfig", untrusted, "--kubelet-dir", os.path.join(work, "k3"),
+                          "--cdi-dir", os.path.join(work, "c3"), "--state-dir", os.path.join(work, "s3"),
+                          "--reconcile-interval", "0"], stdout=open(slog, "w"), stderr=subprocess.STDOUT)
+    refused = wait_for(lambda: "certificate" in open(slog).read().lower(), 30)
+    for child in open("/proc/%d/task/%d/children" % (s.pid, s.pid)).read().split():
+        os.kill(int(child), signal.SIGTERM)
+    s.wait(30)
+    check(refused, "traced, the server certificate is refused too: " + open(slog).read()[-300:])
+    looked = sorted(set(re.findall(r'"(/etc/ssl/certs[^"]*)"', open(trace).read())))
+    check(looked == [], "...and nothing in /etc/ssl/certs was looked at: %s" % looked[:3])
+
 bad_exits = [(rc, log) for rc, log in exits if rc != 0]
 check(not bad_exits, "every plugin stopped with status 0 (a sanitizer's finding would show here)%s"
       % ("" if not bad_exits else ": %d in %s: %s" % (bad_exits[0][0], bad_exits[0][1],

@@ -2,6 +2,10 @@
 /* A command-line kubelet stand-in for the real-kernel tests:
  *   dra-client prepare SOCKET NAMESPACE NAME UID     prints the CDI ids
  *   dra-client unprepare SOCKET UID
+ *   dra-client watch SOCKET                          opens the health stream as the
+ *                                                    kubelet keeps it, prints the first
+ *                                                    message's device count, holds it
+ *                                                    open until stdin closes
  *   dra-client cpus-disjoint LIST LIST               exit 0 when disjoint
  *   dra-client cpus-equal LIST LIST                  exit 0 when equal
  *   dra-client cpus-within LIST LIST                 exit 0 when the first is in the second */
@@ -14,6 +18,7 @@
 
 #include <hwloc.h>
 
+#include "proto/dra_health_v1alpha1.pb-c.h"
 #include "proto/dra_v1.pb-c.h"
 #include "tests/plugin/kubelet.h"
 
@@ -35,16 +40,55 @@ lists (const char *op, const char *a, const char *b)
   return r ? 0 : 1;
 }
 
+static int
+watch (const char *socket)
+{
+  V1alpha1__NodeWatchResourcesRequest in = V1ALPHA1__NODE_WATCH_RESOURCES_REQUEST__INIT;
+  uint8_t buf[8];
+  size_t len = protobuf_c_message_pack (&in.base, buf);
+  grpc_init ();
+  grpc_channel *ch = kc_connect (socket);
+  /* The kubelet holds the stream for the plugin's lifetime: a day's deadline. */
+  struct kc_stream *s = kc_stream_open (ch, "/v1alpha1.DRAResourceHealth/NodeWatchResources", buf, len, 86400000);
+  uint8_t *data = NULL;
+  size_t dlen = 0;
+  int rc = 1;
+  if (s && kc_stream_read (s, 10000, &data, &dlen) == 1)
+    {
+      V1alpha1__NodeWatchResourcesResponse *r = v1alpha1__node_watch_resources_response__unpack (NULL, dlen, data);
+      if (r)
+        {
+          printf ("%zu\n", r->n_devices);
+          fflush (stdout);
+          v1alpha1__node_watch_resources_response__free_unpacked (r, NULL);
+          rc = 0;
+          while (getchar () != EOF)
+            ;
+        }
+    }
+  if (rc)
+    fprintf (stderr, "dra-client: no health message from %s\n", socket);
+  free (data);
+  if (s)
+    kc_stream_close (s);
+  kc_close (ch);
+  grpc_shutdown ();
+  return rc;
+}
+
 int
 main (int argc, char **argv)
 {
   if (argc == 4 && strncmp (argv[1], "cpus-", 5) == 0)
     return lists (argv[1], argv[2], argv[3]);
+  if (argc == 3 && strcmp (argv[1], "watch") == 0)
+    return watch (argv[2]);
   bool prep = argc == 6 && strcmp (argv[1], "prepare") == 0;
   bool unprep = argc == 4 && strcmp (argv[1], "unprepare") == 0;
   if (!prep && !unprep)
     {
-      fprintf (stderr, "usage: dra-client prepare SOCKET NS NAME UID | unprepare SOCKET UID | cpus-OP A B\n");
+      fprintf (stderr,
+               "usage: dra-client prepare SOCKET NS NAME UID | unprepare SOCKET UID | watch SOCKET | cpus-OP A B\n");
       return 2;
     }
   K8s__Io__Kubelet__Pkg__Apis__Dra__V1__Claim c = K8S__IO__KUBELET__PKG__APIS__DRA__V1__CLAIM__INIT;
