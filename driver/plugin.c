@@ -61,8 +61,13 @@ struct nrm_plugin
   struct nrm_grpc_server *dra, *reg;
 
   pthread_mutex_t lock; /* serializes prepare/unprepare in this process */
-  json_t *cp;           /* the checkpoint as last read or written */
-  json_t *devices;      /* the driver's device names, from its pool */
+  /* Group commit: ops waiting for a batch (submit()). */
+  pthread_mutex_t queue_lock;
+  pthread_cond_t queue_cond;
+  struct op *queue, **queue_tail;
+  bool batch_running;
+  json_t *cp;      /* the checkpoint as last read or written */
+  json_t *devices; /* the driver's device names, from its pool */
   json_int_t cp_generation;
   struct stat cp_stat; /* of the checkpoint file as last read or written */
   int registered;
@@ -299,7 +304,9 @@ cdi_write (struct nrm_plugin *p, const char *uid, json_t *edits, nrm_error_t *er
   cleanup_json json_t *spec = json_pack ("{s:s, s:s, s:[{s:s, s:O}]}", "cdiVersion", "0.5.0", "kind", kind, "devices",
                                          "name", uid, "containerEdits", ce);
   cleanup_free char *text = json_dumps (spec, JSON_INDENT (2));
-  return nrm_write_atomic (path, text, strlen (text), 0644, err);
+  /* Rebuilt from the checkpoint at every start (recover), before
+   * the sockets exist: its own syncs would protect nothing. */
+  return nrm_write_rebuilt (path, text, strlen (text), 0644, err);
 }
 
 static void
@@ -673,7 +680,6 @@ prepared_devices (struct nrm_plugin *p, const char *uid, nrm_error_t *err)
   return devs;
 }
 
-/* Prepares one claim; returns its devices (new reference) or an error. */
 /* A Kubernetes UID as nrm accepts it: it becomes part of file names. */
 static bool
 is_uid (const ProtobufCBinaryData *b)
@@ -686,13 +692,256 @@ is_uid (const ProtobufCBinaryData *b)
   return true;
 }
 
+/* One prepare or unprepare waiting for the batch that does it. */
+struct op
+{
+  bool unprepare;
+  const char *ns, *name, *uid;
+  json_t *claim;           /* prepare: the claim as read */
+  struct nrm_allocation a; /* prepare: its allocation */
+  json_t *devs;            /* prepare: the answer */
+  json_t *saved;           /* unprepare: the entry it removed */
+  struct nrm_prepared prep;
+  json_t *edits;
+  enum
+  {
+    OP_NEW,
+    OP_STARTED,  /* recorded as PrepareStarted, or removed (unprepare) */
+    OP_PREPARED, /* taken and its spec written */
+    OP_DONE
+  } stage;
+  nrm_error_t err;
+  bool done;
+  struct op *next;
+};
+
+static void
+op_fail (struct op *o, const char *msg)
+{
+  nrm_error_set (&o->err, EIO, "%s", msg);
+  o->stage = OP_DONE;
+}
+
+/* Undoes a prepared op: what the driver took, the spec and metadata. */
+static void
+op_take_back (struct nrm_plugin *p, struct op *o)
+{
+  json_t *claims = json_object_get (p->cp, "claims");
+  if (o->stage == OP_PREPARED)
+    {
+      p->ops->unprepare (p->self, o->uid, o->prep.state);
+      cdi_remove (p, o->uid);
+      metadata_remove (p, json_object_get (claims, o->uid), o->uid);
+    }
+  json_object_del (claims, o->uid);
+}
+
+/* The driver's part of one prepare, after its PrepareStarted is on disk. */
+static void
+op_prepare (struct nrm_plugin *p, struct op *o)
+{
+  json_t *claims = json_object_get (p->cp, "claims");
+  if (p->ops->prepare (p->self, &o->a.view, &o->prep, &o->err) < 0)
+    {
+      json_object_del (claims, o->uid);
+      o->stage = OP_DONE;
+      return;
+    }
+  o->edits = edits_json (&o->prep.edits);
+  if (cdi_write (p, o->uid, o->edits, &o->err) < 0)
+    {
+      p->ops->unprepare (p->self, o->uid, o->prep.state);
+      json_object_del (claims, o->uid);
+      o->stage = OP_DONE;
+      return;
+    }
+  json_t *entry = json_object_get (claims, o->uid);
+  if (!p->cfg.local && p->cfg.device_metadata)
+    {
+      cleanup_json json_t *meta = metadata_entries (p, &o->a.view, o->prep.metadata);
+      metadata_write (p, o->ns, o->name, o->uid, meta, o->devs);
+      json_object_set (entry, "metadata", meta);
+    }
+  /* Prepared once for every pod of a group (KEP-5729): status shows it. */
+  const char *group = nrm_kit_pod_group (o->claim);
+  if (group)
+    json_object_set_new (entry, "podGroup", json_string (group));
+  json_object_set_new (entry, "phase", json_string ("PrepareCompleted"));
+  json_object_set (entry, "state", o->prep.state);
+  json_object_set (entry, "edits", o->edits);
+  o->stage = OP_PREPARED;
+}
+
+/* Group commit: the prepares and unprepares that arrived together share
+ * one durable write of the checkpoint. Under the state lock:
+ *   1. the unprepared claims' entries are removed and the drivers give back
+ *      what they held;
+ *   2. the drivers take what each prepare needs, and its CDI spec (and
+ *      metadata) is written;
+ *   3. the checkpoint is written once, durably: the removals and the
+ *      completed prepares reach the disk together (one rename), so CPUs
+ *      freed by an unprepare and taken by a prepare of the same batch are
+ *      never held twice on disk.
+ * Nothing is answered before that write, and the lock is held throughout,
+ * so a rolling-update twin never sees the picture between. A crash before
+ * the write leaves the checkpoint as it was; the specs it left are removed
+ * at the next start as orphans. If the write fails, everything the batch
+ * did is undone and each of its ops gets the error. */
+static void
+run_batch (struct nrm_plugin *p, struct op *ops)
+{
+  nrm_error_t err = NULL;
+  bool changed = false;
+  if (lock_state (p, &err) < 0)
+    {
+      for (struct op *o = ops; o; o = o->next)
+        op_fail (o, nrm_error_msg (err));
+      nrm_error_release (&err);
+      return;
+    }
+  json_t *claims = json_object_get (p->cp, "claims");
+  for (struct op *o = ops; o; o = o->next)
+    {
+      json_t *entry = json_object_get (claims, o->uid);
+      /* A later op of the same claim in this batch waits for the next. */
+      bool twin = false;
+      for (struct op *q = ops; q != o && !twin; q = q->next)
+        twin = strcmp (q->uid, o->uid) == 0 && q->stage != OP_DONE;
+      if (twin)
+        continue;
+      if (o->unprepare)
+        {
+          if (entry == NULL)
+            {
+              o->stage = OP_DONE; /* unknown, or already unprepared */
+              continue;
+            }
+          o->saved = json_incref (entry);
+          json_object_del (claims, o->uid);
+          const char *phase = json_string_value (json_object_get (o->saved, "phase"));
+          if (phase && strcmp (phase, "PrepareCompleted") == 0)
+            p->ops->unprepare (p->self, o->uid, json_object_get (o->saved, "state"));
+          o->stage = OP_STARTED;
+          changed = true;
+          continue;
+        }
+      o->a.view.ns = o->ns;
+      o->a.view.name = o->name;
+      o->a.view.metadata = p->cfg.device_metadata && !p->cfg.local;
+      if (entry != NULL && nrm_checkpoint_completed (entry))
+        {
+          /* A concurrent call prepared it meanwhile. */
+          o->devs = json_incref (json_object_get (entry, "devices"));
+          o->stage = OP_DONE;
+          continue;
+        }
+      o->devs = response_devices (p, o->uid, o->a.mine, o->a.view.n_results);
+      json_object_set_new (claims, o->uid,
+                           json_pack ("{s:s, s:s, s:s, s:O}", "namespace", o->ns, "name", o->name, "phase",
+                                      "PrepareStarted", "devices", o->devs));
+      o->stage = OP_STARTED;
+      changed = true;
+    }
+  for (struct op *o = ops; o; o = o->next)
+    if (!o->unprepare && o->stage == OP_STARTED)
+      op_prepare (p, o);
+  if (changed && checkpoint_write (p, p->cp, &err) < 0)
+    {
+      /* Undone in reverse: the prepares give back, then the unprepared
+       * claims take again what they held. */
+      for (struct op *o = ops; o; o = o->next)
+        if (!o->unprepare && o->stage == OP_PREPARED)
+          {
+            op_take_back (p, o);
+            op_fail (o, nrm_error_msg (err));
+          }
+      for (struct op *o = ops; o; o = o->next)
+        if (o->unprepare && o->stage == OP_STARTED)
+          {
+            nrm_error_t rerr = NULL;
+            const char *phase = json_string_value (json_object_get (o->saved, "phase"));
+            json_object_set (claims, o->uid, o->saved);
+            if (phase && strcmp (phase, "PrepareCompleted") == 0
+                && p->ops->restore (p->self, o->uid, json_object_get (o->saved, "state"), &rerr) < 0)
+              {
+                LOG (p, NRM_LOG_ERROR, "claim %s: %s", o->uid, nrm_error_msg (rerr));
+                nrm_error_release (&rerr);
+              }
+            json_decref (o->saved);
+            o->saved = NULL;
+            op_fail (o, nrm_error_msg (err));
+          }
+      nrm_error_release (&err);
+      unlock_state (p);
+      return;
+    }
+  /* Durable now: the unprepared claims' files go. */
+  for (struct op *o = ops; o; o = o->next)
+    if (o->unprepare && o->stage == OP_STARTED)
+      {
+        cdi_remove (p, o->uid);
+        metadata_remove (p, o->saved, o->uid);
+        o->stage = OP_DONE;
+      }
+    else if (o->stage == OP_PREPARED)
+      o->stage = OP_DONE;
+  unlock_state (p);
+}
+
+/* Queues an op and waits until a batch has done it: the first waiter runs
+ * the batch of everything queued, the others wait for it; who arrives
+ * meanwhile goes into the next batch. */
+static void
+submit (struct nrm_plugin *p, struct op *o)
+{
+  pthread_mutex_lock (&p->queue_lock);
+  *p->queue_tail = o;
+  p->queue_tail = &o->next;
+  while (!o->done)
+    {
+      if (p->batch_running)
+        {
+          pthread_cond_wait (&p->queue_cond, &p->queue_lock);
+          continue;
+        }
+      struct op *batch = p->queue;
+      p->queue = NULL;
+      p->queue_tail = &p->queue;
+      p->batch_running = true;
+      pthread_mutex_unlock (&p->queue_lock);
+      run_batch (p, batch);
+      pthread_mutex_lock (&p->queue_lock);
+      /* An op that waited for its twin in this batch runs in the next. */
+      struct op *again = NULL, **tail = &again;
+      for (struct op *b = batch, *next; b; b = next)
+        {
+          next = b->next;
+          b->next = NULL;
+          if (b->stage == OP_DONE)
+            b->done = true;
+          else
+            {
+              *tail = b;
+              tail = &b->next;
+            }
+        }
+      if (again)
+        {
+          *tail = p->queue;
+          if (p->queue == NULL)
+            p->queue_tail = tail;
+          p->queue = again;
+        }
+      p->batch_running = false;
+      pthread_cond_broadcast (&p->queue_cond);
+    }
+  pthread_mutex_unlock (&p->queue_lock);
+}
+
+/* Prepares one claim; returns its devices (new reference) or an error. */
 static json_t *
 prepare_claim (struct nrm_plugin *p, const char *ns, const char *name, const char *uid, nrm_error_t *err)
 {
-  cleanup_json json_t *claim = NULL;
-  struct nrm_allocation a;
-  memset (&a, 0, sizeof (a));
-
   ProtobufCBinaryData ub = { strlen (uid), (uint8_t *) uid };
   if (!nrm_is_dns_label (ns) || !nrm_is_dns_subdomain (name, 253) || !is_uid (&ub))
     {
@@ -706,124 +955,45 @@ prepare_claim (struct nrm_plugin *p, const char *ns, const char *name, const cha
   json_t *done = prepared_devices (p, uid, err);
   if (done != NULL || (err && *err))
     return done;
+  struct op o = { .ns = ns, .name = name, .uid = uid };
   /* The claim is read outside the lock, as the kubelet's own helper does. */
-  if (p->cfg.claims.get (p->cfg.claims.self, ns, name, &claim, err) < 0)
+  if (p->cfg.claims.get (p->cfg.claims.self, ns, name, &o.claim, err) < 0)
     return NULL;
-  if (nrm_claim_allocation (p->driver, p->node_name, claim, uid, &a, err) < 0 || lock_state (p, err) < 0)
+  if (nrm_claim_allocation (p->driver, p->node_name, o.claim, uid, &o.a, err) < 0)
     {
-      nrm_allocation_done (&a);
+      nrm_allocation_done (&o.a);
+      json_decref (o.claim);
       return NULL;
     }
-  a.view.ns = ns;
-  a.view.name = name;
-  a.view.metadata = p->cfg.device_metadata && !p->cfg.local;
-  json_t *claims = json_object_get (p->cp, "claims");
-  json_t *entry = json_object_get (claims, uid);
-  if (entry != NULL && nrm_checkpoint_completed (entry))
+  submit (p, &o);
+  nrm_prepared_done (&o.prep);
+  nrm_allocation_done (&o.a);
+  json_decref (o.claim);
+  json_decref (o.edits);
+  if (o.err)
     {
-      /* A concurrent call prepared it meanwhile. */
-      json_t *devs = json_incref (json_object_get (entry, "devices"));
-      unlock_state (p);
-      nrm_allocation_done (&a);
-      return devs;
+      json_decref (o.devs);
+      *err = o.err;
+      return NULL;
     }
-
-  struct nrm_prepared prep = { 0 };
-  cleanup_json json_t *edits = NULL;
-  json_t *devs = response_devices (p, uid, a.mine, a.view.n_results);
-  json_object_set_new (
-      claims, uid,
-      json_pack ("{s:s, s:s, s:s, s:O}", "namespace", ns, "name", name, "phase", "PrepareStarted", "devices", devs));
-  if (checkpoint_write (p, p->cp, err) < 0)
-    goto rollback_entry;
-  if (p->ops->prepare (p->self, &a.view, &prep, err) < 0)
-    goto rollback;
-  edits = edits_json (&prep.edits);
-  if (cdi_write (p, uid, edits, err) < 0)
-    {
-      p->ops->unprepare (p->self, uid, prep.state);
-      goto rollback;
-    }
-  entry = json_object_get (claims, uid);
-  if (!p->cfg.local && p->cfg.device_metadata)
-    {
-      cleanup_json json_t *meta = metadata_entries (p, &a.view, prep.metadata);
-      metadata_write (p, ns, name, uid, meta, devs);
-      json_object_set (entry, "metadata", meta);
-    }
-  /* Prepared once for every pod of a group (KEP-5729): status shows it. */
-  const char *group = nrm_kit_pod_group (claim);
-  if (group)
-    json_object_set_new (entry, "podGroup", json_string (group));
-  json_object_set_new (entry, "phase", json_string ("PrepareCompleted"));
-  json_object_set (entry, "state", prep.state);
-  json_object_set (entry, "edits", edits);
-  if (checkpoint_write (p, p->cp, err) < 0)
-    {
-      p->ops->unprepare (p->self, uid, prep.state);
-      cdi_remove (p, uid);
-      metadata_remove (p, entry, uid);
-      goto rollback;
-    }
-  nrm_prepared_done (&prep);
-  unlock_state (p);
-  nrm_allocation_done (&a);
   if (p->cfg.on_change)
     p->cfg.on_change (p->cfg.on_change_ctx);
-  return devs;
-
-rollback:
-  nrm_prepared_done (&prep);
-  json_object_del (claims, uid);
-  {
-    nrm_error_t werr = NULL;
-    if (checkpoint_write (p, p->cp, &werr) < 0)
-      {
-        /* The PrepareStarted entry stays on disk; the next start rolls it back. */
-        LOG (p, NRM_LOG_ERROR, "%s", nrm_error_msg (werr));
-        nrm_error_release (&werr);
-      }
-  }
-  json_decref (devs);
-  unlock_state (p);
-  nrm_allocation_done (&a);
-  return NULL;
-rollback_entry:
-  json_object_del (claims, uid);
-  json_decref (devs);
-  unlock_state (p);
-  nrm_allocation_done (&a);
-  return NULL;
+  return o.devs;
 }
 
 static int
 unprepare_claim (struct nrm_plugin *p, const char *uid, nrm_error_t *err)
 {
-  if (lock_state (p, err) < 0)
-    return -1;
-  json_t *claims = json_object_get (p->cp, "claims");
-  json_t *entry = json_object_get (claims, uid);
-  if (entry == NULL)
+  struct op o = { .unprepare = true, .uid = uid };
+  submit (p, &o);
+  bool removed = o.saved != NULL;
+  json_decref (o.saved);
+  if (o.err)
     {
-      /* Unknown (or already unprepared): nothing to do. */
-      unlock_state (p);
-      return 0;
-    }
-  const char *phase = json_string_value (json_object_get (entry, "phase"));
-  cleanup_json json_t *saved = json_incref (entry);
-  json_object_del (claims, uid);
-  if (checkpoint_write (p, p->cp, err) < 0)
-    {
-      json_object_set (claims, uid, saved);
-      unlock_state (p);
+      *err = o.err;
       return -1;
     }
-  if (phase && strcmp (phase, "PrepareCompleted") == 0)
-    p->ops->unprepare (p->self, uid, json_object_get (saved, "state"));
-  cdi_remove (p, uid);
-  metadata_remove (p, saved, uid);
-  unlock_state (p);
-  if (p->cfg.on_change)
+  if (removed && p->cfg.on_change)
     p->cfg.on_change (p->cfg.on_change_ctx);
   return 0;
 }
@@ -1373,6 +1543,8 @@ plugin_free (struct nrm_plugin *p)
   if (p->estop >= 0)
     close (p->estop);
   pthread_mutex_destroy (&p->lock);
+  pthread_mutex_destroy (&p->queue_lock);
+  pthread_cond_destroy (&p->queue_cond);
   pthread_mutex_destroy (&p->hlock);
   pthread_mutex_destroy (&p->mlock);
   pthread_cond_destroy (&p->hcond);
@@ -1393,6 +1565,9 @@ nrm_plugin_start (const struct nrm_plugin_config *cfg, const struct nrm_driver_o
   p->instance_fd = p->serialize_fd = p->estop = -1;
   p->registered = -1;
   pthread_mutex_init (&p->lock, NULL);
+  pthread_mutex_init (&p->queue_lock, NULL);
+  pthread_cond_init (&p->queue_cond, NULL);
+  p->queue_tail = &p->queue;
   pthread_mutex_init (&p->hlock, NULL);
   pthread_mutex_init (&p->mlock, NULL);
   pthread_cond_init (&p->hcond, NULL);

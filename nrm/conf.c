@@ -534,7 +534,7 @@ nrm_config_plugin (const struct nrm_config *c, const char *driver, struct nrm_pl
   pc->instance_uid = c->instance_uid;
   pc->device_metadata = c->device_metadata;
   pc->health_interval_s = 10;
-  pc->threads = 2;
+  pc->threads = 8;
 }
 
 int

@@ -41,8 +41,22 @@ create_temp (const char *path, char **tmp, nrm_error_t *err)
   return nrm_error_set (err, EAGAIN, "cannot keep a temporary file beside `%s`", path);
 }
 
+static int write_replace (const char *path, const void *data, size_t len, mode_t mode, bool durable, nrm_error_t *err);
+
 int
 nrm_write_atomic (const char *path, const void *data, size_t len, mode_t mode, nrm_error_t *err)
+{
+  return write_replace (path, data, len, mode, true, err);
+}
+
+int
+nrm_write_rebuilt (const char *path, const void *data, size_t len, mode_t mode, nrm_error_t *err)
+{
+  return write_replace (path, data, len, mode, false, err);
+}
+
+static int
+write_replace (const char *path, const void *data, size_t len, mode_t mode, bool durable, nrm_error_t *err)
 {
   cleanup_free char *dircopy = xstrdup (path), *tmp = NULL;
   cleanup_close int fd = -1, dfd = -1;
@@ -65,11 +79,13 @@ nrm_write_atomic (const char *path, const void *data, size_t len, mode_t mode, n
   /* The data reaches the disk before the name does: after a crash the path
    * holds the old file or the new one, never an empty one. */
   what = "sync";
-  if (fchmod (fd, mode) < 0 || fsync (fd) < 0)
+  if (fchmod (fd, mode) < 0 || (durable && fsync (fd) < 0))
     goto fail;
   what = "rename";
   if (rename (tmp, path) < 0)
     goto fail;
+  if (!durable)
+    return 0;
   dfd = open (dirname (dircopy), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dfd < 0 || fsync (dfd) < 0)
     return nrm_error_errno (err, errno, "cannot sync the directory of `%s`", path);

@@ -14,6 +14,12 @@
  * the directory. */
 int nrm_write_atomic (const char *path, const void *data, size_t len, mode_t mode, nrm_error_t *err);
 
+/* Like nrm_write_atomic() without the syncs: only for a file that is
+ * rebuilt from durable state at every start before anyone may use it (a
+ * CDI spec, from the checkpoint). A reader still sees the old file or the
+ * new one; after a crash of the machine it may be empty until rebuilt. */
+int nrm_write_rebuilt (const char *path, const void *data, size_t len, mode_t mode, nrm_error_t *err);
+
 /* Removes the temporary files that interrupted nrm_write_atomic() calls
  * left in dir and, depth levels down, its folders; a file whose writer is
  * still at work is left. Counts them in *removed (may be NULL). A missing
