@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* libFuzzer target: the small text parsers behind flags, config keys and
- * claim fields. The first byte picks the parser, the rest is its text. */
+ * claim fields. The first byte picks the parser, the rest is its text.
+ * From 0xf0 on: the quoting of untrusted bytes for messages and the exact
+ * text of quantities, whose promises are checked (abort when broken). */
 #include "config.h"
 
 #include <stdint.h>
@@ -10,6 +12,7 @@
 #include "cpuset/placement.h"
 #include "driver/names.h"
 #include "nrm/base/quantity.h"
+#include "nrm/base/text.h"
 #include "nrm/conf.h"
 #include "topology/topology.h"
 
@@ -20,6 +23,40 @@ LLVMFuzzerTestOneInput (const uint8_t *data, size_t size)
 {
   if (size < 1 || size > 4096)
     return 0;
+  if (data[0] >= 0xf0)
+    {
+      const char *raw = (const char *) data + 1;
+      size_t n = size - 1;
+      if (data[0] & 1)
+        {
+          /* Any bytes, NUL included: printable, valid UTF-8, bounded. */
+          char *q = nrm_quote (raw, n, 64);
+          if (strlen (q) > 64 * 4 + 3 || !nrm_utf8_valid (q, strlen (q)))
+            abort ();
+          for (const char *c = q; *c; c++)
+            if ((unsigned char) *c < 0x20 || *c == 0x7f)
+              abort ();
+          free (q);
+          char *t = strndup (raw, n), *b = t ? nrm_text_bound (t, 100) : NULL;
+          if (b && (strlen (b) > 100 || !nrm_utf8_valid (b, strlen (b))))
+            abort ();
+          free (b);
+          free (t);
+        }
+      else
+        {
+          /* A quantity's exact text parses back to the same value. */
+          char *t = strndup (raw, n), buf[64];
+          nrm_quantity_t q, back;
+          nrm_error_t e = NULL;
+          if (t && nrm_quantity_parse (t, &q, &e) == 0
+              && (nrm_quantity_parse (nrm_quantity_text (q, buf, sizeof (buf)), &back, &e) < 0 || back != q))
+            abort ();
+          nrm_error_release (&e);
+          free (t);
+        }
+      return 0;
+    }
   char *text = strndup ((const char *) data + 1, size - 1);
   if (text == NULL)
     return 0;
