@@ -281,6 +281,42 @@ fdatasync (int fd)
   return sync_common (fd, real_fdatasync ? real_fdatasync : (init (), real_fdatasync));
 }
 
+/* A rename (from is its source) or unlink of name, kept pending until its
+ * directory is synced. */
+static int
+change_entry (const char *name, const char *from, int (*doit) (void *), void *ctx)
+{
+  pthread_mutex_lock (&lock);
+  count (from ? "rename" : "unlink", name);
+  struct pending p = { 0 };
+  parent_of (name, p.dir);
+  pcopy (p.name, name);
+  if (from)
+    pcopy (p.from, from);
+  keep (name, p.backup);
+  int r = doit (ctx);
+  if (r == 0 && from)
+    track_path_change (from, name);
+  if (r == 0 && n_pend < MAX_PENDING)
+    pend[n_pend++] = p;
+  else if (p.backup[0])
+    real_unlink (p.backup);
+  pthread_mutex_unlock (&lock);
+  return r;
+}
+
+struct rename_args
+{
+  const char *from, *to;
+};
+
+static int
+do_rename (void *ctx)
+{
+  struct rename_args *a = ctx;
+  return real_rename (a->from, a->to);
+}
+
 int
 rename (const char *from, const char *to)
 {
@@ -288,42 +324,8 @@ rename (const char *from, const char *to)
   char af[PATH_MAX], at[PATH_MAX];
   if (!root[0] || !absolute (from, af) || !absolute (to, at) || !under_root (at))
     return real_rename (from, to);
-  pthread_mutex_lock (&lock);
-  count ("rename", at);
-  struct pending p = { 0 };
-  parent_of (at, p.dir);
-  pcopy (p.name, at);
-  pcopy (p.from, af);
-  keep (at, p.backup);
-  int r = real_rename (from, to);
-  if (r == 0)
-    {
-      track_path_change (af, at);
-      if (n_pend < MAX_PENDING)
-        pend[n_pend++] = p;
-    }
-  else if (p.backup[0])
-    real_unlink (p.backup);
-  pthread_mutex_unlock (&lock);
-  return r;
-}
-
-static int
-unlink_common (const char *abs, int (*doit) (void *), void *ctx)
-{
-  pthread_mutex_lock (&lock);
-  count ("unlink", abs);
-  struct pending p = { 0 };
-  parent_of (abs, p.dir);
-  pcopy (p.name, abs);
-  keep (abs, p.backup);
-  int r = doit (ctx);
-  if (r == 0 && n_pend < MAX_PENDING)
-    pend[n_pend++] = p;
-  else if (p.backup[0])
-    real_unlink (p.backup);
-  pthread_mutex_unlock (&lock);
-  return r;
+  struct rename_args a = { from, to };
+  return change_entry (at, af, do_rename, &a);
 }
 
 static int
@@ -339,7 +341,7 @@ unlink (const char *path)
   char ap[PATH_MAX];
   if (!root[0] || !absolute (path, ap) || !under_root (ap))
     return real_unlink (path);
-  return unlink_common (ap, do_unlink, (void *) path);
+  return change_entry (ap, NULL, do_unlink, (void *) path);
 }
 
 struct unlinkat_args
@@ -370,5 +372,5 @@ unlinkat (int dfd, const char *path, int flags)
   if (!under_root (ap))
     return real_unlinkat (dfd, path, flags);
   struct unlinkat_args a = { dfd, flags, path };
-  return unlink_common (ap, do_unlinkat, &a);
+  return change_entry (ap, NULL, do_unlinkat, &a);
 }
