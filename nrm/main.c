@@ -1171,8 +1171,7 @@ cmd_plugin (struct cli *cli, nrm_error_t *err)
    * with -9 go back (a run releases them too, but runs may be rare). */
   for (;;)
     {
-      for (size_t i = 0; i < d.n; i++)
-        nrm_run_release_stale (plugins[i]);
+      nrm_run_release_stale (c->state_dir, plugins, d.n);
       struct timespec minute = { .tv_sec = 60 };
       sig = sigtimedwait (&set, NULL, &minute);
       if (sig > 0)

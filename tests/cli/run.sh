@@ -115,6 +115,22 @@ if [ "$ncpu" -ge 2 ]; then
   $RUN --cpus 1 -- true 2>/dev/null || fail "run after a killed run with memory"
   "$NRM" status --state-dir "$S" >"$TMP/out" 2>&1
   grep -q "^claims: 0" "$TMP/out" && ok || fail "a killed run's memory is still held: $(cat "$TMP/out")"
+  # A run is known by its record in the state directory: one written in
+  # another PID namespace (a host run seen from a DaemonSet without
+  # hostPID) names a pid that cannot be looked up here, and is left alone.
+  killed_run --cpus 1
+  rec=$(ls "$S"/runs/*.json 2>/dev/null)
+  [ -n "$rec" ] && ok || fail "a run left no record in $S/runs"
+  cp "$rec" "$TMP/rec"
+  sed 's/"pidNamespace":"[^"]*"/"pidNamespace":"1:1"/' "$TMP/rec" >"$rec"
+  $RUN --cpus 1 -- true 2>"$TMP/err" || fail "run beside a foreign record: $(cat "$TMP/err")"
+  "$NRM" status --state-dir "$S" >"$TMP/out" 2>&1
+  grep -q "^claims: 1" "$TMP/out" && ok || fail "a run of another PID namespace was released: $(cat "$TMP/out")"
+  cp "$TMP/rec" "$rec"
+  $RUN --cpus 1 -- true 2>/dev/null || fail "run after restoring the record"
+  "$NRM" status --state-dir "$S" >"$TMP/out" 2>&1
+  grep -q "^claims: 0" "$TMP/out" && ok || fail "a killed run of this PID namespace is still held: $(cat "$TMP/out")"
+  [ -e "$rec" ] && fail "the record of a released run stayed" || ok
   # nrm plugin releases a killed run's claim too, without waiting for a run.
   killed_run --cpus 1
   mkdir -p "$TMP/claims"
