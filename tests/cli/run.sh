@@ -3,7 +3,7 @@
 # host has no cgroup v2 cpuset; the cgroup path is in tests/vm/commit.sh).
 . "${NRM_SRCDIR:-.}/tests/cli/lib.sh"
 S="$TMP/state"
-RUN="$NRM run --state-dir $S --min-shared-cpus 0"
+RUN="$NRM run --state-dir $S --create-state-dir --min-shared-cpus 0"
 ncpu=$(getconf _NPROCESSORS_ONLN)
 
 # One CPU: the command sees exactly that one, named in NRM_CPUS.
@@ -134,7 +134,7 @@ if [ "$ncpu" -ge 2 ]; then
   # nrm plugin releases a killed run's claim too, without waiting for a run.
   killed_run --cpus 1
   mkdir -p "$TMP/claims"
-  "$NRM" plugin --state-dir "$S" --claims-dir "$TMP/claims" --kubelet-dir "$TMP/kubelet" --cdi-dir "$TMP/cdi" \
+  "$NRM" plugin --state-dir "$S" --claims-dir "$TMP/claims" --kubelet-dir "$TMP/kubelet" --cdi-dir "$TMP/cdi" --allow-no-cpuset \
     --reconcile-interval 0 2>"$TMP/plog" &
   p=$!
   for _ in $(seq 50); do grep -q "its nrm process is gone" "$TMP/plog" && break; sleep 0.1; done

@@ -87,6 +87,7 @@ spawn_plugin (const char *extra)
         {
           args[n++] = "--fsroot";
           args[n++] = fsroot;
+          args[n++] = "--allow-no-cpuset"; /* the tree is sysfs only */
         }
       if (extra)
         {
@@ -1336,6 +1337,7 @@ setup (void **state)
   snprintf (claims_dir, sizeof (claims_dir), "%s/claims", root);
   snprintf (log_path, sizeof (log_path), "%s/plugin.log", root);
   mkdir (claims_dir, 0700);
+  mkdir (state_dir, 0700);
   snprintf (cpu_sock, sizeof (cpu_sock), "%s/plugins/" CPU_DRIVER "/dra.sock", kubelet_dir);
   snprintf (cpu_reg, sizeof (cpu_reg), "%s/plugins_registry/" CPU_DRIVER "-reg.sock", kubelet_dir);
   snprintf (mem_sock, sizeof (mem_sock), "%s/plugins/" MEM_DRIVER "/dra.sock", kubelet_dir);
