@@ -2,6 +2,14 @@
 # nrm run on this machine (the sched_setaffinity/set_mempolicy path where the
 # host has no cgroup v2 cpuset; the cgroup path is in tests/vm/commit.sh).
 . "${NRM_SRCDIR:-.}/tests/cli/lib.sh"
+# pkill, pgrep and ps: procps, which scripts/deps.sh installs (a minimal
+# Debian 12 has none of them).
+for t in pkill pgrep ps; do
+  command -v "$t" >/dev/null || { echo "SKIP: needs $t (procps: scripts/deps.sh installs it)"; exit 77; }
+  if command -v dpkg-query >/dev/null && pkg=$(dpkg -S "$(command -v "$t")" 2>/dev/null | cut -d: -f1); then
+    grep -qw "$pkg" "${NRM_SRCDIR:-.}/scripts/deps.sh" && ok || fail "scripts/deps.sh does not install $pkg (for $t)"
+  fi
+done
 S="$TMP/state"
 RUN="$NRM run --state-dir $S --create-state-dir --min-shared-cpus 0"
 ncpu=$(getconf _NPROCESSORS_ONLN)
