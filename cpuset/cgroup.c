@@ -111,6 +111,40 @@ open_at (struct nrm_cgroupfs *fs, const char *relpath, int flags)
   return dir;
 }
 
+/* A controller's file that is not there: on a host whose cgroup v2 lacks
+ * the controller altogether (cgroup v1, or a hybrid host with cpuset on
+ * v1) that, rather than a vanished cgroup, is what to say. */
+static int
+missing (struct nrm_cgroupfs *fs, const char *cgroup, const char *file, nrm_error_t *err)
+{
+  size_t n = strcspn (file, ".");
+  char ctl[32];
+  if (n > 0 && n < sizeof (ctl) && file[n] == '.' && strncmp (file, "cgroup", n) != 0)
+    {
+      char buf[1024];
+      memcpy (ctl, file, n);
+      ctl[n] = '\0';
+      cleanup_close int fd = openat (fs->fd, "cgroup.controllers", O_RDONLY | O_CLOEXEC);
+      ssize_t len = fd >= 0 ? read (fd, buf, sizeof (buf) - 1) : -1;
+      if (fd < 0)
+        return nrm_error_set (err, ENOENT,
+                              "cgroup `%s` has no `%s`: %s is not cgroup v2 (no cgroup.controllers; cgroup v1?), "
+                              "and nrm binds containers through cgroup v2",
+                              cgroup, file, fs->root);
+      buf[len > 0 ? len : 0] = '\0';
+      bool found = false;
+      char *save = NULL;
+      for (char *tok = strtok_r (buf, " \n", &save); tok && !found; tok = strtok_r (NULL, " \n", &save))
+        found = strcmp (tok, ctl) == 0;
+      if (!found)
+        return nrm_error_set (err, ENOENT,
+                              "cgroup `%s` has no `%s`: cgroup v2 at %s has no %s controller (a cgroup v1 hybrid "
+                              "host, with %s on v1?); nrm needs %s on cgroup v2",
+                              cgroup, file, fs->root, ctl, ctl, ctl);
+    }
+  return nrm_error_set (err, ENOENT, "cgroup `%s` has no `%s` (vanished, or the controller is off)", cgroup, file);
+}
+
 int
 nrm_cgroup_read (struct nrm_cgroupfs *fs, const char *cgroup, const char *file, char **ret, nrm_error_t *err)
 {
@@ -121,8 +155,7 @@ nrm_cgroup_read (struct nrm_cgroupfs *fs, const char *cgroup, const char *file, 
   if (fd < 0)
     {
       if (errno == ENOENT)
-        return nrm_error_set (err, ENOENT, "cgroup `%s` has no `%s` (vanished, or the controller is off)", cgroup,
-                              file);
+        return missing (fs, cgroup, file, err);
       return nrm_error_errno (err, errno, "cannot read `%s` of cgroup `%s`", file, cgroup);
     }
   char buf[8192];
@@ -151,8 +184,7 @@ nrm_cgroup_write (struct nrm_cgroupfs *fs, const char *cgroup, const char *file,
   if (fd < 0)
     {
       if (errno == ENOENT)
-        return nrm_error_set (err, ENOENT, "cgroup `%s` has no `%s` (vanished, or the controller is off)", cgroup,
-                              file);
+        return missing (fs, cgroup, file, err);
       return nrm_error_errno (err, errno, "cannot open `%s` of cgroup `%s`", file, cgroup);
     }
   size_t len = strlen (value);

@@ -536,7 +536,13 @@ nrm_grpc_server_stop (struct nrm_grpc_server *s)
   s->stopping = true;
   pthread_mutex_unlock (&s->lock);
   grpc_server_shutdown_and_notify (s->server, s->cq, &s->shutdown_tag);
-  /* Streams never end by themselves: cancel them, unary calls finish. */
+  /* Without this the shutdown waits seconds on every idle client
+   * connection (the kubelet keeps one open). A handler already running
+   * still ends on its polling thread; only its answer may be lost, and the
+   * kubelet retries prepare and unprepare, which are idempotent. */
+  grpc_server_cancel_all_calls (s->server);
+  /* Streams never end by themselves (already cancelled above; kept for
+   * the streams that start while the server shuts down). */
   pthread_mutex_lock (&s->lock);
   for (struct nrm_grpc_stream *st = s->streams; st; st = st->next)
     grpc_call_cancel (st->call, NULL);

@@ -449,6 +449,11 @@ load_root (struct nrm_config *c, json_t *root, nrm_error_t *err)
         WANT (v, json_is_boolean, key, "a boolean");
         c->device_metadata = json_is_true (v);
       }
+    else if (strcmp (key, "createStateDir") == 0 || strcmp (key, "allowNoCpuset") == 0)
+      {
+        WANT (v, json_is_boolean, key, "a boolean");
+        *(key[0] == 'c' ? &c->create_state_dir : &c->allow_no_cpuset) = json_is_true (v);
+      }
     else if (strcmp (key, "publishSlices") == 0)
       {
         WANT (v, json_is_boolean, key, "a boolean");
@@ -597,7 +602,7 @@ nrm_config_finish (struct nrm_config *c, nrm_error_t *err)
     const char *dflt;
   } defaults[] = { { &c->kubelet_dir, "/var/lib/kubelet" },
                    { &c->cdi_dir, "/var/run/cdi" },
-                   { &c->state_dir, "/var/lib/nrm" },
+                   { &c->state_dir, NRM_DEFAULT_STATE_DIR },
                    { &c->log_level, "info" },
                    { &c->log_format, "plain" } };
   for (size_t i = 0; i < sizeof (defaults) / sizeof (defaults[0]); i++)

@@ -37,11 +37,15 @@ struct nrm_config
   char *kubeconfig;      /* kubeconfig file; NULL: in-cluster settings, if any */
   bool no_publish;       /* leave the ResourceSlices alone */
   bool device_metadata;  /* KEP-5304 metadata files in containers */
+  bool create_state_dir; /* create a missing state_dir other than the default */
+  bool allow_no_cpuset;  /* serve where cgroup v2 has no cpuset controller */
   double api_qps;        /* client-side rate limit (5 requests/s) */
   long api_burst;        /* (10) */
   char *http_address;    /* ADDR:PORT of /healthz and /metrics, or NULL */
   char *lease_namespace; /* nrm controller: its Lease's namespace */
 };
+
+#define NRM_DEFAULT_STATE_DIR "/var/lib/nrm"
 
 void nrm_config_init (struct nrm_config *c);
 void nrm_config_done (struct nrm_config *c);

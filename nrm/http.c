@@ -65,13 +65,15 @@ start_daemon (struct nrm_http *s, unsigned flags, uint16_t port, const struct so
                            addr, MHD_OPTION_CONNECTION_LIMIT, 16u, MHD_OPTION_CONNECTION_TIMEOUT, 10u, MHD_OPTION_END);
 }
 
-int
-nrm_http_start (const char *address, nrm_http_handler fn, void *ctx, struct nrm_http **ret, nrm_error_t *err)
+/* The address split and resolved: *ai is NULL for ":PORT". */
+static int
+parse_address (const char *address, long *ret_port, struct addrinfo **ai, nrm_error_t *err)
 {
   cleanup_free char *host = NULL;
   const char *colon = strrchr (address, ':');
+  *ai = NULL;
   if (colon == NULL || colon[1] == '\0')
-    return nrm_error_set (err, EINVAL, "HTTP address `%s` is not HOST:PORT", address);
+    return nrm_error_set (err, EINVAL, "HTTP address `%s` is not HOST:PORT (e.g. 0.0.0.0:9464, or :9464)", address);
   const char *h = address;
   size_t hl = (size_t) (colon - address);
   if (hl >= 2 && h[0] == '[' && h[hl - 1] == ']')
@@ -83,17 +85,39 @@ nrm_http_start (const char *address, nrm_http_handler fn, void *ctx, struct nrm_
   char *end = NULL;
   long port = strtol (colon + 1, &end, 10);
   if (*end || port < 0 || port > 65535)
-    return nrm_error_set (err, EINVAL, "HTTP address `%s`: bad port", address);
+    return nrm_error_set (err, EINVAL, "HTTP address `%s`: bad port (0 to 65535)", address);
 
   struct addrinfo hints
       = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE | AI_NUMERICSERV };
-  struct addrinfo *ai = NULL;
   if (*host != '\0')
     {
-      int gr = getaddrinfo (host, colon + 1, &hints, &ai);
+      int gr = getaddrinfo (host, colon + 1, &hints, ai);
       if (gr != 0)
         return nrm_error_set (err, EINVAL, "HTTP address `%s`: %s", address, gai_strerror (gr));
     }
+  *ret_port = port;
+  return 0;
+}
+
+int
+nrm_http_check_address (const char *address, nrm_error_t *err)
+{
+  long port;
+  struct addrinfo *ai = NULL;
+  if (parse_address (address, &port, &ai, err) < 0)
+    return -1;
+  if (ai)
+    freeaddrinfo (ai);
+  return 0;
+}
+
+int
+nrm_http_start (const char *address, nrm_http_handler fn, void *ctx, struct nrm_http **ret, nrm_error_t *err)
+{
+  long port = 0;
+  struct addrinfo *ai = NULL;
+  if (parse_address (address, &port, &ai, err) < 0)
+    return -1;
   struct nrm_http *s = xcalloc (1, sizeof (*s));
   s->fn = fn;
   s->ctx = ctx;

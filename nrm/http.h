@@ -12,6 +12,9 @@ typedef char *(*nrm_http_handler) (void *ctx, const char *path, int *status, con
 struct nrm_http;
 
 /* address: "HOST:PORT", "[V6]:PORT" or ":PORT" (every address). */
+/* Whether address is one nrm_http_start takes (HOST:PORT with a port from
+ * 0 to 65535 and a host that resolves), without binding anything. */
+int nrm_http_check_address (const char *address, nrm_error_t *err);
 int nrm_http_start (const char *address, nrm_http_handler fn, void *ctx, struct nrm_http **ret, nrm_error_t *err);
 /* The port actually bound (for ":0"). */
 int nrm_http_port (struct nrm_http *h);

@@ -14,6 +14,7 @@
 #include <signal.h>
 #include <sys/eventfd.h>
 #include <sys/inotify.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -98,7 +99,12 @@ static const char usage_text[]
       "Options of plugin:\n"
       "      --kubelet-dir DIR      kubelet root with plugins/ and plugins_registry/ (/var/lib/kubelet)\n"
       "      --cdi-dir DIR          where CDI specs are written (/var/run/cdi)\n"
-      "      --state-dir DIR        checkpoints and locks (/var/lib/nrm)\n"
+      "      --state-dir DIR        checkpoints and locks (/var/lib/nrm); it must exist, except\n"
+      "                             the default, which is created\n"
+      "      --create-state-dir     create a missing --state-dir (plugin and run)\n"
+      "      --allow-no-cpuset      serve although cgroup v2 has no cpuset controller (cgroup\n"
+      "                             v1 or hybrid): the hook cannot bind containers, and fails\n"
+      "                             those with claims; for trying the protocol only\n"
       "      --kubeconfig FILE      the Kubernetes API for claims and ResourceSlices (in a pod:\n"
       "                             its service account, without this flag)\n"
       "      --claims-dir DIR       read ResourceClaims from the *.json files in DIR instead\n"
@@ -122,7 +128,8 @@ static const char usage_text[]
       "      --lease-namespace NS   namespace of its leader-election Lease (default:\n"
       "                             $POD_NAMESPACE, else nrm-system)\n"
       "\n"
-      "Options of run (and --state-dir, --cpu-options, --min-shared-cpus as for plugin):\n"
+      "Options of run (and --state-dir, --create-state-dir, --cpu-options, --min-shared-cpus as\n"
+      "for plugin):\n"
       "      --cpus N               exclusive CPUs for the command\n"
       "      --memory SIZE          memory on the same NUMA node, also its limit (e.g. 1Gi)\n"
       "      --hugepages-2Mi SIZE   2 MiB huge pages on that node (e.g. 64Mi); --hugepages-1Gi too\n"
@@ -175,6 +182,8 @@ enum
   OPT_DRIVER_DIR,
   OPT_DEVICE_METADATA,
   OPT_LEASE_NAMESPACE,
+  OPT_CREATE_STATE_DIR,
+  OPT_ALLOW_NO_CPUSET,
 };
 
 /* The commands, as bits: an option names those that take it, and any
@@ -240,6 +249,8 @@ static const struct cli_option cli_options[] = {
   { "drivers", required_argument, OPT_DRIVERS, CMD_SLICES | CMD_STATUS | CMD_PLUGIN | CMD_CONTROLLER },
   { "driver-dir", required_argument, OPT_DRIVER_DIR, CMD_SLICES | CMD_STATUS | CMD_PLUGIN | CMD_CONTROLLER },
   { "lease-namespace", required_argument, OPT_LEASE_NAMESPACE, CMD_CONTROLLER },
+  { "create-state-dir", no_argument, OPT_CREATE_STATE_DIR, CMD_PLUGIN | CMD_RUN },
+  { "allow-no-cpuset", no_argument, OPT_ALLOW_NO_CPUSET, CMD_PLUGIN },
   { "help", no_argument, 'h', CMD_ALL },
 };
 #define N_OPTIONS (sizeof (cli_options) / sizeof (cli_options[0]))
@@ -447,6 +458,12 @@ parse_options (struct cli *cli, const char *cmd, int argc, char **argv, nrm_erro
           break;
         case OPT_DEVICE_METADATA:
           cli->cfg.device_metadata = true;
+          break;
+        case OPT_CREATE_STATE_DIR:
+          cli->cfg.create_state_dir = true;
+          break;
+        case OPT_ALLOW_NO_CPUSET:
+          cli->cfg.allow_no_cpuset = true;
           break;
         case OPT_KUBECONFIG:
         case OPT_NO_PUBLISH:
@@ -731,6 +748,29 @@ cmd_status (struct cli *cli, nrm_error_t *err)
 }
 
 #ifdef NRM_AGENT
+/* A state directory that does not exist is most likely a typo: created, it
+ * would split the bookkeeping from the plugin's and the runs'. The default
+ * is nrm's own and is created; any other only when asked for. */
+static int
+check_state_dir (const struct nrm_config *c, const char *cmd, nrm_error_t *err)
+{
+  struct stat st;
+  if (stat (c->state_dir, &st) == 0)
+    {
+      if (!S_ISDIR (st.st_mode))
+        return nrm_error_set (err, ENOTDIR, "%s: the state directory `%s` is not a directory", cmd, c->state_dir);
+      return 0;
+    }
+  if (errno != ENOENT)
+    return nrm_error_errno (err, errno, "%s: the state directory `%s`", cmd, c->state_dir);
+  if (c->create_state_dir || strcmp (c->state_dir, NRM_DEFAULT_STATE_DIR) == 0)
+    return 0;
+  return nrm_error_set (err, ENOENT,
+                        "%s: the state directory `%s` does not exist (a typo would split nrm's bookkeeping in "
+                        "two): create it, or give --create-state-dir",
+                        cmd, c->state_dir);
+}
+
 static int
 cmd_run (struct cli *cli, nrm_error_t *err)
 {
@@ -740,6 +780,8 @@ cmd_run (struct cli *cli, nrm_error_t *err)
     return nrm_error_set (err, EINVAL, "run: the command runs on this machine; --topology is not for run");
   if (cli->run.cpus == 0)
     return nrm_error_set (err, EINVAL, "run: --cpus N is required");
+  if (check_state_dir (&cli->cfg, "run", err) < 0)
+    return -1;
   nrm_log_parse_level (cli->cfg.log_level, &level);
   nrm_log_setup (level, strcmp (cli->cfg.log_format, "json") == 0);
   if (load_machine (cli, &t, err) < 0)
@@ -1029,6 +1071,39 @@ http_handler (void *ctx, const char *path, int *status, const char **content_typ
   return body;
 }
 
+/* Where the plugin binds containers (this host, or an --fsroot tree), cgroup
+ * v2 must have the cpuset controller: without it every container with a
+ * claim would fail in the hook. Not checked for a recorded machine served
+ * on this host, whose containers nrm leaves alone. */
+static int
+check_cpuset (const struct nrm_config *c, nrm_error_t *err)
+{
+  bool here = strcmp (c->fsroot, "/") == 0;
+  if ((c->topology && here) || c->allow_no_cpuset)
+    return 0;
+  cleanup_free char *ctl = xasprintf ("%s/sys/fs/cgroup/cgroup.controllers", here ? "" : c->fsroot);
+  cleanup_free char *text = NULL;
+  nrm_error_t rerr = NULL;
+  if (nrm_read_file (ctl, 4096, &text, NULL, &rerr) < 0)
+    {
+      nrm_error_release (&rerr);
+      return nrm_error_set (err, ENOTSUP,
+                            "plugin: no cgroup v2 at %s/sys/fs/cgroup (no `%s`: cgroup v1?): containers with claims "
+                            "could not be bound to their CPUs and would fail in the hook; boot with cgroup v2 "
+                            "(systemd.unified_cgroup_hierarchy=1), or give --allow-no-cpuset to serve anyway",
+                            here ? "" : c->fsroot, ctl);
+    }
+  char *save = NULL;
+  for (char *tok = strtok_r (text, " \n", &save); tok; tok = strtok_r (NULL, " \n", &save))
+    if (strcmp (tok, "cpuset") == 0)
+      return 0;
+  return nrm_error_set (err, ENOTSUP,
+                        "plugin: cgroup v2 at %s/sys/fs/cgroup has no cpuset controller (`%s` lacks it: cgroup v1 "
+                        "hybrid, with cpuset on v1?): containers with claims could not be bound to their CPUs and "
+                        "would fail in the hook; give cpuset to cgroup v2, or --allow-no-cpuset to serve anyway",
+                        here ? "" : c->fsroot, ctl);
+}
+
 /* Serves every enabled driver until SIGTERM or SIGINT. Signals are blocked
  * before any thread starts (gRPC's own threads inherit the mask) and taken
  * here with sigwait(): no gRPC call ever runs in a signal handler. */
@@ -1072,6 +1147,11 @@ cmd_plugin (struct cli *cli, nrm_error_t *err)
   signal (SIGPIPE, SIG_IGN);
 
   if (check_kubelet_managers (c, err) < 0)
+    return -1;
+  /* Every setting is checked before the first socket or file is made. */
+  if (c->http_address && nrm_http_check_address (c->http_address, err) < 0)
+    return nrm_error_wrap (err, "plugin");
+  if (check_state_dir (c, "plugin", err) < 0 || check_cpuset (c, err) < 0)
     return -1;
   if (load_machine (cli, &t, err) < 0)
     return -1;
@@ -1182,8 +1262,7 @@ cmd_plugin (struct cli *cli, nrm_error_t *err)
    * with -9 go back (a run releases them too, but runs may be rare). */
   for (;;)
     {
-      for (size_t i = 0; i < d.n; i++)
-        nrm_run_release_stale (plugins[i]);
+      nrm_run_release_stale (c->state_dir, plugins, d.n);
       struct timespec minute = { .tv_sec = 60 };
       sig = sigtimedwait (&set, NULL, &minute);
       if (sig > 0)

@@ -5,6 +5,7 @@
  * sched_setaffinity and set_mempolicy where there is no cgroup v2 cpuset. */
 #include "config.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <sched.h>
@@ -74,28 +75,122 @@ start_time (pid_t pid)
   return v;
 }
 
-void
-nrm_run_release_stale (struct nrm_plugin *pl)
+/* This process's PID namespace, "dev:ino" of /proc/self/ns/pid: a record
+ * written in another one names a pid this process cannot look up. */
+static char *
+pid_namespace (void)
 {
+  struct stat st;
+  if (stat ("/proc/self/ns/pid", &st) < 0)
+    return xstrdup ("?");
+  return xasprintf ("%llu:%llu", (unsigned long long) st.st_dev, (unsigned long long) st.st_ino);
+}
+
+/* This boot's id: start times count from boot, so a record of an earlier
+ * boot is stale whatever its pid. */
+static char *
+boot_id (void)
+{
+  char *text = NULL;
   nrm_error_t err = NULL;
-  cleanup_json json_t *claims = nrm_plugin_claims (pl, &err);
-  const char *uid;
-  json_t *c;
-  nrm_error_release (&err);
-  json_object_foreach (claims, uid, c)
-  {
-    const char *ns = json_string_value (json_object_get (c, "namespace"));
-    const char *name = json_string_value (json_object_get (c, "name"));
-    int pid = 0;
-    unsigned long long st = 0;
-    if (ns == NULL || strcmp (ns, RUN_NAMESPACE) != 0 || name == NULL || sscanf (name, "run-%d-%llu", &pid, &st) != 2)
-      continue;
-    if (pid > 0 && start_time (pid) == st)
-      continue;
-    nrm_log (NULL, NRM_LOG_INFO, "releasing the claim of run %s (its nrm process is gone)", name);
-    if (nrm_plugin_unprepare (pl, uid, &err) < 0)
+  if (nrm_read_file ("/proc/sys/kernel/random/boot_id", 128, &text, NULL, &err) < 0)
+    {
       nrm_error_release (&err);
-  }
+      return xstrdup ("?");
+    }
+  text[strcspn (text, "\n")] = '\0';
+  return text;
+}
+
+static char *
+record_dir (const char *state_dir)
+{
+  return xasprintf ("%s/runs", state_dir);
+}
+
+static char *
+record_path (const char *state_dir, const char *uid)
+{
+  return xasprintf ("%s/runs/%s.json", state_dir, uid);
+}
+
+/* The run's own record, written before its claims exist: only nrm writes
+ * in the state directory, so no claim can pose as a run. */
+static int
+write_record (const char *state_dir, const char *uid, const char *name, pid_t pid, unsigned long long st,
+              nrm_error_t *err)
+{
+  cleanup_free char *dir = record_dir (state_dir), *path = record_path (state_dir, uid);
+  cleanup_free char *ns = pid_namespace (), *boot = boot_id (), *text = NULL;
+  cleanup_json json_t *rec = json_pack ("{s:s, s:s, s:i, s:I, s:s, s:s}", "uid", uid, "name", name, "pid", (int) pid,
+                                        "startTime", (json_int_t) st, "pidNamespace", ns, "bootId", boot);
+  text = json_dumps (rec, JSON_COMPACT);
+  if (nrm_mkdir_p (dir, 0700, err) < 0 || nrm_write_atomic (path, text, strlen (text), 0600, true, err) < 0)
+    return nrm_error_wrap (err, "run record");
+  return 0;
+}
+
+/* Whether the run of this record is gone: 1 gone, 0 alive, -1 not known
+ * here (another PID namespace, or an unreadable record). */
+static int
+record_gone (json_t *rec, const char *uid, const char *ns, const char *boot)
+{
+  json_t *pid = json_object_get (rec, "pid"), *st = json_object_get (rec, "startTime");
+  const char *rns = json_string_value (json_object_get (rec, "pidNamespace"));
+  const char *rboot = json_string_value (json_object_get (rec, "bootId"));
+  const char *ruid = json_string_value (json_object_get (rec, "uid"));
+  if (!json_is_integer (pid) || !json_is_integer (st) || rns == NULL || rboot == NULL || ruid == NULL
+      || strcmp (ruid, uid) != 0)
+    return -1;
+  if (strcmp (rboot, boot) != 0)
+    return 1;
+  if (strcmp (rns, ns) != 0)
+    return -1;
+  json_int_t p = json_integer_value (pid);
+  if (p <= 0 || p > 4194304)
+    return -1;
+  return start_time ((pid_t) p) == (unsigned long long) json_integer_value (st) ? 0 : 1;
+}
+
+void
+nrm_run_release_stale (const char *state_dir, struct nrm_plugin *const *pl, size_t n)
+{
+  cleanup_free char *dir = record_dir (state_dir), *ns = pid_namespace (), *boot = boot_id ();
+  DIR *d = opendir (dir);
+  struct dirent *de;
+  if (d == NULL)
+    return; /* no run has ever started here */
+  while ((de = readdir (d)) != NULL)
+    {
+      size_t len = strlen (de->d_name);
+      if (len <= 5 || len > 64 + 5 || strcmp (de->d_name + len - 5, ".json") != 0 || de->d_name[0] == '.')
+        continue;
+      cleanup_free char *uid = xstrndup (de->d_name, len - 5);
+      cleanup_free char *path = record_path (state_dir, uid), *text = NULL;
+      nrm_error_t err = NULL;
+      if (nrm_read_file (path, 4096, &text, NULL, &err) < 0)
+        {
+          nrm_error_release (&err);
+          continue;
+        }
+      cleanup_json json_t *rec = json_loads (text, 0, NULL);
+      if (record_gone (rec, uid, ns, boot) != 1)
+        continue;
+      const char *name = json_string_value (json_object_get (rec, "name"));
+      nrm_log (NULL, NRM_LOG_INFO, "releasing the claim of run %s (its nrm process is gone)", name ? name : uid);
+      bool all = true;
+      for (size_t i = 0; i < n; i++)
+        if (pl[i] && nrm_plugin_unprepare (pl[i], uid, &err) < 0)
+          {
+            nrm_log (NULL, NRM_LOG_ERROR, "run %s: %s", name ? name : uid, nrm_error_msg (err));
+            nrm_error_release (&err);
+            all = false;
+          }
+      /* Kept until every driver has let go, to try again later. */
+      if (all)
+        unlink (path);
+    }
+  closedir (d);
 }
 
 static json_t *
@@ -191,7 +286,7 @@ nrm_cmd_run (struct nrm_config *c, struct nrm_topology *t, const struct nrm_run_
   cleanup_free size_t *order = NULL;
   cleanup_free uint64_t *free_cpus = NULL, *free_cell = NULL;
   bool use_mem = rq->memory != NULL || rq->hugepages_2mi != NULL || rq->hugepages_1gi != NULL;
-  bool prepared[2] = { false, false };
+  bool prepared[2] = { false, false }, recorded = false, released = true;
   cleanup_json json_t *mem_env = NULL, *cpu_claims = NULL, *held = NULL;
   struct nrm_env_binding mem_eb = { 0 }; /* the memory driver's limits, from its environment */
   int r = -1;
@@ -236,8 +331,10 @@ nrm_cmd_run (struct nrm_config *c, struct nrm_topology *t, const struct nrm_run_
     }
   /* Runs whose nrm process is gone (killed with -9) still hold their
    * claims, CPUs and memory: released first. */
-  nrm_run_release_stale (pl[0]);
-  nrm_run_release_stale (pl[1]);
+  nrm_run_release_stale (c->state_dir, pl, 2);
+  if (write_record (c->state_dir, uid, name, self, st, err) < 0)
+    goto out;
+  recorded = true;
 
   /* The node: the one asked for, else the first in preference order that
    * has room, the fullest first (a best fit, as the slices offer the nodes
@@ -478,9 +575,17 @@ out:
         {
           nrm_log (NULL, NRM_LOG_ERROR, "run %s: %s", name, nrm_error_msg (uerr));
           nrm_error_release (&uerr);
+          released = false;
         }
       nrm_plugin_stop (pl[i]);
       json_decref (src[i].claim);
+    }
+  /* A claim that could not be released keeps its record: the next run or
+   * the plugin releases it once this process is gone. */
+  if (recorded && released)
+    {
+      cleanup_free char *path = record_path (c->state_dir, uid);
+      unlink (path);
     }
   nrm_drivers_close (&drivers);
   nrm_registry_free (reg);

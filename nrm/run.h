@@ -3,6 +3,7 @@
 #define NRM_RUN_H
 
 #include <stdbool.h>
+#include <stddef.h>
 
 #include "nrm/conf.h"
 #include "nrm/base/error.h"
@@ -27,9 +28,12 @@ int nrm_cmd_run (struct nrm_config *c, struct nrm_topology *t, const struct nrm_
                  nrm_error_t *err);
 
 /* Releases the claims of runs whose nrm run process is gone (killed with
- * -9): nrm run does it before it allocates, nrm plugin at start and every
- * minute. */
+ * -9), in each of the n plugins: nrm run does it before it allocates, nrm
+ * plugin at start and every minute. A run is known by its record in
+ * state_dir/runs (its pid, start time, PID namespace and boot), never by a
+ * claim's namespace or name; records of another PID namespace are left to
+ * the processes of that namespace. */
 struct nrm_plugin;
-void nrm_run_release_stale (struct nrm_plugin *pl);
+void nrm_run_release_stale (const char *state_dir, struct nrm_plugin *const *pl, size_t n);
 
 #endif

@@ -1,11 +1,13 @@
 #!/bin/sh
-# Installs the Debian 12 packages that nrm builds and tests with.
+# Installs the Debian 12 packages that nrm builds and tests with (procps:
+# pkill, pgrep and ps in tests/cli/run.sh; a minimal Debian 12 lacks it).
 set -eu
 PKGS="build-essential autoconf automake pkg-config
  libhwloc-dev hwloc-nox libnuma-dev
  libprotobuf-c-dev protobuf-c-compiler libgrpc-dev
  libcurl4-openssl-dev libssl-dev libjansson-dev libyaml-dev libmicrohttpd-dev libcmocka-dev
  openssl python3 help2man clang clang-format
+ procps
  valgrind
  qemu-system-x86 busybox-static cpio runc"
 missing=""

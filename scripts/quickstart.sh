@@ -11,4 +11,4 @@ make -j"$(nproc)"
 ./nrm/nrm slices
 # nrm's main job on its own: a command on an exclusive CPU picked by the
 # placement engine, released when it ends.
-./nrm/nrm run --cpus 1 --min-shared-cpus 0 --state-dir "/tmp/nrm-quickstart-$(id -u)" -- sh -c 'echo "ran on CPU $NRM_CPUS, memory node $NRM_MEMS"; grep -E "^(Cpus|Mems)_allowed_list" /proc/self/status'
+./nrm/nrm run --cpus 1 --min-shared-cpus 0 --state-dir "/tmp/nrm-quickstart-$(id -u)" --create-state-dir -- sh -c 'echo "ran on CPU $NRM_CPUS, memory node $NRM_MEMS"; grep -E "^(Cpus|Mems)_allowed_list" /proc/self/status'

@@ -39,7 +39,7 @@ log = open(os.path.join(work, "plugin.log"), "w")
 t0 = time.time()
 p = subprocess.Popen([NRM, "plugin", "-t", TOPO, "--node-name", "bench", "--kubeconfig", os.path.join(work, "kubeconfig"),
                       "--kubelet-dir", os.path.join(work, "k"), "--cdi-dir", os.path.join(work, "cdi"),
-                      "--state-dir", os.path.join(work, "state"), "--reconcile-interval", "0",
+                      "--state-dir", os.path.join(work, "state"), "--create-state-dir", "--reconcile-interval", "0",
                       "--http-address", "127.0.0.1:0"] + sys.argv[4:5], stdout=log, stderr=subprocess.STDOUT)
 
 

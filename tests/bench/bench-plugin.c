@@ -223,6 +223,7 @@ main (int argc, char **argv)
       char cdi[160], state[160];
       snprintf (cdi, sizeof (cdi), "%s/cdi", root);
       snprintf (state, sizeof (state), "%s/state", root);
+      mkdir (state, 0700);
       int null = open ("/dev/null", O_WRONLY);
       dup2 (null, 2);
       execl (argv[1], argv[1], "plugin", "--topology", argv[2], "--node-name", NODE, "--kubelet-dir", kubelet,

@@ -80,12 +80,43 @@ echo '{"policyName":"none","defaultCpuSet":"","checksum":1}' >"$TMP/kubelet/cpu_
 echo '{"policyName":"Static","machineState":{},"checksum":1}' >"$TMP/kubelet/memory_manager_state"
 expect_error "static Memory Manager" "memoryManagerPolicy: None" -- plugin --topology "$X" --kubelet-dir "$TMP/kubelet" \
   --claims-dir "$TMP" --state-dir "$TMP/st" --cdi-dir "$TMP/cdi"
+mkdir -p "$TMP/st"
 expect_error "unreadable kubeconfig" "/nonexistent/kubeconfig" -- plugin --topology "$X" --kubeconfig /nonexistent/kubeconfig \
   --kubelet-dir "$TMP/k2" --state-dir "$TMP/st" --cdi-dir "$TMP/cdi"
 expect_error "kubeconfig flag outside plugin" "is an option of \`nrm plugin\`" -- slices --kubeconfig /x
 expect_error "bad --api-burst" "--api-burst" -- plugin --api-burst 0 --claims-dir "$TMP"
-expect_error "bad --http-address" "HTTP address" -- plugin --topology "$X" --http-address nonsense \
-  --kubelet-dir "$TMP/k3" --claims-dir "$TMP" --state-dir "$TMP/st3" --cdi-dir "$TMP/cdi"
+# Every setting is checked before anything is made: no socket, no folder.
+mkdir -p "$TMP/st3"
+expect_error "bad --http-address" "HTTP address \`nonsense\` is not HOST:PORT" -- plugin --topology "$X" \
+  --http-address nonsense --kubelet-dir "$TMP/k3" --claims-dir "$TMP" --state-dir "$TMP/st3" --cdi-dir "$TMP/cdi3"
+expect_error "bad --http-address port" "bad port" -- plugin --topology "$X" --http-address 127.0.0.1:70000 \
+  --kubelet-dir "$TMP/k3" --claims-dir "$TMP" --state-dir "$TMP/st3" --cdi-dir "$TMP/cdi3"
+[ -e "$TMP/k3" ] || [ -e "$TMP/cdi3" ] && fail "a bad --http-address left $(ls -d "$TMP"/k3 "$TMP"/cdi3 2>/dev/null)" || ok
+grep -q "serving" "$TMP/err" && fail "a bad --http-address logged serving: $(cat "$TMP/err")" || ok
+# A state directory that does not exist is refused (a typo would split the
+# bookkeeping), unless --create-state-dir asks for it.
+expect_error "missing --state-dir" "the state directory \`$TMP/typo/dir\` does not exist" -- plugin --topology "$X" \
+  --kubelet-dir "$TMP/k4" --claims-dir "$TMP" --state-dir "$TMP/typo/dir" --cdi-dir "$TMP/cdi4"
+[ -e "$TMP/typo" ] || [ -e "$TMP/k4" ] && fail "a refused --state-dir was created, or sockets made" || ok
+expect_error "missing --state-dir of run" "--create-state-dir" -- run --cpus 1 --state-dir "$TMP/typo/dir" -- true
+[ -e "$TMP/typo" ] && fail "nrm run created a missing --state-dir" || ok
+: >"$TMP/afile"
+expect_error "--state-dir a file" "is not a directory" -- run --cpus 1 --state-dir "$TMP/afile" -- true
+expect_error "--create-state-dir outside plugin and run" "is an option of \`nrm plugin\` and \`nrm run\`" -- \
+  status --create-state-dir
+echo '{"createStateDir": "yes"}' >"$TMP/csd.json"
+expect_error "createStateDir not a boolean" "createStateDir" -- run -c "$TMP/csd.json" --cpus 1 -- true
+# Where containers are bound (this host, or an --fsroot tree), cgroup v2
+# needs its cpuset controller, or the plugin refuses to serve.
+mkdir -p "$TMP/v1/sys/fs/cgroup" "$TMP/hybrid/sys/fs/cgroup"
+echo "cpu io memory pids" >"$TMP/hybrid/sys/fs/cgroup/cgroup.controllers"
+expect_error "no cgroup v2" "no cgroup v2 at $TMP/v1/sys/fs/cgroup" -- plugin --topology "$X" --fsroot "$TMP/v1" \
+  --kubelet-dir "$TMP/k5" --claims-dir "$TMP" --state-dir "$TMP/st3" --cdi-dir "$TMP/cdi5"
+grep -qF -- "--allow-no-cpuset" "$TMP/err" && ok || fail "the refusal does not name --allow-no-cpuset: $(cat "$TMP/err")"
+expect_error "cgroup v2 without cpuset" "has no cpuset controller" -- plugin --topology "$X" --fsroot "$TMP/hybrid" \
+  --kubelet-dir "$TMP/k5" --claims-dir "$TMP" --state-dir "$TMP/st3" --cdi-dir "$TMP/cdi5"
+[ -e "$TMP/k5" ] && fail "a refused plugin made its sockets" || ok
+expect_error "--allow-no-cpuset outside plugin" "is an option of \`nrm plugin\`" -- run --allow-no-cpuset --cpus 1 -- true
 # Drivers: an unknown one, an empty list entry, two enabled drivers under
 # one name (nothing is printed, nothing crashes), an option of other commands.
 expect_error "unknown driver" "unknown driver \`gpu\` (known: cpu, memory" -- slices --topology "$X" --drivers cpu,gpu

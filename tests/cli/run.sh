@@ -2,8 +2,16 @@
 # nrm run on this machine (the sched_setaffinity/set_mempolicy path where the
 # host has no cgroup v2 cpuset; the cgroup path is in tests/vm/commit.sh).
 . "${NRM_SRCDIR:-.}/tests/cli/lib.sh"
+# pkill, pgrep and ps: procps, which scripts/deps.sh installs (a minimal
+# Debian 12 has none of them).
+for t in pkill pgrep ps; do
+  command -v "$t" >/dev/null || { echo "SKIP: needs $t (procps: scripts/deps.sh installs it)"; exit 77; }
+  if command -v dpkg-query >/dev/null && pkg=$(dpkg -S "$(command -v "$t")" 2>/dev/null | cut -d: -f1); then
+    grep -qw "$pkg" "${NRM_SRCDIR:-.}/scripts/deps.sh" && ok || fail "scripts/deps.sh does not install $pkg (for $t)"
+  fi
+done
 S="$TMP/state"
-RUN="$NRM run --state-dir $S --min-shared-cpus 0"
+RUN="$NRM run --state-dir $S --create-state-dir --min-shared-cpus 0"
 ncpu=$(getconf _NPROCESSORS_ONLN)
 
 # One CPU: the command sees exactly that one, named in NRM_CPUS.
@@ -115,10 +123,26 @@ if [ "$ncpu" -ge 2 ]; then
   $RUN --cpus 1 -- true 2>/dev/null || fail "run after a killed run with memory"
   "$NRM" status --state-dir "$S" >"$TMP/out" 2>&1
   grep -q "^claims: 0" "$TMP/out" && ok || fail "a killed run's memory is still held: $(cat "$TMP/out")"
+  # A run is known by its record in the state directory: one written in
+  # another PID namespace (a host run seen from a DaemonSet without
+  # hostPID) names a pid that cannot be looked up here, and is left alone.
+  killed_run --cpus 1
+  rec=$(ls "$S"/runs/*.json 2>/dev/null)
+  [ -n "$rec" ] && ok || fail "a run left no record in $S/runs"
+  cp "$rec" "$TMP/rec"
+  sed 's/"pidNamespace":"[^"]*"/"pidNamespace":"1:1"/' "$TMP/rec" >"$rec"
+  $RUN --cpus 1 -- true 2>"$TMP/err" || fail "run beside a foreign record: $(cat "$TMP/err")"
+  "$NRM" status --state-dir "$S" >"$TMP/out" 2>&1
+  grep -q "^claims: 1" "$TMP/out" && ok || fail "a run of another PID namespace was released: $(cat "$TMP/out")"
+  cp "$TMP/rec" "$rec"
+  $RUN --cpus 1 -- true 2>/dev/null || fail "run after restoring the record"
+  "$NRM" status --state-dir "$S" >"$TMP/out" 2>&1
+  grep -q "^claims: 0" "$TMP/out" && ok || fail "a killed run of this PID namespace is still held: $(cat "$TMP/out")"
+  [ -e "$rec" ] && fail "the record of a released run stayed" || ok
   # nrm plugin releases a killed run's claim too, without waiting for a run.
   killed_run --cpus 1
   mkdir -p "$TMP/claims"
-  "$NRM" plugin --state-dir "$S" --claims-dir "$TMP/claims" --kubelet-dir "$TMP/kubelet" --cdi-dir "$TMP/cdi" \
+  "$NRM" plugin --state-dir "$S" --claims-dir "$TMP/claims" --kubelet-dir "$TMP/kubelet" --cdi-dir "$TMP/cdi" --allow-no-cpuset \
     --reconcile-interval 0 2>"$TMP/plog" &
   p=$!
   for _ in $(seq 50); do grep -q "its nrm process is gone" "$TMP/plog" && break; sleep 0.1; done

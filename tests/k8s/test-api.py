@@ -99,7 +99,7 @@ class Plugin:
         self.log = os.path.join(work, "plugin-%d.log" % time.time_ns())
         args = [NRM, "plugin", "-t", TOPO, "--node-name", NODE,
                 "--kubelet-dir", os.path.join(work, "kubelet"), "--cdi-dir", os.path.join(work, "cdi"),
-                "--state-dir", os.path.join(work, "state"), "--reconcile-interval", "0",
+                "--state-dir", os.path.join(work, "state"), "--create-state-dir", "--reconcile-interval", "0",
                 "--http-address", "127.0.0.1:0", "--log-level", "debug"]
         if kubeconfig_path:
             args += ["--kubeconfig", kubeconfig_path]
@@ -450,7 +450,7 @@ online = os.path.join(fsroot, "sys", "devices", "system", "cpu", "online")
 os.makedirs(os.path.dirname(online))
 with open(online, "w") as fh:
     fh.write("0-127\n")
-p = Plugin("--fsroot", fsroot)
+p = Plugin("--fsroot", fsroot, "--allow-no-cpuset")  # a sysfs-only tree
 check(wait_for(p.synced), "a plugin with a CPU online file is in sync")
 gen_t = generation(CPU)
 
@@ -479,7 +479,7 @@ example_dir = os.environ.get("NRM_EXAMPLE_DRIVER_DIR", os.path.join(BUILDDIR, "d
 if os.path.exists(os.path.join(example_dir, "nrm-driver-example.so")):
     ex_root = os.path.join(work, "fsroot-example")
     os.makedirs(ex_root)
-    p = Plugin("--drivers", "example", "--driver-dir", example_dir, "--fsroot", ex_root)
+    p = Plugin("--drivers", "example", "--driver-dir", example_dir, "--fsroot", ex_root, "--allow-no-cpuset")
     check(wait_for(lambda: p.metric("nrm_slices_synced", driver=EXAMPLE) == 1 and len(published(EXAMPLE)) == 1),
           "the example driver (a shared object) publishes its slice")
 
@@ -639,7 +639,8 @@ if os.path.exists(os.path.join(example_dir, "nrm-driver-example.so")):
     check(wait_for(lambda: (api.get_lease("nrm-system", "nrm-controller") or {}).get("spec", {}).get("holderIdentity")
                    == "ctrl-1", 15), "nrm controller takes the lease nrm-system/nrm-controller")
     c2 = Controller("ctrl-2")
-    p = Plugin("--drivers", "example", "--driver-dir", example_dir, "--fsroot", bind_root, kubeconfig_path=kc["agent-a"])
+    p = Plugin("--drivers", "example", "--driver-dir", example_dir, "--fsroot", bind_root, "--allow-no-cpuset",
+               kubeconfig_path=kc["agent-a"])
     check(wait_for(lambda: p.metric("nrm_slices_synced", driver=EXAMPLE) == 1, 20),
           "the node agent with a pod-bound token publishes the example pool")
     dev3 = [d for s in published(EXAMPLE) for d in s["spec"].get("devices", []) if d["name"] == "dev3"]
@@ -676,7 +677,7 @@ if os.path.exists(os.path.join(example_dir, "nrm-driver-example.so")):
     p.stop()
 
     # A token without the driver's permission: the server refuses, nothing is written.
-    p = Plugin("--drivers", "example", "--driver-dir", example_dir, "--fsroot", bind_root,
+    p = Plugin("--drivers", "example", "--driver-dir", example_dir, "--fsroot", bind_root, "--allow-no-cpuset",
                kubeconfig_path=kc["agent-a-other"])
     binding_claim("bind-denied", NODE)
     check(wait_for(lambda: "changing status.devices requires" in p.text(), 20)
@@ -700,7 +701,7 @@ else:
 bad = os.path.join(work, "bad-kubeconfig")
 with open(bad, "w") as fh:
     fh.write("apiVersion: v1\nkind: Config\ncurrent-context: x\n")
-r = subprocess.run([NRM, "plugin", "-t", TOPO, "--kubeconfig", bad, "--state-dir", os.path.join(work, "s2"),
+r = subprocess.run([NRM, "plugin", "-t", TOPO, "--kubeconfig", bad, "--state-dir", os.path.join(work, "s2"), "--create-state-dir",
                     "--kubelet-dir", os.path.join(work, "k2"), "--cdi-dir", os.path.join(work, "c2")],
                    capture_output=True, text=True, timeout=30)
 check(r.returncode == 1 and bad in r.stderr and "context `x` not found" in r.stderr,

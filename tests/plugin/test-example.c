@@ -116,6 +116,7 @@ spawn_plugin (const char *dir)
                          claims_dir,
                          "--fsroot",
                          fsroot,
+                         "--allow-no-cpuset", /* the tree is sysfs only */
                          "--log-level",
                          "debug",
                          "--reconcile-interval",
@@ -550,6 +551,7 @@ setup (void **state)
   snprintf (kubelet_dir, sizeof (kubelet_dir), "%s/kubelet", root);
   snprintf (cdi_dir, sizeof (cdi_dir), "%s/cdi", root);
   snprintf (state_dir, sizeof (state_dir), "%s/state", root);
+  mkdir (state_dir, 0700);
   snprintf (claims_dir, sizeof (claims_dir), "%s/claims", root);
   snprintf (fsroot, sizeof (fsroot), "%s/fsroot", root);
   snprintf (bad_dir, sizeof (bad_dir), "%s/bad-drivers", root);

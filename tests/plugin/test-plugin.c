@@ -48,6 +48,7 @@ static pid_t plugin_pid = -1;
 static char fsroot[400];       /* --fsroot for the next start, or "" */
 static const char *start_flag; /* one more flag for the next start, or NULL */
 static grpc_channel *cpu_ch, *mem_ch;
+static const char *claim_ns = "default"; /* the namespace of the claims written and prepared */
 
 /* --- the plugin process -------------------------------------------------------- */
 
@@ -86,6 +87,7 @@ spawn_plugin (const char *extra)
         {
           args[n++] = "--fsroot";
           args[n++] = fsroot;
+          args[n++] = "--allow-no-cpuset"; /* the tree is sysfs only */
         }
       if (extra)
         {
@@ -121,6 +123,7 @@ stop_plugin (int sig)
   kc_close (cpu_ch);
   kc_close (mem_ch);
   cpu_ch = mem_ch = NULL;
+  assert_true (plugin_pid > 0); /* never kill (-1, ...) */
   kill (plugin_pid, sig);
   int rc = kc_wait_exit (plugin_pid, 15000);
   if (sig == SIGTERM)
@@ -153,14 +156,14 @@ write_claim (const char *name, const char *uid, const char *results)
   if (results == NULL)
     snprintf (text, sizeof (text),
               "{\"apiVersion\":\"resource.k8s.io/v1\",\"kind\":\"ResourceClaim\",\"metadata\":{\"name\":\"%s\","
-              "\"namespace\":\"default\",\"uid\":\"%s\"},\"spec\":{},\"status\":{}}",
-              name, uid);
+              "\"namespace\":\"%s\",\"uid\":\"%s\"},\"spec\":{},\"status\":{}}",
+              name, claim_ns, uid);
   else
     snprintf (text, sizeof (text),
               "{\"apiVersion\":\"resource.k8s.io/v1\",\"kind\":\"ResourceClaim\",\"metadata\":{\"name\":\"%s\","
-              "\"namespace\":\"default\",\"uid\":\"%s\"},\"spec\":{},\"status\":{\"allocation\":{\"devices\":{"
+              "\"namespace\":\"%s\",\"uid\":\"%s\"},\"spec\":{},\"status\":{\"allocation\":{\"devices\":{"
               "\"results\":%s}}}}",
-              name, uid, results);
+              name, claim_ns, uid, results);
   FILE *f = fopen (path, "w");
   assert_non_null (f);
   fputs (text, f);
@@ -193,7 +196,7 @@ static PrepareResponse *
 prepare (grpc_channel *ch, const char *method, const char *const *names, const char *const *uids, size_t n)
 {
   size_t len;
-  uint8_t *req = kc_pack_claims ("default", names, uids, n, false, &len);
+  uint8_t *req = kc_pack_claims (claim_ns, names, uids, n, false, &len);
   struct kc_reply r;
   assert_int_equal (kc_unary (ch, method, req, len, 10000, &r), 0);
   free (req);
@@ -1236,6 +1239,91 @@ test_device_metadata (void **state)
   assert_int_equal (access (path, F_OK), -1);
 }
 
+/* A claim that looks like a run of nrm run (namespace nrm-run, name
+ * run-<pid>-<start time> of no such process) is a claim like any other:
+ * the plugin's pass over stale runs, at start, leaves it prepared. */
+static void
+test_run_lookalike (void **state)
+{
+  (void) state;
+  const char *names[] = { "run-1-1" }, *uids[] = { "00000000-0000-4000-8000-0000000000c1" };
+  char spec[600], cp[600];
+  snprintf (spec, sizeof (spec), "%s/" CPU_DRIVER "-%s.json", cdi_dir, uids[0]);
+  snprintf (cp, sizeof (cp), "%s/" CPU_DRIVER ".checkpoint.json", state_dir);
+  claim_ns = "nrm-run";
+  claim_cpus (names[0], uids[0], "numa0", 1);
+  PrepareResponse *resp = prepare (cpu_ch, PREPARE, names, uids, 1);
+  claim_ns = "default";
+  assert_string_equal (entry (resp, uids[0])->error, "");
+  k8s__io__kubelet__pkg__apis__dra__v1__node_prepare_resources_response__free_unpacked (resp, NULL);
+  /* SIGTERM is taken only after the first pass over stale runs. */
+  stop_plugin (SIGTERM);
+  start_plugin ();
+  stop_plugin (SIGTERM);
+  char *text = kc_slurp (cp);
+  assert_non_null (text);
+  bool kept = strstr (text, uids[0]) != NULL, spec_kept = access (spec, F_OK) == 0;
+  free (text);
+  /* Serving again before any assertion: the later tests need the plugin. */
+  start_plugin ();
+  unprepare (cpu_ch, uids, 1);
+  assert_false (log_contains ("releasing the claim of run run-1-1"));
+  assert_true (kept);
+  assert_true (spec_kept);
+}
+
+static double
+now_s (void)
+{
+  struct timespec ts;
+  clock_gettime (CLOCK_MONOTONIC, &ts);
+  return (double) ts.tv_sec + (double) ts.tv_nsec / 1e9;
+}
+
+/* SIGTERM while the kubelet holds idle connections to every socket: the
+ * plugin ends within about a second, not after gRPC's grace per server. */
+static void
+test_sigterm_idle_clients (void **state)
+{
+  (void) state;
+  char mem_reg[600];
+  assert_true (plugin_pid > 0 && cpu_ch && mem_ch);
+  snprintf (mem_reg, sizeof (mem_reg), "%s/plugins_registry/" MEM_DRIVER "-reg.sock", kubelet_dir);
+  grpc_channel *reg_ch[2] = { kc_connect (cpu_reg), kc_connect (mem_reg) };
+  grpc_channel *dra_ch[2] = { cpu_ch, mem_ch };
+  const char *names[] = { "x" }, *uids[] = { "00000000-0000-4000-8000-0000000000c2" };
+  size_t len;
+  uint8_t *req = kc_pack_claims ("default", names, uids, 0, false, &len);
+  for (int i = 0; i < 2; i++)
+    {
+      struct kc_reply r;
+      /* One answered call on each: the connections are up, then idle. */
+      assert_int_equal (kc_unary (dra_ch[i], PREPARE, req, len, 10000, &r), 0);
+      assert_int_equal (r.status, GRPC_STATUS_OK);
+      kc_reply_done (&r);
+      assert_int_equal (
+          kc_unary (reg_ch[i], "/pluginregistration.Registration/GetInfo", (const uint8_t *) "", 0, 10000, &r), 0);
+      assert_int_equal (r.status, GRPC_STATUS_OK);
+      kc_reply_done (&r);
+    }
+  free (req);
+  double t0 = now_s ();
+  kill (plugin_pid, SIGTERM);
+  int rc = kc_wait_exit (plugin_pid, 15000);
+  double took = now_s () - t0;
+  fprintf (stderr, "SIGTERM with 4 idle client connections: exit %d after %.3f s (goal: under 1 s)\n", rc, took);
+  plugin_pid = -1;
+  for (int i = 0; i < 2; i++)
+    {
+      kc_close (reg_ch[i]);
+      kc_close (dra_ch[i]);
+    }
+  cpu_ch = mem_ch = NULL;
+  assert_int_equal (rc, 0);
+  assert_true (took < 2.0);
+  start_plugin ();
+}
+
 static int
 setup (void **state)
 {
@@ -1253,6 +1341,7 @@ setup (void **state)
   snprintf (claims_dir, sizeof (claims_dir), "%s/claims", root);
   snprintf (log_path, sizeof (log_path), "%s/plugin.log", root);
   mkdir (claims_dir, 0700);
+  mkdir (state_dir, 0700);
   snprintf (cpu_sock, sizeof (cpu_sock), "%s/plugins/" CPU_DRIVER "/dra.sock", kubelet_dir);
   snprintf (cpu_reg, sizeof (cpu_reg), "%s/plugins_registry/" CPU_DRIVER "-reg.sock", kubelet_dir);
   snprintf (mem_sock, sizeof (mem_sock), "%s/plugins/" MEM_DRIVER "/dra.sock", kubelet_dir);
@@ -1289,6 +1378,7 @@ main (void)
     cmocka_unit_test (test_restart),        cmocka_unit_test (test_device_metadata),
     cmocka_unit_test (test_pod_group),      cmocka_unit_test (test_memory_restart),
     cmocka_unit_test (test_refusals),       cmocka_unit_test (test_rolling_update),
+    cmocka_unit_test (test_run_lookalike),  cmocka_unit_test (test_sigterm_idle_clients),
   };
   return cmocka_run_group_tests_name ("plugin protocol", tests, setup, teardown);
 }

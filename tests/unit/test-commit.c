@@ -275,6 +275,26 @@ test_hook_errors (void **state)
   assert_non_null (strstr (nrm_error_msg (err), "vanished"));
   nrm_error_release (&err);
 
+  /* cgroup v2 without the cpuset controller (a cgroup v1 hybrid host): said
+   * so, rather than "vanished". */
+  put ("sys/fs/cgroup/cgroup.controllers", "cpu io memory pids");
+  put ("sys/fs/cgroup/kubepods/pod69/c69/cgroup.procs", "");
+  put ("proc/6969/cgroup", "0::/kubepods/pod69/c69\n");
+  bundle ("c69", ",\"NRM_CPUS=1\"");
+  assert_int_equal (hook ("c69", 6969, NULL, &err), -1);
+  put ("sys/fs/cgroup/cgroup.controllers", "cpuset cpu memory hugetlb");
+  assert_non_null (strstr (nrm_error_msg (err), "has no cpuset controller"));
+  assert_null (strstr (nrm_error_msg (err), "vanished"));
+  nrm_error_release (&err);
+  /* No cgroup v2 at all: no cgroup.controllers. */
+  char ctl[512];
+  snprintf (ctl, sizeof (ctl), "%s/sys/fs/cgroup/cgroup.controllers", root);
+  unlink (ctl);
+  assert_int_equal (hook ("c69", 6969, NULL, &err), -1);
+  put ("sys/fs/cgroup/cgroup.controllers", "cpuset cpu memory hugetlb");
+  assert_non_null (strstr (nrm_error_msg (err), "is not cgroup v2"));
+  nrm_error_release (&err);
+
   /* A cgroup path that tries to leave the root. */
   put ("proc/7777/cgroup", "0::/kubepods/../../etc\n");
   bundle ("c7", ",\"NRM_CPUS=1\"");

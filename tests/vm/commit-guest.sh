@@ -32,7 +32,7 @@ echo "$shared_pid" >"$CG/kubepods/besteffort/podshared/shared1/cgroup.procs"
 
 # The plugin on the VM itself.
 last=$((NODES - 1))
-mkdir -p "$W/claims"
+mkdir -p "$W/claims" "$W/state"
 cat >"$W/claims/default_excl.json" <<EOF
 {"apiVersion":"resource.k8s.io/v1","kind":"ResourceClaim",
  "metadata":{"namespace":"default","name":"excl","uid":"00000000-0000-4000-8000-0000000000aa"},
