@@ -125,7 +125,7 @@ write_record (const char *state_dir, const char *uid, const char *name, pid_t pi
   cleanup_json json_t *rec = json_pack ("{s:s, s:s, s:i, s:I, s:s, s:s}", "uid", uid, "name", name, "pid", (int) pid,
                                         "startTime", (json_int_t) st, "pidNamespace", ns, "bootId", boot);
   text = json_dumps (rec, JSON_COMPACT);
-  if (nrm_mkdir_p (dir, 0700, err) < 0 || nrm_write_atomic (path, text, strlen (text), 0600, true, err) < 0)
+  if (nrm_mkdir_p (dir, 0700, err) < 0 || nrm_write_atomic (path, text, strlen (text), 0600, err) < 0)
     return nrm_error_wrap (err, "run record");
   return 0;
 }

@@ -730,7 +730,7 @@ else:
     trace, slog = os.path.join(work, "untrusted.trace"), os.path.join(work, "untrusted-strace.log")
     s = subprocess.Popen(["strace", "-f", "-qq", "-e", "trace=%file", "-o", trace, NRM, "plugin", "-t", TOPO,
                           "--node-name", NODE, "--kubeconfig", untrusted, "--kubelet-dir", os.path.join(work, "k3"),
-                          "--cdi-dir", os.path.join(work, "c3"), "--state-dir", os.path.join(work, "s3"),
+                          "--cdi-dir", os.path.join(work, "c3"), "--state-dir", os.path.join(work, "s3"), "--create-state-dir",
                           "--reconcile-interval", "0"], stdout=open(slog, "w"), stderr=subprocess.STDOUT)
     refused = wait_for(lambda: "certificate" in open(slog).read().lower(), 30)
     for child in open("/proc/%d/task/%d/children" % (s.pid, s.pid)).read().split():
