@@ -70,6 +70,12 @@ struct nrm_plugin
   json_t *devices; /* the driver's device names, from its pool */
   json_int_t cp_generation;
   struct stat cp_stat; /* of the checkpoint file as last read or written */
+  /* known_answer(): claim UID -> devices of the completed claims, as of
+   * the checkpoint version in answers_stat. */
+  pthread_mutex_t answers_lock;
+  json_t *answers;
+  json_int_t answers_generation;
+  struct stat answers_stat;
   int registered;
   pthread_mutex_t mlock;
   struct nrm_plugin_metrics metrics;
@@ -324,6 +330,15 @@ cdi_remove (struct nrm_plugin *p, const char *uid)
 /* Takes the in-process mutex and the cross-process file lock (a
  * rolling-update twin shares the state directory), and brings the driver's
  * picture up to date with the checkpoint on disk. */
+/* Whether two stats are of the same version of a file: a rename makes a
+ * new inode, a rewrite in place a new size or time. */
+static bool
+same_file (const struct stat *a, const struct stat *b)
+{
+  return a->st_ino == b->st_ino && a->st_dev == b->st_dev && a->st_size == b->st_size
+         && a->st_mtim.tv_sec == b->st_mtim.tv_sec && a->st_mtim.tv_nsec == b->st_mtim.tv_nsec;
+}
+
 static int
 lock_state (struct nrm_plugin *p, nrm_error_t *err)
 {
@@ -339,9 +354,7 @@ lock_state (struct nrm_plugin *p, nrm_error_t *err)
   /* Unchanged since we last read or wrote it (a rename makes a new inode):
    * the picture in memory is current. */
   struct stat st;
-  if (p->cp != NULL && stat (p->checkpoint, &st) == 0 && st.st_ino == p->cp_stat.st_ino
-      && st.st_size == p->cp_stat.st_size && st.st_mtim.tv_sec == p->cp_stat.st_mtim.tv_sec
-      && st.st_mtim.tv_nsec == p->cp_stat.st_mtim.tv_nsec)
+  if (p->cp != NULL && stat (p->checkpoint, &st) == 0 && same_file (&st, &p->cp_stat))
     return 0;
   if (checkpoint_read (p, &cp, err) < 0)
     goto fail;
@@ -378,8 +391,49 @@ fail:
 static void
 unlock_state (struct nrm_plugin *p)
 {
+  /* The answers of the completed claims, for prepares that find their
+   * claim prepared without waiting for the lock (known_answer). */
+  if (p->cp
+      && (p->answers == NULL || p->answers_generation != p->cp_generation
+          || !same_file (&p->answers_stat, &p->cp_stat)))
+    {
+      json_t *answers = json_object (), *c;
+      const char *uid;
+      json_object_foreach (json_object_get (p->cp, "claims"), uid, c)
+      {
+        if (nrm_checkpoint_completed (c))
+          json_object_set (answers, uid, json_object_get (c, "devices"));
+      }
+      pthread_mutex_lock (&p->answers_lock);
+      json_decref (p->answers);
+      p->answers = answers;
+      p->answers_generation = p->cp_generation;
+      p->answers_stat = p->cp_stat;
+      pthread_mutex_unlock (&p->answers_lock);
+    }
   flock (p->serialize_fd, LOCK_UN);
   pthread_mutex_unlock (&p->lock);
+}
+
+/* The recorded answer of a completed claim, from the copy made at the
+ * last unlock, while the checkpoint file is still the one it was made
+ * from: 1 prepared (*ret a new reference), 0 not prepared, -1 unknown (the
+ * file changed: another process wrote it), when only the lock can say. */
+static int
+known_answer (struct nrm_plugin *p, const char *uid, json_t **ret)
+{
+  struct stat st;
+  int r = -1;
+  if (stat (p->checkpoint, &st) < 0)
+    memset (&st, 0, sizeof (st));
+  pthread_mutex_lock (&p->answers_lock);
+  if (p->answers && same_file (&st, &p->answers_stat))
+    {
+      *ret = json_incref (json_object_get (p->answers, uid));
+      r = *ret != NULL;
+    }
+  pthread_mutex_unlock (&p->answers_lock);
+  return r;
 }
 
 static bool
@@ -951,14 +1005,32 @@ prepare_claim (struct nrm_plugin *p, const char *ns, const char *name, const cha
       return NULL;
     }
   /* Prepared already: the same answer, even if the claim is gone from its
-   * source by now. */
-  json_t *done = prepared_devices (p, uid, err);
-  if (done != NULL || (err && *err))
+   * source by now. Most often known without the lock, which a batch may
+   * hold for a disk sync. */
+  json_t *done = NULL;
+  int known = known_answer (p, uid, &done);
+  if (known == 1)
     return done;
+  if (known < 0)
+    {
+      done = prepared_devices (p, uid, err);
+      if (done != NULL || (err && *err))
+        return done;
+    }
   struct op o = { .ns = ns, .name = name, .uid = uid };
   /* The claim is read outside the lock, as the kubelet's own helper does. */
   if (p->cfg.claims.get (p->cfg.claims.self, ns, name, &o.claim, err) < 0)
-    return NULL;
+    {
+      /* A batch may have completed it meanwhile: the lock says. */
+      nrm_error_t again = NULL;
+      if (known == 0 && (done = prepared_devices (p, uid, &again)) != NULL)
+        {
+          nrm_error_release (err);
+          return done;
+        }
+      nrm_error_release (&again);
+      return NULL;
+    }
   if (nrm_claim_allocation (p->driver, p->node_name, o.claim, uid, &o.a, err) < 0)
     {
       nrm_allocation_done (&o.a);
@@ -1544,6 +1616,8 @@ plugin_free (struct nrm_plugin *p)
     close (p->estop);
   pthread_mutex_destroy (&p->lock);
   pthread_mutex_destroy (&p->queue_lock);
+  pthread_mutex_destroy (&p->answers_lock);
+  json_decref (p->answers);
   pthread_cond_destroy (&p->queue_cond);
   pthread_mutex_destroy (&p->hlock);
   pthread_mutex_destroy (&p->mlock);
@@ -1566,6 +1640,7 @@ nrm_plugin_start (const struct nrm_plugin_config *cfg, const struct nrm_driver_o
   p->registered = -1;
   pthread_mutex_init (&p->lock, NULL);
   pthread_mutex_init (&p->queue_lock, NULL);
+  pthread_mutex_init (&p->answers_lock, NULL);
   pthread_cond_init (&p->queue_cond, NULL);
   p->queue_tail = &p->queue;
   pthread_mutex_init (&p->hlock, NULL);

@@ -995,6 +995,16 @@ test_rolling_update (void **state)
   const char *both[] = { uids[0], u2[0] };
   unprepare (cpu_ch, both, 2);
   assert_null (cdi_cpus (uids[0]));
+  /* The twin answered the claim as prepared before; now it prepares it
+   * afresh instead of answering from what it remembers. */
+  resp = prepare (tch, PREPARE, names, uids, 1);
+  assert_string_equal (entry (resp, uids[0])->error, "");
+  k8s__io__kubelet__pkg__apis__dra__v1__node_prepare_resources_response__free_unpacked (resp, NULL);
+  hwloc_bitmap_t again = cdi_cpus (uids[0]);
+  assert_non_null (again);
+  hwloc_bitmap_free (again);
+  unprepare (tch, uids, 1);
+  assert_null (cdi_cpus (uids[0]));
   kc_close (tch);
   kill (twin, SIGTERM);
   assert_int_equal (kc_wait_exit (twin, 15000), 0);
