@@ -92,14 +92,16 @@ nrm_text_bound (const char *s, size_t max)
   size_t len = strlen (s);
   if (max < 4)
     max = 4;
-  char *out = xmalloc ((len < max ? len : max) + 1), *o = out;
+  /* Only a text longer than max is cut, and then "..." takes 3 bytes. */
+  bool cut = len > max;
+  size_t limit = cut ? max - 3 : max;
+  char *out = xmalloc ((cut ? max : len) + 1), *o = out;
   size_t i = 0, used = 0;
   while (i < len)
     {
       size_t k = utf8_char (u + i, len - i);
       size_t w = k ? k : 1;
-      /* Room for this character, and for "..." if more follows. */
-      if (used + w > max || (i + w < len && used + w > max - 3))
+      if (used + w > limit)
         break;
       if (k)
         memcpy (o, u + i, k);

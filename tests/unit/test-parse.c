@@ -265,6 +265,15 @@ test_text (void **state)
   q = nrm_text_bound ("short", 1024);
   assert_string_equal (q, "short");
   free (q);
+  /* Found by fuzz-parsers: a text just under the bound is not cut (it was
+   * cut and "..." written past the buffer). */
+  char under[99];
+  memset (under, '\x89', 98);
+  under[98] = '\0';
+  q = nrm_text_bound (under, 100);
+  assert_int_equal (strlen (q), 98);
+  assert_null (strstr (q, "..."));
+  free (q);
 }
 
 /* consumedCapacity against what the device publishes, exactly. */
