@@ -102,8 +102,10 @@ call_one (grpc_channel *ch, const struct client *c, int i, bool unprepare)
   size_t len;
   uint8_t *req = kc_pack_claims ("default", names, uids, 1, unprepare, &len);
   struct kc_reply r;
+  memset (&r, 0, sizeof (r));
   int rc = -1;
-  if (kc_unary (ch, unprepare ? NH_UNPREPARE : NH_PREPARE, req, len, 5000, &r) == 0 && r.status == GRPC_STATUS_OK)
+  bool made = kc_unary (ch, unprepare ? NH_UNPREPARE : NH_PREPARE, req, len, 5000, &r) == 0;
+  if (made && r.status == GRPC_STATUS_OK)
     {
       const char *err = NULL;
       if (unprepare)
@@ -127,7 +129,7 @@ call_one (grpc_channel *ch, const struct client *c, int i, bool unprepare)
           k8s__io__kubelet__pkg__apis__dra__v1__node_prepare_resources_response__free_unpacked (p, NULL);
         }
     }
-  if (rc >= 0 || r.status != GRPC_STATUS_UNAVAILABLE)
+  if (made)
     kc_reply_done (&r);
   free (req);
   return rc;
