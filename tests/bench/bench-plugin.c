@@ -233,6 +233,12 @@ main (int argc, char **argv)
   grpc_init ();
   for (int i = 0; i < 300 && access (mem_sock, F_OK) != 0; i++)
     usleep (20000);
+  if (access (mem_sock, F_OK) != 0)
+    {
+      fprintf (stderr, "bench-plugin: the plugin did not start (run it by hand with the same flags to see why)\n");
+      kill (pid, SIGKILL);
+      return 1;
+    }
 
   /* The floor: GetInfo round trips on one connection. */
   grpc_channel *reg = kc_connect (cpu_reg);
