@@ -89,7 +89,7 @@ kubeconfig = api.write_kubeconfig(os.path.join(work, "kubeconfig"), token="bench
 log = open(os.path.join(work, "plugin.log"), "w")
 p = subprocess.Popen([NRM, "plugin", "-t", TOPO, "--node-name", "bench", "--drivers", "cpu,memory",
                       "--kubeconfig", kubeconfig, "--kubelet-dir", os.path.join(work, "k"),
-                      "--cdi-dir", os.path.join(work, "cdi"), "--state-dir", os.path.join(work, "state"),
+                      "--cdi-dir", os.path.join(work, "cdi"), "--state-dir", os.path.join(work, "state"), "--create-state-dir",
                       "--http-address", "127.0.0.1:0"] + EXTRA, stdout=log, stderr=subprocess.STDOUT)
 watchers = []
 
