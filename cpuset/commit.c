@@ -171,7 +171,10 @@ nrm_hook_run (const char *fsroot, const char *state, size_t len, const char *sta
   if (eb.shared_cpus && cpus)
     json_object_set_new (doc, "sharedCPUs", json_true ());
   text = json_dumps (doc, JSON_COMPACT);
-  if (nrm_write_atomic (rec, text, strlen (text), 0600, err) < 0)
+  /* Not synced: a crash of the machine that could lose it ends the
+   * container as well (and the reconciler removes a record it cannot
+   * read). A sync here would cost about 1 ms of every container start. */
+  if (nrm_write_unsynced (rec, text, strlen (text), 0600, err) < 0)
     goto fail;
   /* A mixed claim starts on its CPUs and the shared pool as the reconciler
    * last wrote it (under the same lock); without that file, on its own
@@ -312,7 +315,8 @@ nrm_reconcile (struct nrm_cgroupfs *fs, const char *state_dir, const char *share
     if (nrm_read_file (path, 1 << 16, &old, NULL, &ignored) < 0 || strcmp (old, p.shared_text) != 0)
       {
         nrm_error_release (&ignored);
-        if (nrm_write_atomic (path, p.shared_text, strlen (p.shared_text), 0600, err) < 0)
+        /* Rewritten by every pass; what it names dies with the machine. */
+        if (nrm_write_unsynced (path, p.shared_text, strlen (p.shared_text), 0600, err) < 0)
           goto out;
       }
     nrm_error_release (&ignored);
@@ -336,6 +340,10 @@ nrm_reconcile (struct nrm_cgroupfs *fs, const char *state_dir, const char *share
       const char *id = json_string_value (json_object_get (rec, "id"));
       if (id && id_valid (id))
         json_object_set (p.records, id, rec);
+      else if (unlink (path) == 0)
+        /* Written by rename, so never half-written while the machine runs:
+         * this one was emptied by a crash, and names no live container. */
+        st->forgotten++;
       json_decref (rec);
     }
   if (d)

@@ -312,7 +312,7 @@ cdi_write (struct nrm_plugin *p, const char *uid, json_t *edits, nrm_error_t *er
   cleanup_free char *text = json_dumps (spec, JSON_INDENT (2));
   /* Rebuilt from the checkpoint at every start (recover), before
    * the sockets exist: its own syncs would protect nothing. */
-  return nrm_write_rebuilt (path, text, strlen (text), 0644, err);
+  return nrm_write_unsynced (path, text, strlen (text), 0644, err);
 }
 
 static void

@@ -50,7 +50,7 @@ nrm_write_atomic (const char *path, const void *data, size_t len, mode_t mode, n
 }
 
 int
-nrm_write_rebuilt (const char *path, const void *data, size_t len, mode_t mode, nrm_error_t *err)
+nrm_write_unsynced (const char *path, const void *data, size_t len, mode_t mode, nrm_error_t *err)
 {
   return write_replace (path, data, len, mode, false, err);
 }

@@ -14,11 +14,13 @@
  * the directory. */
 int nrm_write_atomic (const char *path, const void *data, size_t len, mode_t mode, nrm_error_t *err);
 
-/* Like nrm_write_atomic() without the syncs: only for a file that is
- * rebuilt from durable state at every start before anyone may use it (a
- * CDI spec, from the checkpoint). A reader still sees the old file or the
- * new one; after a crash of the machine it may be empty until rebuilt. */
-int nrm_write_rebuilt (const char *path, const void *data, size_t len, mode_t mode, nrm_error_t *err);
+/* Like nrm_write_atomic() without the syncs: a reader still sees the old
+ * file or the new one, but after a crash of the machine it may be empty.
+ * Only for a file that is worth nothing after such a crash: one rebuilt
+ * from durable state at every start before anyone may use it (a CDI spec,
+ * from the checkpoint), or one that describes running containers, which
+ * the crash ended (the hook's container records, the shared pool). */
+int nrm_write_unsynced (const char *path, const void *data, size_t len, mode_t mode, nrm_error_t *err);
 
 /* Removes the temporary files that interrupted nrm_write_atomic() calls
  * left in dir and, depth levels down, its folders; a file whose writer is

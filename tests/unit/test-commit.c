@@ -383,6 +383,12 @@ test_reconcile (void **state)
   assert_int_equal (st.forgotten, 1);
   cleanup_free char *rec = get ("state/containers/c2.json");
   assert_null (rec);
+  /* A record a power cut emptied (records are not synced) is removed. */
+  put ("state/containers/c9.json", "");
+  assert_int_equal (nrm_reconcile (fs, state_dir, "0-1,5,7", &st, NULL, &err), 0);
+  assert_int_equal (st.forgotten, 1);
+  cleanup_free char *emptied = get ("state/containers/c9.json");
+  assert_null (emptied);
 
   /* An empty shared pool is refused outright. */
   assert_int_equal (nrm_reconcile (fs, state_dir, "", &st, NULL, &err), -1);
