@@ -5,7 +5,10 @@
 #include <netdb.h>
 #include <stdlib.h>
 #include <string.h>
+#include <netinet/in.h>
+#include <stdbool.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <microhttpd.h>
 
@@ -57,14 +60,6 @@ answer (void *cls, struct MHD_Connection *conn, const char *url, const char *met
   return ret;
 }
 
-/* One daemon; addr NULL is every address. */
-static struct MHD_Daemon *
-start_daemon (struct nrm_http *s, unsigned flags, uint16_t port, const struct sockaddr *addr)
-{
-  return MHD_start_daemon (MHD_USE_INTERNAL_POLLING_THREAD | flags, port, NULL, NULL, answer, s, MHD_OPTION_SOCK_ADDR,
-                           addr, MHD_OPTION_CONNECTION_LIMIT, 16u, MHD_OPTION_CONNECTION_TIMEOUT, 10u, MHD_OPTION_END);
-}
-
 /* The address split and resolved: *ai is NULL for ":PORT". */
 static int
 parse_address (const char *address, long *ret_port, struct addrinfo **ai, nrm_error_t *err)
@@ -99,48 +94,69 @@ parse_address (const char *address, long *ret_port, struct addrinfo **ai, nrm_er
   return 0;
 }
 
-int
-nrm_http_check_address (const char *address, nrm_error_t *err)
+/* A listening TCP socket on addr, or -1 with errno. */
+static int
+listen_on (int family, const struct sockaddr *addr, socklen_t len, bool dual)
 {
-  long port;
-  struct addrinfo *ai = NULL;
-  if (parse_address (address, &port, &ai, err) < 0)
+  cleanup_close int fd = socket (family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  int one = 1, zero = 0;
+  if (fd < 0 || setsockopt (fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof (one)) < 0
+      || (dual && setsockopt (fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof (zero)) < 0) || bind (fd, addr, len) < 0
+      || listen (fd, 64) < 0)
     return -1;
-  if (ai)
-    freeaddrinfo (ai);
-  return 0;
+  return TAKE_FD (fd);
 }
 
 int
-nrm_http_start (const char *address, nrm_http_handler fn, void *ctx, struct nrm_http **ret, nrm_error_t *err)
+nrm_http_bind (const char *address, int *ret, nrm_error_t *err)
 {
   long port = 0;
   struct addrinfo *ai = NULL;
+  int fd;
   if (parse_address (address, &port, &ai, err) < 0)
     return -1;
-  struct nrm_http *s = xcalloc (1, sizeof (*s));
-  s->fn = fn;
-  s->ctx = ctx;
   if (ai)
     {
-      s->d = start_daemon (s, ai->ai_family == AF_INET6 ? MHD_USE_IPv6 : 0, (uint16_t) port, ai->ai_addr);
+      fd = listen_on (ai->ai_family, ai->ai_addr, ai->ai_addrlen, false);
       freeaddrinfo (ai);
     }
   else
     {
       /* ":PORT" is every address, IPv4 and IPv6 (one dual-stack socket);
        * IPv4 only on a machine without IPv6. */
-      s->d = start_daemon (s, MHD_USE_DUAL_STACK, (uint16_t) port, NULL);
-      if (s->d == NULL)
-        s->d = start_daemon (s, 0, (uint16_t) port, NULL);
+      struct sockaddr_in6 a6
+          = { .sin6_family = AF_INET6, .sin6_port = htons ((uint16_t) port), .sin6_addr = in6addr_any };
+      struct sockaddr_in a4
+          = { .sin_family = AF_INET, .sin_port = htons ((uint16_t) port), .sin_addr.s_addr = INADDR_ANY };
+      fd = listen_on (AF_INET6, (struct sockaddr *) &a6, sizeof (a6), true);
+      if (fd < 0 && errno != EADDRINUSE)
+        fd = listen_on (AF_INET, (struct sockaddr *) &a4, sizeof (a4), false);
     }
+  if (fd < 0)
+    return nrm_error_errno (err, errno, "cannot serve HTTP on `%s`", address);
+  *ret = fd;
+  return 0;
+}
+
+int
+nrm_http_start (int fd, nrm_http_handler fn, void *ctx, struct nrm_http **ret, nrm_error_t *err)
+{
+  struct nrm_http *s = xcalloc (1, sizeof (*s));
+  struct sockaddr_storage ss;
+  socklen_t sl = sizeof (ss);
+  s->fn = fn;
+  s->ctx = ctx;
+  s->d = MHD_start_daemon (MHD_USE_INTERNAL_POLLING_THREAD, 0, NULL, NULL, answer, s, MHD_OPTION_LISTEN_SOCKET, fd,
+                           MHD_OPTION_CONNECTION_LIMIT, 16u, MHD_OPTION_CONNECTION_TIMEOUT, 10u, MHD_OPTION_END);
   if (s->d == NULL)
     {
       free (s);
-      return nrm_error_set (err, EADDRINUSE, "cannot serve HTTP on `%s` (address in use or not local?)", address);
+      close (fd);
+      return nrm_error_set (err, EIO, "cannot start the HTTP server");
     }
-  const union MHD_DaemonInfo *info = MHD_get_daemon_info (s->d, MHD_DAEMON_INFO_BIND_PORT);
-  s->port = info ? info->port : 0;
+  if (getsockname (fd, (struct sockaddr *) &ss, &sl) == 0)
+    s->port = ntohs (ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *) &ss)->sin6_port
+                                              : ((struct sockaddr_in *) &ss)->sin_port);
   *ret = s;
   return 0;
 }

@@ -11,11 +11,12 @@ typedef char *(*nrm_http_handler) (void *ctx, const char *path, int *status, con
 
 struct nrm_http;
 
-/* address: "HOST:PORT", "[V6]:PORT" or ":PORT" (every address). */
-/* Whether address is one nrm_http_start takes (HOST:PORT with a port from
- * 0 to 65535 and a host that resolves), without binding anything. */
-int nrm_http_check_address (const char *address, nrm_error_t *err);
-int nrm_http_start (const char *address, nrm_http_handler fn, void *ctx, struct nrm_http **ret, nrm_error_t *err);
+/* The listening socket for address: "HOST:PORT", "[V6]:PORT" or ":PORT"
+ * (every address, IPv6 and IPv4). Bound at once, so that a bad address or
+ * a port in use is refused before anything else is set up. */
+int nrm_http_bind (const char *address, int *fd, nrm_error_t *err);
+/* Serves on a socket of nrm_http_bind (which it owns from now on). */
+int nrm_http_start (int fd, nrm_http_handler fn, void *ctx, struct nrm_http **ret, nrm_error_t *err);
 /* The port actually bound (for ":0"). */
 int nrm_http_port (struct nrm_http *h);
 void nrm_http_stop (struct nrm_http *h);

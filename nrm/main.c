@@ -1121,6 +1121,7 @@ cmd_plugin (struct cli *cli, nrm_error_t *err)
   struct nrm_kube *kube = NULL;
   struct nrm_binder *binder = NULL;
   struct nrm_http *http = NULL;
+  cleanup_close int http_fd = -1;
   struct refresher refresher = { .wake = eventfd (0, EFD_CLOEXEC | EFD_NONBLOCK) };
   bool refreshing = false;
   struct reconciler rec = { .cfg = c, .wake = eventfd (0, EFD_CLOEXEC | EFD_NONBLOCK) };
@@ -1149,7 +1150,7 @@ cmd_plugin (struct cli *cli, nrm_error_t *err)
   if (check_kubelet_managers (c, err) < 0)
     return -1;
   /* Every setting is checked before the first socket or file is made. */
-  if (c->http_address && nrm_http_check_address (c->http_address, err) < 0)
+  if (c->http_address && nrm_http_bind (c->http_address, &http_fd, err) < 0)
     return nrm_error_wrap (err, "plugin");
   if (check_state_dir (c, "plugin", err) < 0 || check_cpuset (c, err) < 0)
     return -1;
@@ -1230,7 +1231,7 @@ cmd_plugin (struct cli *cli, nrm_error_t *err)
                                     .publishers = api && !c->no_publish ? pubs : NULL };
   if (c->http_address)
     {
-      if (nrm_http_start (c->http_address, http_handler, &ms, &http, err) < 0)
+      if (nrm_http_start (TAKE_FD (http_fd), http_handler, &ms, &http, err) < 0)
         goto out;
       nrm_log (NULL, NRM_LOG_INFO, "serving /healthz, /readyz and /metrics on port %d", nrm_http_port (http));
     }

@@ -93,6 +93,17 @@ expect_error "bad --http-address port" "bad port" -- plugin --topology "$X" --ht
   --kubelet-dir "$TMP/k3" --claims-dir "$TMP" --state-dir "$TMP/st3" --cdi-dir "$TMP/cdi3"
 [ -e "$TMP/k3" ] || [ -e "$TMP/cdi3" ] && fail "a bad --http-address left $(ls -d "$TMP"/k3 "$TMP"/cdi3 2>/dev/null)" || ok
 grep -q "serving" "$TMP/err" && fail "a bad --http-address logged serving: $(cat "$TMP/err")" || ok
+# A port in use is found as early: the HTTP socket is bound before the rest.
+python3 -c 'import socket, time
+s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen()
+print(s.getsockname()[1], flush=True); time.sleep(60)' >"$TMP/port" &
+holder=$!
+for _ in $(seq 50); do [ -s "$TMP/port" ] && break; sleep 0.1; done
+expect_error "HTTP port in use" "cannot serve HTTP on \`127.0.0.1:$(cat "$TMP/port")\`: Address already in use" -- plugin \
+  --topology "$X" --http-address "127.0.0.1:$(cat "$TMP/port")" --kubelet-dir "$TMP/k4" --claims-dir "$TMP" \
+  --state-dir "$TMP/st3" --cdi-dir "$TMP/cdi4"
+kill "$holder" 2>/dev/null || true
+[ -e "$TMP/k4" ] || [ -e "$TMP/cdi4" ] && fail "an --http-address in use left $(ls -d "$TMP"/k4 "$TMP"/cdi4 2>/dev/null)" || ok
 # A state directory that does not exist is refused (a typo would split the
 # bookkeeping), unless --create-state-dir asks for it.
 expect_error "missing --state-dir" "the state directory \`$TMP/typo/dir\` does not exist" -- plugin --topology "$X" \
