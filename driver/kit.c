@@ -42,11 +42,15 @@ nrm_kit_consumed (const struct nrm_alloc_result *r, const char *key, nrm_quantit
   return 0;
 }
 
+/* The quantity obj.field of a device's capacity `key`; an optional field
+ * that is missing leaves *ret as it is. */
 static int
-policy_quantity (json_t *obj, const char *field, const char *device, const char *key, nrm_quantity_t *ret,
-                 nrm_error_t *err)
+policy_quantity (json_t *obj, const char *field, bool optional, const char *device, const char *key,
+                 nrm_quantity_t *ret, nrm_error_t *err)
 {
   nrm_error_t e = NULL;
+  if (optional && json_object_get (obj, field) == NULL)
+    return 0;
   if (nrm_quantity_parse (json_string_value (json_object_get (obj, field)), ret, &e) < 0)
     {
       nrm_error_release (&e);
@@ -66,10 +70,10 @@ nrm_kit_consumed_checked (const struct nrm_alloc_result *r, json_t *device, cons
   char a[64], b[64];
   if (cap == NULL)
     return nrm_error_set (err, EINVAL, "device %s has no capacity `%s`", r->device, key);
-  if (policy_quantity (cap, "value", r->device, key, &value, err) < 0)
+  if (policy_quantity (cap, "value", false, r->device, key, &value, err) < 0)
     return -1;
   dflt = value;
-  if (json_object_get (policy, "default") && policy_quantity (policy, "default", r->device, key, &dflt, err) < 0)
+  if (policy_quantity (policy, "default", true, r->device, key, &dflt, err) < 0)
     return -1;
   if (nrm_kit_consumed (r, key, dflt, &q, err) < 0)
     return -1;
@@ -95,9 +99,9 @@ nrm_kit_consumed_checked (const struct nrm_alloc_result *r, json_t *device, cons
   if (range)
     {
       nrm_quantity_t min = 0, max = value, step = 0;
-      if ((json_object_get (range, "min") && policy_quantity (range, "min", r->device, key, &min, err) < 0)
-          || (json_object_get (range, "max") && policy_quantity (range, "max", r->device, key, &max, err) < 0)
-          || (json_object_get (range, "step") && policy_quantity (range, "step", r->device, key, &step, err) < 0))
+      if (policy_quantity (range, "min", true, r->device, key, &min, err) < 0
+          || policy_quantity (range, "max", true, r->device, key, &max, err) < 0
+          || policy_quantity (range, "step", true, r->device, key, &step, err) < 0)
         return -1;
       if (q < min)
         return nrm_error_set (err, ERANGE, "device %s: consumedCapacity `%s` of %s is below the device's minimum %s",

@@ -74,7 +74,6 @@ struct nrm_plugin
    * the checkpoint version in answers_stat. */
   pthread_mutex_t answers_lock;
   json_t *answers;
-  json_int_t answers_generation;
   struct stat answers_stat;
   int registered;
   pthread_mutex_t mlock;
@@ -327,9 +326,6 @@ cdi_remove (struct nrm_plugin *p, const char *uid)
 
 /* --- locking and state ------------------------------------------------------- */
 
-/* Takes the in-process mutex and the cross-process file lock (a
- * rolling-update twin shares the state directory), and brings the driver's
- * picture up to date with the checkpoint on disk. */
 /* Whether two stats are of the same version of a file: a rename makes a
  * new inode, a rewrite in place a new size or time. */
 static bool
@@ -339,6 +335,9 @@ same_file (const struct stat *a, const struct stat *b)
          && a->st_mtim.tv_sec == b->st_mtim.tv_sec && a->st_mtim.tv_nsec == b->st_mtim.tv_nsec;
 }
 
+/* Takes the in-process mutex and the cross-process file lock (a
+ * rolling-update twin shares the state directory), and brings the driver's
+ * picture up to date with the checkpoint on disk. */
 static int
 lock_state (struct nrm_plugin *p, nrm_error_t *err)
 {
@@ -368,9 +367,7 @@ lock_state (struct nrm_plugin *p, nrm_error_t *err)
       p->ops->reset (p->self);
       json_object_foreach (json_object_get (cp, "claims"), uid, c)
       {
-        const char *phase = json_string_value (json_object_get (c, "phase"));
-        if (phase && strcmp (phase, "PrepareCompleted") == 0
-            && p->ops->restore (p->self, uid, json_object_get (c, "state"), err) < 0)
+        if (nrm_checkpoint_completed (c) && p->ops->restore (p->self, uid, json_object_get (c, "state"), err) < 0)
           {
             nrm_error_wrap (err, "checkpoint `%s`: claim %s", p->checkpoint, uid);
             goto fail;
@@ -393,9 +390,7 @@ unlock_state (struct nrm_plugin *p)
 {
   /* The answers of the completed claims, for prepares that find their
    * claim prepared without waiting for the lock (known_answer). */
-  if (p->cp
-      && (p->answers == NULL || p->answers_generation != p->cp_generation
-          || !same_file (&p->answers_stat, &p->cp_stat)))
+  if (p->cp && (p->answers == NULL || !same_file (&p->answers_stat, &p->cp_stat)))
     {
       json_t *answers = json_object (), *c;
       const char *uid;
@@ -407,7 +402,6 @@ unlock_state (struct nrm_plugin *p)
       pthread_mutex_lock (&p->answers_lock);
       json_decref (p->answers);
       p->answers = answers;
-      p->answers_generation = p->cp_generation;
       p->answers_stat = p->cp_stat;
       pthread_mutex_unlock (&p->answers_lock);
     }
@@ -647,8 +641,7 @@ recover (struct nrm_plugin *p, nrm_error_t *err)
     return -1;
   json_object_foreach_safe (json_object_get (p->cp, "claims"), tmp, uid, c)
   {
-    const char *phase = json_string_value (json_object_get (c, "phase"));
-    if (phase == NULL || strcmp (phase, "PrepareCompleted") != 0)
+    if (!nrm_checkpoint_completed (c))
       {
         LOG (p, NRM_LOG_WARNING, "claim %s was interrupted during prepare; rolling it back", uid);
         cdi_remove (p, uid);
@@ -760,7 +753,7 @@ struct op
   enum
   {
     OP_NEW,
-    OP_STARTED,  /* recorded as PrepareStarted, or removed (unprepare) */
+    OP_STARTED,  /* in the picture as PrepareStarted, or removed (unprepare) */
     OP_PREPARED, /* taken and its spec written */
     OP_DONE
   } stage;
@@ -781,16 +774,14 @@ static void
 op_take_back (struct nrm_plugin *p, struct op *o)
 {
   json_t *claims = json_object_get (p->cp, "claims");
-  if (o->stage == OP_PREPARED)
-    {
-      p->ops->unprepare (p->self, o->uid, o->prep.state);
-      cdi_remove (p, o->uid);
-      metadata_remove (p, json_object_get (claims, o->uid), o->uid);
-    }
+  p->ops->unprepare (p->self, o->uid, o->prep.state);
+  cdi_remove (p, o->uid);
+  metadata_remove (p, json_object_get (claims, o->uid), o->uid);
   json_object_del (claims, o->uid);
 }
 
-/* The driver's part of one prepare, after its PrepareStarted is on disk. */
+/* The driver's part of one prepare in a batch, under the state lock; the
+ * batch's checkpoint write records it. */
 static void
 op_prepare (struct nrm_plugin *p, struct op *o)
 {
@@ -872,8 +863,7 @@ run_batch (struct nrm_plugin *p, struct op *ops)
             }
           o->saved = json_incref (entry);
           json_object_del (claims, o->uid);
-          const char *phase = json_string_value (json_object_get (o->saved, "phase"));
-          if (phase && strcmp (phase, "PrepareCompleted") == 0)
+          if (nrm_checkpoint_completed (o->saved))
             p->ops->unprepare (p->self, o->uid, json_object_get (o->saved, "state"));
           o->stage = OP_STARTED;
           changed = true;
@@ -913,9 +903,8 @@ run_batch (struct nrm_plugin *p, struct op *ops)
         if (o->unprepare && o->stage == OP_STARTED)
           {
             nrm_error_t rerr = NULL;
-            const char *phase = json_string_value (json_object_get (o->saved, "phase"));
             json_object_set (claims, o->uid, o->saved);
-            if (phase && strcmp (phase, "PrepareCompleted") == 0
+            if (nrm_checkpoint_completed (o->saved)
                 && p->ops->restore (p->self, o->uid, json_object_get (o->saved, "state"), &rerr) < 0)
               {
                 LOG (p, NRM_LOG_ERROR, "claim %s: %s", o->uid, nrm_error_msg (rerr));
@@ -1097,12 +1086,13 @@ struct claim_ref
 };
 
 /* A namespace or name as a C string when it is one, NULL otherwise: no
- * NUL inside, valid UTF-8, a DNS label or subdomain. */
+ * NUL inside (a C string would end there), a DNS label or subdomain (which
+ * are ASCII, so bytes that are not UTF-8 fail too). */
 static char *
 ref_string (const ProtobufCBinaryData *b, bool label)
 {
   const char *s = (const char *) b->data;
-  if (b->len == 0 || b->len > 253 || memchr (s, '\0', b->len) || !nrm_utf8_valid (s, b->len))
+  if (b->len == 0 || b->len > 253 || memchr (s, '\0', b->len))
     return NULL;
   cleanup_free char *c = xstrndup (s, b->len);
   if (label ? !nrm_is_dns_label (c) : !nrm_is_dns_subdomain (c, 253))
