@@ -110,13 +110,10 @@ rescan (struct nrm_claims_dir *cd, int dfd)
 {
   json_object_clear (cd->index);
   cd->stale = false;
-  int copy = dup (dfd);
-  DIR *d = copy >= 0 ? fdopendir (copy) : NULL;
+  DIR *d = nrm_opendir_at (dfd);
   struct dirent *de;
   if (d == NULL)
     {
-      if (copy >= 0)
-        close (copy);
       cd->stale = true;
       return;
     }

@@ -41,20 +41,6 @@ create_temp (const char *path, char **tmp, nrm_error_t *err)
   return nrm_error_set (err, EAGAIN, "cannot keep a temporary file beside `%s`", path);
 }
 
-static int write_replace (const char *path, const void *data, size_t len, mode_t mode, bool durable, nrm_error_t *err);
-
-int
-nrm_write_atomic (const char *path, const void *data, size_t len, mode_t mode, nrm_error_t *err)
-{
-  return write_replace (path, data, len, mode, true, err);
-}
-
-int
-nrm_write_unsynced (const char *path, const void *data, size_t len, mode_t mode, nrm_error_t *err)
-{
-  return write_replace (path, data, len, mode, false, err);
-}
-
 static int
 write_replace (const char *path, const void *data, size_t len, mode_t mode, bool durable, nrm_error_t *err)
 {
@@ -96,6 +82,32 @@ fail:;
   return nrm_error_errno (err, e, "cannot %s `%s`", what, tmp);
 }
 
+int
+nrm_write_atomic (const char *path, const void *data, size_t len, mode_t mode, nrm_error_t *err)
+{
+  return write_replace (path, data, len, mode, true, err);
+}
+
+int
+nrm_write_unsynced (const char *path, const void *data, size_t len, mode_t mode, nrm_error_t *err)
+{
+  return write_replace (path, data, len, mode, false, err);
+}
+
+DIR *
+nrm_opendir_at (int dfd)
+{
+  int copy = dup (dfd);
+  DIR *d = copy >= 0 ? fdopendir (copy) : NULL;
+  if (d == NULL && copy >= 0)
+    {
+      int e = errno;
+      close (copy);
+      errno = e;
+    }
+  return d;
+}
+
 /* Whether name is a temporary file of nrm_write_atomic(). */
 static bool
 is_temp (const char *name)
@@ -107,16 +119,10 @@ is_temp (const char *name)
 static int
 remove_temps_at (int dfd, const char *dir, int depth, unsigned *removed, nrm_error_t *err)
 {
-  int copy = dup (dfd);
-  DIR *d = copy >= 0 ? fdopendir (copy) : NULL;
+  DIR *d = nrm_opendir_at (dfd);
   struct dirent *de;
   if (d == NULL)
-    {
-      int e = errno;
-      if (copy >= 0)
-        close (copy);
-      return nrm_error_errno (err, e, "cannot read `%s`", dir);
-    }
+    return nrm_error_errno (err, errno, "cannot read `%s`", dir);
   while ((de = readdir (d)) != NULL)
     {
       if (strcmp (de->d_name, ".") == 0 || strcmp (de->d_name, "..") == 0)

@@ -2,6 +2,7 @@
 #ifndef NRM_FS_H
 #define NRM_FS_H
 
+#include <dirent.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <sys/types.h>
@@ -35,6 +36,10 @@ int nrm_read_file (const char *path, size_t max, char **ret, size_t *len, nrm_er
  * when it is a regular file: links are not followed, and a FIFO or device
  * is refused without blocking. */
 int nrm_read_regular_at (int dirfd, const char *name, size_t max, char **ret, size_t *len, nrm_error_t *err);
+
+/* A stream over the entries of an open directory that leaves dfd open
+ * (closedir() closes a copy); NULL with errno set. */
+DIR *nrm_opendir_at (int dfd);
 
 /* mkdir -p with the mode for each created directory. */
 int nrm_mkdir_p (const char *path, mode_t mode, nrm_error_t *err);

@@ -289,26 +289,17 @@ kc_pack_refs (const struct kc_ref *refs, size_t n, bool unprepare, size_t *len)
       c[i].uid = bytes_of (refs[i].uid, refs[i].uid_len);
       ptrs[i] = &c[i];
     }
-  if (unprepare)
-    {
-      K8s__Io__Kubelet__Pkg__Apis__Dra__V1__NodeUnprepareResourcesRequest req
-          = K8S__IO__KUBELET__PKG__APIS__DRA__V1__NODE_UNPREPARE_RESOURCES_REQUEST__INIT;
-      req.n_claims = n;
-      req.claims = ptrs;
-      *len = protobuf_c_message_get_packed_size (&req.base);
-      buf = malloc (*len + 1);
-      protobuf_c_message_pack (&req.base, buf);
-    }
-  else
-    {
-      K8s__Io__Kubelet__Pkg__Apis__Dra__V1__NodePrepareResourcesRequest req
-          = K8S__IO__KUBELET__PKG__APIS__DRA__V1__NODE_PREPARE_RESOURCES_REQUEST__INIT;
-      req.n_claims = n;
-      req.claims = ptrs;
-      *len = protobuf_c_message_get_packed_size (&req.base);
-      buf = malloc (*len + 1);
-      protobuf_c_message_pack (&req.base, buf);
-    }
+  /* The two requests have the same one field: claims. */
+  K8s__Io__Kubelet__Pkg__Apis__Dra__V1__NodeUnprepareResourcesRequest ureq
+      = K8S__IO__KUBELET__PKG__APIS__DRA__V1__NODE_UNPREPARE_RESOURCES_REQUEST__INIT;
+  K8s__Io__Kubelet__Pkg__Apis__Dra__V1__NodePrepareResourcesRequest preq
+      = K8S__IO__KUBELET__PKG__APIS__DRA__V1__NODE_PREPARE_RESOURCES_REQUEST__INIT;
+  ureq.n_claims = preq.n_claims = n;
+  ureq.claims = preq.claims = ptrs;
+  const ProtobufCMessage *m = unprepare ? &ureq.base : &preq.base;
+  *len = protobuf_c_message_get_packed_size (m);
+  buf = malloc (*len + 1);
+  protobuf_c_message_pack (m, buf);
   free (c);
   free (ptrs);
   return buf;
