@@ -18,7 +18,7 @@
 #include "nrm/base/log.h"
 #include "topology/topology.h"
 
-#define NRM_DRIVER_ABI 1
+#define NRM_DRIVER_ABI 2
 #define NRM_DRIVER_SYMBOL "nrm_driver_component"
 
 /* What the framework hands every driver; borrowed, valid until free(). */
@@ -33,6 +33,10 @@ struct nrm_driver_host
   bool live;          /* topo is this machine, not a recorded one */
   nrm_log_fn log;
   void *log_ctx;
+  /* This driver's section of the configuration (the key named by its id,
+   * checked by the driver's new()), or NULL. */
+  json_t *settings;
+  const char *kubelet_dir; /* the kubelet's folder (/var/lib/kubelet) */
 };
 
 /* One allocated device of a claim. */

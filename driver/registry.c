@@ -21,9 +21,11 @@
 /* The built-in drivers: one line each. */
 extern const struct nrm_driver_ops nrm_cpu_driver;
 extern const struct nrm_driver_ops nrm_memory_driver;
+extern const struct nrm_driver_ops nrm_pci_driver;
 static const struct nrm_driver_ops *const builtin[] = {
   &nrm_cpu_driver,
   &nrm_memory_driver,
+  &nrm_pci_driver,
 };
 
 struct nrm_registry
@@ -287,6 +289,7 @@ nrm_drivers_open (const struct nrm_registry *reg, const struct nrm_driver_select
           }
       struct nrm_driver_host h = *base;
       h.name = name;
+      h.settings = sel->settings ? json_object_get (sel->settings, ops->id) : NULL;
       struct nrm_driver_slot *s = &d.slots[d.n];
       s->ops = ops;
       s->name = xstrdup (name);
@@ -382,7 +385,7 @@ nrm_node_slices (const struct nrm_topology *t, const struct nrm_publish_options 
 {
   struct nrm_registry *reg = NULL;
   struct nrm_drivers d = { 0 };
-  struct nrm_driver_selection sel = { NULL, NULL };
+  struct nrm_driver_selection sel = { NULL, NULL, NULL };
   struct nrm_driver_host h = { .topo = t, .node = o, .fsroot = "/" };
   int r = -1;
   if (nrm_registry_new (&reg, err) == 0 && nrm_drivers_open (reg, &sel, &h, &d, err) == 0)

@@ -28,8 +28,9 @@ const struct nrm_driver_ops *nrm_registry_find (const struct nrm_registry *r, co
 /* Which drivers serve on this node, and under which names. */
 struct nrm_driver_selection
 {
-  const char *ids; /* "cpu,memory"; NULL: every registered driver */
-  json_t *names;   /* id -> driver name; a driver not named takes its default */
+  const char *ids;  /* "cpu,memory"; NULL: every registered driver */
+  json_t *names;    /* id -> driver name; a driver not named takes its default */
+  json_t *settings; /* id -> the driver's settings (nrm_driver_host.settings); may be NULL */
 };
 
 /* The names the selected drivers serve under, in registry order (a new

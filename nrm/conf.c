@@ -29,6 +29,7 @@ nrm_config_init (struct nrm_config *c)
   c->api_qps = 20;
   c->api_burst = 100;
   c->driver_names = json_object ();
+  c->driver_settings = json_object ();
 }
 
 void
@@ -50,6 +51,7 @@ nrm_config_done (struct nrm_config *c)
   free (c->drivers);
   free (c->driver_dir);
   json_decref (c->driver_names);
+  json_decref (c->driver_settings);
   free (c->kubelet_dir);
   free (c->cdi_dir);
   free (c->state_dir);
@@ -424,6 +426,38 @@ load_root (struct nrm_config *c, json_t *root, nrm_error_t *err)
             json_object_set (c->driver_names, "memory", name);
           }
       }
+    else if (strcmp (key, "pci") == 0 || strcmp (key, "driverSettings") == 0)
+      {
+        /* The drivers check their own settings when they start (their
+         * errors name the key); only driverName is the framework's. */
+        const char *id;
+        json_t *section;
+        WANT (v, json_is_object, key, "an object");
+        json_t *all = key[0] == 'p' ? json_pack ("{s:O}", "pci", v) : json_incref (v);
+        json_object_foreach (all, id, section)
+        {
+          if (!json_is_object (section))
+            {
+              json_decref (all);
+              return nrm_error_set (err, EINVAL, "key `%s%s` must be an object", key[0] == 'p' ? "" : "driverSettings.",
+                                    id);
+            }
+          json_t *copy = json_deep_copy (section), *name = json_object_get (copy, "driverName");
+          if (name && key[0] == 'p')
+            {
+              if (!json_is_string (name))
+                {
+                  json_decref (copy);
+                  json_decref (all);
+                  return nrm_error_set (err, EINVAL, "key `pci.driverName` must be a string");
+                }
+              json_object_set (c->driver_names, "pci", name);
+              json_object_del (copy, "driverName");
+            }
+          json_object_set_new (c->driver_settings, id, copy);
+        }
+        json_decref (all);
+      }
     else if (strcmp (key, "drivers") == 0)
       {
         /* A list of driver ids, as --drivers takes them. */
@@ -650,4 +684,5 @@ nrm_config_drivers (const struct nrm_config *c, struct nrm_driver_selection *sel
 {
   sel->ids = c->drivers;
   sel->names = c->driver_names;
+  sel->settings = c->driver_settings;
 }

@@ -299,7 +299,7 @@ nrm_cmd_run (struct nrm_config *c, struct nrm_topology *t, const struct nrm_run_
   /* A run is the command line of the CPU and memory drivers: their claims,
    * with their names, in their checkpoints. */
   struct nrm_publish_options po = c->publish;
-  struct nrm_driver_selection sel = { "cpu,memory", c->driver_names };
+  struct nrm_driver_selection sel = { "cpu,memory", c->driver_names, c->driver_settings };
   struct nrm_driver_host host = { .topo = t, .node = &po, .fsroot = c->fsroot, .live = true, .log = nrm_log };
   /* A run takes CPUs by count from a node's consumable device, whatever
    * device mode the plugin publishes: the claims of both are CPU sets. */

@@ -528,7 +528,7 @@ test_refusals (void **state)
   rc = run_nrm (&out, &err, "slices", "--drivers", "nosuch", "--driver-dir", driver_dir, "--topology", topo, NULL);
   assert_int_not_equal (rc, 0);
   assert_string_equal (out, "");
-  if (strstr (err, "unknown driver `nosuch` (known: cpu, memory, example)") == NULL)
+  if (strstr (err, "unknown driver `nosuch` (known: cpu, memory, pci, example)") == NULL)
     fail_msg ("--drivers nosuch: `%s`", err);
   free (out);
   free (err);

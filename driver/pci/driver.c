@@ -1,0 +1,759 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The PCI driver: PCI functions found in sysfs (or, for a recorded
+ * machine, by hwloc), one device each, held whole by one claim at a time
+ * and handed to the container as its device nodes. */
+#include "config.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <linux/netlink.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/inotify.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "driver/jsonattr.h"
+#include "driver/kit.h"
+#include "driver/pci/pci.h"
+#include "nrm/base/cleanup.h"
+#include "nrm/base/xalloc.h"
+
+/* The classes nrm knows, and those it serves unless configured otherwise:
+ * NICs and NVMe drives usually carry the node's own network and disks, so
+ * they are served only when the configuration names them. */
+static const char *const all_classes[] = { "gpu", "accel", "fpga", "coproc", "ib", "nic", "nvme" };
+#define N_CLASSES (sizeof (all_classes) / sizeof (all_classes[0]))
+#define DEFAULT_CLASSES 0x1fu /* gpu accel fpga coproc ib */
+
+struct pci_driver
+{
+  char *name;
+  char *fsroot;
+  bool sysfs; /* read the functions from sysfs (this machine, or a fake tree) */
+  const struct nrm_topology *t;
+  const struct nrm_publish_options *o;
+  const struct nrm_pci_vendor *vendor; /* NULL: the generic driver */
+  unsigned classes;                    /* bit i: all_classes[i] is served */
+  int events;                          /* uevent socket or inotify, or -1 */
+
+  pthread_mutex_t lock; /* the fields below */
+  struct nrm_pci_function *fns;
+  size_t n_fns;
+  json_t *holder; /* device name -> claim UID */
+  json_t *claims; /* claim UID -> [{name, busID, class, numaNode?, pcieRoot?}] */
+};
+
+/* The vendor drivers of this process: while one serves a function, the
+ * generic driver leaves it out. */
+static pthread_mutex_t vendors_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct pci_driver *vendors[16];
+static size_t n_vendors;
+
+static int
+class_index (const char *class)
+{
+  for (size_t i = 0; class && i < N_CLASSES; i++)
+    if (strcmp (all_classes[i], class) == 0)
+      return (int) i;
+  return -1;
+}
+
+void
+nrm_pci_device_name (const char *class, const char *bus_id, char *buf, size_t size)
+{
+  snprintf (buf, size, "%s-%s", class, bus_id);
+  for (char *p = buf + strlen (class) + 1; *p; p++)
+    if (*p == ':' || *p == '.')
+      *p = '-';
+}
+
+json_t *
+nrm_pci_device_node (const char *fsroot, const char *path)
+{
+  json_t *n = json_pack ("{s:s}", "path", path);
+  if (fsroot && strcmp (fsroot, "/") != 0)
+    {
+      cleanup_free char *host = xasprintf ("%s%s", fsroot, path);
+      json_object_set_new (n, "hostPath", json_string (host));
+    }
+  return n;
+}
+
+static void
+function_done (struct nrm_pci_function *fn)
+{
+  nrm_pci_facts_done (&fn->facts);
+}
+
+static void
+functions_free (struct nrm_pci_function *fns, size_t n)
+{
+  for (size_t i = 0; i < n; i++)
+    function_done (&fns[i]);
+  free (fns);
+}
+
+static int
+settings (struct pci_driver *d, json_t *s, nrm_error_t *err)
+{
+  const char *key;
+  json_t *v;
+  d->classes = DEFAULT_CLASSES;
+  json_object_foreach (s, key, v)
+  {
+    if (strcmp (key, "classes") != 0)
+      return nrm_error_set (err, EINVAL, "unknown key `pci.%s` (known: classes)", key);
+    if (!json_is_array (v))
+      return nrm_error_set (err, EINVAL, "key `pci.classes` must be a list of class names");
+    unsigned set = 0;
+    size_t i;
+    json_t *c;
+    json_array_foreach (v, i, c)
+    {
+      int k = class_index (json_string_value (c));
+      if (k < 0)
+        return nrm_error_set (err, EINVAL,
+                              "key `pci.classes`: `%s` is not a class (gpu, accel, fpga, coproc, ib, nic, nvme)",
+                              json_is_string (c) ? json_string_value (c) : "(not a string)");
+      set |= 1u << k;
+    }
+    d->classes = set;
+  }
+  return 0;
+}
+
+/* Events that may change the functions: the kernel's uevents on this
+ * machine, the function folder of a fake tree. */
+static int
+open_events (const struct pci_driver *d)
+{
+  if (strcmp (d->fsroot, "/") == 0)
+    {
+      int fd = socket (AF_NETLINK, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, NETLINK_KOBJECT_UEVENT);
+      struct sockaddr_nl sa = { .nl_family = AF_NETLINK, .nl_groups = 1 };
+      if (fd >= 0 && bind (fd, (struct sockaddr *) &sa, sizeof (sa)) < 0)
+        {
+          close (fd);
+          fd = -1;
+        }
+      return fd;
+    }
+  int fd = inotify_init1 (IN_NONBLOCK | IN_CLOEXEC);
+  cleanup_free char *dir = xasprintf ("%s/sys/bus/pci/devices", d->fsroot);
+  if (fd >= 0 && inotify_add_watch (fd, dir, IN_CREATE | IN_DELETE | IN_MOVED_TO | IN_MOVED_FROM) < 0)
+    {
+      close (fd);
+      fd = -1;
+    }
+  return fd;
+}
+
+int
+nrm_pci_driver_new (const struct nrm_driver_host *h, const struct nrm_pci_vendor *vendor, void **ret, nrm_error_t *err)
+{
+  struct pci_driver *d = xcalloc (1, sizeof (*d));
+  d->name = xstrdup (h->name);
+  d->fsroot = xstrdup (h->fsroot ? h->fsroot : "/");
+  d->t = h->topo;
+  d->o = h->node;
+  d->vendor = vendor;
+  d->events = -1;
+  /* A recorded machine has no sysfs here, unless a fake tree stands in. */
+  d->sysfs = h->live || strcmp (d->fsroot, "/") != 0;
+  pthread_mutex_init (&d->lock, NULL);
+  d->holder = json_object ();
+  d->claims = json_object ();
+  if (settings (d, h->settings, err) < 0)
+    {
+      nrm_pci_driver_free (d);
+      return -1;
+    }
+  if (d->sysfs)
+    d->events = open_events (d);
+  if (vendor)
+    {
+      pthread_mutex_lock (&vendors_lock);
+      if (n_vendors < sizeof (vendors) / sizeof (vendors[0]))
+        vendors[n_vendors++] = d;
+      pthread_mutex_unlock (&vendors_lock);
+    }
+  *ret = d;
+  return 0;
+}
+
+void
+nrm_pci_driver_free (void *self)
+{
+  struct pci_driver *d = self;
+  if (d == NULL)
+    return;
+  pthread_mutex_lock (&vendors_lock);
+  for (size_t i = 0; i < n_vendors; i++)
+    if (vendors[i] == d)
+      vendors[i] = vendors[--n_vendors];
+  pthread_mutex_unlock (&vendors_lock);
+  if (d->events >= 0)
+    close (d->events);
+  functions_free (d->fns, d->n_fns);
+  json_decref (d->holder);
+  json_decref (d->claims);
+  pthread_mutex_destroy (&d->lock);
+  free (d->name);
+  free (d->fsroot);
+  free (d);
+}
+
+/* Whether a vendor driver other than d serves fn. */
+static bool
+vendor_serves (const struct pci_driver *d, const struct nrm_pci_function *fn)
+{
+  bool r = false;
+  pthread_mutex_lock (&vendors_lock);
+  for (size_t i = 0; i < n_vendors && !r; i++)
+    r = vendors[i] != d && vendors[i]->vendor->match (fn);
+  pthread_mutex_unlock (&vendors_lock);
+  return r;
+}
+
+/* The facts of a recorded machine's function: what hwloc recorded. A bus
+ * id the standard attribute cannot carry (a 5-digit VMD domain) gives
+ * false. */
+static bool
+recorded_facts (const struct nrm_topology *t, const struct nrm_pci_device *p, struct nrm_pci_facts *f)
+{
+  memset (f, 0, sizeof (*f));
+  if (!nrm_pci_bus_id_valid (p->bus_id))
+    return false;
+  memcpy (f->bus_id, p->bus_id, sizeof (f->bus_id));
+  f->vendor_id = p->vendor_id;
+  f->device_id = p->device_id;
+  f->class_code = (uint32_t) p->class_id << 8;
+  f->numa_node = p->numa >= 0 ? (int) t->numa[p->numa].os_index : -1;
+  snprintf (f->pcie_root, sizeof (f->pcie_root), "%s", p->pcie_root);
+  f->iommu_group = f->sriov_total = f->sriov_enabled = -1;
+  f->link_width = f->max_link_width = f->carrier = -1;
+  f->aer_fatal = f->aer_nonfatal = f->aer_correctable = -1;
+  return true;
+}
+
+/* Whether d publishes a function with these facts; sets its class. */
+static bool
+wanted (const struct pci_driver *d, struct nrm_pci_function *fn)
+{
+  fn->class = nrm_pci_class_name (fn->facts.class_code, fn->facts.vendor_id);
+  int k = class_index (fn->class);
+  if (k < 0 || !(d->classes & (1u << k)))
+    return false;
+  /* A PF whose VFs are enabled is shared by them: its VFs are the devices. */
+  if (fn->facts.sriov_enabled > 0)
+    return false;
+  nrm_pci_device_name (fn->class, fn->facts.bus_id, fn->name, sizeof (fn->name));
+  fn->present = true;
+  if (d->vendor)
+    return d->vendor->match (fn);
+  return !vendor_serves (d, fn);
+}
+
+static void
+add_function (struct nrm_pci_function **fns, size_t *n, const struct nrm_pci_function *fn)
+{
+  *fns = xrealloc (*fns, (*n + 1) * sizeof (**fns));
+  (*fns)[(*n)++] = *fn;
+}
+
+/* A held function that is gone, from what its claim's state recorded. */
+static void
+from_state (struct nrm_pci_function *fn, json_t *e)
+{
+  memset (fn, 0, sizeof (*fn));
+  snprintf (fn->name, sizeof (fn->name), "%s", json_string_value (json_object_get (e, "name")));
+  snprintf (fn->facts.bus_id, sizeof (fn->facts.bus_id), "%s", json_string_value (json_object_get (e, "busID")));
+  int k = class_index (json_string_value (json_object_get (e, "class")));
+  fn->class = k >= 0 ? all_classes[k] : "gpu";
+  json_t *numa = json_object_get (e, "numaNode");
+  fn->facts.numa_node = json_is_integer (numa) ? (int) json_integer_value (numa) : -1;
+  const char *root = json_string_value (json_object_get (e, "pcieRoot"));
+  snprintf (fn->facts.pcie_root, sizeof (fn->facts.pcie_root), "%s", root ? root : "");
+  fn->facts.iommu_group = fn->facts.sriov_total = fn->facts.sriov_enabled = -1;
+  fn->facts.link_width = fn->facts.max_link_width = fn->facts.carrier = -1;
+  fn->facts.aer_fatal = fn->facts.aer_nonfatal = fn->facts.aer_correctable = -1;
+  fn->present = false;
+}
+
+static int
+cmp_function (const void *a, const void *b)
+{
+  const struct nrm_pci_function *x = a, *y = b;
+  return strcmp (x->facts.bus_id, y->facts.bus_id);
+}
+
+/* Reads the functions again (hotplug); a held function that is gone stays,
+ * marked removed. Call with d->lock held. */
+static int
+rescan (struct pci_driver *d, nrm_error_t *err)
+{
+  struct nrm_pci_function *fns = NULL;
+  size_t n = 0;
+  char **ids = NULL;
+  size_t n_ids = 0;
+  nrm_error_t e = NULL;
+
+  if (d->sysfs && nrm_pci_list (d->fsroot, &ids, &n_ids, &e) < 0)
+    {
+      /* A tree without PCI has no functions; anything else is an error. */
+      if (e->status != ENOENT)
+        {
+          *err = e;
+          return -1;
+        }
+      nrm_error_release (&e);
+    }
+  for (size_t i = 0; d->sysfs && i < n_ids; i++)
+    {
+      struct nrm_pci_function fn = { 0 };
+      if (nrm_pci_facts_read (d->fsroot, ids[i], &fn.facts, &e) < 0)
+        {
+          /* Removed between the listing and now. */
+          nrm_error_release (&e);
+          continue;
+        }
+      if (wanted (d, &fn))
+        add_function (&fns, &n, &fn);
+      else
+        function_done (&fn);
+    }
+  nrm_pci_list_free (ids, n_ids);
+  for (size_t i = 0; !d->sysfs && i < d->t->n_pci; i++)
+    {
+      struct nrm_pci_function fn = { 0 };
+      if (recorded_facts (d->t, &d->t->pci[i], &fn.facts) && wanted (d, &fn))
+        add_function (&fns, &n, &fn);
+    }
+  /* Held functions that are gone stay published (tainted) until released. */
+  const char *uid;
+  json_t *list;
+  json_object_foreach (d->claims, uid, list)
+  {
+    size_t k;
+    json_t *entry;
+    json_array_foreach (list, k, entry)
+    {
+      const char *name = json_string_value (json_object_get (entry, "name"));
+      bool found = false;
+      for (size_t j = 0; j < n && !found; j++)
+        found = strcmp (fns[j].name, name) == 0;
+      if (!found)
+        {
+          struct nrm_pci_function fn;
+          from_state (&fn, entry);
+          add_function (&fns, &n, &fn);
+        }
+    }
+  }
+  if (n)
+    qsort (fns, n, sizeof (*fns), cmp_function);
+  functions_free (d->fns, d->n_fns);
+  d->fns = fns;
+  d->n_fns = n;
+  return 0;
+}
+
+static struct nrm_pci_function *
+find_function (struct pci_driver *d, const char *name)
+{
+  for (size_t i = 0; name && i < d->n_fns; i++)
+    if (strcmp (d->fns[i].name, name) == 0)
+      return &d->fns[i];
+  return NULL;
+}
+
+static void
+set_numa (const struct pci_driver *d, const struct nrm_pci_facts *f, json_t *attrs)
+{
+  if (f->numa_node < 0)
+    return; /* unknown: left out, as the standard says */
+  int idx = nrm_topology_numa_index (d->t, (unsigned) f->numa_node);
+  if (d->o->list_attributes && idx >= 0)
+    {
+      int64_t near[64];
+      size_t nn = nrm_topology_near_nodes (d->t, (size_t) idx, near, sizeof (near) / sizeof (near[0]));
+      jattr_ints (attrs, NRM_STD_NUMA_ATTR, near, nn);
+    }
+  else
+    jattr_int (attrs, NRM_STD_NUMA_ATTR, f->numa_node);
+}
+
+static json_t *
+device_json (const struct pci_driver *d, const struct nrm_pci_function *fn)
+{
+  const struct nrm_pci_facts *f = &fn->facts;
+  json_t *attrs = json_object ();
+  char hex[8];
+  jattr_str (attrs, "resource.kubernetes.io/pciBusID", f->bus_id);
+  if (f->pcie_root[0])
+    jattr_str (attrs, NRM_STD_PCIE_ROOT_ATTR, f->pcie_root);
+  set_numa (d, f, attrs);
+  jattr_str (attrs, "class", fn->class);
+  snprintf (hex, sizeof (hex), "%04x", f->vendor_id);
+  jattr_str (attrs, "vendorID", hex);
+  snprintf (hex, sizeof (hex), "%04x", f->device_id);
+  jattr_str (attrs, "deviceID", hex);
+  snprintf (hex, sizeof (hex), "%04x", f->class_code >> 8);
+  jattr_str (attrs, "classID", hex);
+  /* Strings from sysfs reach the API only when they fit its 64 bytes. */
+  if (f->driver && strlen (f->driver) <= 64)
+    jattr_str (attrs, "driver", f->driver);
+  if (f->iommu_group >= 0)
+    jattr_int (attrs, "iommuGroup", f->iommu_group);
+  if (f->sriov_total >= 0)
+    {
+      jattr_int (attrs, "sriovTotalVFs", f->sriov_total);
+      jattr_int (attrs, "sriovVFs", f->sriov_enabled);
+    }
+  if (f->physfn[0])
+    jattr_str (attrs, "physfn", f->physfn);
+  if (f->link_speed && strlen (f->link_speed) <= 64)
+    jattr_str (attrs, "linkSpeed", f->link_speed);
+  if (f->max_link_speed && strlen (f->max_link_speed) <= 64)
+    jattr_str (attrs, "maxLinkSpeed", f->max_link_speed);
+  if (f->link_width >= 0)
+    jattr_int (attrs, "linkWidth", f->link_width);
+  if (f->max_link_width >= 0)
+    jattr_int (attrs, "maxLinkWidth", f->max_link_width);
+  if (d->vendor && d->vendor->attributes)
+    d->vendor->attributes (d->fsroot, fn, attrs);
+  return json_pack ("{s:s, s:o}", "name", fn->name, "attributes", attrs);
+}
+
+int
+nrm_pci_driver_pool (void *self, json_t *held, struct nrm_pool *ret, nrm_error_t *err)
+{
+  struct pci_driver *d = self;
+  (void) held; /* the driver knows its claims: restore() told it */
+  pthread_mutex_lock (&d->lock);
+  if (rescan (d, err) < 0)
+    {
+      pthread_mutex_unlock (&d->lock);
+      return -1;
+    }
+  struct nrm_pool p = { .driver = xstrdup (d->name), .devices = json_array (), .counter_sets = json_array () };
+  for (size_t i = 0; i < d->n_fns; i++)
+    json_array_append_new (p.devices, device_json (d, &d->fns[i]));
+  pthread_mutex_unlock (&d->lock);
+  *ret = p;
+  return 0;
+}
+
+void
+nrm_pci_driver_reset (void *self)
+{
+  struct pci_driver *d = self;
+  pthread_mutex_lock (&d->lock);
+  json_object_clear (d->holder);
+  json_object_clear (d->claims);
+  pthread_mutex_unlock (&d->lock);
+}
+
+/* Records entries (as prepare's state has them) as held by uid, all or
+ * none. Call with d->lock held. */
+static int
+hold (struct pci_driver *d, const char *uid, json_t *entries, nrm_error_t *err)
+{
+  size_t i;
+  json_t *e;
+  json_array_foreach (entries, i, e)
+  {
+    const char *name = json_string_value (json_object_get (e, "name"));
+    const char *busid = json_string_value (json_object_get (e, "busID"));
+    if (name == NULL || !nrm_pci_bus_id_valid (busid))
+      return nrm_error_set (err, EINVAL, "claim %s: state entry %zu has no device name and bus id", uid, i);
+    const char *other = json_string_value (json_object_get (d->holder, name));
+    if (other && strcmp (other, uid) != 0)
+      return nrm_error_set (err, EBUSY, "device %s (%s) is held by claim %s", name, busid, other);
+    for (size_t k = 0; k < i; k++)
+      if (strcmp (json_string_value (json_object_get (json_array_get (entries, k), "name")), name) == 0)
+        return nrm_error_set (err, EINVAL, "device %s is allocated twice in claim %s", name, uid);
+  }
+  json_array_foreach (entries, i, e)
+  {
+    json_object_set_new (d->holder, json_string_value (json_object_get (e, "name")), json_string (uid));
+  }
+  json_object_set (d->claims, uid, entries);
+  return 0;
+}
+
+static json_t *
+state_entry (const struct nrm_pci_function *fn)
+{
+  json_t *e = json_pack ("{s:s, s:s, s:s}", "name", fn->name, "busID", fn->facts.bus_id, "class", fn->class);
+  if (fn->facts.numa_node >= 0)
+    json_object_set_new (e, "numaNode", json_integer (fn->facts.numa_node));
+  if (fn->facts.pcie_root[0])
+    json_object_set_new (e, "pcieRoot", json_string (fn->facts.pcie_root));
+  return e;
+}
+
+static void
+append_string (char **list, const char *s)
+{
+  char *joined = xasprintf ("%s%s%s", *list ? *list : "", *list ? "," : "", s);
+  free (*list);
+  *list = joined;
+}
+
+int
+nrm_pci_driver_prepare (void *self, const struct nrm_claim_view *c, struct nrm_prepared *out, nrm_error_t *err)
+{
+  struct pci_driver *d = self;
+  cleanup_json json_t *entries = json_array (), *nodes = json_array (), *meta = json_object ();
+  struct nrm_container_edits extra = { 0 };
+  cleanup_free char *busids = NULL;
+  int r = -1;
+
+  pthread_mutex_lock (&d->lock);
+  for (size_t i = 0; i < c->n_results; i++)
+    {
+      const struct nrm_alloc_result *res = &c->results[i];
+      struct nrm_pci_function *fn = find_function (d, res->device);
+      if (fn == NULL)
+        {
+          nrm_error_set (err, ENODEV, "unknown device `%s` in pool `%s`", res->device, res->pool);
+          goto out;
+        }
+      if (!fn->present)
+        {
+          nrm_error_set (err, ENODEV, "device %s (%s) was removed from the machine", fn->name, fn->facts.bus_id);
+          goto out;
+        }
+      json_array_append_new (entries, state_entry (fn));
+      append_string (&busids, fn->facts.bus_id);
+      cleanup_free char *paths = NULL;
+      for (size_t k = 0; k < fn->facts.n_nodes; k++)
+        {
+          json_array_append_new (nodes, nrm_pci_device_node (d->fsroot, fn->facts.nodes[k]));
+          append_string (&paths, fn->facts.nodes[k]);
+        }
+      if (d->vendor && d->vendor->edits && d->vendor->edits (d->fsroot, fn, &extra, err) < 0)
+        goto out;
+      if (c->metadata)
+        {
+          json_t *dev = device_json (d, fn);
+          json_t *attrs = json_incref (json_object_get (dev, "attributes"));
+          json_decref (dev);
+          if (paths)
+            jattr_str (attrs, "deviceNodes", paths);
+          json_object_set_new (meta, fn->name, attrs);
+        }
+    }
+  if (hold (d, c->uid, entries, err) < 0)
+    goto out;
+  out->state = json_pack ("{s:O}", "devices", entries);
+  out->edits.env = extra.env ? TAKE_PTR (extra.env) : json_array ();
+  if (busids)
+    json_array_append_new (out->edits.env, json_sprintf ("NRM_PCI_DEVICES=%s", busids));
+  out->edits.device_nodes = json_incref (nodes);
+  if (extra.device_nodes)
+    json_array_extend (out->edits.device_nodes, extra.device_nodes);
+  out->edits.mounts = TAKE_PTR (extra.mounts);
+  out->edits.hooks = TAKE_PTR (extra.hooks);
+  out->edits.commit_hook = false; /* the CPU and memory drivers bind */
+  out->metadata = c->metadata ? json_incref (meta) : NULL;
+  r = 0;
+out:
+  pthread_mutex_unlock (&d->lock);
+  nrm_container_edits_done (&extra);
+  return r;
+}
+
+int
+nrm_pci_driver_restore (void *self, const char *uid, json_t *state, nrm_error_t *err)
+{
+  struct pci_driver *d = self;
+  json_t *entries = json_object_get (state, "devices");
+  if (!json_is_array (entries))
+    return nrm_error_set (err, EINVAL, "claim %s: its state has no `devices` list", uid);
+  pthread_mutex_lock (&d->lock);
+  int r = hold (d, uid, entries, err);
+  pthread_mutex_unlock (&d->lock);
+  return r;
+}
+
+void
+nrm_pci_driver_unprepare (void *self, const char *uid, json_t *state)
+{
+  struct pci_driver *d = self;
+  (void) state;
+  pthread_mutex_lock (&d->lock);
+  size_t i;
+  json_t *e;
+  json_array_foreach (json_object_get (d->claims, uid), i, e)
+  {
+    const char *name = json_string_value (json_object_get (e, "name"));
+    const char *who = json_string_value (json_object_get (d->holder, name));
+    if (who && strcmp (who, uid) == 0)
+      json_object_del (d->holder, name);
+  }
+  json_object_del (d->claims, uid);
+  pthread_mutex_unlock (&d->lock);
+}
+
+/* "16.0 GT/s PCIe" -> 16.0; 0 when unknown. */
+static double
+gts (const char *speed)
+{
+  return speed ? strtod (speed, NULL) : 0;
+}
+
+/* The worst of what the facts say, as one health entry. */
+static void
+judge (const struct nrm_pci_function *fn, bool present, const struct nrm_pci_facts *f, struct nrm_device_health *h)
+{
+  cleanup_free char *msg = NULL;
+  const char *taint = NULL;
+  enum nrm_taint_effect effect = NRM_TAINT_NONE_SET;
+  char line[160];
+
+#define NOTE(eff, name, ...)                                                                                           \
+  do                                                                                                                   \
+    {                                                                                                                  \
+      snprintf (line, sizeof (line), __VA_ARGS__);                                                                     \
+      append_string (&msg, line);                                                                                      \
+      if ((eff) > effect)                                                                                              \
+        {                                                                                                              \
+          effect = (eff);                                                                                              \
+          taint = (name);                                                                                              \
+        }                                                                                                              \
+    }                                                                                                                  \
+  while (0)
+
+  h->device = xstrdup (fn->name);
+  h->health = NRM_HEALTH_HEALTHY;
+  if (!present)
+    NOTE (NRM_TAINT_NO_EXECUTE, "removed", "%s is no longer on the machine", fn->facts.bus_id);
+  else
+    {
+      if (f->aer_fatal > 0)
+        NOTE (NRM_TAINT_NO_EXECUTE, "aer-fatal", "%" PRId64 " fatal AER errors since boot", f->aer_fatal);
+      if (f->max_link_width > 0 && f->link_width == 0)
+        NOTE (NRM_TAINT_NO_EXECUTE, "link-down", "the PCIe link is down");
+      if (f->aer_nonfatal > 0)
+        NOTE (NRM_TAINT_NO_SCHEDULE, "aer-nonfatal", "%" PRId64 " non-fatal AER errors since boot", f->aer_nonfatal);
+      if (f->max_link_width > 0 && f->link_width > 0 && f->link_width < f->max_link_width)
+        NOTE (NRM_TAINT_NO_SCHEDULE, "link-degraded", "the link runs x%d of x%d", f->link_width, f->max_link_width);
+      if (f->n_netdevs && f->carrier == 0)
+        NOTE (NRM_TAINT_NO_SCHEDULE, "no-carrier", "no network interface of it has carrier");
+      /* Devices lower their link speed while idle to save power: only a
+       * note, never a reason to move a workload. */
+      if (gts (f->link_speed) > 0 && gts (f->link_speed) < gts (f->max_link_speed))
+        NOTE (NRM_TAINT_NONE, "link-slow", "the link runs at %s of %s", f->link_speed, f->max_link_speed);
+      if (f->aer_correctable > 0)
+        NOTE (NRM_TAINT_NONE, "aer-correctable", "%" PRId64 " corrected AER errors since boot", f->aer_correctable);
+    }
+#undef NOTE
+  if (effect == NRM_TAINT_NO_EXECUTE)
+    h->health = NRM_HEALTH_UNHEALTHY;
+  if (taint)
+    {
+      h->taint = xstrdup (taint);
+      h->effect = effect;
+    }
+  h->message = TAKE_PTR (msg);
+}
+
+int
+nrm_pci_driver_health (void *self, struct nrm_health_report *ret, nrm_error_t *err)
+{
+  struct pci_driver *d = self;
+  (void) err;
+  pthread_mutex_lock (&d->lock);
+  size_t n = d->n_fns;
+  struct nrm_pci_function *fns = xcalloc (n ? n : 1, sizeof (*fns));
+  for (size_t i = 0; i < n; i++)
+    {
+      snprintf (fns[i].name, sizeof (fns[i].name), "%s", d->fns[i].name);
+      fns[i].facts.bus_id[0] = '\0';
+      snprintf (fns[i].facts.bus_id, sizeof (fns[i].facts.bus_id), "%s", d->fns[i].facts.bus_id);
+      fns[i].present = d->fns[i].present;
+    }
+  pthread_mutex_unlock (&d->lock);
+  /* sysfs is read without the lock: prepare does not wait for it. */
+  ret->devices = xcalloc (n ? n : 1, sizeof (*ret->devices));
+  ret->n = n;
+  for (size_t i = 0; i < n; i++)
+    {
+      struct nrm_pci_facts f;
+      nrm_error_t e = NULL;
+      bool present = fns[i].present;
+      if (d->sysfs && present)
+        {
+          if (nrm_pci_facts_read (d->fsroot, fns[i].facts.bus_id, &f, &e) < 0)
+            present = false;
+          nrm_error_release (&e);
+        }
+      else
+        recorded_facts (d->t, &(struct nrm_pci_device){ .bus_id = "0000:00:00.0", .numa = -1 }, &f);
+      judge (&fns[i], present, &f, &ret->devices[i]);
+      nrm_pci_facts_done (&f);
+    }
+  free (fns);
+  return 0;
+}
+
+int
+nrm_pci_driver_health_fd (void *self)
+{
+  return ((struct pci_driver *) self)->events;
+}
+
+void
+nrm_pci_driver_health_event (void *self)
+{
+  struct pci_driver *d = self;
+  char buf[8192];
+  while (read (d->events, buf, sizeof (buf)) > 0)
+    ;
+}
+
+json_t *
+nrm_pci_driver_describe (void *self, const char *uid, json_t *state)
+{
+  (void) self;
+  (void) uid;
+  json_t *devs = json_object (), *e;
+  size_t i;
+  json_array_foreach (json_object_get (state, "devices"), i, e)
+  {
+    const char *name = json_string_value (json_object_get (e, "name"));
+    if (name)
+      json_object_set_new (devs, name, json_object ());
+  }
+  return json_pack ("{s:o}", "devices", devs);
+}
+
+static int
+pci_new (const struct nrm_driver_host *h, void **ret, nrm_error_t *err)
+{
+  return nrm_pci_driver_new (h, NULL, ret, err);
+}
+
+const struct nrm_driver_ops nrm_pci_driver = {
+  .abi = NRM_DRIVER_ABI,
+  .id = "pci",
+  .default_name = "pci." NRM_DEFAULT_DOMAIN,
+  .summary = "PCI functions (GPUs, accelerators, FPGAs, InfiniBand; NICs and NVMe when configured), whole (driver/pci)",
+  .new = pci_new,
+  .free = nrm_pci_driver_free,
+  .pool = nrm_pci_driver_pool,
+  .reset = nrm_pci_driver_reset,
+  .prepare = nrm_pci_driver_prepare,
+  .restore = nrm_pci_driver_restore,
+  .unprepare = nrm_pci_driver_unprepare,
+  .health = nrm_pci_driver_health,
+  .health_fd = nrm_pci_driver_health_fd,
+  .health_event = nrm_pci_driver_health_event,
+  .describe = nrm_pci_driver_describe,
+};

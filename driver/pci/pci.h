@@ -1,0 +1,64 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#ifndef NRM_DRIVER_PCI_H
+#define NRM_DRIVER_PCI_H
+
+/* The PCI driver (pci.nrm.io): one device per PCI function of the classes
+ * nrm serves (GPUs, accelerators, FPGAs, co-processors, InfiniBand, and
+ * when configured NICs and NVMe), with the standard attributes, prepared
+ * as CDI device nodes. Its operations are public so that a vendor driver
+ * is this driver with a vendor part: a shared object whose new() calls
+ * nrm_pci_driver_new() with its struct nrm_pci_vendor and whose other
+ * operations are the ones below (driver/nvidia is one). While a vendor
+ * driver serves a function, the generic driver leaves it out. */
+
+#include <jansson.h>
+#include <stdbool.h>
+
+#include "driver/driver.h"
+#include "topology/pci.h"
+
+/* One published function, as prepare and the vendor part see it. */
+struct nrm_pci_function
+{
+  char name[40];     /* device name: <class>-dddd-bb-dd-f */
+  const char *class; /* nrm_pci_class_name() */
+  bool present;      /* false: removed, kept while a claim holds it */
+  struct nrm_pci_facts facts;
+};
+
+struct nrm_pci_vendor
+{
+  const char *name; /* for the log and nrm status: "nvidia" */
+  /* Whether the vendor part serves this function. */
+  bool (*match) (const struct nrm_pci_function *fn);
+  /* Adds what a container needs of one prepared function beyond its own
+   * device nodes (control nodes, environment); optional. fsroot is the
+   * driver host's prefix. */
+  int (*edits) (const char *fsroot, const struct nrm_pci_function *fn, struct nrm_container_edits *e, nrm_error_t *err);
+  /* Adds attributes to the published device; optional. */
+  void (*attributes) (const char *fsroot, const struct nrm_pci_function *fn, json_t *attrs);
+};
+
+/* new() of the generic driver (vendor NULL) or of a vendor driver. */
+int nrm_pci_driver_new (const struct nrm_driver_host *h, const struct nrm_pci_vendor *vendor, void **ret,
+                        nrm_error_t *err);
+void nrm_pci_driver_free (void *self);
+int nrm_pci_driver_pool (void *self, json_t *held, struct nrm_pool *ret, nrm_error_t *err);
+void nrm_pci_driver_reset (void *self);
+int nrm_pci_driver_prepare (void *self, const struct nrm_claim_view *c, struct nrm_prepared *out, nrm_error_t *err);
+int nrm_pci_driver_restore (void *self, const char *uid, json_t *state, nrm_error_t *err);
+void nrm_pci_driver_unprepare (void *self, const char *uid, json_t *state);
+int nrm_pci_driver_health (void *self, struct nrm_health_report *ret, nrm_error_t *err);
+int nrm_pci_driver_health_fd (void *self);
+void nrm_pci_driver_health_event (void *self);
+json_t *nrm_pci_driver_describe (void *self, const char *uid, json_t *state);
+
+/* The device name of a function: "<class>-dddd-bb-dd-f" (dots and colons
+ * as dashes), into buf of at least 40 bytes. */
+void nrm_pci_device_name (const char *class, const char *bus_id, char *buf, size_t size);
+
+/* A device node entry of CDI containerEdits for path (a /dev path),
+ * with hostPath under fsroot when fsroot is not "/". */
+json_t *nrm_pci_device_node (const char *fsroot, const char *path);
+
+#endif
