@@ -534,9 +534,12 @@ open_drivers (struct nrm_config *c, const struct nrm_topology *t, struct nrm_reg
               nrm_error_t *err)
 {
   struct nrm_driver_selection sel;
-  struct nrm_driver_host h
-      = { .topo = t, .node = &c->publish, .fsroot = c->fsroot, .live = c->topology == NULL, .log = nrm_log,
-          .kubelet_dir = c->kubelet_dir };
+  struct nrm_driver_host h = { .topo = t,
+                               .node = &c->publish,
+                               .fsroot = c->fsroot,
+                               .live = c->topology == NULL,
+                               .log = nrm_log,
+                               .kubelet_dir = c->kubelet_dir };
   nrm_config_drivers (c, &sel);
   if (nrm_registry_new (reg, err) < 0)
     return -1;
