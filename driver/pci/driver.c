@@ -519,6 +519,11 @@ nrm_pci_driver_prepare (void *self, const struct nrm_claim_view *c, struct nrm_p
     {
       const struct nrm_alloc_result *res = &c->results[i];
       struct nrm_pci_function *fn = find_function (d, res->device);
+      /* Not seen yet (plugged in since, or nothing published it). */
+      if (fn == NULL && rescan (d, err) < 0)
+        goto out;
+      if (fn == NULL)
+        fn = find_function (d, res->device);
       if (fn == NULL)
         {
           nrm_error_set (err, ENODEV, "unknown device `%s` in pool `%s`", res->device, res->pool);

@@ -3,7 +3,7 @@ set -u
 : "${NRM:?run through make check}"
 : "${NRM_TOPOLOGIES:?run through make check}"
 TMP=$(mktemp -d /tmp/nrm-cli.XXXXXX)
-trap 'rm -rf "$TMP"' EXIT
+trap '[ -n "${KEEP:-}" ] || rm -rf "$TMP"' EXIT
 failures=0
 checks=0
 
