@@ -120,6 +120,83 @@ test_reserved (void **state)
   nrm_topology_free (t);
 }
 
+/* resource.kubernetes.io/numaNode lists (KEP-6072) on every machine match
+ * the rule written in the test from the distance matrix; a short buffer
+ * gets the start of the list. */
+static void
+test_near_nodes (void **state)
+{
+  const struct corpus_entry *c = *state;
+  struct nrm_topology *t = load (c->file);
+  cleanup_free int64_t *want = calloc (t->n_numa, sizeof (int64_t));
+  cleanup_free int64_t *got = calloc (t->n_numa, sizeof (int64_t));
+
+  for (size_t i = 0; i < t->n_numa; i++)
+    {
+      size_t nw = corpus_near_nodes (t, i, want);
+      size_t ng = nrm_topology_near_nodes (t, i, got, t->n_numa);
+      char ws[4096] = "", gs[4096] = "";
+      for (size_t k = 0; k < nw; k++)
+        snprintf (ws + strlen (ws), sizeof (ws) - strlen (ws), " %lld", (long long) want[k]);
+      for (size_t k = 0; k < ng; k++)
+        snprintf (gs + strlen (gs), sizeof (gs) - strlen (gs), " %lld", (long long) got[k]);
+      if (strcmp (ws, gs) != 0)
+        fail_msg ("%s node %u: [%s ] instead of [%s ]", c->name, t->numa[i].os_index, gs, ws);
+      if (nw > 1)
+        {
+          assert_int_equal (nrm_topology_near_nodes (t, i, got, nw - 1), nw - 1);
+          assert_memory_equal (got, want, (nw - 1) * sizeof (int64_t));
+        }
+      assert_int_equal (nrm_topology_near_nodes (t, i, got, 0), 0);
+    }
+  nrm_topology_free (t);
+}
+
+static void
+expect_near (const char *file, unsigned node, const char *want)
+{
+  char path[4096], got[4096] = "";
+  int64_t out[64];
+  snprintf (path, sizeof (path), "%s/%s", getenv ("NRM_TOPOLOGIES"), file);
+  struct nrm_topology *t = load (path);
+  int i = nrm_topology_numa_index (t, node);
+  assert_true (i >= 0);
+  size_t n = nrm_topology_near_nodes (t, (size_t) i, out, 64);
+  for (size_t k = 0; k < n; k++)
+    snprintf (got + strlen (got), sizeof (got) - strlen (got), "%s%lld", k ? "," : "", (long long) out[k]);
+  if (strcmp (got, want) != 0)
+    fail_msg ("%s node %u: [%s] instead of [%s]", file, node, got, want);
+  nrm_topology_free (t);
+}
+
+/* Lists checked by hand against the recorded distance rows. */
+static void
+test_near_nodes_by_hand (void **state)
+{
+  (void) state;
+  /* SGI Altix: node 16 is CPU-less memory at distance 14 from every node,
+   * the other nodes are 17 apart within a group of 4. A node with CPUs gets
+   * the CPU-less node (its socket is unknown, so it is kept); the CPU-less
+   * node, whose own socket is unknown, gets every node at 14. */
+  expect_near ("128ia64-17n4s2c.xml", 0, "0,16");
+  expect_near ("128ia64-17n4s2c.xml", 13, "13,16");
+  expect_near ("128ia64-17n4s2c.xml", 16, "16,0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15");
+  /* QEMU memory tiers: one package, every distance 20; CPU-less HBM node 4
+   * and NVM nodes 6, 8, 9 are kept, the HBM node's list holds all. */
+  expect_near ("fakeheteromemtiers.xml", 4, "4,0,1,2,6,8,9");
+  expect_near ("fakeheteromemtiers.xml", 0, "0,1,2,4,6,8,9");
+  /* Sparse numbering: node 2 is 16 from 0, 33, 34, 45, 72, 73; only 33
+   * shares its package. */
+  expect_near ("48amd64-4d2n6c-sparse.xml", 2, "2,33");
+  expect_near ("48amd64-4d2n6c-sparse.xml", 73, "73,72");
+  /* Nearest nodes on other sockets only. */
+  expect_near ("16amd64-8n2c.xml", 0, "0");
+  /* SNC2 Optane: the two nodes of a package are 11 apart. */
+  expect_near ("memorysidecaches.xml", 1, "1,3");
+  /* A CPUID dump records no distances: the node alone. */
+  expect_near ("AMD-17h-Zen-2xEpyc-7451.xml", 0, "0");
+}
+
 static void
 test_special_machines (void **state)
 {
@@ -207,10 +284,12 @@ test_bad_files (void **state)
 int
 main (void)
 {
-  const struct corpus_test per_machine[] = { { "scan", test_machine }, { "reserved", test_reserved } };
+  const struct corpus_test per_machine[]
+      = { { "scan", test_machine }, { "reserved", test_reserved }, { "near nodes", test_near_nodes } };
   const struct CMUnitTest others[] = {
     { .name = "special machines", .test_func = test_special_machines },
+    { .name = "near nodes by hand", .test_func = test_near_nodes_by_hand },
     { .name = "bad files", .test_func = test_bad_files },
   };
-  return corpus_run ("topology", per_machine, 2, others, 2);
+  return corpus_run ("topology", per_machine, 3, others, 3);
 }
