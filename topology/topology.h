@@ -92,6 +92,9 @@ struct nrm_pci_device
   hwloc_bitmap_t nodes; /* os indexes of local NUMA nodes */
   char *os_names;       /* comma-separated OS device names (eth0, card0), or NULL */
   char *os_kind;        /* "gpu", "network", "openfabrics", "coprocessor", "storage", "dma", or NULL */
+  /* hwloc's PCIVendor / PCIDevice infos (pci.ids names), printable; NULL when unknown. */
+  char *vendor_name;
+  char *device_name;
 };
 
 struct nrm_topology

@@ -7,8 +7,10 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -258,6 +260,156 @@ test_special_machines (void **state)
   nrm_topology_free (t);
 }
 
+static const struct nrm_pci_device *
+pci_by_id (const struct nrm_topology *t, const char *bus_id)
+{
+  for (size_t i = 0; i < t->n_pci; i++)
+    if (strcmp (t->pci[i].bus_id, bus_id) == 0)
+      return &t->pci[i];
+  fail_msg ("%s: no PCI device %s", t->source, bus_id);
+  return NULL;
+}
+
+static json_t *
+pci_json (json_t *model, const char *bus_id)
+{
+  size_t i;
+  json_t *d;
+  json_array_foreach (json_object_get (model, "pciDevices"), i, d)
+  {
+    if (strcmp (json_string_value (json_object_get (d, "busID")), bus_id) == 0)
+      return d;
+  }
+  fail_msg ("no PCI device %s in the JSON model", bus_id);
+  return NULL;
+}
+
+/* pci.ids names as recorded: both, the vendor alone, or none. */
+static void
+test_pci_names (void **state)
+{
+  char path[4096];
+  (void) state;
+  snprintf (path, sizeof (path), "%s/24em64t-2n6c2t-pci.xml", getenv ("NRM_TOPOLOGIES"));
+  struct nrm_topology *t = load (path);
+  const struct nrm_pci_device *nic = pci_by_id (t, "0000:04:00.0");
+  assert_string_equal (nic->vendor_name, "Intel Corporation");
+  assert_string_equal (nic->device_name, "82576 Gigabit Network Connection");
+  const struct nrm_pci_device *gpu = pci_by_id (t, "0000:06:00.0");
+  assert_string_equal (gpu->vendor_name, "nVidia Corporation");
+  assert_null (gpu->device_name);
+  cleanup_json json_t *m = nrm_topology_to_json (t);
+  assert_string_equal (json_string_value (json_object_get (pci_json (m, "0000:04:00.0"), "deviceName")),
+                       "82576 Gigabit Network Connection");
+  assert_true (json_is_null (json_object_get (pci_json (m, "0000:06:00.0"), "deviceName")));
+  nrm_topology_free (t);
+
+  /* Recorded without names. */
+  snprintf (path, sizeof (path), "%s/power8gpudistances.xml", getenv ("NRM_TOPOLOGIES"));
+  t = load (path);
+  assert_true (t->n_pci > 0);
+  cleanup_json json_t *m2 = nrm_topology_to_json (t);
+  for (size_t i = 0; i < t->n_pci; i++)
+    {
+      assert_null (t->pci[i].vendor_name);
+      assert_null (t->pci[i].device_name);
+      json_t *d = pci_json (m2, t->pci[i].bus_id);
+      assert_true (json_is_null (json_object_get (d, "vendorName")));
+      assert_true (json_is_null (json_object_get (d, "deviceName")));
+    }
+  nrm_topology_free (t);
+}
+
+/* Recorded names with a control byte and a byte that is not UTF-8 come out
+ * escaped, and the JSON model still holds them. */
+static void
+test_pci_names_hostile (void **state)
+{
+  char src[4096], tmpl[] = "/tmp/nrm-test-pci-XXXXXX";
+  (void) state;
+  snprintf (src, sizeof (src), "%s/24em64t-2n6c2t-pci.xml", getenv ("NRM_TOPOLOGIES"));
+  FILE *in = fopen (src, "re");
+  assert_non_null (in);
+  int fd = mkstemp (tmpl);
+  assert_true (fd >= 0);
+  FILE *out = fdopen (fd, "w");
+  char line[8192];
+  bool done = false;
+  while (fgets (line, sizeof (line), in))
+    {
+      const char *needle = "value=\"Intel Corporation\"";
+      char *at = strstr (line, needle);
+      if (at)
+        {
+          fprintf (out, "%.*svalue=\"Intel\x01\xff Corporation\"%s", (int) (at - line), line, at + strlen (needle));
+          done = true;
+        }
+      else
+        fputs (line, out);
+    }
+  fclose (in);
+  fclose (out);
+  assert_true (done);
+  struct nrm_topology *t = load (tmpl);
+  unlink (tmpl);
+  size_t escaped = 0;
+  for (size_t i = 0; i < t->n_pci; i++)
+    if (t->pci[i].vendor_name && strcmp (t->pci[i].vendor_name, "Intel\\x01\\xff Corporation") == 0)
+      escaped++;
+    else if (t->pci[i].vendor_name)
+      assert_string_not_equal (t->pci[i].vendor_name, "Intel Corporation");
+  assert_int_equal (escaped, 4);
+  cleanup_json json_t *m = nrm_topology_to_json (t);
+  cleanup_free char *dump = json_dumps (m, JSON_COMPACT);
+  assert_non_null (dump);
+  assert_non_null (strstr (dump, "Intel\\\\x01\\\\xff Corporation"));
+  nrm_topology_free (t);
+}
+
+/* The live machine, where hwloc's pci plugin and the pci.ids database give
+ * names: every name is printable and in the JSON model. */
+static void
+test_pci_names_live (void **state)
+{
+  nrm_error_t err = NULL;
+  struct nrm_topology *t = NULL;
+  size_t named = 0;
+  (void) state;
+  if (nrm_topology_load (NULL, &t, &err) < 0)
+    {
+      nrm_error_release (&err);
+      skip ();
+    }
+  for (size_t i = 0; i < t->n_pci; i++)
+    named += t->pci[i].vendor_name != NULL || t->pci[i].device_name != NULL;
+  if (named == 0)
+    {
+      print_message ("SKIP: this host's PCI devices have no names (no hwloc pci plugin or no pci.ids)\n");
+      nrm_topology_free (t);
+      skip ();
+    }
+  cleanup_json json_t *m = nrm_topology_to_json (t);
+  for (size_t i = 0; i < t->n_pci; i++)
+    {
+      json_t *d = pci_json (m, t->pci[i].bus_id);
+      const char *names[2] = { t->pci[i].vendor_name, t->pci[i].device_name };
+      const char *keys[2] = { "vendorName", "deviceName" };
+      for (int k = 0; k < 2; k++)
+        {
+          if (names[k] == NULL)
+            {
+              assert_true (json_is_null (json_object_get (d, keys[k])));
+              continue;
+            }
+          assert_true (names[k][0] != '\0');
+          for (const char *c = names[k]; *c; c++)
+            assert_true ((unsigned char) *c >= 0x20 && *c != 0x7f);
+          assert_string_equal (json_string_value (json_object_get (d, keys[k])), names[k]);
+        }
+    }
+  nrm_topology_free (t);
+}
+
 static void
 test_bad_files (void **state)
 {
@@ -289,7 +441,10 @@ main (void)
   const struct CMUnitTest others[] = {
     { .name = "special machines", .test_func = test_special_machines },
     { .name = "near nodes by hand", .test_func = test_near_nodes_by_hand },
+    { .name = "PCI names", .test_func = test_pci_names },
+    { .name = "PCI names escaped", .test_func = test_pci_names_hostile },
+    { .name = "PCI names on the live machine", .test_func = test_pci_names_live },
     { .name = "bad files", .test_func = test_bad_files },
   };
-  return corpus_run ("topology", per_machine, 3, others, 3);
+  return corpus_run ("topology", per_machine, 3, others, sizeof (others) / sizeof (others[0]));
 }
