@@ -12,6 +12,9 @@
 #define NRM_DEFAULT_DOMAIN "nrm.io"
 #define NRM_STD_NUMA_ATTR "resource.kubernetes.io/numaNode"
 #define NRM_STD_PCIE_ROOT_ATTR "resource.kubernetes.io/pcieRoot"
+/* Attribute values a device may carry in all, a list counting each element
+ * (resource.k8s.io/v1 ResourceSliceMaxAttributeValuesPerDevice). */
+#define NRM_MAX_ATTR_VALUES 48
 
 /* How CPUs are published. */
 enum nrm_cpu_mode
@@ -73,6 +76,16 @@ void nrm_numa_room (const struct nrm_topology *t, hwloc_const_bitmap_t free_set,
  * "numa<N>" (and, when isolated is not NULL, of "numa<N>-isolated", telling
  * which), or -1 for any other name or an unknown node. */
 int nrm_numa_device_index (const struct nrm_topology *t, const char *name, bool *isolated);
+
+/* Sets resource.kubernetes.io/numaNode on a device whose CPUs or memory lie
+ * on the NUMA nodes nodes[] (positions; nodes[0] is its own): an int, or
+ * with o->list_attributes the KEP-6072 list of nrm_topology_near_nodes()
+ * for nodes[0], then the device's other nodes that list lacks. Call it after
+ * every other attribute of the device: the list gets the values those leave
+ * of NRM_MAX_ATTR_VALUES and is cut at its end to fit (the own node stays
+ * first), so the device never exceeds the limit through it. */
+void nrm_device_numa_attribute (const struct nrm_topology *t, const struct nrm_publish_options *o, json_t *attrs,
+                                const size_t *nodes, size_t n_nodes);
 
 /* Splits the pools into ResourceSlices within the API limits and returns
  * them as one {"apiVersion":"v1","kind":"List","items":[...]} document. */

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "driver/devices.h"
+#include "driver/jsonattr.h"
 #include "nrm/base/cleanup.h"
 #include "nrm/base/xalloc.h"
 
@@ -59,6 +60,58 @@ cmp_pref (const void *a, const void *b)
   if (x->free != y->free)
     return x->free < y->free ? -1 : 1;
   return (x->os_index > y->os_index) - (x->os_index < y->os_index);
+}
+
+/* Values the attributes but "skip" hold, as the API server counts them. */
+static size_t
+attribute_values (json_t *attrs, const char *skip)
+{
+  static const char *const lists[] = { "ints", "bools", "strings", "versions" };
+  const char *key;
+  json_t *v;
+  size_t n = 0;
+  json_object_foreach (attrs, key, v)
+  {
+    size_t k = 0;
+    if (strcmp (key, skip) == 0)
+      continue;
+    for (; k < 4; k++)
+      if (json_is_array (json_object_get (v, lists[k])))
+        break;
+    n += k < 4 ? json_array_size (json_object_get (v, lists[k])) : 1;
+  }
+  return n;
+}
+
+void
+nrm_device_numa_attribute (const struct nrm_topology *t, const struct nrm_publish_options *o, json_t *attrs,
+                           const size_t *nodes, size_t n_nodes)
+{
+  /* Setting a key again keeps its place: a maker may reserve it early. */
+  if (!o->list_attributes)
+    {
+      jattr_int (attrs, NRM_STD_NUMA_ATTR, t->numa[nodes[0]].os_index);
+      return;
+    }
+  size_t used = attribute_values (attrs, NRM_STD_NUMA_ATTR);
+  size_t room = used < NRM_MAX_ATTR_VALUES ? NRM_MAX_ATTR_VALUES - used : 0;
+  if (room == 0)
+    {
+      json_object_del (attrs, NRM_STD_NUMA_ATTR);
+      return;
+    }
+  cleanup_free int64_t *near = xcalloc (t->n_numa, sizeof (int64_t));
+  size_t n = nrm_topology_near_nodes (t, nodes[0], near, t->n_numa);
+  /* An L3 group split over two nodes: its CPUs are local to both. */
+  for (size_t k = 1; k < n_nodes; k++)
+    {
+      bool dup = false;
+      for (size_t j = 0; j < n; j++)
+        dup |= near[j] == t->numa[nodes[k]].os_index;
+      if (!dup && n < t->n_numa)
+        near[n++] = t->numa[nodes[k]].os_index;
+    }
+  jattr_ints (attrs, NRM_STD_NUMA_ATTR, near, n < room ? n : room);
 }
 
 size_t *

@@ -125,24 +125,50 @@ nrm_topology_distance (const struct nrm_topology *t, size_t a, size_t b)
   return a == b ? 10 : 20;
 }
 
+/* The socket of a node as KEP-6072's helper reads it: the package of the
+ * first CPU in the node's cpulist (home CPUs, online), or -1 for a CPU-less
+ * node. The package hwloc attaches a CPU-less node to does not count. */
+static int
+node_socket (const struct nrm_topology *t, size_t i)
+{
+  int first = hwloc_bitmap_first (t->numa[i].cpus);
+  int pi = first >= 0 ? nrm_topology_pu_index (t, (unsigned) first) : -1;
+  return pi >= 0 ? t->pus[pi].package : -1;
+}
+
+/* k/k staging/src/k8s.io/dynamic-resource-allocation/deviceattribute
+ * numa_linux.go (PR #139929): the smallest distance is taken over all other
+ * nodes, a candidate is dropped only when both sockets are known and differ,
+ * so a node whose own socket is unknown keeps every node at that distance.
+ * Nodes are named by os index: the helper takes a position in the sysfs
+ * distance row for the node number, which differs on sparse numbering. */
 size_t
 nrm_topology_near_nodes (const struct nrm_topology *t, size_t numa, int64_t *out, size_t max)
 {
   size_t n = 0;
   uint64_t best = UINT64_MAX;
-  int pkg = t->numa[numa].package;
+  int own;
 
   if (max == 0)
     return 0;
   out[n++] = t->numa[numa].os_index;
-  if (pkg < 0)
+  /* Without a distance matrix (a CPUID dump) the helper gives [own]. */
+  if (t->distances == NULL)
     return n;
   for (size_t i = 0; i < t->n_numa; i++)
-    if (i != numa && t->numa[i].package == pkg && nrm_topology_distance (t, numa, i) < best)
-      best = nrm_topology_distance (t, numa, i);
+    if (i != numa && t->distances[numa * t->n_numa + i] < best)
+      best = t->distances[numa * t->n_numa + i];
+  own = node_socket (t, numa);
   for (size_t i = 0; i < t->n_numa && n < max; i++)
-    if (i != numa && t->numa[i].package == pkg && nrm_topology_distance (t, numa, i) == best)
+    {
+      int s;
+      if (i == numa || t->distances[numa * t->n_numa + i] != best)
+        continue;
+      s = node_socket (t, i);
+      if (own >= 0 && s >= 0 && s != own)
+        continue;
       out[n++] = t->numa[i].os_index;
+    }
   return n;
 }
 

@@ -25,6 +25,12 @@ jint_or_null (int v)
 }
 
 static json_t *
+jstr_or_null (const char *s)
+{
+  return s ? json_string (s) : json_null ();
+}
+
+static json_t *
 numa_json (const struct nrm_topology *t, size_t i)
 {
   const struct nrm_numa_node *n = &t->numa[i];
@@ -94,11 +100,12 @@ nrm_topology_to_json (const struct nrm_topology *t)
       snprintf (vendor, sizeof (vendor), "%04x", d->vendor_id);
       snprintf (device, sizeof (device), "%04x", d->device_id);
       json_array_append_new (pci,
-                             json_pack ("{s:s, s:o, s:s, s:s, s:s, s:o, s:o, s:s?, s:s?}", "busID", d->bus_id,
+                             json_pack ("{s:s, s:o, s:s, s:s, s:s, s:o, s:o, s:o, s:o, s:s?, s:s?}", "busID", d->bus_id,
                                         "pcieRoot", d->pcie_root[0] ? json_string (d->pcie_root) : json_null (),
-                                        "class", cls, "vendor", vendor, "device", device, "numaNode",
-                                        jint_or_null (d->numa >= 0 ? (int) t->numa[d->numa].os_index : -1), "numaNodes",
-                                        jcpus (d->nodes), "osKind", d->os_kind, "osDevices", d->os_names));
+                                        "class", cls, "vendor", vendor, "device", device, "vendorName",
+                                        jstr_or_null (d->vendor_name), "deviceName", jstr_or_null (d->device_name),
+                                        "numaNode", jint_or_null (d->numa >= 0 ? (int) t->numa[d->numa].os_index : -1),
+                                        "numaNodes", jcpus (d->nodes), "osKind", d->os_kind, "osDevices", d->os_names));
     }
   json_object_set_new (root, "source", json_string (t->source));
   json_object_set_new (root, "architecture", json_string (t->arch));
@@ -132,6 +139,16 @@ print_bytes (FILE *out, uint64_t b)
     fprintf (out, "%" PRIu64 " B", b);
   else
     fprintf (out, "%.1f %s", v, units[u]);
+}
+
+/* " (Vendor Device)" from pci.ids, or "" when neither name is known. */
+static char *
+pci_names (const struct nrm_pci_device *d)
+{
+  if (d->vendor_name == NULL && d->device_name == NULL)
+    return xstrdup ("");
+  return xasprintf (" (%s%s%s)", d->vendor_name ? d->vendor_name : "", d->vendor_name && d->device_name ? " " : "",
+                    d->device_name ? d->device_name : "");
 }
 
 static const char *
@@ -231,10 +248,13 @@ nrm_topology_print_summary (const struct nrm_topology *t, FILE *out, nrm_error_t
         fputc ('\n', out);
       for (size_t p = 0; p < t->n_pci; p++)
         if (t->pci[p].numa == (int) i)
-          fprintf (out, "  PCI %s [%04x:%04x class %04x]%s%s%s%s\n", t->pci[p].bus_id, t->pci[p].vendor_id,
-                   t->pci[p].device_id, t->pci[p].class_id, t->pci[p].os_kind ? " " : "",
-                   t->pci[p].os_kind ? t->pci[p].os_kind : "", t->pci[p].os_names ? " " : "",
-                   t->pci[p].os_names ? t->pci[p].os_names : "");
+          {
+            cleanup_free char *names = pci_names (&t->pci[p]);
+            fprintf (out, "  PCI %s [%04x:%04x class %04x]%s%s%s%s%s\n", t->pci[p].bus_id, t->pci[p].vendor_id,
+                     t->pci[p].device_id, t->pci[p].class_id, names, t->pci[p].os_kind ? " " : "",
+                     t->pci[p].os_kind ? t->pci[p].os_kind : "", t->pci[p].os_names ? " " : "",
+                     t->pci[p].os_names ? t->pci[p].os_names : "");
+          }
     }
   size_t unattached = 0;
   for (size_t p = 0; p < t->n_pci; p++)
@@ -247,8 +267,9 @@ nrm_topology_print_summary (const struct nrm_topology *t, FILE *out, nrm_error_t
         if (t->pci[p].numa < 0)
           {
             cleanup_free char *nodes = nrm_cpulist_format (t->pci[p].nodes);
-            fprintf (out, "  PCI %s [%04x:%04x class %04x] nodes %s%s%s\n", t->pci[p].bus_id, t->pci[p].vendor_id,
-                     t->pci[p].device_id, t->pci[p].class_id, or_dash (nodes), t->pci[p].os_names ? " " : "",
+            cleanup_free char *names = pci_names (&t->pci[p]);
+            fprintf (out, "  PCI %s [%04x:%04x class %04x]%s nodes %s%s%s\n", t->pci[p].bus_id, t->pci[p].vendor_id,
+                     t->pci[p].device_id, t->pci[p].class_id, names, or_dash (nodes), t->pci[p].os_names ? " " : "",
                      t->pci[p].os_names ? t->pci[p].os_names : "");
           }
     }

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "nrm/base/cleanup.h"
+#include "nrm/base/text.h"
 #include "nrm/base/xalloc.h"
 #include "topology/topology.h"
 
@@ -378,6 +379,17 @@ osdev_rank (const char *kind)
   return 100;
 }
 
+/* A name hwloc read from pci.ids or from a recorded XML, which may hold
+ * anything: control bytes and bytes that are not UTF-8 come out escaped. */
+static char *
+pci_name (hwloc_obj_t o, const char *info)
+{
+  const char *v = hwloc_obj_get_info_by_name (o, info);
+  if (v == NULL || *v == '\0')
+    return NULL;
+  return nrm_quote (v, strlen (v), 256);
+}
+
 static void
 scan_pci (hwloc_topology_t h, struct nrm_topology *t)
 {
@@ -393,6 +405,8 @@ scan_pci (hwloc_topology_t h, struct nrm_topology *t)
       d->class_id = a->class_id;
       d->vendor_id = a->vendor_id;
       d->device_id = a->device_id;
+      d->vendor_name = pci_name (o, "PCIVendor");
+      d->device_name = pci_name (o, "PCIDevice");
       for (hwloc_obj_t p = o->parent; p != NULL && p->type == HWLOC_OBJ_BRIDGE; p = p->parent)
         if (p->attr->bridge.upstream_type == HWLOC_OBJ_BRIDGE_HOST
             && p->attr->bridge.downstream_type == HWLOC_OBJ_BRIDGE_PCI)
@@ -502,6 +516,8 @@ nrm_topology_free (struct nrm_topology *t)
       hwloc_bitmap_free (t->pci[i].nodes);
       free (t->pci[i].os_names);
       free (t->pci[i].os_kind);
+      free (t->pci[i].vendor_name);
+      free (t->pci[i].device_name);
     }
   free (t->numa);
   free (t->packages);

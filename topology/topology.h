@@ -92,6 +92,9 @@ struct nrm_pci_device
   hwloc_bitmap_t nodes; /* os indexes of local NUMA nodes */
   char *os_names;       /* comma-separated OS device names (eth0, card0), or NULL */
   char *os_kind;        /* "gpu", "network", "openfabrics", "coprocessor", "storage", "dma", or NULL */
+  /* hwloc's PCIVendor / PCIDevice infos (pci.ids names), printable; NULL when unknown. */
+  char *vendor_name;
+  char *device_name;
 };
 
 struct nrm_topology
@@ -162,8 +165,14 @@ uint64_t nrm_topology_node_allocatable_memory (const struct nrm_topology *topo, 
 /* Distance between two NUMA nodes (array positions); 10/20 when unknown. */
 uint64_t nrm_topology_distance (const struct nrm_topology *topo, size_t a, size_t b);
 
-/* The NUMA node itself first, then the nodes of the same package at the
- * smallest distance, as os indexes; returns the count (at most max). */
+/* The list form of resource.kubernetes.io/numaNode (KEP-6072) for the node at
+ * position numa, as os indexes: the node itself, then, in ascending order,
+ * the nodes at the smallest distance from it except those whose socket (the
+ * package of the node's first CPU) is known and differs from its own known
+ * socket; CPU-less nodes have no socket, so they are kept, and a CPU-less
+ * node keeps every node at that distance. Just the node without a distance
+ * matrix. Returns the count written, at most max; the whole list never
+ * holds more than topo->n_numa nodes. */
 size_t nrm_topology_near_nodes (const struct nrm_topology *topo, size_t numa, int64_t *out, size_t max);
 
 /* Human summary and full JSON model. */

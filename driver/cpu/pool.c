@@ -12,10 +12,14 @@
 #include "nrm/base/cleanup.h"
 #include "nrm/base/xalloc.h"
 
-/* List attributes share the 48 values a device may carry with about 14
- * scalar ones: at most 16 L3 ids, 8 NUMA nodes and 8 PCIe roots. */
+/* A device carries at most 48 attribute values. The other attributes of a
+ * CPU device take at most 14 scalars (numaNode, socket, l3CacheCount,
+ * cpuKind, performanceCPUs, efficiencyCPUs, smt, threadsPerCore, fullCores,
+ * isolatedCPUs, granularity, isolated, and coreID with l3CacheID on a core
+ * device), 16 L3 ids and 8 PCIe roots: 38, which leaves the KEP-6072 list of
+ * resource.kubernetes.io/numaNode at least 10 values. A longer list is cut
+ * to what is left (nrm_device_numa_attribute), never the slice refused. */
 #define MAX_LIST 16
-#define MAX_NEAR 8
 #define MAX_ROOTS 8
 
 struct cpu_stats
@@ -86,35 +90,17 @@ hybrid (const struct nrm_topology *t)
   return t->n_kinds > 1;
 }
 
-/* Attributes every CPU device carries. nodes[] are the NUMA positions the
- * device's CPUs belong to (one, or two for an L3 group split by nodes). */
+/* Attributes every CPU device carries; resource.kubernetes.io/numaNode is
+ * filled in by the device's maker after the others
+ * (nrm_device_numa_attribute). nodes[] are the NUMA positions the device's
+ * CPUs belong to (one, or two for an L3 group split by nodes). */
 static void
 cpu_attributes (const struct nrm_topology *t, const struct nrm_publish_options *o, json_t *attrs, const size_t *nodes,
                 size_t n_nodes, const struct cpu_stats *st)
 {
-  int64_t near[MAX_NEAR];
-  size_t n_near = 0;
-
   jattr_int (attrs, "numaNode", t->numa[nodes[0]].os_index);
-  if (o->list_attributes)
-    {
-      /* Own node(s) first, then same-socket nodes at the minimum distance. */
-      for (size_t k = 0; k < n_nodes; k++)
-        near[n_near++] = t->numa[nodes[k]].os_index;
-      int64_t more[MAX_NEAR];
-      size_t nm = nrm_topology_near_nodes (t, nodes[0], more, MAX_NEAR);
-      for (size_t k = 0; k < nm && n_near < MAX_NEAR; k++)
-        {
-          bool dup = false;
-          for (size_t j = 0; j < n_near; j++)
-            dup |= near[j] == more[k];
-          if (!dup)
-            near[n_near++] = more[k];
-        }
-      jattr_ints (attrs, NRM_STD_NUMA_ATTR, near, n_near);
-    }
-  else
-    jattr_int (attrs, NRM_STD_NUMA_ATTR, t->numa[nodes[0]].os_index);
+  /* Its place in the map; the value comes last. */
+  jattr_int (attrs, NRM_STD_NUMA_ATTR, t->numa[nodes[0]].os_index);
   if (st->package >= 0)
     jattr_int (attrs, "socket", st->package);
   jattr_int (attrs, "l3CacheCount", (int64_t) st->n_l3);
@@ -174,6 +160,7 @@ consumable_device (const struct nrm_topology *t, const struct nrm_publish_option
   cpu_attributes (t, o, attrs, &i, 1, &st);
   jattr_int (attrs, "reservedCPUs", (int64_t) st.reserved);
   jattr_bool (attrs, "isolated", isolated);
+  nrm_device_numa_attribute (t, o, attrs, &i, 1);
 
   json_t *policy;
   if (st.cpus >= 2)
@@ -256,11 +243,13 @@ node_cells (const struct nrm_topology *t, hwloc_const_bitmap_t alloc, struct cel
 }
 
 static json_t *
-partitioned_device (const char *name, const char *granularity, json_t *attrs, size_t cpus, json_t *consumes,
+partitioned_device (const struct nrm_topology *t, const size_t *nodes, size_t n_nodes, const char *name,
+                    const char *granularity, json_t *attrs, size_t cpus, json_t *consumes,
                     const struct nrm_publish_options *o)
 {
   jattr_str (attrs, "granularity", granularity);
   jattr_bool (attrs, "isolated", false);
+  nrm_device_numa_attribute (t, o, attrs, nodes, n_nodes);
   json_t *dev = json_pack ("{s:s, s:o, s:{s:{s:o}}, s:o}", "name", name, "attributes", attrs, "capacity", "cpus",
                            "value", cpu_count (cpus), "consumesCounters", consumes);
   if (o->node_allocatable)
@@ -326,7 +315,7 @@ partitioned_devices (const struct nrm_topology *t, const struct nrm_publish_opti
       jattr_int (attrs, "reservedCPUs", (int64_t) st.reserved);
       snprintf (name, sizeof (name), "numa%u", t->numa[i].os_index);
       json_array_append_new (
-          devices, partitioned_device (name, "numa", attrs, st.cpus,
+          devices, partitioned_device (t, &i, 1, name, "numa", attrs, st.cpus,
                                        json_pack ("[{s:s, s:o}]", "counterSet", setname, "counters", use), o));
     }
 
@@ -371,7 +360,8 @@ partitioned_devices (const struct nrm_topology *t, const struct nrm_publish_opti
           cpu_attributes (t, o, attrs, nodes, n_nodes, &st);
           jattr_int (attrs, "l3CacheID", t->l3[l].os_index);
           snprintf (name, sizeof (name), "l3-%u", t->l3[l].os_index);
-          json_array_append_new (devices, partitioned_device (name, "l3", attrs, st.cpus, consumes, o));
+          json_array_append_new (devices,
+                                 partitioned_device (t, nodes, n_nodes, name, "l3", attrs, st.cpus, consumes, o));
         }
     }
 
@@ -397,7 +387,7 @@ partitioned_devices (const struct nrm_topology *t, const struct nrm_publish_opti
           cell_name (t, core->l3, merged[i], cname, sizeof (cname));
           snprintf (name, sizeof (name), "core%d", hwloc_bitmap_first (core->cpus));
           json_array_append_new (devices,
-                                 partitioned_device (name, "core", attrs, st.cpus,
+                                 partitioned_device (t, &i, 1, name, "core", attrs, st.cpus,
                                                      json_pack ("[o]", consumption (setname, cname, st.cpus)), o));
         }
     }

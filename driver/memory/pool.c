@@ -34,19 +34,16 @@ consumable (uint64_t value, uint64_t step)
                     "validRange", "min", qbytes (step), "step", qbytes (step));
 }
 
+/* The attributes of a memory device; resource.kubernetes.io/numaNode is
+ * filled in after the others (nrm_device_numa_attribute). With pageSize and hugeTLB a memory device holds
+ * 7 scalars, which leave the KEP-6072 list 41 values. */
 static void
-memory_attributes (const struct nrm_topology *t, const struct nrm_publish_options *o, size_t i, json_t *attrs)
+memory_attributes (const struct nrm_topology *t, size_t i, json_t *attrs)
 {
   const struct nrm_numa_node *n = &t->numa[i];
   jattr_int (attrs, "numaNode", n->os_index);
-  if (o->list_attributes)
-    {
-      int64_t near[8];
-      size_t nn = nrm_topology_near_nodes (t, i, near, 8);
-      jattr_ints (attrs, NRM_STD_NUMA_ATTR, near, nn);
-    }
-  else
-    jattr_int (attrs, NRM_STD_NUMA_ATTR, n->os_index);
+  /* Its place in the map; the value comes last. */
+  jattr_int (attrs, NRM_STD_NUMA_ATTR, n->os_index);
   if (n->package >= 0)
     jattr_int (attrs, "socket", t->packages[n->package].os_index);
   jattr_str (attrs, "memoryKind", n->kind);
@@ -99,13 +96,14 @@ nrm_memory_pool (const struct nrm_topology *t, const struct nrm_publish_options 
       if (cap == NULL)
         continue;
       json_t *attrs = json_object ();
-      memory_attributes (t, o, i, attrs);
+      memory_attributes (t, i, attrs);
       if (n->base_page)
         {
           cleanup_free char *ps = nrm_pagesize_name (n->base_page);
           jattr_str (attrs, "pageSize", ps);
         }
       jattr_bool (attrs, "hugeTLB", false);
+      nrm_device_numa_attribute (t, o, attrs, &i, 1);
       snprintf (name, sizeof (name), "numa%u", n->os_index);
       json_t *dev = json_pack ("{s:s, s:o, s:{s:o}, s:b}", "name", name, "attributes", attrs, "capacity", "memory", cap,
                                "allowMultipleAllocations", 1);
@@ -135,9 +133,10 @@ nrm_memory_pool (const struct nrm_topology *t, const struct nrm_publish_options 
           snprintf (name, sizeof (name), "numa%u-hugepages-%s", n->os_index, lower);
           snprintf (resource, sizeof (resource), "hugepages-%s", ps);
           json_t *attrs = json_object ();
-          memory_attributes (t, o, i, attrs);
+          memory_attributes (t, i, attrs);
           jattr_str (attrs, "pageSize", ps);
           jattr_bool (attrs, "hugeTLB", true);
+          nrm_device_numa_attribute (t, o, attrs, &i, 1);
           json_t *dev = json_pack ("{s:s, s:o, s:{s:o}, s:b}", "name", name, "attributes", attrs, "capacity",
                                    "hugepages", cap, "allowMultipleAllocations", 1);
           if (o->node_allocatable)

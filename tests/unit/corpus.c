@@ -12,6 +12,7 @@
 #include <cmocka.h>
 
 #include "tests/unit/corpus.h"
+#include "topology/topology.h"
 
 size_t
 corpus_load (struct corpus_entry **ret)
@@ -107,4 +108,50 @@ corpus_run (const char *group, const struct corpus_test *per_machine, size_t n_p
   free (tests);
   corpus_free (c, n);
   return r;
+}
+
+static long
+socket_of (const struct nrm_topology *t, size_t i)
+{
+  int cpu = hwloc_bitmap_first (t->numa[i].cpus);
+  if (cpu < 0)
+    return -1;
+  for (size_t p = 0; p < t->n_packages; p++)
+    if (hwloc_bitmap_isset (t->packages[p].cpus, (unsigned) cpu))
+      return (long) t->packages[p].os_index;
+  return -1;
+}
+
+static int
+cmp_i64 (const void *a, const void *b)
+{
+  int64_t x = *(const int64_t *) a, y = *(const int64_t *) b;
+  return (x > y) - (x < y);
+}
+
+size_t
+corpus_near_nodes (const struct nrm_topology *t, size_t numa, int64_t *out)
+{
+  const uint64_t *row = t->distances ? &t->distances[numa * t->n_numa] : NULL;
+  size_t n = 0;
+  uint64_t min = 0;
+  bool have = false;
+  long own = socket_of (t, numa);
+
+  for (size_t i = 0; row && i < t->n_numa; i++)
+    if (i != numa && (!have || row[i] < min))
+      min = row[i], have = true;
+  out[n++] = t->numa[numa].os_index;
+  if (!have)
+    return n;
+  for (size_t i = 0; i < t->n_numa; i++)
+    {
+      long s = socket_of (t, i);
+      bool other_socket = own >= 0 && s >= 0 && s != own;
+      if (i != numa && row[i] == min && !other_socket)
+        out[n++] = t->numa[i].os_index;
+    }
+  /* The own node stays first; the rest in ascending order. */
+  qsort (out + 1, n - 1, sizeof (*out), cmp_i64);
+  return n;
 }

@@ -6,6 +6,7 @@
 #include <stdint.h>
 
 struct CMUnitTest;
+struct nrm_topology;
 
 /* One row of the corpus MANIFEST.tsv: what hwloc's own tools count. */
 struct corpus_entry
@@ -33,5 +34,11 @@ struct corpus_test
  * result. */
 int corpus_run (const char *group, const struct corpus_test *per_machine, size_t n_per, const struct CMUnitTest *others,
                 size_t n_others);
+
+/* KEP-6072's list for the node at position numa, written here from the
+ * distance matrix apart from nrm_topology_near_nodes: the socket of a node is
+ * the package holding the first of its home CPUs, none for a CPU-less node;
+ * out gets os indexes (room for t->n_numa); returns the count. */
+size_t corpus_near_nodes (const struct nrm_topology *t, size_t numa, int64_t *out);
 
 #endif

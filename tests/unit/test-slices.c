@@ -10,6 +10,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -244,10 +245,57 @@ check_partitioned (const struct corpus_entry *c, bool reserve)
   nrm_topology_free (t);
 }
 
+/* With DRAListTypeAttributes every CPU and memory device carries the
+ * KEP-6072 list of its node (corpus_near_nodes), whole: no recorded machine
+ * needs more values than the device leaves. An L3 device over two nodes
+ * adds the second one after the list when the list lacks it. */
+static void
+check_near_lists (const struct nrm_topology *t, json_t *list, const char *drv)
+{
+  cleanup_free int64_t *want = calloc (t->n_numa, sizeof (int64_t));
+  json_t *dev;
+  FOREACH_DEVICE (list, drv, dev, {
+    json_t *attrs = json_object_get (dev, "attributes");
+    json_t *got = json_object_get (json_object_get (attrs, "resource.kubernetes.io/numaNode"), "ints");
+    int own = nrm_topology_numa_index (
+        t, (unsigned) json_integer_value (json_object_get (json_object_get (attrs, "numaNode"), "int")));
+    assert_true (own >= 0);
+    assert_non_null (got);
+    size_t nw = corpus_near_nodes (t, (size_t) own, want);
+    const char *g = json_string_value (json_object_get (json_object_get (attrs, "granularity"), "string"));
+    size_t extra = g && strcmp (g, "l3") == 0 ? 1 : 0;
+    if (json_array_size (got) < nw || json_array_size (got) > nw + extra)
+      fail_msg ("%s %s: %zu nodes in the list instead of %zu", t->source,
+                json_string_value (json_object_get (dev, "name")), json_array_size (got), nw);
+    for (size_t k = 0; k < nw; k++)
+      if (json_integer_value (json_array_get (got, k)) != want[k])
+        fail_msg ("%s %s: node %lld at %zu of the list instead of %lld", t->source,
+                  json_string_value (json_object_get (dev, "name")),
+                  (long long) json_integer_value (json_array_get (got, k)), k, (long long) want[k]);
+  });
+}
+
+static void
+check_lists (const struct corpus_entry *c, enum nrm_cpu_mode mode)
+{
+  struct nrm_topology *t = load_reserved (c->file, false);
+  struct nrm_publish_options o;
+  nrm_publish_options_init (&o);
+  o.node_name = "node-1";
+  o.cpu_mode = mode;
+  o.list_attributes = true;
+  cleanup_json json_t *a = slices (t, &o);
+  check_near_lists (t, a, CPU_DRIVER);
+  check_near_lists (t, a, MEMORY_DRIVER);
+  nrm_topology_free (t);
+}
+
 static void
 test_machine (void **state)
 {
   const struct corpus_entry *c = *state;
+  check_lists (c, NRM_CPU_MODE_NUMA);
+  check_lists (c, NRM_CPU_MODE_PARTITIONED);
   check_numa_mode (c, false, false);
   check_numa_mode (c, true, false);
   check_numa_mode (c, true, true);
@@ -569,6 +617,89 @@ test_order_by_l3_room (void **state)
   nrm_topology_free (t);
 }
 
+/* Values of a device's attributes but one, as the API server counts them. */
+static size_t
+values_but (json_t *attrs, const char *skip)
+{
+  const char *key;
+  json_t *v;
+  size_t n = 0;
+  json_object_foreach (attrs, key, v)
+  {
+    if (strcmp (key, skip) == 0)
+      continue;
+    json_t *l = json_object_get (v, "ints");
+    n += l ? json_array_size (l) : 1;
+  }
+  return n;
+}
+
+/* 40 nodes of one package, all 20 apart: the KEP-6072 list holds 40 nodes.
+ * A memory device has room for it; a CPU device gets what its other
+ * attributes leave of 48, own node first, and the slice stays valid. */
+static void
+test_long_near_list (void **state)
+{
+  (void) state;
+  char path[] = "/tmp/nrm-test-near-XXXXXX";
+  hwloc_topology_t h;
+  enum
+  {
+    N = 40
+  };
+  hwloc_obj_t objs[N];
+  hwloc_uint64_t dist[N * N];
+  int fd = mkstemp (path);
+  assert_true (fd >= 0);
+  close (fd);
+  assert_int_equal (hwloc_topology_init (&h), 0);
+  assert_int_equal (hwloc_topology_set_synthetic (h, "pack:1 node:40(memory=1073741824) core:1 pu:1"), 0);
+  assert_int_equal (hwloc_topology_load (h), 0);
+  for (unsigned i = 0; i < N; i++)
+    objs[i] = hwloc_get_obj_by_type (h, HWLOC_OBJ_NUMANODE, i);
+  for (unsigned i = 0; i < N * N; i++)
+    dist[i] = i / N == i % N ? 10 : 20;
+  hwloc_distances_add_handle_t dh
+      = hwloc_distances_add_create (h, NULL, HWLOC_DISTANCES_KIND_FROM_OS | HWLOC_DISTANCES_KIND_MEANS_LATENCY, 0);
+  assert_non_null (dh);
+  assert_int_equal (hwloc_distances_add_values (h, dh, N, objs, dist, 0), 0);
+  assert_int_equal (hwloc_distances_add_commit (h, dh, 0), 0);
+  assert_int_equal (hwloc_topology_export_xml (h, path, 0), 0);
+  hwloc_topology_destroy (h);
+
+  struct nrm_topology *t = load_reserved (path, false);
+  unlink (path);
+  assert_int_equal (t->n_numa, N);
+  struct nrm_publish_options o;
+  nrm_publish_options_init (&o);
+  o.node_name = "node-1";
+  o.list_attributes = true;
+  cleanup_json json_t *a = slices (t, &o);
+  size_t cpu_devs = 0, mem_devs = 0;
+  json_t *dev;
+  FOREACH_DEVICE (a, CPU_DRIVER, dev, {
+    json_t *attrs = json_object_get (dev, "attributes");
+    json_t *l = json_object_get (json_object_get (attrs, "resource.kubernetes.io/numaNode"), "ints");
+    json_int_t own = json_integer_value (json_object_get (json_object_get (attrs, "numaNode"), "int"));
+    size_t room = 48 - values_but (attrs, "resource.kubernetes.io/numaNode");
+    assert_true (room < N);
+    assert_int_equal (json_array_size (l), room);
+    assert_int_equal (json_integer_value (json_array_get (l, 0)), own);
+    for (size_t k = 1; k < room; k++)
+      assert_int_equal (json_integer_value (json_array_get (l, k)), (json_int_t) (k - 1 + (k - 1 >= (size_t) own)));
+    cpu_devs++;
+  });
+  FOREACH_DEVICE (a, MEMORY_DRIVER, dev, {
+    json_t *attrs = json_object_get (dev, "attributes");
+    json_t *l = json_object_get (json_object_get (attrs, "resource.kubernetes.io/numaNode"), "ints");
+    assert_int_equal (json_array_size (l), N);
+    mem_devs++;
+  });
+  assert_int_equal (cpu_devs, N);
+  assert_int_equal (mem_devs, N);
+  nrm_topology_free (t);
+}
+
 int
 main (void)
 {
@@ -578,6 +709,7 @@ main (void)
     { .name = "counter sets split", .test_func = test_counter_sets_split },
     { .name = "CPU devices fullest first", .test_func = test_order_by_room },
     { .name = "CPU devices by free L3 groups", .test_func = test_order_by_l3_room },
+    { .name = "long KEP-6072 list within 48 values", .test_func = test_long_near_list },
   };
   return corpus_run ("slices", per_machine, 1, others, sizeof (others) / sizeof (others[0]));
 }
