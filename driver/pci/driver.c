@@ -12,12 +12,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/inotify.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include "driver/jsonattr.h"
 #include "driver/kit.h"
+#include "driver/pci/others.h"
 #include "driver/pci/pci.h"
 #include "nrm/base/cleanup.h"
 #include "nrm/base/xalloc.h"
@@ -39,12 +41,17 @@ struct pci_driver
   const struct nrm_pci_vendor *vendor; /* NULL: the generic driver */
   unsigned classes;                    /* bit i: all_classes[i] is served */
   int events;                          /* uevent socket or inotify, or -1 */
+  struct nrm_pci_others *others;       /* who else serves functions, or NULL */
+  int poll;                            /* epoll over events and others, or -1 */
+  nrm_log_fn log;
+  void *log_ctx;
 
   pthread_mutex_t lock; /* the fields below */
   struct nrm_pci_function *fns;
   size_t n_fns;
   json_t *holder; /* device name -> claim UID */
   json_t *claims; /* claim UID -> [{name, busID, class, numaNode?, pcieRoot?}] */
+  json_t *left;   /* bus id -> who serves it instead, as last logged */
 };
 
 /* The vendor drivers of this process: while one serves a function, the
@@ -97,16 +104,41 @@ functions_free (struct nrm_pci_function *fns, size_t n)
   free (fns);
 }
 
+/* The settings: classes, exclude (rules of driver/pci/others.h, into
+ * *exclude, NULL-terminated, borrowed from s) and detectOthers. */
 static int
-settings (struct pci_driver *d, json_t *s, nrm_error_t *err)
+settings (struct pci_driver *d, json_t *s, const char ***exclude, bool *detect, nrm_error_t *err)
 {
   const char *key;
   json_t *v;
   d->classes = DEFAULT_CLASSES;
+  *detect = true;
   json_object_foreach (s, key, v)
   {
+    if (strcmp (key, "detectOthers") == 0)
+      {
+        if (!json_is_boolean (v))
+          return nrm_error_set (err, EINVAL, "key `pci.detectOthers` must be a boolean");
+        *detect = json_is_true (v);
+        continue;
+      }
+    if (strcmp (key, "exclude") == 0)
+      {
+        size_t i;
+        json_t *r;
+        if (!json_is_array (v))
+          return nrm_error_set (err, EINVAL, "key `pci.exclude` must be a list of rules");
+        *exclude = xcalloc (json_array_size (v) + 1, sizeof (**exclude));
+        json_array_foreach (v, i, r)
+        {
+          if (!json_is_string (r))
+            return nrm_error_set (err, EINVAL, "key `pci.exclude`: entry %zu is not a string", i);
+          (*exclude)[i] = json_string_value (r);
+        }
+        continue;
+      }
     if (strcmp (key, "classes") != 0)
-      return nrm_error_set (err, EINVAL, "unknown key `pci.%s` (known: classes)", key);
+      return nrm_error_set (err, EINVAL, "unknown key `pci.%s` (known: classes, exclude, detectOthers)", key);
     if (!json_is_array (v))
       return nrm_error_set (err, EINVAL, "key `pci.classes` must be a list of class names");
     unsigned set = 0;
@@ -167,13 +199,39 @@ nrm_pci_driver_new (const struct nrm_driver_host *h, const struct nrm_pci_vendor
   pthread_mutex_init (&d->lock, NULL);
   d->holder = json_object ();
   d->claims = json_object ();
-  if (settings (d, h->settings, err) < 0)
+  d->left = json_object ();
+  d->poll = -1;
+  d->log = h->log;
+  d->log_ctx = h->log_ctx;
+  cleanup_free const char **exclude = NULL;
+  bool detect;
+  if (settings (d, h->settings, &exclude, &detect, err) < 0)
     {
       nrm_pci_driver_free (d);
       return -1;
     }
+  /* The kubelet's folders say who else serves functions: only on a
+   * machine nrm reads (this one, or a fake tree). */
+  const char *kdir = h->kubelet_dir ? h->kubelet_dir : "/var/lib/kubelet";
+  cleanup_free char *kpath = xasprintf ("%s%s", strcmp (d->fsroot, "/") ? d->fsroot : "", kdir);
+  if ((exclude || (detect && d->sysfs))
+      && nrm_pci_others_new (detect && d->sysfs ? kpath : NULL, exclude, &d->others, err) < 0)
+    {
+      nrm_pci_driver_free (d);
+      return nrm_error_wrap (err, "key `pci.exclude`");
+    }
   if (d->sysfs)
     d->events = open_events (d);
+  /* One descriptor for the framework: hotplug and the kubelet's folders. */
+  int ofd = d->others ? nrm_pci_others_fd (d->others) : -1;
+  if ((d->events >= 0 || ofd >= 0) && (d->poll = epoll_create1 (EPOLL_CLOEXEC)) >= 0)
+    for (int k = 0; k < 2; k++)
+      {
+        int fd = k ? ofd : d->events;
+        struct epoll_event ev = { .events = EPOLLIN, .data.fd = fd };
+        if (fd >= 0)
+          epoll_ctl (d->poll, EPOLL_CTL_ADD, fd, &ev);
+      }
   if (vendor)
     {
       pthread_mutex_lock (&vendors_lock);
@@ -198,6 +256,10 @@ nrm_pci_driver_free (void *self)
   pthread_mutex_unlock (&vendors_lock);
   if (d->events >= 0)
     close (d->events);
+  if (d->poll >= 0)
+    close (d->poll);
+  nrm_pci_others_free (d->others);
+  json_decref (d->left);
   functions_free (d->fns, d->n_fns);
   json_decref (d->holder);
   json_decref (d->claims);
@@ -242,7 +304,7 @@ recorded_facts (const struct nrm_topology *t, const struct nrm_pci_device *p, st
 
 /* Whether d publishes a function with these facts; sets its class. */
 static bool
-wanted (const struct pci_driver *d, struct nrm_pci_function *fn)
+wanted (struct pci_driver *d, struct nrm_pci_function *fn)
 {
   fn->class = nrm_pci_class_name (fn->facts.class_code, fn->facts.vendor_id);
   int k = class_index (fn->class);
@@ -253,9 +315,14 @@ wanted (const struct pci_driver *d, struct nrm_pci_function *fn)
     return false;
   nrm_pci_device_name (fn->class, fn->facts.bus_id, fn->name, sizeof (fn->name));
   fn->present = true;
-  if (d->vendor)
-    return d->vendor->match (fn);
-  return !vendor_serves (d, fn);
+  if (d->vendor ? !d->vendor->match (fn) : vendor_serves (d, fn))
+    return false;
+  const char *who = d->others ? nrm_pci_others_owner (d->others, fn->facts.vendor_id, fn->class, fn->facts.bus_id,
+                                                      fn->facts.physfn[0] != '\0')
+                              : NULL;
+  if (who)
+    json_object_set_new (d->left, fn->facts.bus_id, json_string (who));
+  return who == NULL;
 }
 
 static void
@@ -301,6 +368,8 @@ rescan (struct pci_driver *d, nrm_error_t *err)
   char **ids = NULL;
   size_t n_ids = 0;
   nrm_error_t e = NULL;
+  cleanup_json json_t *was = d->left;
+  d->left = json_object ();
 
   if (d->sysfs && nrm_pci_list (d->fsroot, &ids, &n_ids, &e) < 0)
     {
@@ -356,6 +425,20 @@ rescan (struct pci_driver *d, nrm_error_t *err)
   }
   if (n)
     qsort (fns, n, sizeof (*fns), cmp_function);
+  /* Say once which functions another driver serves, and when that changes. */
+  const char *bus;
+  json_t *who;
+  json_object_foreach (d->left, bus, who)
+  {
+    if (d->log && !json_equal (who, json_object_get (was, bus)))
+      d->log (d->log_ctx, NRM_LOG_INFO, "%s: leaves %s to %s", d->name, bus, json_string_value (who));
+  }
+  json_object_foreach (was, bus, who)
+  {
+    if (d->log && json_object_get (d->left, bus) == NULL)
+      d->log (d->log_ctx, NRM_LOG_INFO, "%s: serves %s again (%s no longer does)", d->name, bus,
+              json_string_value (who));
+  }
   functions_free (d->fns, d->n_fns);
   d->fns = fns;
   d->n_fns = n;
@@ -371,20 +454,16 @@ find_function (struct pci_driver *d, const char *name)
   return NULL;
 }
 
+/* The standard NUMA attribute, after every other: left out when the node
+ * is unknown, as the standard says. */
 static void
 set_numa (const struct pci_driver *d, const struct nrm_pci_facts *f, json_t *attrs)
 {
-  if (f->numa_node < 0)
-    return; /* unknown: left out, as the standard says */
-  int idx = nrm_topology_numa_index (d->t, (unsigned) f->numa_node);
-  if (d->o->list_attributes && idx >= 0)
-    {
-      int64_t near[64];
-      size_t nn = nrm_topology_near_nodes (d->t, (size_t) idx, near, sizeof (near) / sizeof (near[0]));
-      jattr_ints (attrs, NRM_STD_NUMA_ATTR, near, nn);
-    }
-  else
-    jattr_int (attrs, NRM_STD_NUMA_ATTR, f->numa_node);
+  int idx = f->numa_node >= 0 ? nrm_topology_numa_index (d->t, (unsigned) f->numa_node) : -1;
+  if (idx >= 0)
+    nrm_device_numa_attribute (d->t, d->o, attrs, &(size_t){ (size_t) idx }, 1);
+  else if (f->numa_node >= 0)
+    jattr_int (attrs, NRM_STD_NUMA_ATTR, f->numa_node); /* a node the model lacks */
 }
 
 static json_t *
@@ -396,7 +475,6 @@ device_json (const struct pci_driver *d, const struct nrm_pci_function *fn)
   jattr_str (attrs, "resource.kubernetes.io/pciBusID", f->bus_id);
   if (f->pcie_root[0])
     jattr_str (attrs, NRM_STD_PCIE_ROOT_ATTR, f->pcie_root);
-  set_numa (d, f, attrs);
   jattr_str (attrs, "class", fn->class);
   snprintf (hex, sizeof (hex), "%04x", f->vendor_id);
   jattr_str (attrs, "vendorID", hex);
@@ -426,6 +504,7 @@ device_json (const struct pci_driver *d, const struct nrm_pci_function *fn)
     jattr_int (attrs, "maxLinkWidth", f->max_link_width);
   if (d->vendor && d->vendor->attributes)
     d->vendor->attributes (d->fsroot, fn, attrs);
+  set_numa (d, f, attrs);
   return json_pack ("{s:s, s:o}", "name", fn->name, "attributes", attrs);
 }
 
@@ -711,7 +790,7 @@ nrm_pci_driver_health (void *self, struct nrm_health_report *ret, nrm_error_t *e
 int
 nrm_pci_driver_health_fd (void *self)
 {
-  return ((struct pci_driver *) self)->events;
+  return ((struct pci_driver *) self)->poll;
 }
 
 void
@@ -719,8 +798,18 @@ nrm_pci_driver_health_event (void *self)
 {
   struct pci_driver *d = self;
   char buf[8192];
-  while (read (d->events, buf, sizeof (buf)) > 0)
+  while (d->events >= 0 && read (d->events, buf, sizeof (buf)) > 0)
     ;
+  if (d->others)
+    {
+      nrm_error_t e = NULL;
+      pthread_mutex_lock (&d->lock);
+      /* A bad checkpoint keeps the last good picture: say so, go on. */
+      if (nrm_pci_others_refresh (d->others, &e) < 0 && d->log)
+        d->log (d->log_ctx, NRM_LOG_WARNING, "%s: %s", d->name, nrm_error_msg (e));
+      pthread_mutex_unlock (&d->lock);
+      nrm_error_release (&e);
+    }
 }
 
 json_t *

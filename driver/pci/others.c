@@ -784,6 +784,8 @@ build (const struct nrm_pci_others *o, struct state *st, nrm_error_t *err)
   char **reg = NULL, **dps = NULL;
   size_t nreg = 0, ndps = 0;
   int rc = -1;
+  if (o->kubelet_dir == NULL)
+    return 0; /* the configuration's rules alone */
   if (list_sockets (o->registry_dir, &reg, &nreg, err) < 0 || list_sockets (o->dp_dir, &dps, &ndps, err) < 0
       || read_checkpoint (o, &rs, err) < 0)
     goto out;
@@ -934,6 +936,10 @@ nrm_pci_others_new (const char *kubelet_dir, const char *const *skip, struct nrm
 {
   *ret = NULL;
   struct nrm_pci_others *o = xcalloc (1, sizeof (*o));
+  o->ifd = -1;
+  o->wd_registry = o->wd_dp = o->wd_kubelet = o->wd_parent = -1;
+  if (kubelet_dir == NULL)
+    goto rules;
   o->kubelet_dir = xstrdup (kubelet_dir);
   for (size_t n = strlen (o->kubelet_dir); n > 1 && o->kubelet_dir[n - 1] == '/'; n--)
     o->kubelet_dir[n - 1] = '\0';
@@ -948,8 +954,7 @@ nrm_pci_others_new (const char *kubelet_dir, const char *const *skip, struct nrm
     *slash = '\0';
   else
     strcpy (o->parent_dir, ".");
-  o->ifd = -1;
-  o->wd_registry = o->wd_dp = o->wd_kubelet = o->wd_parent = -1;
+rules:
   o->own = xmalloc (sizeof (o->own[0]));
   o->own[o->nown++] = xstrdup ("nrm.io");
   for (size_t i = 0; skip && skip[i]; i++)
@@ -970,7 +975,8 @@ nrm_pci_others_new (const char *kubelet_dir, const char *const *skip, struct nrm
     }
   /* Without inotify (its limits reached) the caller refreshes on its own
    * schedule. */
-  o->ifd = inotify_init1 (IN_NONBLOCK | IN_CLOEXEC);
+  if (o->kubelet_dir)
+    o->ifd = inotify_init1 (IN_NONBLOCK | IN_CLOEXEC);
   rewatch (o);
   if (build (o, &o->st, err) < 0)
     {

@@ -43,9 +43,10 @@
 
 struct nrm_pci_others;
 
-/* kubelet_dir: /var/lib/kubelet (already under any fsroot prefix). skip: the
- * configuration's rules, a NULL-terminated list (NULL for none). Missing
- * kubelet folders are no error (no kubelet yet). */
+/* kubelet_dir: /var/lib/kubelet (already under any fsroot prefix), or NULL
+ * for the configuration's rules alone. skip: the configuration's rules, a
+ * NULL-terminated list (NULL for none). Missing kubelet folders are no
+ * error (no kubelet yet). */
 int nrm_pci_others_new (const char *kubelet_dir, const char *const *skip, struct nrm_pci_others **ret,
                         nrm_error_t *err);
 void nrm_pci_others_free (struct nrm_pci_others *o);

@@ -14,7 +14,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -589,15 +592,91 @@ test_prepare_and_health (void **state)
   nrm_topology_free (t);
 }
 
+/* A listening unix socket at rel, as a registered plugin leaves one. */
+static int
+plugin_socket (const char *rel)
+{
+  struct sockaddr_un sa = { .sun_family = AF_UNIX };
+  char dir[256];
+  nrm_error_t err = NULL;
+  assert_true ((size_t) snprintf (sa.sun_path, sizeof (sa.sun_path), "%s/%s", root, rel) < sizeof (sa.sun_path));
+  snprintf (dir, sizeof (dir), "%s", sa.sun_path);
+  *strrchr (dir, '/') = '\0';
+  assert_int_equal (nrm_mkdir_p (dir, 0755, &err), 0);
+  int fd = socket (AF_UNIX, SOCK_STREAM, 0);
+  assert_true (fd >= 0);
+  assert_int_equal (bind (fd, (struct sockaddr *) &sa, sizeof (sa)), 0);
+  assert_int_equal (listen (fd, 1), 0);
+  return fd;
+}
+
+static void
+test_coexistence (void **state)
+{
+  (void) state;
+  struct nrm_topology *t = load_2n ();
+  struct nrm_publish_options o;
+  nrm_publish_options_init (&o);
+  nrm_error_t err = NULL;
+  build_tree ();
+  struct nrm_driver_host h
+      = { .topo = t, .node = &o, .name = "pci.nrm.io", .fsroot = root, .kubelet_dir = "/var/lib/kubelet" };
+
+  /* NVIDIA's DRA driver registered: its GPUs are left out, also the
+   * vfio-bound one; the virtio GPU and the HCA stay. */
+  int s1 = plugin_socket ("var/lib/kubelet/plugins_registry/gpu.nvidia.com-reg.sock");
+  cleanup_json json_t *devs = pool_of (t, &o, root, NULL, false, NULL);
+  assert_null (find_dev (devs, "gpu-0000-41-00-0"));
+  assert_null (find_dev (devs, "gpu-0000-45-00-0"));
+  assert_non_null (find_dev (devs, "gpu-0000-00-02-0"));
+  assert_non_null (find_dev (devs, "ib-0000-44-00-0"));
+  close (s1);
+  cleanup_free char *sock = xasprintf ("%s/var/lib/kubelet/plugins_registry/gpu.nvidia.com-reg.sock", root);
+  unlink (sock);
+
+  /* Configuration rules; detection off; a bad rule names itself. */
+  cleanup_json json_t *ex = json_pack ("{s:[s, s]}", "exclude", "0000:00:02.0", "class:ib");
+  cleanup_json json_t *d2 = pool_of (t, &o, root, ex, false, NULL);
+  assert_int_equal (json_array_size (d2), 2);
+  assert_null (find_dev (d2, "gpu-0000-00-02-0"));
+  assert_null (find_dev (d2, "ib-0000-44-00-0"));
+  h.settings = json_pack ("{s:[s]}", "exclude", "vendor:xyz");
+  void *d = NULL;
+  assert_int_equal (nrm_pci_driver_new (&h, NULL, &d, &err), -1);
+  assert_non_null (strstr (nrm_error_msg (err), "vendor:xyz"));
+  nrm_error_release (&err);
+  json_decref (h.settings);
+
+  /* A plugin that registers after nrm started: seen through the fd. */
+  h.settings = NULL;
+  assert_int_equal (nrm_pci_driver_new (&h, NULL, &d, &err), 0);
+  struct nrm_pool p = { 0 };
+  assert_int_equal (nrm_pci_driver_pool (d, NULL, &p, &err), 0);
+  assert_non_null (find_dev (p.devices, "gpu-0000-41-00-0"));
+  nrm_pool_done (&p);
+  int s2 = plugin_socket ("var/lib/kubelet/plugins_registry/gpu.nvidia.com-reg.sock");
+  struct pollfd pfd = { .fd = nrm_pci_driver_health_fd (d), .events = POLLIN };
+  assert_true (pfd.fd >= 0);
+  assert_int_equal (poll (&pfd, 1, 5000), 1);
+  nrm_pci_driver_health_event (d);
+  assert_int_equal (nrm_pci_driver_pool (d, NULL, &p, &err), 0);
+  assert_null (find_dev (p.devices, "gpu-0000-41-00-0"));
+  assert_non_null (find_dev (p.devices, "gpu-0000-00-02-0"));
+  nrm_pool_done (&p);
+  nrm_pci_driver_free (d);
+  close (s2);
+  remove_tree ();
+  nrm_topology_free (t);
+}
+
 int
 main (void)
 {
   const struct corpus_test per_machine[] = { { "devices", test_machine } };
   const struct CMUnitTest others[] = {
-    cmocka_unit_test (test_bus_ids),
-    cmocka_unit_test (test_facts),
-    cmocka_unit_test (test_pool),
-    cmocka_unit_test (test_prepare_and_health),
+    cmocka_unit_test (test_bus_ids),     cmocka_unit_test (test_facts),
+    cmocka_unit_test (test_pool),        cmocka_unit_test (test_prepare_and_health),
+    cmocka_unit_test (test_coexistence),
   };
   return corpus_run ("pci", per_machine, 1, others, sizeof (others) / sizeof (others[0]));
 }
