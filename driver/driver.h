@@ -37,6 +37,8 @@ struct nrm_driver_host
    * checked by the driver's new()), or NULL. */
   json_t *settings;
   const char *kubelet_dir; /* the kubelet's folder (/var/lib/kubelet) */
+  const char *state_dir;   /* nrm's durable state (/var/lib/nrm); a driver
+                            * keeps its own files under <state_dir>/<name>.* */
 };
 
 /* One allocated device of a claim. */

@@ -539,7 +539,8 @@ open_drivers (struct nrm_config *c, const struct nrm_topology *t, struct nrm_reg
                                .fsroot = c->fsroot,
                                .live = c->topology == NULL,
                                .log = nrm_log,
-                               .kubelet_dir = c->kubelet_dir };
+                               .kubelet_dir = c->kubelet_dir,
+                               .state_dir = c->state_dir };
   nrm_config_drivers (c, &sel);
   if (nrm_registry_new (reg, err) < 0)
     return -1;

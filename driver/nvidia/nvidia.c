@@ -4,8 +4,9 @@
  * nvidia.nrm.io devices. A prepared GPU reaches the container as its
  * /dev/nvidiaN node (the minor from /proc/driver/nvidia) and the control
  * nodes every CUDA process opens; the model and GPU UUID become attributes.
- * Everything else (sysfs facts, holding, health, hotplug) is the generic
- * PCI driver's, which leaves these GPUs to this one while it is loaded.
+ * Everything else (sysfs facts, holding, health, hotplug, passthrough) is
+ * the generic PCI driver's, which leaves these GPUs to this one while it
+ * is loaded.
  * The driver libraries are not mounted: the image brings them, or the
  * NVIDIA container toolkit's own CDI spec does.
  *
@@ -27,9 +28,7 @@
 static bool
 nv_match (const struct nrm_pci_function *fn)
 {
-  /* A GPU given to vfio-pci is passthrough: the generic driver's. */
-  return fn->facts.vendor_id == NVIDIA && strcmp (fn->class, "gpu") == 0
-         && (fn->facts.driver == NULL || strcmp (fn->facts.driver, "vfio-pci") != 0);
+  return fn->facts.vendor_id == NVIDIA && strcmp (fn->class, "gpu") == 0;
 }
 
 static const char *
@@ -160,4 +159,5 @@ const struct nrm_driver_ops nrm_driver_component = {
   .health_fd = nrm_pci_driver_health_fd,
   .health_event = nrm_pci_driver_health_event,
   .describe = nrm_pci_driver_describe,
+  .bind = nrm_pci_driver_bind,
 };

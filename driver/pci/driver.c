@@ -15,12 +15,14 @@
 #include <sys/epoll.h>
 #include <sys/inotify.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "driver/jsonattr.h"
 #include "driver/kit.h"
 #include "driver/pci/others.h"
 #include "driver/pci/pci.h"
+#include "driver/pci/vfio.h"
 #include "nrm/base/cleanup.h"
 #include "nrm/base/xalloc.h"
 
@@ -43,13 +45,15 @@ struct pci_driver
   int events;                          /* uevent socket or inotify, or -1 */
   struct nrm_pci_others *others;       /* who else serves functions, or NULL */
   int poll;                            /* epoll over events and others, or -1 */
+  bool passthrough;                    /* offer a VFIO twin of each function */
+  char *journal;                       /* <state_dir>/<name>.vfio, or NULL */
   nrm_log_fn log;
   void *log_ctx;
 
   pthread_mutex_t lock; /* the fields below */
   struct nrm_pci_function *fns;
   size_t n_fns;
-  json_t *holder; /* device name -> claim UID */
+  json_t *holder; /* bus id -> claim UID (a function and its twin are one) */
   json_t *claims; /* claim UID -> [{name, busID, class, numaNode?, pcieRoot?}] */
   json_t *left;   /* bus id -> who serves it instead, as last logged */
 };
@@ -115,6 +119,13 @@ settings (struct pci_driver *d, json_t *s, const char ***exclude, bool *detect, 
   *detect = true;
   json_object_foreach (s, key, v)
   {
+    if (strcmp (key, "passthrough") == 0)
+      {
+        if (!json_is_boolean (v))
+          return nrm_error_set (err, EINVAL, "key `pci.passthrough` must be a boolean");
+        d->passthrough = json_is_true (v);
+        continue;
+      }
     if (strcmp (key, "detectOthers") == 0)
       {
         if (!json_is_boolean (v))
@@ -138,7 +149,8 @@ settings (struct pci_driver *d, json_t *s, const char ***exclude, bool *detect, 
         continue;
       }
     if (strcmp (key, "classes") != 0)
-      return nrm_error_set (err, EINVAL, "unknown key `pci.%s` (known: classes, exclude, detectOthers)", key);
+      return nrm_error_set (err, EINVAL, "unknown key `pci.%s` (known: classes, exclude, detectOthers, passthrough)",
+                            key);
     if (!json_is_array (v))
       return nrm_error_set (err, EINVAL, "key `pci.classes` must be a list of class names");
     unsigned set = 0;
@@ -210,6 +222,15 @@ nrm_pci_driver_new (const struct nrm_driver_host *h, const struct nrm_pci_vendor
       nrm_pci_driver_free (d);
       return -1;
     }
+  if (d->passthrough && !d->sysfs)
+    d->passthrough = false; /* a recorded machine has nothing to bind */
+  if (h->state_dir)
+    d->journal = xasprintf ("%s/%s.vfio", h->state_dir, d->name);
+  if (d->passthrough && d->journal == NULL)
+    {
+      nrm_pci_driver_free (d);
+      return nrm_error_set (err, EINVAL, "key `pci.passthrough` needs a state folder for its journal");
+    }
   /* The kubelet's folders say who else serves functions: only on a
    * machine nrm reads (this one, or a fake tree). */
   const char *kdir = h->kubelet_dir ? h->kubelet_dir : "/var/lib/kubelet";
@@ -260,6 +281,7 @@ nrm_pci_driver_free (void *self)
     close (d->poll);
   nrm_pci_others_free (d->others);
   json_decref (d->left);
+  free (d->journal);
   functions_free (d->fns, d->n_fns);
   json_decref (d->holder);
   json_decref (d->claims);
@@ -325,6 +347,53 @@ wanted (struct pci_driver *d, struct nrm_pci_function *fn)
   return who == NULL;
 }
 
+static char **
+strv_dup (char **v, size_t n)
+{
+  char **r = n ? xcalloc (n, sizeof (*r)) : NULL;
+  for (size_t i = 0; i < n; i++)
+    r[i] = xstrdup (v[i]);
+  return r;
+}
+
+static char *
+str_dup (const char *s)
+{
+  return s ? xstrdup (s) : NULL;
+}
+
+/* A function's VFIO twin: the same facts, its own name. */
+static struct nrm_pci_function
+twin_of (const struct nrm_pci_function *fn)
+{
+  struct nrm_pci_function t = *fn;
+  t.facts.local_cpus = str_dup (fn->facts.local_cpus);
+  t.facts.driver = str_dup (fn->facts.driver);
+  t.facts.link_speed = str_dup (fn->facts.link_speed);
+  t.facts.max_link_speed = str_dup (fn->facts.max_link_speed);
+  t.facts.nodes = strv_dup (fn->facts.nodes, fn->facts.n_nodes);
+  t.facts.netdevs = strv_dup (fn->facts.netdevs, fn->facts.n_netdevs);
+  /* A class name is at most 6 bytes: the name has room for the suffix. */
+  if ((size_t) snprintf (t.name, sizeof (t.name), "%s-vfio", fn->name) >= sizeof (t.name))
+    abort ();
+  t.passthrough = true;
+  return t;
+}
+
+/* Whether fn gets a twin: passthrough is on and the function can be
+ * handed to vfio-pci, or nrm handed it over already. */
+static bool
+wants_twin (const struct pci_driver *d, const struct nrm_pci_function *fn)
+{
+  const char *why;
+  if (!d->passthrough)
+    return false;
+  if (nrm_vfio_journaled (d->journal, fn->facts.bus_id, NULL, NULL))
+    return true;
+  return (fn->facts.driver == NULL || strcmp (fn->facts.driver, "vfio-pci") != 0)
+         && nrm_vfio_possible (d->fsroot, &fn->facts, &why);
+}
+
 static void
 add_function (struct nrm_pci_function **fns, size_t *n, const struct nrm_pci_function *fn)
 {
@@ -349,13 +418,62 @@ from_state (struct nrm_pci_function *fn, json_t *e)
   fn->facts.link_width = fn->facts.max_link_width = fn->facts.carrier = -1;
   fn->facts.aer_fatal = fn->facts.aer_nonfatal = fn->facts.aer_correctable = -1;
   fn->present = false;
+  size_t len = strlen (fn->name);
+  fn->passthrough = len > 5 && strcmp (fn->name + len - 5, "-vfio") == 0;
 }
 
 static int
 cmp_function (const void *a, const void *b)
 {
   const struct nrm_pci_function *x = a, *y = b;
-  return strcmp (x->facts.bus_id, y->facts.bus_id);
+  int c = strcmp (x->facts.bus_id, y->facts.bus_id);
+  return c ? c : (int) x->passthrough - (int) y->passthrough;
+}
+
+/* How long a function bound for a claim that nobody prepared stays bound:
+ * the kubelet prepares a claim soon after its pod is bound, and a claim
+ * whose pod went away before that is never prepared nor unprepared. */
+#define STALE_BIND_S 600
+#define VFIO_TIMEOUT_MS 5000
+
+static bool
+held_by (const struct pci_driver *d, const char *uid)
+{
+  return uid && json_object_get (d->claims, uid) != NULL;
+}
+
+/* Gives back the functions nrm bound for a claim it does not hold (after
+ * a crash, or a pod deleted before its claim was prepared). Call with
+ * d->lock held. */
+static void
+release_stale (struct pci_driver *d)
+{
+  char **ids = NULL;
+  size_t n = 0;
+  nrm_error_t e = NULL;
+  if (d->journal == NULL || nrm_vfio_list (d->journal, &ids, &n, &e) < 0)
+    {
+      nrm_error_release (&e);
+      return;
+    }
+  for (size_t i = 0; i < n; i++)
+    {
+      cleanup_free char *uid = NULL;
+      time_t since = 0;
+      if (!nrm_vfio_journaled (d->journal, ids[i], &uid, &since) || held_by (d, uid)
+          || time (NULL) - since < STALE_BIND_S)
+        continue;
+      if (nrm_vfio_release (d->fsroot, d->journal, ids[i], VFIO_TIMEOUT_MS, &e) < 0)
+        {
+          if (d->log)
+            d->log (d->log_ctx, NRM_LOG_WARNING, "%s: %s", d->name, nrm_error_msg (e));
+          nrm_error_release (&e);
+        }
+      else if (d->log)
+        d->log (d->log_ctx, NRM_LOG_INFO, "%s: gave %s back (bound for claim %s, which this node does not hold)",
+                d->name, ids[i], uid ? uid : "?");
+    }
+  nrm_pci_list_free (ids, n);
 }
 
 /* Reads the functions again (hotplug); a held function that is gone stays,
@@ -391,7 +509,14 @@ rescan (struct pci_driver *d, nrm_error_t *err)
           continue;
         }
       if (wanted (d, &fn))
-        add_function (&fns, &n, &fn);
+        {
+          add_function (&fns, &n, &fn);
+          if (wants_twin (d, &fn))
+            {
+              struct nrm_pci_function t = twin_of (&fn);
+              add_function (&fns, &n, &t);
+            }
+        }
       else
         function_done (&fn);
     }
@@ -402,6 +527,7 @@ rescan (struct pci_driver *d, nrm_error_t *err)
       if (recorded_facts (d->t, &d->t->pci[i], &fn.facts) && wanted (d, &fn))
         add_function (&fns, &n, &fn);
     }
+  release_stale (d);
   /* Held functions that are gone stay published (tainted) until released. */
   const char *uid;
   json_t *list;
@@ -476,6 +602,8 @@ device_json (const struct pci_driver *d, const struct nrm_pci_function *fn)
   if (f->pcie_root[0])
     jattr_str (attrs, NRM_STD_PCIE_ROOT_ATTR, f->pcie_root);
   jattr_str (attrs, "class", fn->class);
+  /* On every device, so that a class selector can test it. */
+  jattr_bool (attrs, "passthrough", fn->passthrough);
   snprintf (hex, sizeof (hex), "%04x", f->vendor_id);
   jattr_str (attrs, "vendorID", hex);
   snprintf (hex, sizeof (hex), "%04x", f->device_id);
@@ -505,7 +633,29 @@ device_json (const struct pci_driver *d, const struct nrm_pci_function *fn)
   if (d->vendor && d->vendor->attributes)
     d->vendor->attributes (d->fsroot, fn, attrs);
   set_numa (d, f, attrs);
-  return json_pack ("{s:s, s:o}", "name", fn->name, "attributes", attrs);
+  json_t *dev = json_pack ("{s:s, s:o}", "name", fn->name, "attributes", attrs);
+  if (fn->passthrough)
+    {
+      /* The pod binds once the function is on vfio-pci (bind()). */
+      json_object_set_new (dev, "bindsToNode", json_true ());
+      json_object_set_new (dev, "bindingConditions", json_pack ("[s+]", d->name, "/vfio-ready"));
+      json_object_set_new (dev, "bindingFailureConditions", json_pack ("[s+]", d->name, "/vfio-failed"));
+    }
+  return dev;
+}
+
+/* The counter set a function and its twin share: one of them at a time. */
+static void
+counter_name (const struct nrm_pci_function *fn, char *buf, size_t size)
+{
+  nrm_pci_device_name ("fn", fn->facts.bus_id, buf, size);
+}
+
+static bool
+has_twin (const struct pci_driver *d, size_t i)
+{
+  return i + 1 < d->n_fns && d->fns[i + 1].passthrough
+         && strcmp (d->fns[i + 1].facts.bus_id, d->fns[i].facts.bus_id) == 0;
 }
 
 int
@@ -521,7 +671,20 @@ nrm_pci_driver_pool (void *self, json_t *held, struct nrm_pool *ret, nrm_error_t
     }
   struct nrm_pool p = { .driver = xstrdup (d->name), .devices = json_array (), .counter_sets = json_array () };
   for (size_t i = 0; i < d->n_fns; i++)
-    json_array_append_new (p.devices, device_json (d, &d->fns[i]));
+    {
+      json_t *dev = device_json (d, &d->fns[i]);
+      bool shared = d->fns[i].passthrough || has_twin (d, i);
+      char set[48];
+      counter_name (&d->fns[i], set, sizeof (set));
+      if (shared)
+        json_object_set_new (
+            dev, "consumesCounters",
+            json_pack ("[{s:s, s:{s:{s:s}}}]", "counterSet", set, "counters", "function", "value", "1"));
+      if (has_twin (d, i))
+        json_array_append_new (p.counter_sets,
+                               json_pack ("{s:s, s:{s:{s:s}}}", "name", set, "counters", "function", "value", "1"));
+      json_array_append_new (p.devices, dev);
+    }
   pthread_mutex_unlock (&d->lock);
   *ret = p;
   return 0;
@@ -550,16 +713,16 @@ hold (struct pci_driver *d, const char *uid, json_t *entries, nrm_error_t *err)
     const char *busid = json_string_value (json_object_get (e, "busID"));
     if (name == NULL || !nrm_pci_bus_id_valid (busid))
       return nrm_error_set (err, EINVAL, "claim %s: state entry %zu has no device name and bus id", uid, i);
-    const char *other = json_string_value (json_object_get (d->holder, name));
+    const char *other = json_string_value (json_object_get (d->holder, busid));
     if (other && strcmp (other, uid) != 0)
       return nrm_error_set (err, EBUSY, "device %s (%s) is held by claim %s", name, busid, other);
     for (size_t k = 0; k < i; k++)
-      if (strcmp (json_string_value (json_object_get (json_array_get (entries, k), "name")), name) == 0)
-        return nrm_error_set (err, EINVAL, "device %s is allocated twice in claim %s", name, uid);
+      if (strcmp (json_string_value (json_object_get (json_array_get (entries, k), "busID")), busid) == 0)
+        return nrm_error_set (err, EINVAL, "device %s (%s) is allocated twice in claim %s", name, busid, uid);
   }
   json_array_foreach (entries, i, e)
   {
-    json_object_set_new (d->holder, json_string_value (json_object_get (e, "name")), json_string (uid));
+    json_object_set_new (d->holder, json_string_value (json_object_get (e, "busID")), json_string (uid));
   }
   json_object_set (d->claims, uid, entries);
   return 0;
@@ -573,6 +736,8 @@ state_entry (const struct nrm_pci_function *fn)
     json_object_set_new (e, "numaNode", json_integer (fn->facts.numa_node));
   if (fn->facts.pcie_root[0])
     json_object_set_new (e, "pcieRoot", json_string (fn->facts.pcie_root));
+  if (fn->passthrough)
+    json_object_set_new (e, "passthrough", json_true ());
   return e;
 }
 
@@ -615,13 +780,32 @@ nrm_pci_driver_prepare (void *self, const struct nrm_claim_view *c, struct nrm_p
         }
       json_array_append_new (entries, state_entry (fn));
       append_string (&busids, fn->facts.bus_id);
-      cleanup_free char *paths = NULL;
-      for (size_t k = 0; k < fn->facts.n_nodes; k++)
+      const char *who = json_string_value (json_object_get (d->holder, fn->facts.bus_id));
+      if (who && strcmp (who, c->uid) != 0)
         {
-          json_array_append_new (nodes, nrm_pci_device_node (d->fsroot, fn->facts.nodes[k]));
-          append_string (&paths, fn->facts.nodes[k]);
+          nrm_error_set (err, EBUSY, "device %s (%s) is held by claim %s", fn->name, fn->facts.bus_id, who);
+          goto out;
         }
-      if (d->vendor && d->vendor->edits && d->vendor->edits (d->fsroot, fn, &extra, err) < 0)
+      /* A twin is on vfio-pci before its pod binds (bind()); without
+       * binding conditions, or after a restart, prepare binds it. */
+      struct nrm_pci_facts now = { 0 };
+      if (fn->passthrough
+          && (nrm_vfio_bind (d->fsroot, d->journal, fn->facts.bus_id, c->uid, VFIO_TIMEOUT_MS, err) < 0
+              || nrm_pci_facts_read (d->fsroot, fn->facts.bus_id, &now, err) < 0))
+        goto out;
+      char **dev_nodes = fn->passthrough ? now.nodes : fn->facts.nodes;
+      size_t n_dev_nodes = fn->passthrough ? now.n_nodes : fn->facts.n_nodes;
+      cleanup_free char *paths = NULL;
+      for (size_t k = 0; k < n_dev_nodes; k++)
+        {
+          /* Passed through, the function is reached through VFIO alone. */
+          if (fn->passthrough && strncmp (dev_nodes[k], "/dev/vfio/", 10) != 0)
+            continue;
+          json_array_append_new (nodes, nrm_pci_device_node (d->fsroot, dev_nodes[k]));
+          append_string (&paths, dev_nodes[k]);
+        }
+      nrm_pci_facts_done (&now);
+      if (d->vendor && d->vendor->edits && !fn->passthrough && d->vendor->edits (d->fsroot, fn, &extra, err) < 0)
         goto out;
       if (c->metadata)
         {
@@ -676,10 +860,20 @@ nrm_pci_driver_unprepare (void *self, const char *uid, json_t *state)
   json_t *e;
   json_array_foreach (json_object_get (d->claims, uid), i, e)
   {
-    const char *name = json_string_value (json_object_get (e, "name"));
-    const char *who = json_string_value (json_object_get (d->holder, name));
+    const char *busid = json_string_value (json_object_get (e, "busID"));
+    const char *who = json_string_value (json_object_get (d->holder, busid));
+    nrm_error_t err = NULL;
     if (who && strcmp (who, uid) == 0)
-      json_object_del (d->holder, name);
+      json_object_del (d->holder, busid);
+    /* A passed-through function goes back to its driver; when that
+     * fails, its journal stays and the next pass tries again. */
+    if (json_is_true (json_object_get (e, "passthrough"))
+        && nrm_vfio_release (d->fsroot, d->journal, busid, VFIO_TIMEOUT_MS, &err) < 0)
+      {
+        if (d->log)
+          d->log (d->log_ctx, NRM_LOG_WARNING, "%s: claim %s: %s", d->name, uid, nrm_error_msg (err));
+        nrm_error_release (&err);
+      }
   }
   json_object_del (d->claims, uid);
   pthread_mutex_unlock (&d->lock);
@@ -812,6 +1006,51 @@ nrm_pci_driver_health_event (void *self)
     }
 }
 
+int
+nrm_pci_driver_bind (void *self, const struct nrm_claim_view *c, json_t **ret, nrm_error_t *err)
+{
+  struct pci_driver *d = self;
+  json_t *out = json_array ();
+  pthread_mutex_lock (&d->lock);
+  for (size_t i = 0; i < c->n_results; i++)
+    {
+      const struct nrm_alloc_result *r = &c->results[i];
+      struct nrm_pci_function *fn = find_function (d, r->device);
+      if (fn == NULL && rescan (d, err) < 0)
+        {
+          pthread_mutex_unlock (&d->lock);
+          json_decref (out);
+          return -1;
+        }
+      if (fn == NULL)
+        fn = find_function (d, r->device);
+      if (fn == NULL || !fn->passthrough)
+        continue;
+      nrm_error_t e = NULL;
+      const char *who = json_string_value (json_object_get (d->holder, fn->facts.bus_id));
+      if (who && strcmp (who, c->uid) != 0)
+        nrm_error_set (&e, EBUSY, "%s is held by claim %s", fn->facts.bus_id, who);
+      else
+        nrm_vfio_bind (d->fsroot, d->journal, fn->facts.bus_id, c->uid, VFIO_TIMEOUT_MS, &e);
+      cleanup_free char *type = xasprintf ("%s/%s", d->name, e ? "vfio-failed" : "vfio-ready");
+      char msg[1024];
+      snprintf (msg, sizeof (msg), "%s", e ? nrm_error_msg (e) : "bound to vfio-pci");
+      json_t *cond = json_pack ("{s:s, s:s, s:s, s:s}", "type", type, "status", "True", "reason",
+                                e ? "BindFailed" : "Bound", "message", msg);
+      json_t *st = json_pack ("{s:s, s:s, s:s, s:[o]}", "driver", d->name, "pool", r->pool, "device", r->device,
+                              "conditions", cond);
+      if (r->share_id)
+        json_object_set_new (st, "shareID", json_string (r->share_id));
+      json_array_append_new (out, st);
+      if (e && d->log)
+        d->log (d->log_ctx, NRM_LOG_WARNING, "%s: claim %s: %s", d->name, c->uid, nrm_error_msg (e));
+      nrm_error_release (&e);
+    }
+  pthread_mutex_unlock (&d->lock);
+  *ret = out;
+  return 0;
+}
+
 json_t *
 nrm_pci_driver_describe (void *self, const char *uid, json_t *state)
 {
@@ -850,4 +1089,5 @@ const struct nrm_driver_ops nrm_pci_driver = {
   .health_fd = nrm_pci_driver_health_fd,
   .health_event = nrm_pci_driver_health_event,
   .describe = nrm_pci_driver_describe,
+  .bind = nrm_pci_driver_bind,
 };

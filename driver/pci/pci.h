@@ -23,6 +23,7 @@ struct nrm_pci_function
   char name[40];     /* device name: <class>-dddd-bb-dd-f */
   const char *class; /* nrm_pci_class_name() */
   bool present;      /* false: removed, kept while a claim holds it */
+  bool passthrough;  /* the VFIO twin of the function (name ends in -vfio) */
   struct nrm_pci_facts facts;
 };
 
@@ -52,6 +53,7 @@ int nrm_pci_driver_health (void *self, struct nrm_health_report *ret, nrm_error_
 int nrm_pci_driver_health_fd (void *self);
 void nrm_pci_driver_health_event (void *self);
 json_t *nrm_pci_driver_describe (void *self, const char *uid, json_t *state);
+int nrm_pci_driver_bind (void *self, const struct nrm_claim_view *c, json_t **ret, nrm_error_t *err);
 
 /* The device name of a function: "<class>-dddd-bb-dd-f" (dots and colons
  * as dashes), into buf of at least 40 bytes. */

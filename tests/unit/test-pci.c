@@ -15,6 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <poll.h>
+#include <pthread.h>
+#include <sys/inotify.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -669,6 +671,258 @@ test_coexistence (void **state)
   nrm_topology_free (t);
 }
 
+/* --- passthrough, against a stand-in for the kernel's PCI core -------- */
+
+/* Watches the bind files as the kernel would: a write of a bus id to
+ * drivers_probe binds the function to its driver_override, else to the
+ * driver its ids match (the test's `native`); a write to a driver's
+ * unbind drops the link. vfio-pci makes /dev/vfio/<group>. */
+struct fake_kernel
+{
+  pthread_t thread;
+  int fd;
+  volatile bool stop, refuse_vfio;
+  const char *native; /* the driver of 0000:41:00.0 */
+};
+
+static void
+kernel_probe (struct fake_kernel *k, const char *bdf)
+{
+  char path[512], over[64] = "";
+  snprintf (path, sizeof (path), "%s/sys/bus/pci/devices/%s/driver_override", root, bdf);
+  FILE *f = fopen (path, "r");
+  if (f)
+    {
+      if (fgets (over, sizeof (over), f) == NULL)
+        over[0] = '\0';
+      fclose (f);
+    }
+  over[strcspn (over, "\n")] = '\0';
+  const char *drv = over[0] ? over : k->native;
+  if (strcmp (drv, "vfio-pci") == 0 && k->refuse_vfio)
+    return;
+  snprintf (path, sizeof (path), "sys/devices/pci0000:40/0000:40:01.0/%s/driver", bdf);
+  cleanup_free char *target = xasprintf ("../../../../bus/pci/drivers/%s", drv);
+  link_to (path, target);
+  if (strcmp (drv, "vfio-pci") == 0)
+    put ("dev/vfio/12", "");
+}
+
+static void
+kernel_unbind (const char *drv)
+{
+  char path[512], bdf[64] = "";
+  snprintf (path, sizeof (path), "%s/sys/bus/pci/drivers/%s/unbind", root, drv);
+  FILE *f = fopen (path, "r");
+  if (f == NULL || fgets (bdf, sizeof (bdf), f) == NULL)
+    {
+      if (f)
+        fclose (f);
+      return;
+    }
+  fclose (f);
+  bdf[strcspn (bdf, "\n")] = '\0';
+  snprintf (path, sizeof (path), "%s/sys/devices/pci0000:40/0000:40:01.0/%s/driver", root, bdf);
+  unlink (path);
+}
+
+static void *
+kernel_loop (void *arg)
+{
+  struct fake_kernel *k = arg;
+  char buf[4096] __attribute__ ((aligned (__alignof__(struct inotify_event))));
+  while (!k->stop)
+    {
+      struct pollfd p = { .fd = k->fd, .events = POLLIN };
+      if (poll (&p, 1, 20) <= 0)
+        continue;
+      ssize_t n = read (k->fd, buf, sizeof (buf));
+      for (char *q = buf; n > 0 && q < buf + n;)
+        {
+          struct inotify_event *ev = (struct inotify_event *) q;
+          q += sizeof (*ev) + ev->len;
+          if (ev->len == 0)
+            continue;
+          if (strcmp (ev->name, "drivers_probe") == 0)
+            {
+              char path[512], bdf[64] = "";
+              snprintf (path, sizeof (path), "%s/sys/bus/pci/drivers_probe", root);
+              FILE *f = fopen (path, "r");
+              if (f && fgets (bdf, sizeof (bdf), f))
+                kernel_probe (k, bdf);
+              if (f)
+                fclose (f);
+            }
+          else if (strcmp (ev->name, "unbind") == 0)
+            kernel_unbind (ev->wd == 2 ? "vfio-pci" : k->native);
+        }
+    }
+  return NULL;
+}
+
+static void
+kernel_start (struct fake_kernel *k)
+{
+  char path[512];
+  k->fd = inotify_init1 (IN_CLOEXEC);
+  assert_true (k->fd >= 0);
+  const char *dirs[] = { "sys/bus/pci", "sys/bus/pci/drivers/vfio-pci", "sys/bus/pci/drivers/nvidia" };
+  for (size_t i = 0; i < 3; i++)
+    {
+      snprintf (path, sizeof (path), "%s/%s", root, dirs[i]);
+      assert_int_equal (inotify_add_watch (k->fd, path, IN_CLOSE_WRITE), (int) i + 1);
+    }
+  assert_int_equal (pthread_create (&k->thread, NULL, kernel_loop, k), 0);
+}
+
+static void
+kernel_stop (struct fake_kernel *k)
+{
+  k->stop = true;
+  pthread_join (k->thread, NULL);
+  close (k->fd);
+}
+
+static char *
+bound_to (const char *bdf)
+{
+  char path[512], target[512];
+  snprintf (path, sizeof (path), "%s/sys/bus/pci/devices/%s/driver", root, bdf);
+  ssize_t n = readlink (path, target, sizeof (target) - 1);
+  if (n <= 0)
+    return xstrdup ("");
+  target[n] = '\0';
+  return xstrdup (strrchr (target, '/') + 1);
+}
+
+static json_t *
+bind_claim (void *d, const char *uid, const char *device)
+{
+  struct nrm_alloc_result r = { .driver = "pci.nrm.io", .request = "gpu", .pool = "node", .device = device };
+  struct nrm_claim_view c
+      = { .uid = uid, .ns = "ns", .name = "c", .results = &r, .n_results = 1, .all = &r, .n_all = 1 };
+  json_t *out = NULL;
+  nrm_error_t err = NULL;
+  if (nrm_pci_driver_bind (d, &c, &out, &err) < 0)
+    fail_msg ("%s", nrm_error_msg (err));
+  return out;
+}
+
+static const char *
+condition_of (json_t *status)
+{
+  return json_string_value (
+      json_object_get (json_array_get (json_object_get (json_array_get (status, 0), "conditions"), 0), "type"));
+}
+
+static void
+test_passthrough (void **state)
+{
+  (void) state;
+  struct nrm_topology *t = load_2n ();
+  struct nrm_publish_options o;
+  nrm_publish_options_init (&o);
+  nrm_error_t err = NULL;
+  build_tree ();
+  /* The GPU alone in IOMMU group 12, vfio-pci loaded, the bind files. */
+  link_to ("sys/kernel/iommu_groups/12/devices/0000:41:00.0",
+           "../../../../devices/pci0000:40/0000:40:01.0/0000:41:00.0");
+  put ("sys/bus/pci/drivers/vfio-pci/unbind", "");
+  put ("sys/bus/pci/drivers/nvidia/unbind", "");
+  put ("sys/bus/pci/drivers_probe", "");
+  put ("sys/devices/pci0000:40/0000:40:01.0/0000:41:00.0/driver_override", "\n");
+  cleanup_free char *statedir = xasprintf ("%s/state", root);
+  struct fake_kernel k = { .native = "nvidia" };
+  kernel_start (&k);
+
+  cleanup_json json_t *s = json_pack ("{s:b}", "passthrough", true);
+  struct nrm_driver_host h
+      = { .topo = t, .node = &o, .name = "pci.nrm.io", .fsroot = root, .settings = s, .state_dir = statedir };
+  void *d = NULL;
+  assert_int_equal (nrm_pci_driver_new (&h, NULL, &d, &err), 0);
+  struct nrm_pool p = { 0 };
+  assert_int_equal (nrm_pci_driver_pool (d, NULL, &p, &err), 0);
+  /* A twin for the GPU alone in its group, none for the function without
+   * a group nor for the one on vfio-pci already; both halves share a counter. */
+  json_t *x = find_dev (p.devices, "gpu-0000-41-00-0"), *tw = find_dev (p.devices, "gpu-0000-41-00-0-vfio");
+  assert_non_null (x);
+  assert_non_null (tw);
+  assert_null (find_dev (p.devices, "gpu-0000-00-02-0-vfio"));
+  assert_null (find_dev (p.devices, "gpu-0000-45-00-0-vfio"));
+  assert_true (json_is_true (json_object_get (attr (tw, "passthrough"), "bool")));
+  assert_true (json_is_false (json_object_get (attr (x, "passthrough"), "bool")));
+  assert_true (json_is_true (json_object_get (tw, "bindsToNode")));
+  assert_string_equal (json_string_value (json_array_get (json_object_get (tw, "bindingConditions"), 0)),
+                       "pci.nrm.io/vfio-ready");
+  const char *set
+      = json_string_value (json_object_get (json_array_get (json_object_get (x, "consumesCounters"), 0), "counterSet"));
+  assert_string_equal (set, "fn-0000-41-00-0");
+  assert_string_equal (
+      json_string_value (json_object_get (json_array_get (json_object_get (tw, "consumesCounters"), 0), "counterSet")),
+      set);
+  assert_int_equal (json_array_size (p.counter_sets), 1);
+  nrm_pool_done (&p);
+
+  /* Binding: the scheduler waits for vfio-ready; the function is on
+   * vfio-pci, journaled with the driver it had. */
+  cleanup_json json_t *st = bind_claim (d, "uid-v", "gpu-0000-41-00-0-vfio");
+  assert_string_equal (condition_of (st), "pci.nrm.io/vfio-ready");
+  cleanup_free char *now = bound_to ("0000:41:00.0");
+  assert_string_equal (now, "vfio-pci");
+  cleanup_free char *journal = xasprintf ("%s/pci.nrm.io.vfio/0000:41:00.0.json", statedir);
+  assert_int_equal (access (journal, F_OK), 0);
+
+  /* Prepare gives the VFIO group; the function itself is held with it. */
+  const char *twin[] = { "gpu-0000-41-00-0-vfio" }, *plain[] = { "gpu-0000-41-00-0" };
+  struct nrm_prepared pr;
+  assert_int_equal (prepare (d, "uid-v", twin, 1, false, &pr, &err), 0);
+  assert_int_equal (json_array_size (pr.edits.device_nodes), 2);
+  assert_string_equal (json_string_value (json_object_get (json_array_get (pr.edits.device_nodes, 0), "path")),
+                       "/dev/vfio/12");
+  cleanup_json json_t *vstate = json_incref (pr.state);
+  nrm_prepared_done (&pr);
+  assert_int_equal (prepare (d, "uid-other", plain, 1, false, &pr, &err), -1);
+  assert_int_equal (err->status, EBUSY);
+  nrm_error_release (&err);
+
+  /* Unprepare: back to nvidia, journal gone. */
+  nrm_pci_driver_unprepare (d, "uid-v", vstate);
+  cleanup_free char *back = bound_to ("0000:41:00.0");
+  assert_string_equal (back, "nvidia");
+  assert_int_equal (access (journal, F_OK), -1);
+
+  /* A bind nobody prepared (the pod went away; or nrm restarted):
+   * given back once it is stale. */
+  json_decref (bind_claim (d, "uid-gone", "gpu-0000-41-00-0-vfio"));
+  nrm_pci_driver_free (d);
+  assert_int_equal (nrm_pci_driver_new (&h, NULL, &d, &err), 0);
+  assert_int_equal (nrm_pci_driver_pool (d, NULL, &p, &err), 0);
+  nrm_pool_done (&p);
+  cleanup_free char *kept = bound_to ("0000:41:00.0");
+  assert_string_equal (kept, "vfio-pci"); /* not stale yet */
+  put ("state/pci.nrm.io.vfio/0000:41:00.0.json",
+       "{\"busID\":\"0000:41:00.0\",\"claim\":\"uid-gone\",\"driver\":\"nvidia\",\"since\":1,\"step\":\"bound\"}");
+  assert_int_equal (nrm_pci_driver_pool (d, NULL, &p, &err), 0);
+  nrm_pool_done (&p);
+  cleanup_free char *given = bound_to ("0000:41:00.0");
+  assert_string_equal (given, "nvidia");
+  assert_int_equal (access (journal, F_OK), -1);
+
+  /* vfio-pci does not take it: the failure condition, and the function
+   * is back on its driver. */
+  k.refuse_vfio = true;
+  cleanup_json json_t *bad = bind_claim (d, "uid-f", "gpu-0000-41-00-0-vfio");
+  assert_string_equal (condition_of (bad), "pci.nrm.io/vfio-failed");
+  cleanup_free char *after = bound_to ("0000:41:00.0");
+  assert_string_equal (after, "nvidia");
+  assert_int_equal (access (journal, F_OK), -1);
+
+  nrm_pci_driver_free (d);
+  kernel_stop (&k);
+  remove_tree ();
+  nrm_topology_free (t);
+}
+
 int
 main (void)
 {
@@ -676,7 +930,7 @@ main (void)
   const struct CMUnitTest others[] = {
     cmocka_unit_test (test_bus_ids),     cmocka_unit_test (test_facts),
     cmocka_unit_test (test_pool),        cmocka_unit_test (test_prepare_and_health),
-    cmocka_unit_test (test_coexistence),
+    cmocka_unit_test (test_coexistence), cmocka_unit_test (test_passthrough),
   };
   return corpus_run ("pci", per_machine, 1, others, sizeof (others) / sizeof (others[0]));
 }
