@@ -246,6 +246,67 @@ on_verbs (struct nrm_pci_facts *f, const char *pfx, int sfd, const char *name)
     }
 }
 
+/* Whether a block device (or one of its partitions) is in use by the
+ * host: something stacked on it (holders), or mounted or swap (by its
+ * major:minor in mountinfo, by name in swaps). */
+static char *
+block_in_use (const char *pfx, const char *name, int depth)
+{
+  cleanup_free char *base = xasprintf ("%s/sys/block/%s", pfx, name);
+  cleanup_free char *holders = xasprintf ("%s/holders", base);
+  DIR *d = opendir (holders);
+  bool stacked = false;
+  for (struct dirent *e; d && (e = readdir (d));)
+    stacked |= e->d_name[0] != '.';
+  if (d)
+    closedir (d);
+  if (stacked)
+    return xasprintf ("%s holds a device mapper or md device", name);
+  cleanup_free char *devfile = xasprintf ("%s/dev", base);
+  cleanup_free char *dev = NULL;
+  nrm_error_t e = NULL;
+  if (nrm_read_file (devfile, 64, &dev, NULL, &e) == 0)
+    {
+      dev[strcspn (dev, "\n")] = '\0';
+      cleanup_free char *mi = NULL;
+      cleanup_free char *mpath = xasprintf ("%s/proc/self/mountinfo", pfx);
+      if (nrm_read_file (mpath, 1 << 22, &mi, NULL, &e) == 0)
+        for (char *line = mi; line && *line; line = strchr (line, '\n') ? strchr (line, '\n') + 1 : NULL)
+          {
+            /* "36 35 259:2 / /boot ...": the third field. */
+            char id[64] = "", mnt[256] = "";
+            if (sscanf (line, "%*s %*s %63s %*s %255s", id, mnt) == 2 && strcmp (id, dev) == 0)
+              return xasprintf ("%s is mounted on %s", name, mnt);
+          }
+      nrm_error_release (&e);
+    }
+  nrm_error_release (&e);
+  cleanup_free char *swaps = NULL;
+  cleanup_free char *spath = xasprintf ("%s/proc/swaps", pfx);
+  cleanup_free char *needle = xasprintf ("/dev/%s ", name);
+  if (nrm_read_file (spath, 1 << 20, &swaps, NULL, &e) == 0 && strstr (swaps, needle))
+    return xasprintf ("%s is swap", name);
+  nrm_error_release (&e);
+  /* Its partitions: nvme0n1p1 ... */
+  DIR *pd = depth == 0 ? opendir (base) : NULL;
+  char *why = NULL;
+  for (struct dirent *ent; pd && why == NULL && (ent = readdir (pd));)
+    if (strncmp (ent->d_name, name, strlen (name)) == 0 && ent->d_name[strlen (name)] == 'p')
+      why = block_in_use (pfx, ent->d_name, 1);
+  if (pd)
+    closedir (pd);
+  return why;
+}
+
+static void
+note_in_use (struct nrm_pci_facts *f, char *why)
+{
+  if (why && f->in_use == NULL)
+    f->in_use = why;
+  else
+    free (why);
+}
+
 static void
 on_nvme (struct nrm_pci_facts *f, const char *pfx, int sfd, const char *name)
 {
@@ -263,6 +324,7 @@ on_nvme (struct nrm_pci_facts *f, const char *pfx, int sfd, const char *name)
       {
         cleanup_free char *np = xasprintf ("/dev/%s", e->d_name);
         add_node (f, pfx, np);
+        note_in_use (f, block_in_use (pfx, e->d_name, 0));
       }
   closedir (d);
 }
@@ -275,6 +337,8 @@ on_net (struct nrm_pci_facts *f, const char *pfx, int sfd, const char *name)
   cleanup_close int nfd = openat (sfd, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   long carrier;
   cleanup_free char *oper = nfd >= 0 ? read_line_at (nfd, "operstate") : NULL;
+  if (oper && strcmp (oper, "up") == 0)
+    note_in_use (f, xasprintf ("its interface %s is up", name));
   /* carrier cannot be read while the interface is down: operstate says so. */
   if (nfd >= 0 && read_long_at (nfd, "carrier", 10, &carrier))
     f->carrier = carrier || f->carrier == 1 ? 1 : 0;
@@ -407,6 +471,7 @@ nrm_pci_facts_done (struct nrm_pci_facts *f)
   free (f->driver);
   free (f->link_speed);
   free (f->max_link_speed);
+  free (f->in_use);
   nrm_pci_list_free (f->nodes, f->n_nodes);
   nrm_pci_list_free (f->netdevs, f->n_netdevs);
   memset (f, 0, sizeof (*f));

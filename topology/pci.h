@@ -43,6 +43,10 @@ struct nrm_pci_facts
   /* Whether some interface has carrier: 1 yes, 0 none has, -1 unknown
    * (no interface, or none says). */
   int carrier;
+  /* Why the host itself uses the function, or NULL: an NVMe namespace (or
+   * partition) that is mounted, swap, or under a device mapper or md; a
+   * network interface that is up. */
+  char *in_use;
 };
 
 /* Reads the facts of one function. ENOENT: no such function (removed);

@@ -339,6 +339,12 @@ wanted (struct pci_driver *d, struct nrm_pci_function *fn)
   fn->present = true;
   if (d->vendor ? !d->vendor->match (fn) : vendor_serves (d, fn))
     return false;
+  /* The host's own disks and network stay the host's. */
+  if (fn->facts.in_use)
+    {
+      json_object_set_new (d->left, fn->facts.bus_id, json_sprintf ("the host (%s)", fn->facts.in_use));
+      return false;
+    }
   const char *who = d->others ? nrm_pci_others_owner (d->others, fn->facts.vendor_id, fn->class, fn->facts.bus_id,
                                                       fn->facts.physfn[0] != '\0')
                               : NULL;
@@ -371,6 +377,7 @@ twin_of (const struct nrm_pci_function *fn)
   t.facts.driver = str_dup (fn->facts.driver);
   t.facts.link_speed = str_dup (fn->facts.link_speed);
   t.facts.max_link_speed = str_dup (fn->facts.max_link_speed);
+  t.facts.in_use = str_dup (fn->facts.in_use);
   t.facts.nodes = strv_dup (fn->facts.nodes, fn->facts.n_nodes);
   t.facts.netdevs = strv_dup (fn->facts.netdevs, fn->facts.n_netdevs);
   /* A class name is at most 6 bytes: the name has room for the suffix. */

@@ -400,6 +400,14 @@ load_2n (void)
 }
 
 static void
+count_log (void *ctx, enum nrm_log_level level, const char *fmt, ...)
+{
+  (void) level;
+  if (strstr (fmt, "leaves"))
+    (*(int *) ctx)++;
+}
+
+static void
 test_pool (void **state)
 {
   (void) state;
@@ -434,6 +442,26 @@ test_pool (void **state)
   assert_non_null (vf);
   assert_string_equal (sattr (vf, "physfn"), "0000:42:00.0");
   assert_non_null (find_dev (nics, "nvme-0000-43-00-0"));
+
+  /* The host's own: a mounted namespace, an interface that is up. */
+  put ("sys/block/nvme0n1/dev", "259:0\n");
+  put ("proc/self/mountinfo", "22 1 8:1 / / rw - ext4 /dev/sda1 rw\n36 22 259:0 / /data rw - ext4 /dev/nvme0n1 rw\n");
+  put ("sys/devices/pci0000:40/0000:40:01.0/0000:42:00.1/net/eth3/operstate", "up\n");
+  struct nrm_pool busy = { 0 };
+  void *bd = NULL;
+  nrm_error_t berr = NULL;
+  struct nrm_driver_host bh = { .topo = t, .node = &o, .name = "pci.nrm.io", .fsroot = root, .settings = s };
+  int logged = 0;
+  bh.log = count_log;
+  bh.log_ctx = &logged;
+  assert_int_equal (nrm_pci_driver_new (&bh, NULL, &bd, &berr), 0);
+  assert_int_equal (nrm_pci_driver_pool (bd, NULL, &busy, &berr), 0);
+  assert_null (find_dev (busy.devices, "nvme-0000-43-00-0"));
+  assert_null (find_dev (busy.devices, "nic-0000-42-00-1"));
+  assert_non_null (find_dev (busy.devices, "nic-0000-42-00-2"));
+  assert_int_equal (logged, 2); /* one line for each function left to the host */
+  nrm_pool_done (&busy);
+  nrm_pci_driver_free (bd);
 
   /* The list form follows the gate. */
   o.list_attributes = true;
