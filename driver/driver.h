@@ -168,6 +168,13 @@ struct nrm_driver_ops
    *  "devices": {name: {capacity name: amount (a number)}}}; every key
    * optional. Optional: without it, devices are listed as held. */
   json_t *(*describe) (void *self, const char *uid, json_t *state);
+
+  /* The devices every other driver publishes on this node, as the API
+   * server has them ({driver name: {device name: attributes}}, borrowed
+   * for the call), whenever they change (optional; only with the API).
+   * Called from a thread of its own: the driver locks what it shares.
+   * The PCI driver leaves out the functions another driver publishes. */
+  void (*node_devices) (void *self, json_t *devices);
 };
 
 /* A shared-object driver exports this (hwloc's component pattern). */

@@ -24,6 +24,7 @@
 #include "driver/devices.h"
 #include "nrm/base/quantity.h"
 #include "driver/binding.h"
+#include "driver/nodeview.h"
 #include "driver/registry.h"
 #include "driver/kube.h"
 #include "driver/plugin.h"
@@ -1139,6 +1140,7 @@ cmd_plugin (struct cli *cli, nrm_error_t *err)
   struct nrm_claims_dir *claims_dir = NULL;
   struct nrm_kube *kube = NULL;
   struct nrm_binder *binder = NULL;
+  struct nrm_nodeview *nodeview = NULL;
   struct nrm_http *http = NULL;
   cleanup_close int http_fd = -1;
   struct refresher refresher = { .wake = eventfd (0, EFD_CLOEXEC | EFD_NONBLOCK) };
@@ -1241,6 +1243,16 @@ cmd_plugin (struct cli *cli, nrm_error_t *err)
           = { .kube = kube, .node_name = c->node_name, .drivers = &d, .log = publisher_log, .log_ctx = "binding" };
       if (nrm_binder_start (&bc, &binder, err) < 0)
         goto out;
+      /* Other drivers' devices here, for the drivers that step aside. */
+      struct nrm_nodeview_config vc = { .kube = kube,
+                                        .node_name = c->node_name,
+                                        .drivers = &d,
+                                        .changed = refreshing ? refresh_kick : NULL,
+                                        .ctx = &refresher,
+                                        .log = publisher_log,
+                                        .log_ctx = "node devices" };
+      if (nrm_nodeview_start (&vc, &nodeview, err) < 0)
+        goto out;
     }
   struct nrm_metrics_sources ms = { .cfg = c,
                                     .t = t,
@@ -1307,13 +1319,16 @@ out:
         nrm_log (NULL, NRM_LOG_DEBUG, "cannot wake the slice refresher: %s", strerror (errno));
       pthread_join (refresher.thread, NULL);
     }
-  if (refresher.wake >= 0)
-    close (refresher.wake);
   /* Requests in flight end now: nothing waits for the API server. */
   nrm_binder_stopping (binder);
+  nrm_nodeview_stopping (nodeview);
   if (kube)
     nrm_kube_cancel (kube);
   nrm_binder_stop (binder);
+  nrm_nodeview_stop (nodeview);
+  /* Closed only now: the node view's thread may still have kicked it. */
+  if (refresher.wake >= 0)
+    close (refresher.wake);
   for (size_t i = d.n; pubs && i-- > 0;)
     nrm_publisher_stop (pubs[i]);
   for (size_t i = d.n; plugins && i-- > 0;)

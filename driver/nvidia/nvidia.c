@@ -160,4 +160,5 @@ const struct nrm_driver_ops nrm_driver_component = {
   .health_event = nrm_pci_driver_health_event,
   .describe = nrm_pci_driver_describe,
   .bind = nrm_pci_driver_bind,
+  .node_devices = nrm_pci_driver_node_devices,
 };

@@ -53,9 +53,10 @@ struct pci_driver
   pthread_mutex_t lock; /* the fields below */
   struct nrm_pci_function *fns;
   size_t n_fns;
-  json_t *holder; /* bus id -> claim UID (a function and its twin are one) */
-  json_t *claims; /* claim UID -> [{name, busID, class, numaNode?, pcieRoot?}] */
-  json_t *left;   /* bus id -> who serves it instead, as last logged */
+  json_t *holder;  /* bus id -> claim UID (a function and its twin are one) */
+  json_t *claims;  /* claim UID -> [{name, busID, class, numaNode?, pcieRoot?}] */
+  json_t *left;    /* bus id -> who serves it instead, as last logged */
+  json_t *foreign; /* bus id -> the other driver that publishes it */
 };
 
 /* The vendor drivers of this process: while one serves a function, the
@@ -212,6 +213,7 @@ nrm_pci_driver_new (const struct nrm_driver_host *h, const struct nrm_pci_vendor
   d->holder = json_object ();
   d->claims = json_object ();
   d->left = json_object ();
+  d->foreign = json_object ();
   d->poll = -1;
   d->log = h->log;
   d->log_ctx = h->log_ctx;
@@ -281,6 +283,7 @@ nrm_pci_driver_free (void *self)
     close (d->poll);
   nrm_pci_others_free (d->others);
   json_decref (d->left);
+  json_decref (d->foreign);
   free (d->journal);
   functions_free (d->fns, d->n_fns);
   json_decref (d->holder);
@@ -343,6 +346,12 @@ wanted (struct pci_driver *d, struct nrm_pci_function *fn)
   if (fn->facts.in_use)
     {
       json_object_set_new (d->left, fn->facts.bus_id, json_sprintf ("the host (%s)", fn->facts.in_use));
+      return false;
+    }
+  const char *pub = json_string_value (json_object_get (d->foreign, fn->facts.bus_id));
+  if (pub)
+    {
+      json_object_set_new (d->left, fn->facts.bus_id, json_sprintf ("%s (it publishes the function)", pub));
       return false;
     }
   const char *who = d->others ? nrm_pci_others_owner (d->others, fn->facts.vendor_id, fn->class, fn->facts.bus_id,
@@ -1074,6 +1083,40 @@ nrm_pci_driver_describe (void *self, const char *uid, json_t *state)
   return json_pack ("{s:o}", "devices", devs);
 }
 
+/* The attributes other drivers carry a PCI address in: the standard one,
+ * and those of drivers that predate it (dranet's pciAddress, AMD's pciAddr). */
+static const char *const bus_id_attrs[]
+    = { "resource.kubernetes.io/pciBusID", "pciBusID", "pciAddress", "dra.net/pciAddress", "pciAddr" };
+
+void
+nrm_pci_driver_node_devices (void *self, json_t *devices)
+{
+  struct pci_driver *d = self;
+  json_t *found = json_object (), *devs, *attrs;
+  const char *driver, *name;
+  json_object_foreach (devices, driver, devs)
+  {
+    json_object_foreach (devs, name, attrs)
+    {
+      for (size_t k = 0; k < sizeof (bus_id_attrs) / sizeof (bus_id_attrs[0]); k++)
+        {
+          const char *v = json_string_value (json_object_get (json_object_get (attrs, bus_id_attrs[k]), "string"));
+          char id[NRM_PCI_BUS_ID_LEN];
+          if (v == NULL || strlen (v) != NRM_PCI_BUS_ID_LEN - 1)
+            continue;
+          for (size_t i = 0; i < sizeof (id); i++)
+            id[i] = (char) (v[i] >= 'A' && v[i] <= 'F' ? v[i] - 'A' + 'a' : v[i]);
+          if (nrm_pci_bus_id_valid (id))
+            json_object_set_new (found, id, json_string (driver));
+        }
+    }
+  }
+  pthread_mutex_lock (&d->lock);
+  json_decref (d->foreign);
+  d->foreign = found;
+  pthread_mutex_unlock (&d->lock);
+}
+
 static int
 pci_new (const struct nrm_driver_host *h, void **ret, nrm_error_t *err)
 {
@@ -1097,4 +1140,5 @@ const struct nrm_driver_ops nrm_pci_driver = {
   .health_event = nrm_pci_driver_health_event,
   .describe = nrm_pci_driver_describe,
   .bind = nrm_pci_driver_bind,
+  .node_devices = nrm_pci_driver_node_devices,
 };

@@ -54,6 +54,7 @@ int nrm_pci_driver_health_fd (void *self);
 void nrm_pci_driver_health_event (void *self);
 json_t *nrm_pci_driver_describe (void *self, const char *uid, json_t *state);
 int nrm_pci_driver_bind (void *self, const struct nrm_claim_view *c, json_t **ret, nrm_error_t *err);
+void nrm_pci_driver_node_devices (void *self, json_t *devices);
 
 /* The device name of a function: "<class>-dddd-bb-dd-f" (dots and colons
  * as dashes), into buf of at least 40 bytes. */

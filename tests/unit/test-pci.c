@@ -695,6 +695,27 @@ test_coexistence (void **state)
   nrm_pool_done (&p);
   nrm_pci_driver_free (d);
   close (s2);
+
+  /* Another driver publishes functions (its ResourceSlices, as the API
+   * server has them): the standard attribute, and dranet's own one. */
+  unlink (sock);
+  assert_int_equal (nrm_pci_driver_new (&h, NULL, &d, &err), 0);
+  cleanup_json json_t *theirs
+      = json_pack ("{s:{s:{s:{s:s}}}, s:{s:{s:{s:s}}}}", "gpu.example.com", "gpu-0", "resource.kubernetes.io/pciBusID",
+                   "string", "0000:41:00.0", "dra.net", "ib0", "pciAddress", "string", "0000:44:00.0");
+  nrm_pci_driver_node_devices (d, theirs);
+  assert_int_equal (nrm_pci_driver_pool (d, NULL, &p, &err), 0);
+  assert_null (find_dev (p.devices, "gpu-0000-41-00-0"));
+  assert_null (find_dev (p.devices, "ib-0000-44-00-0"));
+  assert_non_null (find_dev (p.devices, "gpu-0000-00-02-0"));
+  nrm_pool_done (&p);
+  /* They stop publishing them: nrm serves them again. */
+  cleanup_json json_t *none = json_object ();
+  nrm_pci_driver_node_devices (d, none);
+  assert_int_equal (nrm_pci_driver_pool (d, NULL, &p, &err), 0);
+  assert_non_null (find_dev (p.devices, "gpu-0000-41-00-0"));
+  nrm_pool_done (&p);
+  nrm_pci_driver_free (d);
   remove_tree ();
   nrm_topology_free (t);
 }
