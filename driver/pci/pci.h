@@ -53,6 +53,13 @@ int nrm_pci_driver_health_fd (void *self);
 void nrm_pci_driver_health_event (void *self);
 json_t *nrm_pci_driver_describe (void *self, const char *uid, json_t *state);
 
+/* The functions of the served classes that this driver (generic or vendor)
+ * leaves out because another driver, a device plugin or a configuration
+ * rule serves them, as of its last pool: a new object {bus id: who}, who
+ * as nrm_pci_others_owner() says it ("gpu.nvidia.com (DRA driver
+ * registered with the kubelet)"). For nrm status; never in the slices. */
+json_t *nrm_pci_driver_left_out (void *self);
+
 /* The device name of a function: "<class>-dddd-bb-dd-f" (dots and colons
  * as dashes), into buf of at least 40 bytes. */
 void nrm_pci_device_name (const char *class, const char *bus_id, char *buf, size_t size);
