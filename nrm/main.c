@@ -60,8 +60,10 @@ static const char usage_text[]
       "  controller the cluster's one binding-conditions controller (a Deployment beside the\n"
       "             DaemonSet): labels each claim that waits for binding conditions on an nrm\n"
       "             device with its node, so that each node watches only its own claims\n"
-      "  status     what nrm has handed out: pools, claims and runs, exclusive and shared CPUs\n"
-      "             (options: --json, --state-dir, --drivers, --driver-dir, and those of every command)\n"
+      "  status     what nrm has handed out: pools (PCI functions with their holders and those\n"
+      "             left to other drivers), claims and runs, exclusive and shared CPUs\n"
+      "             (options: --json, --state-dir, --kubelet-dir, --drivers, --driver-dir, and\n"
+      "             those of every command)\n"
       "  hook       OCI createRuntime hook: bind a new container to its claim's CPUs and memory\n"
       "             nodes (the runtime runs it from the CDI spec, with the OCI state on stdin)\n"
       "  help       show this help\n"
@@ -91,14 +93,16 @@ static const char usage_text[]
       "\n"
       "Options of slices, status, plugin and controller:\n"
       "      --drivers LIST         the drivers to serve, by id (default: every one; built in:\n"
-      "                             cpu, memory)\n"
+      "                             cpu, memory, pci)\n"
       "      --driver-dir DIR       load every driver DIR/*.so as well (docs/architecture.md)\n"
+      "      --kubelet-dir DIR      kubelet root with plugins/ and plugins_registry/\n"
+      "                             (/var/lib/kubelet), where the PCI driver sees other drivers\n"
+      "                             (it reads them under --fsroot; not controller)\n"
       "\n"
       "Options of topology:\n"
       "      --json                 print the whole model as JSON\n"
       "\n"
-      "Options of plugin:\n"
-      "      --kubelet-dir DIR      kubelet root with plugins/ and plugins_registry/ (/var/lib/kubelet)\n"
+      "Options of plugin (and --kubelet-dir above):\n"
       "      --cdi-dir DIR          where CDI specs are written (/var/run/cdi)\n"
       "      --state-dir DIR        checkpoints and locks (/var/lib/nrm); it must exist, except\n"
       "                             the default, which is created\n"
@@ -224,7 +228,7 @@ static const struct cli_option cli_options[] = {
   { "feature-gates", required_argument, OPT_FEATURE_GATES, CMD_ALL },
   { "fsroot", required_argument, OPT_FSROOT, CMD_ALL },
   { "json", no_argument, OPT_JSON, CMD_TOPOLOGY | CMD_STATUS },
-  { "kubelet-dir", required_argument, OPT_KUBELET_DIR, CMD_PLUGIN },
+  { "kubelet-dir", required_argument, OPT_KUBELET_DIR, CMD_PLUGIN | CMD_SLICES | CMD_STATUS },
   { "cdi-dir", required_argument, OPT_CDI_DIR, CMD_PLUGIN },
   { "state-dir", required_argument, OPT_STATE_DIR, CMD_PLUGIN | CMD_RUN | CMD_STATUS | CMD_HOOK },
   { "claims-dir", required_argument, OPT_CLAIMS_DIR, CMD_PLUGIN },

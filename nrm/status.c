@@ -11,6 +11,7 @@
 
 #include "cpuset/placement.h"
 #include "driver/devices.h"
+#include "driver/pci/pci.h"
 #include "driver/plugin.h"
 #include "nrm/base/quantity.h"
 #include "nrm/base/cleanup.h"
@@ -97,9 +98,93 @@ binary_capacity (json_t *value)
   return v && v[strspn (v, "0123456789")] != '\0';
 }
 
+/* The function of the machine with this bus id, or NULL; ids ("10de",
+ * "2330"; NULL: any) pick among functions that share a bus id (some
+ * recorded machines have two). */
+static const struct nrm_pci_device *
+find_pci (const struct nrm_topology *t, const char *bus_id, const char *vendor, const char *device)
+{
+  const struct nrm_pci_device *any = NULL;
+  for (size_t i = 0; bus_id && i < t->n_pci; i++)
+    {
+      const struct nrm_pci_device *p = &t->pci[i];
+      if (strcmp (p->bus_id, bus_id) != 0)
+        continue;
+      if ((vendor == NULL || strtoul (vendor, NULL, 16) == p->vendor_id)
+          && (device == NULL || strtoul (device, NULL, 16) == p->device_id))
+        return p;
+      any = any ? any : p;
+    }
+  return any;
+}
+
+/* A PCI function as status shows it: from the device's attributes (any
+ * driver that publishes the standard pciBusID), with hwloc's vendor and
+ * device names; NULL for a device that is no PCI function. */
+static json_t *
+pci_view (const struct nrm_topology *t, json_t *attrs)
+{
+  const char *bus
+      = json_string_value (json_object_get (json_object_get (attrs, "resource.kubernetes.io/pciBusID"), "string"));
+  if (bus == NULL)
+    return NULL;
+  json_t *v = json_pack ("{s:s}", "busID", bus);
+  static const char *const keys[] = { "class", "vendorID", "deviceID", "driver" };
+  for (size_t i = 0; i < sizeof (keys) / sizeof (keys[0]); i++)
+    {
+      json_t *a = json_object_get (json_object_get (attrs, keys[i]), "string");
+      if (json_is_string (a))
+        json_object_set (v, keys[i], a);
+    }
+  json_t *numa = json_object_get (attrs, NRM_STD_NUMA_ATTR);
+  if (json_object_get (numa, "int"))
+    json_object_set (v, "numaNode", json_object_get (numa, "int"));
+  else if (json_object_get (numa, "ints"))
+    json_object_set (v, "numaNode", json_object_get (numa, "ints"));
+  const struct nrm_pci_device *p = find_pci (t, bus, json_string_value (json_object_get (v, "vendorID")),
+                                             json_string_value (json_object_get (v, "deviceID")));
+  if (p && p->vendor_name)
+    json_object_set_new (v, "vendorName", json_string (p->vendor_name));
+  if (p && p->device_name)
+    json_object_set_new (v, "deviceName", json_string (p->device_name));
+  return v;
+}
+
+/* What a PCI driver leaves to others: [{busID, servedBy, and what the
+ * machine's model knows of the function}], sorted by bus id. */
+static json_t *
+left_out_view (const struct nrm_topology *t, json_t *left)
+{
+  json_t *out = json_array ();
+  const char *bus;
+  json_t *who;
+  json_object_foreach (left, bus, who)
+  {
+    json_t *e = json_pack ("{s:s, s:O}", "busID", bus, "servedBy", who);
+    const struct nrm_pci_device *p = find_pci (t, bus, NULL, NULL);
+    if (p)
+      {
+        const char *class = nrm_pci_class_name ((uint32_t) p->class_id << 8, p->vendor_id);
+        if (class)
+          json_object_set_new (e, "class", json_string (class));
+        if (p->numa >= 0)
+          json_object_set_new (e, "numaNode", json_integer (t->numa[p->numa].os_index));
+        if (p->vendor_name)
+          json_object_set_new (e, "vendorName", json_string (p->vendor_name));
+        if (p->device_name)
+          json_object_set_new (e, "deviceName", json_string (p->device_name));
+      }
+    size_t at = json_array_size (out);
+    while (at > 0 && strcmp (json_string_value (json_object_get (json_array_get (out, at - 1), "busID")), bus) > 0)
+      at--;
+    json_array_insert_new (out, at, e);
+  }
+  return out;
+}
+
 /* descs: uid -> what the driver says the claim holds (describe). */
 static json_t *
-pool_status (const struct nrm_pool *p, json_t *claims, json_t *descs, const char *node)
+pool_status (const struct nrm_topology *t, const struct nrm_pool *p, json_t *claims, json_t *descs, const char *node)
 {
   json_t *devices = json_array ();
   cleanup_json json_t *held = json_array ();
@@ -148,11 +233,14 @@ pool_status (const struct nrm_pool *p, json_t *claims, json_t *descs, const char
     if (json_array_size (holders) > 0)
       json_array_append (held, dev);
     char buf[32];
-    json_array_append_new (
-        devices, json_pack ("{s:s, s:o, s:s, s:o}", "name", name, "capacity", capacity, "consumed",
-                            nrm_quantity_format (used, binary_capacity (json_object_get (capacity, first ? first : "")),
-                                                 buf, sizeof (buf)),
-                            "claims", holders));
+    json_t *view = json_pack (
+        "{s:s, s:o, s:s, s:o}", "name", name, "capacity", capacity, "consumed",
+        nrm_quantity_format (used, binary_capacity (json_object_get (capacity, first ? first : "")), buf, sizeof (buf)),
+        "claims", holders);
+    json_t *pci = pci_view (t, json_object_get (dev, "attributes"));
+    if (pci)
+      json_object_set_new (view, "pci", pci);
+    json_array_append_new (devices, view);
   }
   /* Partitionable devices: what held devices consume of the shared
    * counters is gone; a free device that needs more than what is left
@@ -216,6 +304,51 @@ nrm_status_shared_cpus (const struct nrm_config *c, const struct nrm_topology *t
   return shared;
 }
 
+/* ", gpu, NUMA node 1, NVIDIA Corporation GH100 [H100 SXM5 80GB]" after a
+ * bus id; the bus id first when the view has a device name before it. */
+static void
+print_pci (FILE *out, json_t *v)
+{
+  if (json_object_get (v, "servedBy") == NULL)
+    fprintf (out, " %s", json_string_value (json_object_get (v, "busID")));
+  fprintf (out, ", %s, NUMA node ", json_string_value (json_object_get (v, "class")) ?: "?");
+  json_t *numa = json_object_get (v, "numaNode");
+  if (json_is_integer (numa))
+    fprintf (out, "%" JSON_INTEGER_FORMAT, json_integer_value (numa));
+  else if (json_is_array (numa))
+    {
+      size_t i;
+      json_t *n;
+      json_array_foreach (numa, i, n)
+      {
+        fprintf (out, "%s%" JSON_INTEGER_FORMAT, i ? "," : "", json_integer_value (n));
+      }
+    }
+  else
+    fputs ("unknown", out);
+  const char *vendor = json_string_value (json_object_get (v, "vendorName"));
+  const char *device = json_string_value (json_object_get (v, "deviceName"));
+  if (vendor || device)
+    fprintf (out, ", %s%s%s", vendor ? vendor : "", vendor && device ? " " : "", device ? device : "");
+}
+
+/* ", held by NS/NAME (UID)" or ", free", and the end of the line. */
+static void
+print_holders (FILE *out, json_t *holders, json_t *claims)
+{
+  size_t i;
+  json_t *u;
+  if (json_array_size (holders) == 0)
+    fputs (", free", out);
+  json_array_foreach (holders, i, u)
+  {
+    json_t *cl = json_object_get (claims, json_string_value (u));
+    fprintf (out, "%s %s/%s (%s)", i ? "," : ", held by", json_string_value (json_object_get (cl, "namespace")) ?: "?",
+             json_string_value (json_object_get (cl, "name")) ?: "?", json_string_value (u));
+  }
+  fputc ('\n', out);
+}
+
 int
 nrm_status (struct nrm_config *c, const struct nrm_topology *t, const struct nrm_drivers *drivers, bool as_json,
             FILE *out, nrm_error_t *err)
@@ -243,8 +376,16 @@ nrm_status (struct nrm_config *c, const struct nrm_topology *t, const struct nrm
         if (s->ops->describe && nrm_checkpoint_completed (cl))
           json_object_set_new (descs, uid, s->ops->describe (s->self, uid, json_object_get (cl, "state")));
       }
-      json_array_append_new (jp, pool_status (&pool, claims, descs, c->node_name));
+      json_t *ps = pool_status (t, &pool, claims, descs, c->node_name);
       nrm_pool_done (&pool);
+      /* A PCI driver, generic or vendor (its pool is the PCI driver's):
+       * the functions it leaves to another driver, as of this pool. */
+      if (s->ops->pool == nrm_pci_driver_pool)
+        {
+          cleanup_json json_t *left = nrm_pci_driver_left_out (s->self);
+          json_object_set_new (ps, "leftOut", left_out_view (t, left));
+        }
+      json_array_append_new (jp, ps);
       json_object_foreach (claims, uid, cl)
       {
         json_t *entry = json_object_get (all_claims, uid);
@@ -320,6 +461,12 @@ nrm_status (struct nrm_config *c, const struct nrm_topology *t, const struct nrm
       const char *key;
       json_t *v;
       fprintf (out, "  %-24s", json_string_value (json_object_get (d, "name")));
+      if (json_object_get (d, "pci"))
+        {
+          print_pci (out, json_object_get (d, "pci"));
+          print_holders (out, json_object_get (d, "claims"), all_claims);
+          continue;
+        }
       json_object_foreach (json_object_get (d, "capacity"), key, v)
       {
         fprintf (out, " %s %s", key, json_string_value (v));
@@ -327,6 +474,13 @@ nrm_status (struct nrm_config *c, const struct nrm_topology *t, const struct nrm
       fprintf (out, ", consumed %s, %zu claim%s\n", json_string_value (json_object_get (d, "consumed")),
                json_array_size (json_object_get (d, "claims")),
                json_array_size (json_object_get (d, "claims")) == 1 ? "" : "s");
+    }
+    json_array_foreach (json_object_get (p, "leftOut"), k, d)
+    {
+      fprintf (out, "  left out: %s", json_string_value (json_object_get (d, "busID")));
+      if (json_object_get (d, "class"))
+        print_pci (out, d);
+      fprintf (out, ": served by %s\n", json_string_value (json_object_get (d, "servedBy")));
     }
   }
   fprintf (out, "claims: %zu\n", json_object_size (all_claims));
@@ -344,6 +498,17 @@ nrm_status (struct nrm_config *c, const struct nrm_topology *t, const struct nrm
     json_t *d;
     json_object_foreach (json_object_get (cl, "drivers"), drv, d)
     {
+      /* A driver of whole devices (PCI) says which. */
+      if (!json_object_get (d, "cpus") && !json_object_get (d, "cpuNodes") && !json_object_get (d, "memoryNodes"))
+        {
+          size_t k;
+          json_t *n;
+          fprintf (out, " %s", drv);
+          json_array_foreach (json_object_get (d, "devices"), k, n)
+          {
+            fprintf (out, "%s%s", k ? "," : " ", json_string_value (n) ?: "?");
+          }
+        }
       if (json_object_get (d, "cpus"))
         fprintf (out, " CPUs %s", json_string_value (json_object_get (d, "cpus")));
       if (json_object_get (d, "cpuNodes"))

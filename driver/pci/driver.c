@@ -1117,6 +1117,16 @@ nrm_pci_driver_node_devices (void *self, json_t *devices)
   pthread_mutex_unlock (&d->lock);
 }
 
+json_t *
+nrm_pci_driver_left_out (void *self)
+{
+  struct pci_driver *d = self;
+  pthread_mutex_lock (&d->lock);
+  json_t *r = json_deep_copy (d->left);
+  pthread_mutex_unlock (&d->lock);
+  return r;
+}
+
 static int
 pci_new (const struct nrm_driver_host *h, void **ret, nrm_error_t *err)
 {

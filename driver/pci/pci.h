@@ -56,6 +56,13 @@ json_t *nrm_pci_driver_describe (void *self, const char *uid, json_t *state);
 int nrm_pci_driver_bind (void *self, const struct nrm_claim_view *c, json_t **ret, nrm_error_t *err);
 void nrm_pci_driver_node_devices (void *self, json_t *devices);
 
+/* The functions of the served classes that this driver (generic or vendor)
+ * leaves out because another driver, a device plugin or a configuration
+ * rule serves them, as of its last pool: a new object {bus id: who}, who
+ * as nrm_pci_others_owner() says it ("gpu.nvidia.com (DRA driver
+ * registered with the kubelet)"). For nrm status; never in the slices. */
+json_t *nrm_pci_driver_left_out (void *self);
+
 /* The device name of a function: "<class>-dddd-bb-dd-f" (dots and colons
  * as dashes), into buf of at least 40 bytes. */
 void nrm_pci_device_name (const char *class, const char *bus_id, char *buf, size_t size);

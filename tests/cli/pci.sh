@@ -93,4 +93,51 @@ grep -q "held by claim $uid" "$TMP/err" "$TMP/out" && ok || fail "no 'held by' e
   || fail "the released GPU cannot be prepared again: $(cat "$TMP/err")"
 kill -TERM $plugin
 wait $plugin && ok || fail "the plugin did not stop cleanly: $(tail -5 "$TMP/plugin.log")"
+
+# nrm status: each PCI function with its bus id, class, NUMA node and holder.
+status () { "$NRM" status --node-name n1 --topology "$X" --fsroot "$R" --state-dir "$TMP/state" "$@" >"$TMP/out" 2>"$TMP/err"; }
+status --drivers pci,nvidia --driver-dir "$NRM_NVIDIA_DRIVER_DIR" && ok || fail "nrm status: $(cat "$TMP/err")"
+grep -q "^  gpu-0000-41-00-0 *0000:41:00.0, gpu, NUMA node 1, held by default/gpus2 ($uid2)$" "$TMP/out" && ok \
+  || fail "status does not show the NVIDIA GPU held by its claim: $(cat "$TMP/out")"
+grep -q "^  gpu-0000-00-02-0 *0000:00:02.0, gpu, NUMA node unknown, held by default/gpus ($uid)$" "$TMP/out" && ok \
+  || fail "status does not show the virtio GPU held by its claim: $(cat "$TMP/out")"
+grep -q "^  default/gpus ($uid).* pci.nrm.io gpu-0000-00-02-0" "$TMP/out" && ok \
+  || fail "status does not list the claim's PCI device: $(cat "$TMP/out")"
+# A function that another DRA driver serves (its registration socket in the
+# kubelet's registry, read under the root prefix) is left out, and said so.
+KD=/kubelet
+mkdir -p "$R$KD/plugins_registry"
+python3 -c "import socket, sys; socket.socket(socket.AF_UNIX).bind(sys.argv[1])" \
+  "$R$KD/plugins_registry/gpu.nvidia.com-reg.sock" || fail "cannot bind a unix socket"
+status --drivers pci --kubelet-dir "$KD" && ok || fail "nrm status beside gpu.nvidia.com: $(cat "$TMP/err")"
+grep -q "^  left out: 0000:41:00.0: served by gpu.nvidia.com (DRA driver registered with the kubelet)$" "$TMP/out" && ok \
+  || fail "status does not say who serves the NVIDIA GPU: $(cat "$TMP/out")"
+grep -q "gpu-0000-41-00-0" "$TMP/out" && fail "status shows a left-out function as published: $(cat "$TMP/out")" || ok
+grep -q "^  gpu-0000-00-02-0 .*held by default/gpus ($uid)$" "$TMP/out" && ok \
+  || fail "status beside gpu.nvidia.com lost the virtio GPU's claim: $(cat "$TMP/out")"
+status --drivers pci --kubelet-dir "$KD" --json && ok || fail "nrm status --json: $(cat "$TMP/err")"
+python3 -c "
+import json, sys
+pools = {p['driver']: p for p in json.load(open(sys.argv[1]))['pools']}
+p = pools['pci.nrm.io']
+dev = {d['name']: d for d in p['devices']}['gpu-0000-00-02-0']
+assert dev['claims'] == [sys.argv[2]], dev
+assert dev['pci'] == {'busID': '0000:00:02.0', 'class': 'gpu', 'vendorID': '1af4', 'deviceID': '1234',
+                      'driver': 'virtio-pci'}, dev['pci']
+assert p['leftOut'] == [{'busID': '0000:41:00.0',
+                         'servedBy': 'gpu.nvidia.com (DRA driver registered with the kubelet)'}], p['leftOut']
+" "$TMP/out" "$uid" && ok || fail "status --json lacks the PCI view: $(cat "$TMP/out")"
+# The slices never carry what status alone shows.
+"$NRM" slices --node-name n1 --topology "$X" --fsroot "$R" --drivers pci --kubelet-dir "$KD" >"$TMP/out" 2>"$TMP/err" \
+  && ok || fail "nrm slices beside gpu.nvidia.com: $(cat "$TMP/err")"
+grep -q "leftOut\|0000:41:00.0" "$TMP/out" && fail "the slices name the left-out function: $(cat "$TMP/out")" || ok
+
+# On a recorded machine: hwloc's vendor and device names beside each function.
+"$NRM" status --node-name n1 --topology "$NRM_TOPOLOGIES/32em64t-2n8c2t-pci-normalio.xml" --drivers pci \
+  --state-dir "$TMP/state" >"$TMP/out" 2>"$TMP/err" && ok || fail "nrm status on a recorded machine: $(cat "$TMP/err")"
+grep -q "^  gpu-0000-03-00-0 *0000:03:00.0, gpu, NUMA node 0, NVIDIA Corporation .*, free$" "$TMP/out" && ok \
+  || fail "status lacks hwloc's names of the recorded GPU: $(cat "$TMP/out")"
+# That machine records two functions at 0000:04:00.0: the names are the published one's.
+grep -q "^  ib-0000-04-00-0 *0000:04:00.0, ib, NUMA node 1, Mellanox Technologies MT27700 Family \[ConnectX-4\], free$" \
+  "$TMP/out" && ok || fail "status names the HCA after another function: $(cat "$TMP/out")"
 finish
