@@ -235,8 +235,11 @@ nrm_pci_driver_new (const struct nrm_driver_host *h, const struct nrm_pci_vendor
     }
   /* The kubelet's folders say who else serves functions: only on a
    * machine nrm reads (this one, or a fake tree). */
-  const char *kdir = h->kubelet_dir ? h->kubelet_dir : "/var/lib/kubelet";
-  cleanup_free char *kpath = xasprintf ("%s%s", strcmp (d->fsroot, "/") ? d->fsroot : "", kdir);
+  /* The kubelet's folder is a path of this host as given, like the
+   * plugin's own sockets in it; by default the one under fsroot. */
+  cleanup_free char *kpath = h->kubelet_dir
+                                 ? xstrdup (h->kubelet_dir)
+                                 : xasprintf ("%s/var/lib/kubelet", strcmp (d->fsroot, "/") ? d->fsroot : "");
   if ((exclude || (detect && d->sysfs))
       && nrm_pci_others_new (detect && d->sysfs ? kpath : NULL, exclude, &d->others, err) < 0)
     {

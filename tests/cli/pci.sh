@@ -104,11 +104,11 @@ grep -q "^  gpu-0000-00-02-0 *0000:00:02.0, gpu, NUMA node unknown, held by defa
 grep -q "^  default/gpus ($uid).* pci.nrm.io gpu-0000-00-02-0" "$TMP/out" && ok \
   || fail "status does not list the claim's PCI device: $(cat "$TMP/out")"
 # A function that another DRA driver serves (its registration socket in the
-# kubelet's registry, read under the root prefix) is left out, and said so.
-KD=/kubelet
-mkdir -p "$R$KD/plugins_registry"
+# kubelet's registry) is left out, and said so.
+KD=$TMP/kubelet2
+mkdir -p "$KD/plugins_registry"
 python3 -c "import socket, sys; socket.socket(socket.AF_UNIX).bind(sys.argv[1])" \
-  "$R$KD/plugins_registry/gpu.nvidia.com-reg.sock" || fail "cannot bind a unix socket"
+  "$KD/plugins_registry/gpu.nvidia.com-reg.sock" || fail "cannot bind a unix socket"
 status --drivers pci --kubelet-dir "$KD" && ok || fail "nrm status beside gpu.nvidia.com: $(cat "$TMP/err")"
 grep -q "^  left out: 0000:41:00.0: served by gpu.nvidia.com (DRA driver registered with the kubelet)$" "$TMP/out" && ok \
   || fail "status does not say who serves the NVIDIA GPU: $(cat "$TMP/out")"

@@ -649,8 +649,8 @@ test_coexistence (void **state)
   nrm_publish_options_init (&o);
   nrm_error_t err = NULL;
   build_tree ();
-  struct nrm_driver_host h
-      = { .topo = t, .node = &o, .name = "pci.nrm.io", .fsroot = root, .kubelet_dir = "/var/lib/kubelet" };
+  cleanup_free char *kdir = xasprintf ("%s/var/lib/kubelet", root);
+  struct nrm_driver_host h = { .topo = t, .node = &o, .name = "pci.nrm.io", .fsroot = root, .kubelet_dir = kdir };
 
   /* NVIDIA's DRA driver registered: its GPUs are left out, also the
    * vfio-bound one; the virtio GPU and the HCA stay. */
