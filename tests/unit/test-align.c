@@ -237,6 +237,9 @@ test_recorded_below_node (void **state)
           cleanup_free char *big = prepare (d, "big", 0, "16", gpu, 1, &near);
           assert_string_equal (big, cases[i].sixteen);
           free (near);
+          nrm_cpu_driver.reset (d);
+          cleanup_free char *first = prepare (d, "first", 0, "16", NULL, 0, &near);
+          assert_string_equal (first, "0-7,192-199");
         }
       nrm_cpu_driver.free (d);
       nrm_topology_free (t);
