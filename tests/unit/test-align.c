@@ -335,7 +335,14 @@ test_fake_local_cpulist (void **state)
   assert_null (near);
   nrm_cpu_driver.reset (d);
 
-  /* Not in the fake tree: hwloc's record (package 0, the whole node). */
+  /* A list sysfs cannot mean, then no function in the fake tree: hwloc's
+   * record (package 0, the whole node), never an error. */
+  put ("sys/bus/pci/devices/0000:06:00.0/local_cpulist", "8-x\n");
+  cleanup_free char *bad = prepare (d, "bad", 0, "2", local, 1, &near);
+  assert_string_equal (bad, "0,12");
+  assert_string_equal (near, "0000:06:00.0");
+  free (near);
+  nrm_cpu_driver.reset (d);
   cleanup_free char *gone = xasprintf ("%s/sys/bus/pci/devices/0000:06:00.0", root);
   cleanup_free char *cmd = xasprintf ("rm -rf '%s'", gone);
   assert_int_equal (system (cmd), 0);
