@@ -35,6 +35,8 @@ struct ctx
   hwloc_bitmap_t out;
   size_t *avail; /* per core: usable CPUs left */
   size_t *size;  /* per core: online CPUs */
+  bool *close;   /* per core: it has CPUs of req->near */
+  bool any_close;
 };
 
 static size_t
@@ -107,14 +109,25 @@ unit_cost (const struct ctx *c, const struct unit *u, size_t n)
 struct usum
 {
   size_t avail, whole, size; /* size: of every core, when uniform */
+  size_t near;               /* usable CPUs in cores near the claim's devices */
   bool uniform;
 };
+
+/* How many of n CPUs taken from a unit with `near` usable CPUs near the
+ * claim's devices lie elsewhere: what the near preference minimises. */
+static size_t
+miss (size_t near, size_t n)
+{
+  return n > near ? n - near : 0;
+}
 
 /* Counts core k (with usable CPUs) into s. */
 static void
 summary_add (const struct ctx *c, struct usum *s, size_t k)
 {
   s->avail += c->avail[k];
+  if (c->close[k])
+    s->near += c->avail[k];
   if (c->avail[k] == c->size[k])
     s->whole += c->avail[k];
   if (s->size == 0)
@@ -185,24 +198,29 @@ fill_cores (struct ctx *c, const struct unit *u, size_t n)
   if (unit_avail (c, u) < n)
     return -1;
 
+  /* Each step goes over the cores near the claim's devices first (pass
+   * 0), then over all of them. */
+  int first = c->any_close ? 0 : 1;
   if (c->req->options & NRM_OPT_DISTRIBUTE_ACROSS_CORES)
     {
       /* Round r gives one more thread to every core holding r of ours. */
       for (size_t round = 0; n > 0 && round < 16; round++)
-        for (size_t k = 0; k < t->n_cores && n > 0; k++)
-          if (c->avail[k] && matches (c, u, k))
-            {
-              cleanup_bitmap hwloc_bitmap_t mine = xbitmap_dup (t->cores[k].cpus);
-              hwloc_bitmap_and (mine, mine, c->out);
-              if (weight (mine) == round)
-                n -= take_core (c, k, 1);
-            }
+        for (int pass = first; pass < 2; pass++)
+          for (size_t k = 0; k < t->n_cores && n > 0; k++)
+            if (c->avail[k] && (pass || c->close[k]) && matches (c, u, k))
+              {
+                cleanup_bitmap hwloc_bitmap_t mine = xbitmap_dup (t->cores[k].cpus);
+                hwloc_bitmap_and (mine, mine, c->out);
+                if (weight (mine) == round)
+                  n -= take_core (c, k, 1);
+              }
       return n == 0 ? 0 : -1;
     }
 
-  for (size_t k = 0; k < t->n_cores && n > 0; k++)
-    if (c->avail[k] == c->size[k] && c->size[k] && c->size[k] <= n && matches (c, u, k))
-      n -= take_core (c, k, c->size[k]);
+  for (int pass = first; pass < 2; pass++)
+    for (size_t k = 0; k < t->n_cores && n > 0; k++)
+      if (c->avail[k] == c->size[k] && c->size[k] && c->size[k] <= n && (pass || c->close[k]) && matches (c, u, k))
+        n -= take_core (c, k, c->size[k]);
   if (n == 0)
     return 0;
   if (c->req->options & NRM_OPT_FULL_PCPUS_ONLY)
@@ -210,10 +228,12 @@ fill_cores (struct ctx *c, const struct unit *u, size_t n)
   /* Cores split already, fewest free threads first: pairing up half-used
    * cores leaves the fewest of them. */
   for (size_t want = 1; want < 16 && n > 0; want++)
-    for (size_t k = 0; k < t->n_cores && n > 0; k++)
-      if (c->avail[k] == want && c->avail[k] < c->size[k] && matches (c, u, k))
-        n -= take_core (c, k, n);
-  /* Last: split the smallest free core that covers the rest. */
+    for (int pass = first; pass < 2; pass++)
+      for (size_t k = 0; k < t->n_cores && n > 0; k++)
+        if (c->avail[k] == want && c->avail[k] < c->size[k] && (pass || c->close[k]) && matches (c, u, k))
+          n -= take_core (c, k, n);
+  /* Last: split the smallest free core that covers the rest (a near one
+   * among equals). */
   while (n > 0)
     {
       int best = -1;
@@ -222,7 +242,8 @@ fill_cores (struct ctx *c, const struct unit *u, size_t n)
           if (c->avail[k] == 0 || !matches (c, u, k))
             continue;
           size_t w = c->avail[k], bw = best < 0 ? 0 : c->avail[best];
-          if (best < 0 || (w >= n && (bw < n || w < bw)) || (bw < n && w > bw))
+          if (best < 0 || (w >= n && (bw < n || w < bw)) || (bw < n && w > bw)
+              || (w == bw && c->close[k] && !c->close[best]))
             best = (int) k;
         }
       if (best < 0)
@@ -279,23 +300,24 @@ children (const struct ctx *c, const struct unit *parent, enum level lv, struct 
 }
 
 /* The unit that holds n without splitting another core if one can, then
- * with the fewest usable CPUs (best fit), then in topology order; -1 if
- * none holds n. */
+ * with the most of them near the claim's devices, then with the fewest
+ * usable CPUs (best fit), then in topology order; -1 if none holds n. */
 static int
 best_fit (const struct ctx *c, const struct unit *u, const struct usum *sum, size_t nu, size_t n)
 {
   int best = -1;
-  size_t best_cost = 0, best_free = 0;
+  size_t best_cost = 0, best_miss = 0, best_free = 0;
   for (size_t i = 0; i < nu; i++)
     {
       size_t f = sum[i].avail;
       if (f < n)
         continue;
-      size_t cost = summary_cost (c, &u[i], &sum[i], n);
-      if (best < 0 || cost < best_cost || (cost == best_cost && f < best_free))
+      size_t cost = summary_cost (c, &u[i], &sum[i], n), m = miss (sum[i].near, n);
+      if (best < 0 || cost < best_cost || (cost == best_cost && (m < best_miss || (m == best_miss && f < best_free))))
         {
           best = (int) i;
           best_cost = cost;
+          best_miss = m;
           best_free = f;
         }
     }
@@ -303,10 +325,11 @@ best_fit (const struct ctx *c, const struct unit *u, const struct usum *sum, siz
 }
 
 /* Among NUMA nodes that hold n: the one that splits the fewest cores, then
- * the one with an L3 group that holds n by itself, as cheaply and then as
- * tightly as any (best fit over the groups of all nodes, not over nodes:
- * the fullest node may have no group with room while another has one that
- * fits exactly), then the fullest node. -1 if none holds n. */
+ * the one with an L3 group that holds n by itself, as cheaply, as near the
+ * claim's devices and then as tightly as any (best fit over the groups of
+ * all nodes, not over nodes: the fullest node may have no group with room
+ * while another has one that fits exactly), then the one with more near
+ * CPUs, then the fullest node. -1 if none holds n. */
 static int
 best_node (const struct ctx *c, const struct unit *u, const struct usum *sum, size_t nu, size_t n)
 {
@@ -314,7 +337,7 @@ best_node (const struct ctx *c, const struct unit *u, const struct usum *sum, si
   size_t ng = t->n_l3 + 1; /* slot 0: cores without an L3 */
   struct usum *cs = xcalloc (t->n_numa * ng + 1, sizeof (*cs));
   int best = -1;
-  size_t best_key[4] = { 0 };
+  size_t best_key[6] = { 0 };
   if (nu == 0)
     goto out;
   /* Every cell of every node in one pass over the cores (as summarize()). */
@@ -331,23 +354,26 @@ best_node (const struct ctx *c, const struct unit *u, const struct usum *sum, si
     {
       if (sum[i].avail < n || u[i].node < 0)
         continue;
-      size_t cell_cost = SIZE_MAX, cell_free = SIZE_MAX;
+      size_t cell_cost = SIZE_MAX, cell_miss = SIZE_MAX, cell_free = SIZE_MAX;
       for (size_t g = 0; g < ng; g++)
         {
           const struct usum *x = &cs[(size_t) u[i].node * ng + g];
           if (x->avail < n)
             continue;
           struct unit cu = { LEVEL_CELL, u[i].package, u[i].node, g ? (int) g - 1 : -2 };
-          size_t cost = summary_cost (c, &cu, x, n);
-          if (cost < cell_cost || (cost == cell_cost && x->avail < cell_free))
+          size_t cost = summary_cost (c, &cu, x, n), m = miss (x->near, n);
+          if (cost < cell_cost || (cost == cell_cost && (m < cell_miss || (m == cell_miss && x->avail < cell_free))))
             {
               cell_cost = cost;
+              cell_miss = m;
               cell_free = x->avail;
             }
         }
-      size_t key[4] = { summary_cost (c, &u[i], &sum[i], n), cell_cost, cell_free, sum[i].avail };
+      size_t key[6] = {
+        summary_cost (c, &u[i], &sum[i], n), cell_cost, cell_miss, miss (sum[i].near, n), cell_free, sum[i].avail
+      };
       size_t k = 0;
-      while (k < 3 && key[k] == best_key[k])
+      while (k < 5 && key[k] == best_key[k])
         k++;
       if (best < 0 || key[k] < best_key[k])
         {
@@ -389,7 +415,7 @@ fill (struct ctx *c, const struct unit *scope, enum level lv, size_t n)
    * the one with the least room left over, so that larger free units stay
    * whole for later claims. */
   int pa = -1, pb = -1;
-  size_t take_a = 0, pcost = 0, psum = 0;
+  size_t take_a = 0, pcost = 0, pmiss = 0, psum = 0;
   for (size_t i = 0; i < nu; i++)
     for (size_t j = 0; j < nu; j++)
       {
@@ -414,13 +440,14 @@ fill (struct ctx *c, const struct unit *scope, enum level lv, size_t n)
             if (ta >= n || fj < n - ta)
               continue;
             size_t cost = summary_cost (c, &u[i], &sum[i], ta) + summary_cost (c, &u[j], &sum[j], n - ta),
-                   total = fi + fj;
-            if (pa < 0 || cost < pcost || (cost == pcost && total < psum))
+                   m = miss (sum[i].near, ta) + miss (sum[j].near, n - ta), total = fi + fj;
+            if (pa < 0 || cost < pcost || (cost == pcost && (m < pmiss || (m == pmiss && total < psum))))
               {
                 pa = (int) i;
                 pb = (int) j;
                 take_a = ta;
                 pcost = cost;
+                pmiss = m;
                 psum = total;
               }
           }
@@ -447,7 +474,7 @@ fill (struct ctx *c, const struct unit *scope, enum level lv, size_t n)
     for (;;)
       {
         int pick = -1, fit = -1;
-        size_t pf = 0, fit_cost = 0, fit_free = 0;
+        size_t pf = 0, pnear = 0, fit_cost = 0, fit_miss = 0, fit_free = 0;
         for (size_t i = 0; i < nu; i++)
           {
             struct usum su;
@@ -457,18 +484,21 @@ fill (struct ctx *c, const struct unit *scope, enum level lv, size_t n)
                            : su.whole;
             if (w >= n)
               {
-                size_t cost = summary_cost (c, &u[i], &su, n);
-                if (fit < 0 || cost < fit_cost || (cost == fit_cost && su.avail < fit_free))
+                size_t cost = summary_cost (c, &u[i], &su, n), m = miss (su.near, n);
+                if (fit < 0 || cost < fit_cost
+                    || (cost == fit_cost && (m < fit_miss || (m == fit_miss && su.avail < fit_free))))
                   {
                     fit = (int) i;
                     fit_cost = cost;
+                    fit_miss = m;
                     fit_free = su.avail;
                   }
               }
-            else if (w > pf)
+            else if (w > pf || (w == pf && w > 0 && su.near > pnear))
               {
                 pick = (int) i;
                 pf = w;
+                pnear = su.near;
               }
           }
         if (fit >= 0)
@@ -643,7 +673,9 @@ nrm_place_cpus (const struct nrm_topology *t, hwloc_const_bitmap_t free_set, con
                    xbitmap_dup (free_set),
                    out,
                    xcalloc (t->n_cores + 1, sizeof (size_t)),
-                   xcalloc (t->n_cores + 1, sizeof (size_t)) };
+                   xcalloc (t->n_cores + 1, sizeof (size_t)),
+                   xcalloc (t->n_cores + 1, sizeof (bool)),
+                   false };
   if (req->within)
     hwloc_bitmap_and (c.cand, c.cand, req->within);
   hwloc_bitmap_and (c.cand, c.cand, t->online);
@@ -667,6 +699,8 @@ nrm_place_cpus (const struct nrm_topology *t, hwloc_const_bitmap_t free_set, con
   for (size_t k = 0; k < t->n_cores; k++)
     {
       c.size[k] = weight (t->cores[k].cpus);
+      c.close[k] = req->near && hwloc_bitmap_intersects (t->cores[k].cpus, req->near);
+      c.any_close |= c.close[k];
       /* full-pcpus-only: only cores whose every thread is usable. */
       if ((req->options & NRM_OPT_FULL_PCPUS_ONLY) && !hwloc_bitmap_isincluded (t->cores[k].cpus, c.cand))
         hwloc_bitmap_andnot (c.cand, c.cand, t->cores[k].cpus);
@@ -708,6 +742,7 @@ nrm_place_cpus (const struct nrm_topology *t, hwloc_const_bitmap_t free_set, con
   hwloc_bitmap_free (c.cand);
   free (c.avail);
   free (c.size);
+  free (c.close);
   if (r == 0)
     return 0;
   hwloc_bitmap_zero (out);

@@ -41,12 +41,17 @@ struct nrm_cpu_request
   unsigned options;            /* enum nrm_cpu_option */
   const char *cpu_kind;        /* "performance", "efficiency" or NULL for any */
   bool isolated;               /* only isolated CPUs (else never isolated ones) */
+  /* CPUs near the claim's PCI devices, or NULL: among choices that the
+   * rules above rank equal in split cores, those with more of these win
+   * (before best fit and topology order). */
+  hwloc_const_bitmap_t near;
 };
 
 /* Picks req->count CPUs from free ∩ req->within into out (cleared first).
  * Preference: whole cores (no SMT sibling shared with another claim), then
  * the fewest L3 groups, one NUMA node, one package, then the nearest nodes;
- * the smallest hole that fits is used, so large ones stay whole. The same
+ * then the CPUs of req->near; the smallest hole that fits is used, so large
+ * ones stay whole. The same
  * state and request always give the same answer. On error out is empty and
  * the message says why. */
 int nrm_place_cpus (const struct nrm_topology *t, hwloc_const_bitmap_t free, const struct nrm_cpu_request *req,

@@ -99,13 +99,13 @@ nrm_topology_to_json (const struct nrm_topology *t)
       snprintf (cls, sizeof (cls), "%04x", d->class_id);
       snprintf (vendor, sizeof (vendor), "%04x", d->vendor_id);
       snprintf (device, sizeof (device), "%04x", d->device_id);
-      json_array_append_new (pci,
-                             json_pack ("{s:s, s:o, s:s, s:s, s:s, s:o, s:o, s:o, s:o, s:s?, s:s?}", "busID", d->bus_id,
-                                        "pcieRoot", d->pcie_root[0] ? json_string (d->pcie_root) : json_null (),
-                                        "class", cls, "vendor", vendor, "device", device, "vendorName",
-                                        jstr_or_null (d->vendor_name), "deviceName", jstr_or_null (d->device_name),
-                                        "numaNode", jint_or_null (d->numa >= 0 ? (int) t->numa[d->numa].os_index : -1),
-                                        "numaNodes", jcpus (d->nodes), "osKind", d->os_kind, "osDevices", d->os_names));
+      json_array_append_new (
+          pci, json_pack ("{s:s, s:o, s:s, s:s, s:s, s:o, s:o, s:o, s:o, s:o, s:s?, s:s?}", "busID", d->bus_id,
+                          "pcieRoot", d->pcie_root[0] ? json_string (d->pcie_root) : json_null (), "class", cls,
+                          "vendor", vendor, "device", device, "vendorName", jstr_or_null (d->vendor_name), "deviceName",
+                          jstr_or_null (d->device_name), "numaNode",
+                          jint_or_null (d->numa >= 0 ? (int) t->numa[d->numa].os_index : -1), "numaNodes",
+                          jcpus (d->nodes), "cpus", jcpus (d->cpus), "osKind", d->os_kind, "osDevices", d->os_names));
     }
   json_object_set_new (root, "source", json_string (t->source));
   json_object_set_new (root, "architecture", json_string (t->arch));

@@ -414,6 +414,7 @@ scan_pci (hwloc_topology_t h, struct nrm_topology *t)
                     p->attr->bridge.downstream.pci.secondary_bus);
       hwloc_obj_t anc = hwloc_get_non_io_ancestor_obj (h, o);
       d->nodes = xbitmap_dup (anc && anc->nodeset ? anc->nodeset : hwloc_topology_get_topology_nodeset (h));
+      d->cpus = xbitmap_dup (anc && anc->cpuset ? anc->cpuset : hwloc_topology_get_topology_cpuset (h));
       d->numa = -1;
       if (hwloc_bitmap_weight (d->nodes) == 1)
         d->numa = nrm_topology_numa_index (t, (unsigned) hwloc_bitmap_first (d->nodes));
@@ -514,6 +515,7 @@ nrm_topology_free (struct nrm_topology *t)
   for (size_t i = 0; i < t->n_pci; i++)
     {
       hwloc_bitmap_free (t->pci[i].nodes);
+      hwloc_bitmap_free (t->pci[i].cpus);
       free (t->pci[i].os_names);
       free (t->pci[i].os_kind);
       free (t->pci[i].vendor_name);

@@ -95,6 +95,10 @@ struct nrm_pci_device
   /* hwloc's PCIVendor / PCIDevice infos (pci.ids names), printable; NULL when unknown. */
   char *vendor_name;
   char *device_name;
+  /* The CPUs near the function: the cpuset of its first non-I/O ancestor
+   * (a package, a NUMA node, or smaller: a die, an L3); every CPU when
+   * hwloc does not know. */
+  hwloc_bitmap_t cpus;
 };
 
 struct nrm_topology

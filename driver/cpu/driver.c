@@ -15,6 +15,7 @@
 #include "driver/cpu/cpu.h"
 #include "driver/driver.h"
 #include "driver/kit.h"
+#include "driver/pci/pci.h"
 #include "nrm/base/cleanup.h"
 #include "nrm/base/xalloc.h"
 #include "nrm/base/fs.h"
@@ -36,7 +37,111 @@ struct cpu_driver
   hwloc_bitmap_t taken;
   struct claim_entry *claims;
   char *online_path; /* NULL: no health check */
+  char *fsroot;
+  bool sysfs; /* PCI localities from sysfs under fsroot (a live machine or a fake tree) */
 };
+
+/* A PCI function of the claim (any driver's device named
+ * <class>-dddd-bb-dd-f) and the CPUs near it. */
+struct near_device
+{
+  char bus_id[NRM_PCI_BUS_ID_LEN];
+  hwloc_bitmap_t cpus;
+};
+
+struct near_set
+{
+  struct near_device *dev;
+  size_t n;
+  hwloc_bitmap_t all; /* the union, or NULL when no device has a known locality */
+};
+
+static void
+near_set_done (struct near_set *ns)
+{
+  for (size_t i = 0; i < ns->n; i++)
+    hwloc_bitmap_free (ns->dev[i].cpus);
+  free (ns->dev);
+  hwloc_bitmap_free (ns->all);
+}
+
+/* The CPUs near one function: its sysfs local_cpulist where nrm reads
+ * sysfs, else (or when sysfs does not have it) the locality hwloc
+ * recorded; NULL when neither knows, or when the answer is every CPU (the
+ * firmware did not say). */
+static hwloc_bitmap_t
+locality_of (struct cpu_driver *d, const char *bus_id)
+{
+  hwloc_bitmap_t set = NULL;
+  if (d->sysfs)
+    {
+      struct nrm_pci_facts f;
+      nrm_error_t e = NULL;
+      if (nrm_pci_facts_read (d->fsroot, bus_id, &f, &e) == 0)
+        {
+          if (f.local_cpus && nrm_cpulist_parse (f.local_cpus, &set, &e) < 0)
+            set = NULL;
+          nrm_pci_facts_done (&f);
+        }
+      nrm_error_release (&e);
+    }
+  for (size_t i = 0; set == NULL && i < d->t->n_pci; i++)
+    if (strcmp (d->t->pci[i].bus_id, bus_id) == 0 && d->t->pci[i].cpus)
+      set = xbitmap_dup (d->t->pci[i].cpus);
+  if (set)
+    hwloc_bitmap_and (set, set, d->t->online);
+  if (set && (hwloc_bitmap_iszero (set) || hwloc_bitmap_isincluded (d->t->online, set)))
+    {
+      hwloc_bitmap_free (set);
+      set = NULL;
+    }
+  return set;
+}
+
+/* The claim's PCI functions whose locality is known. Devices of drivers
+ * that name them otherwise (gpu.nvidia.com's gpu-0) are not resolvable
+ * here: their bus id is in their ResourceSlice only. */
+static void
+near_devices (struct cpu_driver *d, const struct nrm_claim_view *c, struct near_set *ns)
+{
+  memset (ns, 0, sizeof (*ns));
+  for (size_t i = 0; i < c->n_all; i++)
+    {
+      const struct nrm_alloc_result *r = &c->all[i];
+      char bus[NRM_PCI_BUS_ID_LEN];
+      if (r->device == NULL || (r->driver && strcmp (r->driver, d->name) == 0)
+          || !nrm_pci_bus_id_of_device (r->device, bus))
+        continue;
+      bool seen = false;
+      for (size_t k = 0; k < ns->n && !seen; k++)
+        seen = strcmp (ns->dev[k].bus_id, bus) == 0;
+      hwloc_bitmap_t cpus = seen ? NULL : locality_of (d, bus);
+      if (cpus == NULL)
+        continue;
+      ns->dev = xrealloc (ns->dev, (ns->n + 1) * sizeof (*ns->dev));
+      snprintf (ns->dev[ns->n].bus_id, sizeof (ns->dev[ns->n].bus_id), "%s", bus);
+      ns->dev[ns->n++].cpus = cpus;
+      if (ns->all == NULL)
+        ns->all = xbitmap_alloc ();
+      hwloc_bitmap_or (ns->all, ns->all, cpus);
+    }
+}
+
+/* The bus ids of the claim's functions near some of cpus ("0000:41:00.0,...";
+ * NULL when none is). */
+static char *
+near_list (const struct near_set *ns, hwloc_const_bitmap_t cpus)
+{
+  char *out = NULL;
+  for (size_t i = 0; i < ns->n; i++)
+    if (hwloc_bitmap_intersects (ns->dev[i].cpus, cpus))
+      {
+        char *s = xasprintf ("%s%s%s", out ? out : "", out ? "," : "", ns->dev[i].bus_id);
+        free (out);
+        out = s;
+      }
+  return out;
+}
 
 static struct claim_entry *
 find_claim (struct cpu_driver *d, const char *uid)
@@ -221,8 +326,8 @@ cpu_settings (struct cpu_driver *d, json_t *config, const char *request, struct 
 
 /* The CPUs of one allocated device for this claim, added to claim. */
 static int
-take_device (struct cpu_driver *d, const struct nrm_alloc_result *r, json_t *config, hwloc_bitmap_t claim, bool *shared,
-             nrm_error_t *err)
+take_device (struct cpu_driver *d, const struct nrm_alloc_result *r, json_t *config, hwloc_const_bitmap_t near,
+             hwloc_bitmap_t claim, bool *shared, bool *placed_near, nrm_error_t *err)
 {
   json_t *dev = json_object_get (d->devices, r->device);
   struct cpu_settings cs;
@@ -250,7 +355,9 @@ take_device (struct cpu_driver *d, const struct nrm_alloc_result *r, json_t *con
           .within = cpus,
           .options = cs.options,
           .cpu_kind = cs.cpu_kind[0] ? cs.cpu_kind : NULL,
-          .isolated = hwloc_bitmap_isincluded (cpus, d->t->isolated) && !hwloc_bitmap_iszero (cpus) };
+          .isolated = hwloc_bitmap_isincluded (cpus, d->t->isolated) && !hwloc_bitmap_iszero (cpus),
+          .near = near && hwloc_bitmap_intersects (near, cpus) ? near : NULL };
+  *placed_near = req.near != NULL;
   cleanup_bitmap hwloc_bitmap_t free_set = xbitmap_dup (d->t->online);
   cleanup_bitmap hwloc_bitmap_t got = xbitmap_alloc ();
   hwloc_bitmap_andnot (free_set, free_set, d->taken);
@@ -284,7 +391,8 @@ objects_meeting (hwloc_const_bitmap_t cpus, size_t n, const void *objs, size_t s
  * device's published attributes and the CPUs, cores, L3 groups and NUMA
  * nodes the claim holds of it. */
 static json_t *
-cpu_metadata (struct cpu_driver *d, const struct nrm_claim_view *c, hwloc_const_bitmap_t claim)
+cpu_metadata (struct cpu_driver *d, const struct nrm_claim_view *c, hwloc_const_bitmap_t claim,
+              const struct near_set *ns, const bool *placed_near)
 {
   json_t *out = json_object ();
   for (size_t i = 0; i < c->n_results; i++)
@@ -311,6 +419,10 @@ cpu_metadata (struct cpu_driver *d, const struct nrm_claim_view *c, hwloc_const_
       const char *vals[] = { cpus, cores, l3, nodes };
       for (size_t k = 0; k < 4; k++)
         json_object_set_new (attrs, keys[k], json_pack ("{s:s}", "string", vals[k]));
+      /* Where the claim's PCI functions chose among the device's CPUs. */
+      cleanup_free char *near = placed_near[i] ? near_list (ns, on) : NULL;
+      if (near)
+        json_object_set_new (attrs, "nearDevices", json_pack ("{s:s}", "string", near));
       json_object_set_new (out, name, attrs);
     }
   return out;
@@ -324,8 +436,13 @@ cpu_prepare (void *self, const struct nrm_claim_view *c, struct nrm_prepared *ou
   bool shared = false;
   if (find_claim (d, c->uid))
     return nrm_error_set (err, EEXIST, "claim %s is already prepared", c->uid);
+  /* The claim's PCI functions: its CPUs go near them where there is a
+   * choice. */
+  __attribute__ ((cleanup (near_set_done))) struct near_set ns;
+  near_devices (d, c, &ns);
+  cleanup_free bool *placed_near = xcalloc (c->n_results + 1, sizeof (bool));
   for (size_t i = 0; i < c->n_results; i++)
-    if (take_device (d, &c->results[i], c->config, claim, &shared, err) < 0)
+    if (take_device (d, &c->results[i], c->config, ns.all, claim, &shared, &placed_near[i], err) < 0)
       return -1;
   /* Never hand out the last shared CPUs: every other pod runs there. */
   if (d->o.min_shared_cpus > 0)
@@ -356,7 +473,7 @@ cpu_prepare (void *self, const struct nrm_claim_view *c, struct nrm_prepared *ou
   out->state = TAKE_PTR (state);
   out->edits.env = TAKE_PTR (env);
   out->edits.commit_hook = true;
-  out->metadata = c->metadata ? cpu_metadata (d, c, claim) : NULL;
+  out->metadata = c->metadata ? cpu_metadata (d, c, claim, &ns, placed_near) : NULL;
   return 0;
 }
 
@@ -541,6 +658,7 @@ cpu_free (void *self)
   json_decref (d->names);
   hwloc_bitmap_free (d->taken);
   free (d->online_path);
+  free (d->fsroot);
   free (d->name);
   free (d);
 }
@@ -559,6 +677,8 @@ cpu_new (const struct nrm_driver_host *h, void **ret, nrm_error_t *err)
   bool root = strcmp (h->fsroot, "/") == 0;
   if (h->live || !root)
     d->online_path = xasprintf ("%s/sys/devices/system/cpu/online", root ? "" : h->fsroot);
+  d->fsroot = xstrdup (h->fsroot);
+  d->sysfs = h->live || !root;
   if (nrm_cpu_pool (d->t, &d->o, d->name, &pool, err) < 0
       || nrm_kit_index_pool (&pool, &d->devices, &d->names, err) < 0)
     {

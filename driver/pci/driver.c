@@ -83,6 +83,24 @@ nrm_pci_device_name (const char *class, const char *bus_id, char *buf, size_t si
       *p = '-';
 }
 
+bool
+nrm_pci_bus_id_of_device (const char *name, char buf[NRM_PCI_BUS_ID_LEN])
+{
+  /* <class>-dddd-bb-dd-f: a lowercase class, then the id with dashes. */
+  size_t n = strlen (name), cl = strspn (name, "abcdefghijklmnopqrstuvwxyz");
+  buf[0] = '\0';
+  if (cl == 0 || n != cl + 13 || name[cl] != '-')
+    return false;
+  const char *id = name + cl + 1;
+  if (id[4] != '-' || id[7] != '-' || id[10] != '-')
+    return false;
+  snprintf (buf, NRM_PCI_BUS_ID_LEN, "%.4s:%.2s:%.2s.%c", id, id + 5, id + 8, id[11]);
+  if (nrm_pci_bus_id_valid (buf))
+    return true;
+  buf[0] = '\0';
+  return false;
+}
+
 json_t *
 nrm_pci_device_node (const char *fsroot, const char *path)
 {

@@ -67,6 +67,11 @@ json_t *nrm_pci_driver_left_out (void *self);
  * as dashes), into buf of at least 40 bytes. */
 void nrm_pci_device_name (const char *class, const char *bus_id, char *buf, size_t size);
 
+/* The bus id ("dddd:bb:dd.f") a device name of that form names, into buf;
+ * false, buf empty, for any other name (numa0, gpu-0). Drivers align with
+ * a claim's PCI functions through it. */
+bool nrm_pci_bus_id_of_device (const char *name, char buf[NRM_PCI_BUS_ID_LEN]);
+
 /* A device node entry of CDI containerEdits for path (a /dev path),
  * with hostPath under fsroot when fsroot is not "/". */
 json_t *nrm_pci_device_node (const char *fsroot, const char *path);
