@@ -5,6 +5,7 @@
 #include "config.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,6 +40,8 @@ struct cpu_driver
   char *online_path; /* NULL: no health check */
   char *fsroot;
   bool sysfs; /* PCI localities from sysfs under fsroot (a live machine or a fake tree) */
+  pthread_mutex_t foreign_lock;
+  json_t *foreign; /* other drivers' devices on the node: driver -> {device -> bus id} */
 };
 
 /* A PCI function of the claim (any driver's device named
@@ -98,9 +101,48 @@ locality_of (struct cpu_driver *d, const char *bus_id)
   return set;
 }
 
-/* The claim's PCI functions whose locality is known. Devices of drivers
- * that name them otherwise (gpu.nvidia.com's gpu-0) are not resolvable
- * here: their bus id is in their ResourceSlice only. */
+/* The bus id of another driver's device: in its name (nrm's PCI drivers),
+ * or in the attributes it publishes (node_devices, from the API server). */
+static bool
+bus_id_of (struct cpu_driver *d, const struct nrm_alloc_result *r, char *bus)
+{
+  if (nrm_pci_bus_id_of_device (r->device, bus))
+    return true;
+  pthread_mutex_lock (&d->foreign_lock);
+  const char *v
+      = json_string_value (json_object_get (json_object_get (d->foreign, r->driver ? r->driver : ""), r->device));
+  if (v)
+    snprintf (bus, NRM_PCI_BUS_ID_LEN, "%s", v);
+  pthread_mutex_unlock (&d->foreign_lock);
+  return v != NULL;
+}
+
+static void
+cpu_node_devices (void *self, json_t *devices)
+{
+  struct cpu_driver *d = self;
+  json_t *found = json_object (), *devs, *attrs;
+  const char *driver, *name;
+  json_object_foreach (devices, driver, devs)
+  {
+    json_t *mine = json_object ();
+    json_object_foreach (devs, name, attrs)
+    {
+      char bus[NRM_PCI_BUS_ID_LEN];
+      if (nrm_pci_bus_id_of_attributes (attrs, bus))
+        json_object_set_new (mine, name, json_string (bus));
+    }
+    json_object_set_new (found, driver, mine);
+  }
+  pthread_mutex_lock (&d->foreign_lock);
+  json_decref (d->foreign);
+  d->foreign = found;
+  pthread_mutex_unlock (&d->foreign_lock);
+}
+
+/* The claim's PCI functions whose locality is known: nrm's own, and those
+ * of other drivers that publish their bus id (gpu.nvidia.com's gpu-0),
+ * once the API server has told (node_devices). */
 static void
 near_devices (struct cpu_driver *d, const struct nrm_claim_view *c, struct near_set *ns)
 {
@@ -109,8 +151,7 @@ near_devices (struct cpu_driver *d, const struct nrm_claim_view *c, struct near_
     {
       const struct nrm_alloc_result *r = &c->all[i];
       char bus[NRM_PCI_BUS_ID_LEN];
-      if (r->device == NULL || (r->driver && strcmp (r->driver, d->name) == 0)
-          || !nrm_pci_bus_id_of_device (r->device, bus))
+      if (r->device == NULL || (r->driver && strcmp (r->driver, d->name) == 0) || !bus_id_of (d, r, bus))
         continue;
       bool seen = false;
       for (size_t k = 0; k < ns->n && !seen; k++)
@@ -657,6 +698,8 @@ cpu_free (void *self)
   json_decref (d->devices);
   json_decref (d->names);
   hwloc_bitmap_free (d->taken);
+  json_decref (d->foreign);
+  pthread_mutex_destroy (&d->foreign_lock);
   free (d->online_path);
   free (d->fsroot);
   free (d->name);
@@ -672,6 +715,8 @@ cpu_new (const struct nrm_driver_host *h, void **ret, nrm_error_t *err)
   d->o = *h->node;
   d->name = xstrdup (h->name);
   d->taken = xbitmap_alloc ();
+  pthread_mutex_init (&d->foreign_lock, NULL);
+  d->foreign = json_object ();
   /* Health follows the online CPUs of this machine, or of the tree under
    * the fsroot when a recorded machine is served. */
   bool root = strcmp (h->fsroot, "/") == 0;
@@ -705,4 +750,5 @@ const struct nrm_driver_ops nrm_cpu_driver = {
   .unprepare = cpu_unprepare,
   .health = cpu_health,
   .describe = cpu_describe,
+  .node_devices = cpu_node_devices,
 };

@@ -1109,6 +1109,22 @@ nrm_pci_driver_describe (void *self, const char *uid, json_t *state)
 static const char *const bus_id_attrs[]
     = { "resource.kubernetes.io/pciBusID", "pciBusID", "pciAddress", "dra.net/pciAddress", "pciAddr" };
 
+bool
+nrm_pci_bus_id_of_attributes (json_t *attrs, char *buf)
+{
+  for (size_t k = 0; k < sizeof (bus_id_attrs) / sizeof (bus_id_attrs[0]); k++)
+    {
+      const char *v = json_string_value (json_object_get (json_object_get (attrs, bus_id_attrs[k]), "string"));
+      if (v == NULL || strlen (v) != NRM_PCI_BUS_ID_LEN - 1)
+        continue;
+      for (size_t i = 0; i < NRM_PCI_BUS_ID_LEN; i++)
+        buf[i] = (char) (v[i] >= 'A' && v[i] <= 'F' ? v[i] - 'A' + 'a' : v[i]);
+      if (nrm_pci_bus_id_valid (buf))
+        return true;
+    }
+  return false;
+}
+
 void
 nrm_pci_driver_node_devices (void *self, json_t *devices)
 {
@@ -1119,17 +1135,9 @@ nrm_pci_driver_node_devices (void *self, json_t *devices)
   {
     json_object_foreach (devs, name, attrs)
     {
-      for (size_t k = 0; k < sizeof (bus_id_attrs) / sizeof (bus_id_attrs[0]); k++)
-        {
-          const char *v = json_string_value (json_object_get (json_object_get (attrs, bus_id_attrs[k]), "string"));
-          char id[NRM_PCI_BUS_ID_LEN];
-          if (v == NULL || strlen (v) != NRM_PCI_BUS_ID_LEN - 1)
-            continue;
-          for (size_t i = 0; i < sizeof (id); i++)
-            id[i] = (char) (v[i] >= 'A' && v[i] <= 'F' ? v[i] - 'A' + 'a' : v[i]);
-          if (nrm_pci_bus_id_valid (id))
-            json_object_set_new (found, id, json_string (driver));
-        }
+      char id[NRM_PCI_BUS_ID_LEN];
+      if (nrm_pci_bus_id_of_attributes (attrs, id))
+        json_object_set_new (found, id, json_string (driver));
     }
   }
   pthread_mutex_lock (&d->lock);

@@ -56,6 +56,11 @@ json_t *nrm_pci_driver_describe (void *self, const char *uid, json_t *state);
 int nrm_pci_driver_bind (void *self, const struct nrm_claim_view *c, json_t **ret, nrm_error_t *err);
 void nrm_pci_driver_node_devices (void *self, json_t *devices);
 
+/* The PCI bus id a device of any driver carries in its attributes (the
+ * standard resource.kubernetes.io/pciBusID, or dranet's and AMD's own
+ * names), lowercased into buf (NRM_PCI_BUS_ID_LEN bytes); false if none. */
+bool nrm_pci_bus_id_of_attributes (json_t *attrs, char *buf);
+
 /* The functions of the served classes that this driver (generic or vendor)
  * leaves out because another driver, a device plugin or a configuration
  * rule serves them, as of its last pool: a new object {bus id: who}, who

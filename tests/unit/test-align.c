@@ -324,12 +324,24 @@ test_fake_local_cpulist (void **state)
   assert_null (near); /* none of its CPUs is near the GPU */
   nrm_cpu_driver.reset (d);
 
-  /* What it cannot place near: a foreign driver's device (its bus id is in
-   * its ResourceSlice only), a GPU on the other node. */
+  /* A foreign driver's device: its bus id is in its ResourceSlice only, so
+   * not near anything until the API server has told (node_devices)... */
   cleanup_free char *fo = prepare (d, "fo", 0, "2", foreign, 1, &near);
   assert_string_equal (fo, "0,12");
   assert_null (near);
   nrm_cpu_driver.reset (d);
+  /* ...and then near it, like nrm's own. */
+  cleanup_json json_t *theirs = json_pack ("{s:{s:{s:{s:s}}}}", "gpu.nvidia.com", "gpu-0",
+                                           "resource.kubernetes.io/pciBusID", "string", "0000:06:00.0");
+  nrm_cpu_driver.node_devices (d, theirs);
+  cleanup_free char *fo2 = prepare (d, "fo2", 0, "2", foreign, 1, &near);
+  assert_string_equal (fo2, "8,20");
+  assert_string_equal (near, "0000:06:00.0");
+  free (near);
+  nrm_cpu_driver.reset (d);
+  cleanup_json json_t *none = json_object ();
+  nrm_cpu_driver.node_devices (d, none);
+  /* A GPU on the other node. */
   cleanup_free char *fa = prepare (d, "fa", 0, "2", far, 1, &near);
   assert_string_equal (fa, "0,12");
   assert_null (near);
