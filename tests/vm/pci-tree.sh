@@ -7,7 +7,8 @@
 #     device's own directory (under sys/devices/pci<domain>:<bus>/...) the
 #     attribute files below that exist, and the links driver, iommu_group,
 #     physfn and virtfn<N>, all as relative links, like the kernel's own;
-#   - sys/kernel/iommu_groups/<N>/devices/<BDF> links, and sys/bus/pci/drivers/<name>/;
+#   - the links back: sys/kernel/iommu_groups/<N>/devices/<BDF> and
+#     sys/bus/pci/drivers/<name>/<BDF>;
 #   - every entry of /sys/class/{drm,nvme,net,infiniband_verbs,vfio}: the
 #     class link, and in its target directory the files dev and uevent and
 #     the device link;
@@ -68,7 +69,11 @@ for d in /sys/bus/pci/devices/*; do
     [ -e "$dir/$l" ] || continue
     resolve "$dir/$l"
     link "$dir/$l" "$P"
-    case $l in iommu_group) link "$P/devices/${d##*/}" "$dir" ;; esac
+    # The back links, as in sysfs (a driver's directory is never empty).
+    case $l in
+      iommu_group) link "$P/devices/${d##*/}" "$dir" ;;
+      driver) link "$P/${d##*/}" "$dir" ;;
+    esac
   done
 done
 
