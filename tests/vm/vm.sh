@@ -3,7 +3,11 @@
 # NUMA nodes (ACPI SRAT/SLIT), SMT siblings, and cgroup v2 mounted at
 # /sys/fs/cgroup with cpuset, cpu, memory and hugetlb enabled for children.
 #
-#   tests/vm/vm.sh --nodes N [--cpus C] [--threads T] [--mem-mb M] -- COMMAND [ARGS...]
+#   tests/vm/vm.sh --nodes N [--cpus C] [--threads T] [--mem-mb M] [--pci] [--iommu] -- COMMAND [ARGS...]
+#
+# With --pci the machine is a q35 with PCIe devices behind one PCIe root
+# complex (pxb-pcie) per NUMA node (the layout is under "--pci" in
+# tests/vm/README.md); --iommu adds an emulated Intel IOMMU (needed by vfio-pci).
 #
 # The guest sees the host's root file system read-only (over 9p) under a
 # tmpfs overlay, and the current git work tree (or the current directory)
@@ -40,6 +44,10 @@ usage: vm.sh --nodes N [options] -- COMMAND [ARGS...]
                       (default 10 local, 20 remote)
   --share DIR         also share DIR read-write at the same path (repeatable)
   --timeout S         kill the VM after S seconds (default $NRM_VM_TIMEOUT or 300)
+  --pci               a q35 machine with, per NUMA node k, a PCIe root complex on node k
+                      (bus 0x20*(k+1)) holding a virtio-gpu, an e1000e and an NVMe, and on
+                      the last node also an NVMe with SR-IOV (2 VFs); at most 7 nodes
+  --iommu             an emulated Intel IOMMU (intel-iommu, no interrupt remapping)
 EOF
 }
 die () { echo "$prog: $*" >&2; exit 2; }
@@ -47,7 +55,7 @@ skip () { echo "$prog: skipped: $*" >&2; exit 77; }
 debug () { [ -n "${NRM_VM_DEBUG:-}" ] && echo "$prog: $*" >&2; return 0; }
 isnum () { case $1 in '' | *[!0-9]*) return 1 ;; esac; return 0; }
 
-nodes=1 cpus='' threads=2 sockets='' mem='' huge=0 dists='' timeout=${NRM_VM_TIMEOUT:-300}
+nodes=1 cpus='' threads=2 sockets='' mem='' huge=0 dists='' timeout=${NRM_VM_TIMEOUT:-300} pci='' iommu=''
 shares=()
 while [ $# -gt 0 ]; do
   case $1 in
@@ -60,6 +68,8 @@ while [ $# -gt 0 ]; do
     --distances) dists=${2:-}; shift 2 || die "--distances needs a value" ;;
     --share) shares+=("${2:-}"); shift 2 || die "--share needs a value" ;;
     --timeout) timeout=${2:-}; shift 2 || die "--timeout needs a value" ;;
+    --pci) pci=1; shift ;;
+    --iommu) iommu=1; shift ;;
     --nodes=* | --cpus=* | --threads=* | --sockets=* | --mem-mb=* | --hugepages-2m=* | --distances=* | --share=* | --timeout=*)
       opt=${1%%=*}; val=${1#*=}; shift; set -- "$opt" "$val" "$@" ;;
     -h | --help) usage; exit 0 ;;
@@ -74,6 +84,8 @@ for v in nodes threads huge timeout; do isnum "${!v}" || die "--$v must be a num
 [ "$nodes" -ge 1 ] && [ "$nodes" -le 64 ] || die "--nodes must be 1..64"
 [ "$threads" -ge 1 ] || die "--threads must be at least 1"
 [ "$timeout" -ge 1 ] || die "--timeout must be at least 1"
+# Root bus numbers 0x20*(k+1) must stay below 0x100.
+[ -z "$pci" ] || [ "$nodes" -le 7 ] || die "--pci supports at most 7 nodes"
 if [ -z "$cpus" ]; then # the fewest whole cores per node that make 8 CPUs or more
   cpus=$((nodes * threads * ((8 + nodes * threads - 1) / (nodes * threads))))
 fi
@@ -125,8 +137,11 @@ if ldd "$busybox" >/dev/null 2>&1; then skip "$busybox is not static (apt-get in
 command -v cpio >/dev/null 2>&1 || skip "cpio not found (apt-get install cpio)"
 
 # The modules the initramfs loads, in an order that satisfies their
-# dependencies (those built into the kernel are left out).
+# dependencies (those built into the kernel are left out); the second list
+# only with --pci ('?': left out where the kernel lacks it).
 want_modules="virtio_pci virtio_console 9pnet_virtio 9p overlay"
+want_pci_modules="nvme e1000e virtio_gpu vfio vfio_iommu_type1 vfio_pci aer_inject?"
+want_all="$want_modules | $want_pci_modules"
 
 cache=${NRM_VM_CACHE:-/var/cache/nrm-vm}
 if ! mkdir -p "$cache" 2>/dev/null || [ ! -w "$cache" ]; then
@@ -175,12 +190,14 @@ unpack_kernel () {
   # Resolve the dependencies depth first: the load order is post-order.
   local order='' seen=' '
   visit () {
-    local mod=$1 path dep
+    local mod=$1 path dep optional=''
+    case $mod in *'?') optional=1; mod=${mod%'?'} ;; esac
     mod=${mod//-/_}
     case $seen in *" $mod "*) return 0 ;; esac
     seen="$seen$mod "
     if grep -qE "/${mod//_/[-_]}\.ko(\.[a-z]+)?$" "$modroot/modules.builtin" 2>/dev/null; then return 0; fi
     path=$(find "$modroot/kernel" -regextype posix-extended -regex ".*/${mod//_/[-_]}\.ko(\.(xz|zst|gz))?" | head -n 1)
+    [ -n "$path" ] || [ -z "$optional" ] || return 0
     [ -n "$path" ] || { echo "$prog: module $mod not in $deb" >&2; return 1; }
     case $path in
       *.xz) xz -dc "$path" >"$dst/modules/$mod.ko" ;;
@@ -193,11 +210,19 @@ unpack_kernel () {
   }
   for m in $want_modules; do visit "$m" || { rm -rf "$x"; return 1; }; done
   echo "$order" >"$dst/modules.order"
+  order=''
+  for m in $want_pci_modules; do visit "$m" || { rm -rf "$x"; return 1; }; done
+  echo "$order" >"$dst/modules-pci.order"
+  echo "$want_all" >"$dst/modules.want"
   echo "$kver" >"$dst/kernel.release"
   dpkg-deb -f "$deb" Package Version >"$dst/package" 2>/dev/null
   rm -rf "${cache:?}/$name"
   mv "$dst" "$cache/$name" && rm -rf "$x"
 }
+
+# cached DIR: DIR holds a kernel unpacked with the modules wanted now (a
+# cache made before the module lists changed is unpacked again).
+cached () { [ -f "$1/vmlinuz" ] && [ "$(cat "$1/modules.want" 2>/dev/null)" = "$want_all" ]; }
 
 # Find (or fetch) the kernel: the one linux-image-amd64 depends on.
 get_kernel () {
@@ -205,13 +230,13 @@ get_kernel () {
   if [ -n "${NRM_VM_KERNEL_DEB:-}" ]; then
     [ -f "$NRM_VM_KERNEL_DEB" ] || { echo "$prog: NRM_VM_KERNEL_DEB=$NRM_VM_KERNEL_DEB not found" >&2; return 1; }
     pkg=$(dpkg-deb -f "$NRM_VM_KERNEL_DEB" Package 2>/dev/null) || return 1
-    [ -f "$cache/$pkg/vmlinuz" ] || unpack_kernel "$NRM_VM_KERNEL_DEB" "$pkg" || return 1
+    cached "$cache/$pkg" || unpack_kernel "$NRM_VM_KERNEL_DEB" "$pkg" || return 1
     kdir=$cache/$pkg; return 0
   fi
   if command -v apt-cache >/dev/null 2>&1; then
     pkg=$(apt-cache depends linux-image-amd64 2>/dev/null | sed -n 's/^ *Depends: \(linux-image-[^ <>]*\)$/\1/p' | head -n 1)
   fi
-  if [ -n "$pkg" ] && [ -f "$cache/$pkg/vmlinuz" ]; then kdir=$cache/$pkg; return 0; fi
+  if [ -n "$pkg" ] && cached "$cache/$pkg"; then kdir=$cache/$pkg; return 0; fi
   if [ -n "$pkg" ] && command -v apt-get >/dev/null 2>&1 && command -v dpkg-deb >/dev/null 2>&1; then
     d=$(mktemp -d "$cache/.download.XXXXXX") || return 1
     echo "$prog: fetching $pkg into $cache (once)" >&2
@@ -236,7 +261,10 @@ kdir=''
 } 9>"$cache/.lock"
 [ -n "$kdir" ] && [ -f "$kdir/vmlinuz" ] && [ -f "$kdir/modules.order" ] \
   || skip "no guest kernel: apt-get update, then apt-get download linux-image-amd64 must work (or set NRM_VM_KERNEL_DEB)"
-for m in $(cat "$kdir/modules.order"); do
+if [ -n "$pci" ]; then
+  [ -f "$kdir/modules-pci.order" ] || skip "$kdir has no PCI driver modules (remove it to fetch it again)"
+fi
+for m in $(cat "$kdir/modules.order") $([ -n "$pci" ] && cat "$kdir/modules-pci.order"); do
   [ -f "$kdir/modules/$m.ko" ] || skip "module $m missing from $kdir (remove it to fetch it again)"
 done
 
@@ -291,8 +319,11 @@ sq () { local q="'\\''"; printf "'%s'" "${1//\'/$q}"; }
 ird=$tmp/initramfs
 mkdir -p "$ird/bin" "$ird/modules" "$ird/proc" "$ird/sys" "$ird/dev" "$ird/lower" "$ird/upper" "$ird/newroot"
 cp "$busybox" "$ird/bin/busybox"
-cp "$kdir"/modules/*.ko "$ird/modules/"
+for m in $(cat "$kdir/modules.order") $([ -n "$pci" ] && cat "$kdir/modules-pci.order"); do
+  cp "$kdir/modules/$m.ko" "$ird/modules/"
+done
 cp "$kdir/modules.order" "$ird/modules.order"
+if [ -n "$pci" ]; then cp "$kdir/modules-pci.order" "$ird/modules-pci.order"; else : >"$ird/modules-pci.order"; fi
 {
   echo "NODES=$nodes"
   echo "HUGEPAGES=$huge"
@@ -329,6 +360,13 @@ fail () {
 }
 mark "loading modules"
 for m in $(cat /modules.order); do insmod "/modules/$m.ko" || fail "insmod $m"; done
+# The PCI drivers (--pci) after the mounts' modules; as modprobe would, each
+# gets its MODULE.PARAM=VALUE options from the kernel command line.
+for m in $(cat /modules-pci.order); do
+  set --
+  for a in $(cat /proc/cmdline); do case $a in "$m".*=*) set -- "$@" "${a#"$m".}" ;; esac; done
+  insmod "/modules/$m.ko" "$@" || fail "insmod $m $*"
+done
 # The virtio ports, by name.
 port () {
   for i in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20; do
@@ -392,6 +430,9 @@ mark "syncing"
 sync
 i=$((SHARES - 1))
 while [ $i -ge 0 ]; do eval "umount \"\$r\$SHARE_$i\""; i=$((i - 1)); done
+# Nothing is left to lose: the host may stop the VM now, without waiting for
+# the devices' shutdown (the e1000e take 2 s each under TCG).
+echo done >&5
 mark "powering off"
 poweroff -f
 EOF
@@ -401,14 +442,24 @@ chmod 0755 "$ird/init"
 # qemu's arguments.
 kernel=$kdir/vmlinuz
 [ -f "$kdir/vmlinux" ] && kernel=$kdir/vmlinux
+# PCIe root complexes and vIOMMU need q35; the firmware stays qemu's default,
+# SeaBIOS (qboot would not enumerate the expander buses).
+machine=pc append=''
+[ -n "$pci$iommu" ] && machine=q35
+# Without udev nothing else would keep fbdev off virtio-gpu (a flood of
+# warnings under TCG) or give each NVMe in a subsystem a PCI parent.
+[ -n "$pci" ] && append="$append drm_kms_helper.fbdev_emulation=0 nvme_core.multipath=N"
+[ -n "$iommu" ] && append="$append intel_iommu=on"
 # shellcheck disable=SC2054 # commas inside qemu's option values
-args=(-accel "$accel" -cpu "$cpu_model" -machine pc
+args=(-accel "$accel" -cpu "$cpu_model" -machine "$machine"
   -smp "$cpus,sockets=$sockets,cores=$cores,threads=$threads" -m "${mem}M"
   -nodefaults -no-user-config -display none -no-reboot
   -kernel "$kernel" -initrd "$tmp/initrd"
-  -append "console=ttyS0 quiet loglevel=5 panic=-1 rdinit=/init${NRM_VM_APPEND:+ $NRM_VM_APPEND}"
-  -serial "file:$tmp/console.log"
-  -device virtio-serial-pci
+  -append "console=ttyS0 quiet loglevel=5 panic=-1 rdinit=/init$append${NRM_VM_APPEND:+ $NRM_VM_APPEND}"
+  -serial "file:$tmp/console.log")
+# The vIOMMU before every other device, so that it covers them all.
+[ -n "$iommu" ] && args+=(-device intel-iommu,intremap=off)
+args+=(-device virtio-serial-pci
   -chardev "file,id=out,path=$tmp/stdout" -device virtserialport,chardev=out,name=nrm.stdout
   -chardev "file,id=err,path=$tmp/stderr" -device virtserialport,chardev=err,name=nrm.stderr
   -chardev "file,id=st,path=$tmp/status" -device virtserialport,chardev=st,name=nrm.status
@@ -416,6 +467,31 @@ args=(-accel "$accel" -cpu "$cpu_model" -machine pc
 for i in "${!shares[@]}"; do
   args+=(-virtfs "local,path=${shares[i]},mount_tag=share$i,security_model=none,multidevs=remap")
 done
+if [ -n "$pci" ]; then
+  # After the devices placed on the first free slot, which would otherwise go
+  # behind the last root complex.  Node k: root complex pxb<k> on bus
+  # 0x20*(k+1), one root port per endpoint (so each endpoint has its own
+  # IOMMU group); fixed MACs and serials.
+  for ((k = 0; k < nodes; k++)); do
+    bus=$(printf '0x%02x' $((0x20 * (k + 1))))
+    args+=(-device "pxb-pcie,id=pxb$k,bus_nr=$bus,numa_node=$k,bus=pcie.0")
+    ports=(g n s)
+    [ "$k" -eq $((nodes - 1)) ] && ports+=(v)
+    for i in "${!ports[@]}"; do
+      args+=(-device "pcie-root-port,id=rp$k${ports[i]},bus=pxb$k,chassis=$((k * 4 + i + 1)),slot=0")
+    done
+    args+=(-device "virtio-gpu-pci,bus=rp${k}g"
+      -device "e1000e,bus=rp${k}n,mac=52:54:00:00:0$k:01"
+      -blockdev "driver=null-co,node-name=nvm$k,size=1073741824,read-zeroes=on"
+      -device "nvme,serial=nrm-nvme$k,drive=nvm$k,bus=rp${k}s")
+    if [ "$k" -eq $((nodes - 1)) ]; then
+      args+=(-blockdev "driver=null-co,node-name=nvmvf,size=1073741824,read-zeroes=on"
+        -device nvme-subsys,id=subsys0
+        -device "nvme,id=nvmepf,serial=nrm-sriov,subsys=subsys0,bus=rp${k}v,sriov_max_vfs=2,sriov_vq_flexible=4,sriov_vi_flexible=2"
+        -device nvme-ns,drive=nvmvf,bus=nvmepf,nsid=1)
+    fi
+  done
+fi
 cpu0=0
 for ((n = 0; n < nodes; n++)); do
   args+=(-object "memory-backend-ram,id=m$n,size=${node_mem}M"
@@ -463,6 +539,14 @@ while :; do
     fi
     sleep 0.2
   done
+  # Once the guest has synced and unmounted the shares, its power-off is
+  # only waited for.
+  if [ -n "$booted" ]; then
+    while kill -0 "$qpid" 2>/dev/null && [ "$SECONDS" -lt "$timeout" ]; do
+      if grep -q '^done' "$tmp/status" 2>/dev/null; then kill "$qpid" 2>/dev/null; break; fi
+      sleep 0.1
+    done
+  fi
   wait "$qpid"
   qrc=$?
   qpid=''
@@ -483,10 +567,9 @@ while :; do
   echo "$prog: the VM $why, at: $(tail -n 1 "$tmp/console.log" | tr -d '\r' | cut -c1-100); booting again" >&2
 done
 
+rc=$(tr -d '\r' <"$tmp/status" | sed -n 's/^rc //p' | tail -n 1)
+[ -n "$rc" ] && isnum "$rc" && exit "$rc"
 st=$(tr -d '\r' <"$tmp/status" | tail -n 1)
-case $st in
-  "rc "*) rc=${st#rc }; isnum "$rc" && exit "$rc" ;;
-esac
 if [ "$qrc" -eq 124 ] || [ "$qrc" -eq 137 ] || [ "$SECONDS" -ge "$timeout" ]; then
   echo "$prog: timed out after $timeout s" >&2
   sed "s/^/$prog: console: /" "$tmp/console.log" | tail -n 20 >&2
