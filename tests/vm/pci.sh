@@ -185,9 +185,17 @@ else
         else if (t[$1] != $2 " " $3) printf " %s:slice=%s/%s,sysfs=%s", $4, $2, $3, t[$1]
         else if ($4 !~ ("^[a-z]+-" n "$")) printf " %s:name does not match %s", $4, $1 }' "$TMP/truth" "$TMP/pub")
     verdict "every pci.nrm.io device ($(wc -l <"$TMP/pub")) has the pciBusID, numaNode and pcieRoot of sysfs and is named after it" "$bad"
-    bad=$(awk 'NR == FNR { p[$1] = 1; next } ($4 ~ /^030[02]$/ || $4 == "0380" || $4 ~ /^02/ || $4 == "0108") && !($1 in p) { printf " %s(%s)", $1, $4 }' \
-      "$TMP/pub" "$TMP/truth")
-    verdict "every GPU, NIC and NVMe function is published" "$bad"
+    # An SR-IOV PF whose VFs are enabled is not published: its VFs are.
+    # (the driver field may be empty: a PF is any bus id after the class)
+    bad=$(awk 'NR == FNR { p[$1] = 1; next }
+      { for (i = 5; i <= NF; i++) if ($i ~ /^[0-9a-f][0-9a-f][0-9a-f][0-9a-f]:[0-9a-f][0-9a-f]:/) pf[$i] = 1; t[FNR] = $0 }
+      END { for (i in t) { split(t[i], f, " ")
+              if ((f[4] ~ /^030[02]$/ || f[4] == "0380" || f[4] ~ /^02/ || f[4] == "0108") && !(f[1] in p) && !(f[1] in pf))
+                printf " %s(%s)", f[1], f[4] } }' "$TMP/pub" "$TMP/truth")
+    verdict "every GPU, NIC and NVMe function is published (a PF with enabled VFs through its VFs)" "$bad"
+    bad=$(awk 'NR == FNR { for (i = 5; i <= NF; i++) if ($i ~ /^[0-9a-f][0-9a-f][0-9a-f][0-9a-f]:[0-9a-f][0-9a-f]:/) pf[$i] = 1; next }
+      ($1 in pf) { printf " %s", $1 }' "$TMP/truth" "$TMP/pub")
+    verdict "no SR-IOV PF with enabled VFs is published beside them" "$bad"
   else
     fail "nrm slices is not JSON: $(head -c 300 "$TMP/e")"
   fi
