@@ -101,6 +101,8 @@ static const char usage_text[]
       "\n"
       "Options of topology:\n"
       "      --json                 print the whole model as JSON\n"
+      "      --hardware             numactl -H's view: each node's CPUs, size and free memory\n"
+      "                             (live machine only), the distance table\n"
       "\n"
       "Options of plugin (and --kubelet-dir above):\n"
       "      --cdi-dir DIR          where CDI specs are written (/var/run/cdi)\n"
@@ -161,6 +163,7 @@ enum
   OPT_FEATURE_GATES,
   OPT_FSROOT,
   OPT_JSON,
+  OPT_HARDWARE,
   OPT_KUBELET_DIR,
   OPT_CDI_DIR,
   OPT_STATE_DIR,
@@ -228,6 +231,7 @@ static const struct cli_option cli_options[] = {
   { "feature-gates", required_argument, OPT_FEATURE_GATES, CMD_ALL },
   { "fsroot", required_argument, OPT_FSROOT, CMD_ALL },
   { "json", no_argument, OPT_JSON, CMD_TOPOLOGY | CMD_STATUS },
+  { "hardware", no_argument, OPT_HARDWARE, CMD_TOPOLOGY },
   { "kubelet-dir", required_argument, OPT_KUBELET_DIR, CMD_PLUGIN | CMD_SLICES | CMD_STATUS },
   { "cdi-dir", required_argument, OPT_CDI_DIR, CMD_PLUGIN },
   { "state-dir", required_argument, OPT_STATE_DIR, CMD_PLUGIN | CMD_RUN | CMD_STATUS | CMD_HOOK },
@@ -264,6 +268,7 @@ struct cli
 {
   struct nrm_config cfg;
   bool json;
+  bool hardware; /* nrm topology --hardware */
   struct nrm_run_request run;
   const char *options[16];
   size_t n_options;
@@ -508,6 +513,9 @@ parse_options (struct cli *cli, const char *cmd, int argc, char **argv, nrm_erro
         case OPT_JSON:
           cli->json = true;
           break;
+        case OPT_HARDWARE:
+          cli->hardware = true;
+          break;
         default:
           break;
         }
@@ -515,6 +523,8 @@ parse_options (struct cli *cli, const char *cmd, int argc, char **argv, nrm_erro
         return -1;
       li = -1;
     }
+  if (cli->json && cli->hardware)
+    return nrm_error_set (err, EINVAL, "topology: --hardware is a text view and --json the whole model: give one");
   return nrm_config_finish (&cli->cfg, err);
 }
 
@@ -606,7 +616,8 @@ cmd_topology (struct cli *cli, nrm_error_t *err)
         r = nrm_error_errno (err, errno, "open_memstream");
       else
         {
-          r = nrm_topology_print_summary (t, f, err);
+          r = cli->hardware ? nrm_topology_print_hardware (t, cli->cfg.fsroot, f, err)
+                            : nrm_topology_print_summary (t, f, err);
           fclose (f);
           if (r == 0)
             r = emit (buf, len, err);
