@@ -36,6 +36,7 @@
 #endif
 #include "nrm/log.h"
 #include "nrm/run.h"
+#include "nrm/settings.h"
 #include "nrm/status.h"
 #include "nrm/base/cleanup.h"
 #include "nrm/base/xalloc.h"
@@ -758,6 +759,13 @@ cmd_status (struct cli *cli, nrm_error_t *err)
     return -1;
   if (open_drivers (&cli->cfg, t, &reg, &d, err) == 0)
     {
+      cleanup_json json_t *mine = nrm_settings_record (&cli->cfg, t, &d);
+      if (nrm_settings_check (cli->cfg.state_dir, mine, "status", err) < 0)
+        {
+          close_drivers (reg, &d);
+          nrm_topology_free (t);
+          return -1;
+        }
       FILE *f = open_memstream (&buf, &len);
       r = f ? nrm_status (&cli->cfg, t, &d, cli->json, f, err) : nrm_error_errno (err, errno, "open_memstream");
       if (f)
@@ -1241,6 +1249,13 @@ cmd_plugin (struct cli *cli, nrm_error_t *err)
       nrm_log (NULL, NRM_LOG_INFO, "%s: serving %s, registering at %s", pc.driver, nrm_plugin_dra_socket (plugins[i]),
                nrm_plugin_registration_socket (plugins[i]));
     }
+  /* What shapes the devices, for nrm status to compare its own settings
+   * with (the state dir exists now). */
+  {
+    cleanup_json json_t *settings = nrm_settings_record (c, t, &d);
+    if (nrm_settings_write (c->state_dir, settings, err) < 0)
+      goto out;
+  }
   if (api && !c->no_publish)
     {
       if (start_publishers (c, &d, kube, pubs, err) < 0)

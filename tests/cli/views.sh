@@ -78,4 +78,59 @@ if "$NRM" topology --hardware >"$TMP/live" 2>"$TMP/err"; then
 else
   grep -q "cannot load topology" "$TMP/err" || fail "live --hardware: $(cat "$TMP/err")"
 fi
+
+# --- nrm status ---------------------------------------------------------------
+# The plugin in partitioned mode on the Zen4, one claim holding L3 group 1.
+K="$TMP/k"; S="$TMP/state"; mkdir -p "$TMP/claims"
+uid=00000000-0000-4000-8000-0000000000d1
+cat >"$TMP/claims/default_l3.json" <<EOT
+{"apiVersion":"resource.k8s.io/v1","kind":"ResourceClaim",
+ "metadata":{"namespace":"default","name":"l3","uid":"$uid"},
+ "status":{"allocation":{"devices":{"results":[
+  {"request":"a","driver":"cpu.nrm.io","pool":"n1","device":"l3-1"}]}}}}
+EOT
+set -- --node-name n1 --topology "$zen4" --drivers cpu --cpu-mode partitioned --reserved-cpus 0
+"$NRM" plugin "$@" --kubelet-dir "$K" --cdi-dir "$TMP/cdi" --state-dir "$S" --create-state-dir \
+  --claims-dir "$TMP/claims" --hook-path "" --reconcile-interval 0 2>"$TMP/plugin.log" &
+plugin=$!
+for _ in $(seq 100); do [ -S "$K/plugins_registry/cpu.nrm.io-reg.sock" ] && break; sleep 0.1; done
+"$NRM_DRA_CLIENT" prepare "$K/plugins/cpu.nrm.io/dra.sock" default l3 $uid >/dev/null 2>"$TMP/err" && ok \
+  || fail "prepare l3-1: $(cat "$TMP/err") $(tail -5 "$TMP/plugin.log")"
+kill -TERM $plugin; wait $plugin
+[ -s "$S/settings.json" ] && ok || fail "the plugin wrote no settings record"
+"$NRM" status "$@" --state-dir "$S" >"$TMP/st" 2>"$TMP/err" && ok || fail "status with the plugin's settings: $(cat "$TMP/err")"
+grep -q '^cpu.nrm.io pool n1: 217 devices, 1 allocated, ' "$TMP/st" && ok || fail "counts: $(head -1 "$TMP/st")"
+grep -qE '^  l3-1 +cpus 16, consumed 16, 1 claim; CPUs 8-15,200-207, held 8-15,200-207$' "$TMP/st" && ok \
+  || fail "l3-1 line: $(grep l3-1 "$TMP/st")"
+grep -qE '^  numa0 +cpus 191, consumed 0, 0 claims; CPUs 1-95,192-287, held -$' "$TMP/st" && ok \
+  || fail "numa0 line: $(grep numa0 "$TMP/st")"
+grep -qxF '  NUMA node 0: free 1-7,16-95,192-199,208-287 (175 of 191 allocatable)' "$TMP/st" && ok \
+  || fail "free CPUs of node 0: $(tail -3 "$TMP/st")"
+grep -qxF '  NUMA node 1: free 96-191,288-383 (192 of 192 allocatable)' "$TMP/st" && ok \
+  || fail "free CPUs of node 1: $(tail -3 "$TMP/st")"
+"$NRM" status "$@" --state-dir "$S" --json >"$TMP/sj" 2>"$TMP/err"
+python3 -c "
+import json, sys
+d = json.load(open(sys.argv[1]))
+dev = {x['name']: x for x in d['pools'][0]['devices']}
+assert dev['l3-1']['cpus'] == '8-15,200-207' and dev['l3-1']['heldCPUs'] == '8-15,200-207'
+assert d['numaNodes'][0]['freeCPUs'] == '1-7,16-95,192-199,208-287'" "$TMP/sj" && ok || fail "status --json: CPU lists"
+# Other settings than the plugin's are refused, naming the setting and both values.
+expect_error "status in numa mode" "the CPU mode (--cpu-mode) is \`numa\` here but \`partitioned\` in the plugin's record" \
+  -- status --node-name n1 --topology "$zen4" --drivers cpu --reserved-cpus 0 --state-dir "$S"
+expect_error "status with other reserved CPUs" "the reserved CPUs (--reserved-cpus) is \`0-1\` here but \`0\`" \
+  -- status "$@" --reserved-cpus 0-1 --state-dir "$S"
+expect_error "status on another machine" "the machine (--topology) is \`live\` here" \
+  -- status --node-name n1 --drivers cpu --cpu-mode partitioned --reserved-cpus 0 --state-dir "$S"
+# Without the record (a plugin before it), a held device is never free.
+mv "$S/settings.json" "$TMP/settings.json"
+"$NRM" status --node-name n1 --topology "$zen4" --drivers cpu --state-dir "$S" >"$TMP/st" 2>"$TMP/err"
+grep -q '^cpu.nrm.io pool n1: 3 devices, 1 allocated, 2 available' "$TMP/st" && ok \
+  || fail "a held device counted as free: $(head -1 "$TMP/st") $(cat "$TMP/err")"
+grep -qE "^  l3-1 +not in the pool now, held by default/l3 \($uid\)$" "$TMP/st" && ok \
+  || fail "the held device not listed: $(cat "$TMP/st")"
+if [ "$(nproc)" -lt 200 ]; then
+  expect_error "claims on CPUs the machine does not have" "hold CPUs 8-15,200-207, which this machine (live) does not have" \
+    -- status --node-name n1 --drivers cpu --cpu-mode partitioned --state-dir "$S"
+fi
 finish
