@@ -1224,6 +1224,14 @@ cmd_plugin (struct cli *cli, nrm_error_t *err)
   if (c->hook_path[0])
     hook = json_pack ("{s:s, s:s, s:[s, s, s, s, s]}", "hookName", "createRuntime", "path", c->hook_path, "args",
                       "nrm-hook", "--fsroot", c->fsroot, "--state-dir", c->state_dir);
+  /* What shapes the devices, for nrm status to compare its own settings
+   * with; before the drivers start, whose recovery removes what an
+   * interrupted write of it left. */
+  {
+    cleanup_json json_t *settings = nrm_settings_record (c, t, &d);
+    if (nrm_mkdir_p (c->state_dir, 0700, err) < 0 || nrm_settings_write (c->state_dir, settings, err) < 0)
+      goto out;
+  }
   for (size_t i = 0; i < d.n; i++)
     {
       struct nrm_plugin_config pc;
@@ -1249,13 +1257,6 @@ cmd_plugin (struct cli *cli, nrm_error_t *err)
       nrm_log (NULL, NRM_LOG_INFO, "%s: serving %s, registering at %s", pc.driver, nrm_plugin_dra_socket (plugins[i]),
                nrm_plugin_registration_socket (plugins[i]));
     }
-  /* What shapes the devices, for nrm status to compare its own settings
-   * with (the state dir exists now). */
-  {
-    cleanup_json json_t *settings = nrm_settings_record (c, t, &d);
-    if (nrm_settings_write (c->state_dir, settings, err) < 0)
-      goto out;
-  }
   if (api && !c->no_publish)
     {
       if (start_publishers (c, &d, kube, pubs, err) < 0)

@@ -645,7 +645,7 @@ nrm_status (struct nrm_config *c, const struct nrm_topology *t, const struct nrm
     const char *f = json_string_value (json_object_get (p, "freeCPUs"));
     const char *fi = json_string_value (json_object_get (p, "freeIsolatedCPUs"));
     fprintf (out,
-             "  NUMA node %" JSON_INTEGER_FORMAT ": free %s (%" JSON_INTEGER_FORMAT " of %" JSON_INTEGER_FORMAT
+             "  NUMA node %" JSON_INTEGER_FORMAT ": free CPUs %s (%" JSON_INTEGER_FORMAT " of %" JSON_INTEGER_FORMAT
              " allocatable)",
              json_integer_value (json_object_get (p, "id")), *f ? f : "-",
              json_integer_value (json_object_get (p, "freeCount")),

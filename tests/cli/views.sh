@@ -104,9 +104,9 @@ grep -qE '^  l3-1 +cpus 16, consumed 16, 1 claim; CPUs 8-15,200-207, held 8-15,2
   || fail "l3-1 line: $(grep l3-1 "$TMP/st")"
 grep -qE '^  numa0 +cpus 191, consumed 0, 0 claims; CPUs 1-95,192-287, held -$' "$TMP/st" && ok \
   || fail "numa0 line: $(grep numa0 "$TMP/st")"
-grep -qxF '  NUMA node 0: free 1-7,16-95,192-199,208-287 (175 of 191 allocatable)' "$TMP/st" && ok \
+grep -qxF '  NUMA node 0: free CPUs 1-7,16-95,192-199,208-287 (175 of 191 allocatable)' "$TMP/st" && ok \
   || fail "free CPUs of node 0: $(tail -3 "$TMP/st")"
-grep -qxF '  NUMA node 1: free 96-191,288-383 (192 of 192 allocatable)' "$TMP/st" && ok \
+grep -qxF '  NUMA node 1: free CPUs 96-191,288-383 (192 of 192 allocatable)' "$TMP/st" && ok \
   || fail "free CPUs of node 1: $(tail -3 "$TMP/st")"
 "$NRM" status "$@" --state-dir "$S" --json >"$TMP/sj" 2>"$TMP/err"
 python3 -c "
