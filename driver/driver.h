@@ -165,7 +165,8 @@ struct nrm_driver_ops
 
   /* What a claim holds, for nrm status and /metrics (a new reference):
    * {"cpus": "0-3" (CPUs held exclusively), "memoryNodes": "0",
-   *  "devices": {name: {capacity name: amount (a number)}}}; every key
+   *  "devices": {name: {capacity name: amount (a number)}},
+   *  "deviceCPUs": {name: "0-1" (its CPUs of the claim)}}; every key
    * optional. Optional: without it, devices are listed as held. */
   json_t *(*describe) (void *self, const char *uid, json_t *state);
 

@@ -36,6 +36,7 @@
 #endif
 #include "nrm/log.h"
 #include "nrm/run.h"
+#include "nrm/settings.h"
 #include "nrm/status.h"
 #include "nrm/base/cleanup.h"
 #include "nrm/base/xalloc.h"
@@ -101,6 +102,8 @@ static const char usage_text[]
       "\n"
       "Options of topology:\n"
       "      --json                 print the whole model as JSON\n"
+      "      --hardware             numactl -H's view: each node's CPUs, size and free memory\n"
+      "                             (live machine only), the distance table\n"
       "\n"
       "Options of plugin (and --kubelet-dir above):\n"
       "      --cdi-dir DIR          where CDI specs are written (/var/run/cdi)\n"
@@ -161,6 +164,7 @@ enum
   OPT_FEATURE_GATES,
   OPT_FSROOT,
   OPT_JSON,
+  OPT_HARDWARE,
   OPT_KUBELET_DIR,
   OPT_CDI_DIR,
   OPT_STATE_DIR,
@@ -228,6 +232,7 @@ static const struct cli_option cli_options[] = {
   { "feature-gates", required_argument, OPT_FEATURE_GATES, CMD_ALL },
   { "fsroot", required_argument, OPT_FSROOT, CMD_ALL },
   { "json", no_argument, OPT_JSON, CMD_TOPOLOGY | CMD_STATUS },
+  { "hardware", no_argument, OPT_HARDWARE, CMD_TOPOLOGY },
   { "kubelet-dir", required_argument, OPT_KUBELET_DIR, CMD_PLUGIN | CMD_SLICES | CMD_STATUS },
   { "cdi-dir", required_argument, OPT_CDI_DIR, CMD_PLUGIN },
   { "state-dir", required_argument, OPT_STATE_DIR, CMD_PLUGIN | CMD_RUN | CMD_STATUS | CMD_HOOK },
@@ -264,6 +269,7 @@ struct cli
 {
   struct nrm_config cfg;
   bool json;
+  bool hardware; /* nrm topology --hardware */
   struct nrm_run_request run;
   const char *options[16];
   size_t n_options;
@@ -508,6 +514,9 @@ parse_options (struct cli *cli, const char *cmd, int argc, char **argv, nrm_erro
         case OPT_JSON:
           cli->json = true;
           break;
+        case OPT_HARDWARE:
+          cli->hardware = true;
+          break;
         default:
           break;
         }
@@ -515,6 +524,8 @@ parse_options (struct cli *cli, const char *cmd, int argc, char **argv, nrm_erro
         return -1;
       li = -1;
     }
+  if (cli->json && cli->hardware)
+    return nrm_error_set (err, EINVAL, "topology: --hardware is a text view and --json the whole model: give one");
   return nrm_config_finish (&cli->cfg, err);
 }
 
@@ -606,7 +617,8 @@ cmd_topology (struct cli *cli, nrm_error_t *err)
         r = nrm_error_errno (err, errno, "open_memstream");
       else
         {
-          r = nrm_topology_print_summary (t, f, err);
+          r = cli->hardware ? nrm_topology_print_hardware (t, cli->cfg.fsroot, f, err)
+                            : nrm_topology_print_summary (t, f, err);
           fclose (f);
           if (r == 0)
             r = emit (buf, len, err);
@@ -747,6 +759,13 @@ cmd_status (struct cli *cli, nrm_error_t *err)
     return -1;
   if (open_drivers (&cli->cfg, t, &reg, &d, err) == 0)
     {
+      cleanup_json json_t *mine = nrm_settings_record (&cli->cfg, t, &d);
+      if (nrm_settings_check (cli->cfg.state_dir, mine, "status", err) < 0)
+        {
+          close_drivers (reg, &d);
+          nrm_topology_free (t);
+          return -1;
+        }
       FILE *f = open_memstream (&buf, &len);
       r = f ? nrm_status (&cli->cfg, t, &d, cli->json, f, err) : nrm_error_errno (err, errno, "open_memstream");
       if (f)
@@ -1205,6 +1224,14 @@ cmd_plugin (struct cli *cli, nrm_error_t *err)
   if (c->hook_path[0])
     hook = json_pack ("{s:s, s:s, s:[s, s, s, s, s]}", "hookName", "createRuntime", "path", c->hook_path, "args",
                       "nrm-hook", "--fsroot", c->fsroot, "--state-dir", c->state_dir);
+  /* What shapes the devices, for nrm status to compare its own settings
+   * with; before the drivers start, whose recovery removes what an
+   * interrupted write of it left. */
+  {
+    cleanup_json json_t *settings = nrm_settings_record (c, t, &d);
+    if (nrm_mkdir_p (c->state_dir, 0700, err) < 0 || nrm_settings_write (c->state_dir, settings, err) < 0)
+      goto out;
+  }
   for (size_t i = 0; i < d.n; i++)
     {
       struct nrm_plugin_config pc;

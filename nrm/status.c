@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "cpuset/placement.h"
+#include "driver/cpu/cpu.h"
 #include "driver/devices.h"
 #include "driver/pci/pci.h"
 #include "driver/plugin.h"
@@ -182,9 +183,36 @@ left_out_view (const struct nrm_topology *t, json_t *left)
   return out;
 }
 
-/* descs: uid -> what the driver says the claim holds (describe). */
+/* A device of the CPU driver: its CPUs and those claims hold of it
+ * (describe's deviceCPUs). */
+static void
+cpu_lists (const struct nrm_topology *t, json_t *view, const char *name, json_t *holders, json_t *descs)
+{
+  cleanup_bitmap hwloc_bitmap_t own = nrm_cpu_device_cpus (t, name);
+  cleanup_bitmap hwloc_bitmap_t held = xbitmap_alloc ();
+  size_t i;
+  json_t *u;
+  json_array_foreach (holders, i, u)
+  {
+    const char *list = json_string_value (
+        json_object_get (json_object_get (json_object_get (descs, json_string_value (u)), "deviceCPUs"), name));
+    hwloc_bitmap_t set = NULL;
+    nrm_error_t e = NULL;
+    if (list && nrm_cpulist_parse (list, &set, &e) == 0)
+      hwloc_bitmap_or (held, held, set);
+    nrm_error_release (&e);
+    hwloc_bitmap_free (set);
+  }
+  cleanup_free char *o = nrm_cpulist_format (own), *h = nrm_cpulist_format (held);
+  json_object_set_new (view, "cpus", json_string (o));
+  json_object_set_new (view, "heldCPUs", json_string (h));
+}
+
+/* descs: uid -> what the driver says the claim holds (describe); cpu: the
+ * pool is the CPU driver's. */
 static json_t *
-pool_status (const struct nrm_topology *t, const struct nrm_pool *p, json_t *claims, json_t *descs, const char *node)
+pool_status (const struct nrm_topology *t, const struct nrm_pool *p, json_t *claims, json_t *descs, const char *node,
+             bool cpu)
 {
   json_t *devices = json_array ();
   cleanup_json json_t *held = json_array ();
@@ -240,6 +268,8 @@ pool_status (const struct nrm_topology *t, const struct nrm_pool *p, json_t *cla
     json_t *pci = pci_view (t, json_object_get (dev, "attributes"));
     if (pci)
       json_object_set_new (view, "pci", pci);
+    if (cpu)
+      cpu_lists (t, view, name, holders, descs);
     json_array_append_new (devices, view);
   }
   /* Partitionable devices: what held devices consume of the shared
@@ -253,6 +283,48 @@ pool_status (const struct nrm_topology *t, const struct nrm_pool *p, json_t *cla
     bool fits = is_held || left == NULL || fits_counters (dev, left);
     json_object_set_new (st, "available", json_boolean (!is_held && fits));
     unavailable += !is_held && !fits;
+  }
+  /* A device a claim holds that the pool does not have now (a PCI
+   * function that went away): listed and counted as allocated, never
+   * "free". */
+  const char *uid;
+  json_t *c;
+  json_object_foreach (claims, uid, c)
+  {
+    size_t k;
+    json_t *d;
+    if (!nrm_checkpoint_completed (c))
+      continue;
+    json_array_foreach (json_object_get (c, "devices"), k, d)
+    {
+      const char *name = json_string_value (json_object_get (d, "device"));
+      json_t *st = NULL;
+      size_t j;
+      json_t *v;
+      json_array_foreach (devices, j, v)
+      {
+        if (strcmp (json_string_value (json_object_get (v, "name")), name ? name : "") == 0)
+          st = v;
+      }
+      if (name == NULL)
+        continue;
+      if (st == NULL)
+        {
+          st = json_pack ("{s:s, s:{}, s:s, s:[], s:b, s:b}", "name", name, "capacity", "consumed", "-", "claims",
+                          "available", 0, "published", 0);
+          json_array_append_new (devices, st);
+          total++;
+          allocated++;
+        }
+      if (json_is_false (json_object_get (st, "published")))
+        {
+          json_t *h = json_object_get (st, "claims");
+          bool seen = false;
+          json_array_foreach (h, j, v) { seen |= strcmp (json_string_value (v), uid) == 0; }
+          if (!seen)
+            json_array_append_new (h, json_string (uid));
+        }
+    }
   }
   /* The counts a ResourcePoolStatus (KEP-5677) reports: a device shared by
    * consumable capacity counts as allocated once anything holds it. */
@@ -376,7 +448,7 @@ nrm_status (struct nrm_config *c, const struct nrm_topology *t, const struct nrm
         if (s->ops->describe && nrm_checkpoint_completed (cl))
           json_object_set_new (descs, uid, s->ops->describe (s->self, uid, json_object_get (cl, "state")));
       }
-      json_t *ps = pool_status (t, &pool, claims, descs, c->node_name);
+      json_t *ps = pool_status (t, &pool, claims, descs, c->node_name, strcmp (s->ops->id, "cpu") == 0);
       nrm_pool_done (&pool);
       /* A PCI driver, generic or vendor (its pool is the PCI driver's):
        * the functions it leaves to another driver, as of this pool. */
@@ -426,6 +498,21 @@ nrm_status (struct nrm_config *c, const struct nrm_topology *t, const struct nrm
       }
     }
   json_object_set (doc, "claims", all_claims);
+  /* CPUs that are not on this machine at all: the plugin serves another
+   * machine (or other settings), and nothing below would be true. */
+  {
+    cleanup_bitmap hwloc_bitmap_t gone = xbitmap_dup (exclusive);
+    hwloc_bitmap_andnot (gone, gone, t->online);
+    hwloc_bitmap_andnot (gone, gone, t->offline);
+    if (!hwloc_bitmap_iszero (gone))
+      {
+        cleanup_free char *g = nrm_cpulist_format (gone);
+        return nrm_error_set (err, EINVAL,
+                              "status: claims in `%s` hold CPUs %s, which this machine (%s) does not have: give status "
+                              "the plugin's settings (--topology, the same -c file)",
+                              c->state_dir, g, t->source);
+      }
+  }
   shared = nrm_status_shared_cpus (c, t, exclusive);
   ex = nrm_cpulist_format (exclusive);
   sh = nrm_cpulist_format (shared);
@@ -433,6 +520,26 @@ nrm_status (struct nrm_config *c, const struct nrm_topology *t, const struct nrm
   iso = nrm_cpulist_format (t->isolated);
   json_object_set_new (
       doc, "cpus", json_pack ("{s:s, s:s, s:s, s:s}", "exclusive", ex, "shared", sh, "reserved", res, "isolated", iso));
+  /* Per NUMA node, what no claim holds of its allocatable CPUs (the
+   * isolated ones apart). */
+  json_t *nodes = json_array ();
+  json_object_set_new (doc, "numaNodes", nodes);
+  for (size_t n = 0; n < t->n_numa; n++)
+    {
+      cleanup_bitmap hwloc_bitmap_t alloc = nrm_topology_node_allocatable (t, n);
+      cleanup_bitmap hwloc_bitmap_t isol = xbitmap_dup (alloc);
+      hwloc_bitmap_and (isol, isol, t->isolated);
+      hwloc_bitmap_andnot (alloc, alloc, t->isolated);
+      cleanup_bitmap hwloc_bitmap_t fr = xbitmap_dup (alloc), fi = xbitmap_dup (isol);
+      hwloc_bitmap_andnot (fr, fr, exclusive);
+      hwloc_bitmap_andnot (fi, fi, exclusive);
+      cleanup_free char *a = nrm_cpulist_format (alloc), *f = nrm_cpulist_format (fr);
+      cleanup_free char *fis = nrm_cpulist_format (fi);
+      json_array_append_new (nodes, json_pack ("{s:I, s:s, s:s, s:I, s:s, s:I}", "id", (json_int_t) t->numa[n].os_index,
+                                               "allocatableCPUs", a, "freeCPUs", f, "freeCount",
+                                               (json_int_t) hwloc_bitmap_weight (fr), "freeIsolatedCPUs", fis,
+                                               "allocatableCount", (json_int_t) hwloc_bitmap_weight (alloc)));
+    }
 
   if (as_json)
     {
@@ -467,13 +574,26 @@ nrm_status (struct nrm_config *c, const struct nrm_topology *t, const struct nrm
           print_holders (out, json_object_get (d, "claims"), all_claims);
           continue;
         }
+      if (json_is_false (json_object_get (d, "published")))
+        {
+          fputs (" not in the pool now", out);
+          print_holders (out, json_object_get (d, "claims"), all_claims);
+          continue;
+        }
       json_object_foreach (json_object_get (d, "capacity"), key, v)
       {
         fprintf (out, " %s %s", key, json_string_value (v));
       }
-      fprintf (out, ", consumed %s, %zu claim%s\n", json_string_value (json_object_get (d, "consumed")),
+      fprintf (out, ", consumed %s, %zu claim%s", json_string_value (json_object_get (d, "consumed")),
                json_array_size (json_object_get (d, "claims")),
                json_array_size (json_object_get (d, "claims")) == 1 ? "" : "s");
+      if (json_object_get (d, "cpus"))
+        {
+          const char *own = json_string_value (json_object_get (d, "cpus"));
+          const char *held = json_string_value (json_object_get (d, "heldCPUs"));
+          fprintf (out, "; CPUs %s, held %s", *own ? own : "-", *held ? held : "-");
+        }
+      fputc ('\n', out);
     }
     json_array_foreach (json_object_get (p, "leftOut"), k, d)
     {
@@ -520,6 +640,20 @@ nrm_status (struct nrm_config *c, const struct nrm_topology *t, const struct nrm
   }
   fprintf (out, "CPUs: exclusive %s; shared %s; reserved %s; isolated %s\n", ex && *ex ? ex : "-", sh && *sh ? sh : "-",
            res && *res ? res : "-", iso && *iso ? iso : "-");
+  json_array_foreach (nodes, i, p)
+  {
+    const char *f = json_string_value (json_object_get (p, "freeCPUs"));
+    const char *fi = json_string_value (json_object_get (p, "freeIsolatedCPUs"));
+    fprintf (out,
+             "  NUMA node %" JSON_INTEGER_FORMAT ": free CPUs %s (%" JSON_INTEGER_FORMAT " of %" JSON_INTEGER_FORMAT
+             " allocatable)",
+             json_integer_value (json_object_get (p, "id")), *f ? f : "-",
+             json_integer_value (json_object_get (p, "freeCount")),
+             json_integer_value (json_object_get (p, "allocatableCount")));
+    if (*fi)
+      fprintf (out, "; isolated free %s", fi);
+    fputc ('\n', out);
+  }
   r = ferror (out) ? nrm_error_set (err, EIO, "cannot write the status") : 0;
 out:
   return r;

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "nrm/base/cleanup.h"
+#include "nrm/base/fs.h"
 #include "nrm/base/xalloc.h"
 #include "topology/topology.h"
 
@@ -157,8 +158,198 @@ or_dash (const char *s)
   return *s ? s : "-";
 }
 
-int
-nrm_topology_print_summary (const struct nrm_topology *t, FILE *out, nrm_error_t *err)
+/* Lines longer than this are broken at a space, else after a comma, and go
+ * on four columns further in than the line began. */
+#define SUMMARY_WIDTH 120
+
+static void
+write_wrapped (FILE *out, const char *text, size_t len)
+{
+  const char *end = text + len;
+  while (text < end)
+    {
+      const char *nl = memchr (text, '\n', (size_t) (end - text));
+      size_t n = nl ? (size_t) (nl - text) : (size_t) (end - text);
+      size_t indent = strspn (text, " ");
+      size_t col = 0; /* columns already used on the output line */
+      const char *p = text, *stop = text + n;
+      while (p < stop)
+        {
+          size_t room = SUMMARY_WIDTH - col;
+          size_t left = (size_t) (stop - p);
+          if (left <= room)
+            {
+              fwrite (p, 1, left, out);
+              break;
+            }
+          /* The last ", " or "; " in the second half of room, else the
+           * last space, else the last comma. */
+          size_t cut = 0;
+          for (size_t k = room; k > room / 2 && cut == 0; k--)
+            if (p[k] == ' ' && (p[k - 1] == ',' || p[k - 1] == ';'))
+              cut = k;
+          for (size_t k = room; k > 0 && cut == 0; k--)
+            if (p[k] == ' ')
+              cut = k;
+          if (cut == 0)
+            for (size_t k = room - 1; k > 0 && cut == 0; k--)
+              if (p[k] == ',')
+                cut = k + 1;
+          if (cut == 0)
+            cut = room; /* one word longer than a line */
+          fwrite (p, 1, cut, out);
+          p += cut;
+          while (p < stop && *p == ' ')
+            p++;
+          if (p < stop)
+            {
+              fputc ('\n', out);
+              col = indent + 4;
+              fprintf (out, "%*s", (int) col, "");
+            }
+        }
+      fputc ('\n', out);
+      text += n + (nl != NULL);
+    }
+}
+
+/* What two threads of a core have in common as text: "+192" when every
+ * core of cores[] has its threads at the same distances from its first
+ * CPU ("+1..+7" for consecutive ones), else NULL. */
+static char *
+uniform_siblings (const struct nrm_topology *t, const size_t *cores, size_t n)
+{
+  int base[64];
+  int nb = -1;
+  for (size_t i = 0; i < n; i++)
+    {
+      hwloc_const_bitmap_t c = t->cores[cores[i]].cpus;
+      int first = hwloc_bitmap_first (c), k = 0, cpu;
+      int offs[64];
+      hwloc_bitmap_foreach_begin (cpu, c)
+      {
+        if (cpu != first)
+          {
+            if (k == 64)
+              return NULL;
+            offs[k++] = cpu - first;
+          }
+      }
+      hwloc_bitmap_foreach_end ();
+      if (nb < 0)
+        {
+          nb = k;
+          memcpy (base, offs, sizeof (int) * (size_t) k);
+        }
+      else if (nb != k || memcmp (base, offs, sizeof (int) * (size_t) k) != 0)
+        return NULL;
+    }
+  if (nb <= 0)
+    return NULL;
+  bool consecutive = true;
+  for (int k = 0; k < nb; k++)
+    consecutive &= base[k] == k + 1;
+  if (consecutive && nb > 2)
+    return xasprintf ("+1..+%d", nb);
+  char *s = xstrdup ("");
+  for (int k = 0; k < nb; k++)
+    {
+      char *n2 = xasprintf ("%s%s+%d", s, k ? "," : "", base[k]);
+      free (s);
+      s = n2;
+    }
+  return s;
+}
+
+/* "; 8 cores; SMT siblings: each of 0-7 with +192" for the cores, or the
+ * sets of the cores with several threads one by one ("0,4 1,5") when they
+ * differ in shape; "; no SMT" when every core has one thread. */
+static void
+print_cores (FILE *out, const struct nrm_topology *t, const size_t *cores, size_t n)
+{
+  size_t smt = 0;
+  for (size_t i = 0; i < n; i++)
+    smt += hwloc_bitmap_weight (t->cores[cores[i]].cpus) > 1;
+  fprintf (out, "; %zu core%s", n, n == 1 ? "" : "s");
+  if (smt == 0)
+    {
+      fputs ("; no SMT", out);
+      return;
+    }
+  cleanup_free char *offs = smt == n && n > 1 ? uniform_siblings (t, cores, n) : NULL;
+  if (offs)
+    {
+      cleanup_bitmap hwloc_bitmap_t firsts = xbitmap_alloc ();
+      for (size_t i = 0; i < n; i++)
+        hwloc_bitmap_set (firsts, (unsigned) hwloc_bitmap_first (t->cores[cores[i]].cpus));
+      cleanup_free char *f = nrm_cpulist_format (firsts);
+      fprintf (out, "; SMT siblings: each of %s with %s", f, offs);
+      return;
+    }
+  fputs ("; SMT siblings:", out);
+  for (size_t i = 0; i < n; i++)
+    if (hwloc_bitmap_weight (t->cores[cores[i]].cpus) > 1)
+      {
+        cleanup_free char *c = nrm_cpulist_format (t->cores[cores[i]].cpus);
+        fprintf (out, " %s", c);
+      }
+  if (smt < n)
+    fprintf (out, " (%zu core%s of one thread)", n - smt, n - smt == 1 ? "" : "s");
+}
+
+/* One line per L3 group of node i (only its cores on this node), and one
+ * for the node's cores outside any L3 group. */
+static void
+print_l3_groups (FILE *out, const struct nrm_topology *t, size_t i)
+{
+  const struct nrm_numa_node *n = &t->numa[i];
+  cleanup_free size_t *cores = xcalloc (t->n_cores + 1, sizeof (*cores));
+  for (int l = 0; l <= (int) t->n_l3; l++)
+    {
+      int want = l == (int) t->n_l3 ? -1 : l;
+      size_t nc = 0;
+      cleanup_bitmap hwloc_bitmap_t cpus = xbitmap_alloc ();
+      for (size_t c = 0; c < t->n_cores; c++)
+        if (t->cores[c].numa == (int) i && t->cores[c].l3 == want && !hwloc_bitmap_iszero (t->cores[c].cpus))
+          {
+            cores[nc++] = c;
+            hwloc_bitmap_or (cpus, cpus, t->cores[c].cpus);
+          }
+      if (want >= 0 && nc == 0 && !hwloc_bitmap_intersects (t->l3[want].cpus, n->cpus))
+        continue;
+      if (want < 0 && nc == 0)
+        continue;
+      cleanup_free char *lc = nrm_cpulist_format (cpus);
+      if (want >= 0)
+        {
+          fprintf (out, "  L3 group %u (", t->l3[want].os_index);
+          print_bytes (out, t->l3[want].size);
+          fprintf (out, "): CPUs %s", or_dash (lc));
+        }
+      else
+        fprintf (out, "  no L3 group: CPUs %s", or_dash (lc));
+      if (nc)
+        print_cores (out, t, cores, nc);
+      fputc ('\n', out);
+    }
+}
+
+static void
+print_pci (FILE *out, const struct nrm_pci_device *d, const char *nodes)
+{
+  cleanup_free char *names = pci_names (d);
+  fprintf (out, "  PCI %s [%04x:%04x class %04x]%s", d->bus_id, d->vendor_id, d->device_id, d->class_id, names);
+  if (nodes)
+    fprintf (out, " nodes %s", or_dash (nodes));
+  else if (d->os_kind)
+    fprintf (out, " %s", d->os_kind);
+  if (d->os_names)
+    fprintf (out, " %s", d->os_names);
+  fputc ('\n', out);
+}
+
+static int
+print_summary (const struct nrm_topology *t, FILE *out)
 {
   uint64_t total = 0;
   for (size_t i = 0; i < t->n_numa; i++)
@@ -234,27 +425,10 @@ nrm_topology_print_summary (const struct nrm_topology *t, FILE *out, nrm_error_t
             fprintf (out, " (%" PRIu64 " reserved)", n->reserved_hugepages[h] / n->hugepages[h].size);
           fputc ('\n', out);
         }
-      bool first = true;
-      for (size_t l = 0; l < t->n_l3; l++)
-        if (hwloc_bitmap_intersects (t->l3[l].cpus, n->cpus))
-          {
-            cleanup_free char *lc = nrm_cpulist_format (t->l3[l].cpus);
-            fprintf (out, "%s%u (", first ? "  L3 groups: " : ", ", t->l3[l].os_index);
-            print_bytes (out, t->l3[l].size);
-            fprintf (out, ", CPUs %s)", lc);
-            first = false;
-          }
-      if (!first)
-        fputc ('\n', out);
+      print_l3_groups (out, t, i);
       for (size_t p = 0; p < t->n_pci; p++)
         if (t->pci[p].numa == (int) i)
-          {
-            cleanup_free char *names = pci_names (&t->pci[p]);
-            fprintf (out, "  PCI %s [%04x:%04x class %04x]%s%s%s%s%s\n", t->pci[p].bus_id, t->pci[p].vendor_id,
-                     t->pci[p].device_id, t->pci[p].class_id, names, t->pci[p].os_kind ? " " : "",
-                     t->pci[p].os_kind ? t->pci[p].os_kind : "", t->pci[p].os_names ? " " : "",
-                     t->pci[p].os_names ? t->pci[p].os_names : "");
-          }
+          print_pci (out, &t->pci[p], NULL);
     }
   size_t unattached = 0;
   for (size_t p = 0; p < t->n_pci; p++)
@@ -267,10 +441,7 @@ nrm_topology_print_summary (const struct nrm_topology *t, FILE *out, nrm_error_t
         if (t->pci[p].numa < 0)
           {
             cleanup_free char *nodes = nrm_cpulist_format (t->pci[p].nodes);
-            cleanup_free char *names = pci_names (&t->pci[p]);
-            fprintf (out, "  PCI %s [%04x:%04x class %04x]%s nodes %s%s%s\n", t->pci[p].bus_id, t->pci[p].vendor_id,
-                     t->pci[p].device_id, t->pci[p].class_id, names, or_dash (nodes), t->pci[p].os_names ? " " : "",
-                     t->pci[p].os_names ? t->pci[p].os_names : "");
+            print_pci (out, &t->pci[p], nodes);
           }
     }
   if (t->n_numa > 1)
@@ -287,7 +458,110 @@ nrm_topology_print_summary (const struct nrm_topology *t, FILE *out, nrm_error_t
           fputc ('\n', out);
         }
     }
+  return 0;
+}
+
+int
+nrm_topology_print_summary (const struct nrm_topology *t, FILE *out, nrm_error_t *err)
+{
+  cleanup_free char *buf = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream (&buf, &len);
+  if (f == NULL)
+    return nrm_error_errno (err, errno, "open_memstream");
+  print_summary (t, f);
+  bool bad = ferror (f);
+  if (fclose (f) != 0 || bad)
+    return nrm_error_errno (err, EIO, "cannot write the summary");
+  write_wrapped (out, buf, len);
   if (ferror (out))
     return nrm_error_errno (err, EIO, "cannot write the summary");
+  return 0;
+}
+
+/* MemFree of a node's meminfo in bytes; 0 with *known false when the file
+ * is missing. */
+static int
+node_free (const char *fsroot, unsigned node, uint64_t *ret, bool *known, nrm_error_t *err)
+{
+  cleanup_free char *path
+      = xasprintf ("%s/sys/devices/system/node/node%u/meminfo", strcmp (fsroot, "/") == 0 ? "" : fsroot, node);
+  cleanup_free char *text = NULL;
+  nrm_error_t rerr = NULL;
+  *known = false;
+  if (nrm_read_file (path, 1 << 20, &text, NULL, &rerr) < 0)
+    {
+      if (rerr->status == ENOENT)
+        {
+          nrm_error_release (&rerr);
+          return 0;
+        }
+      *err = rerr;
+      return -1;
+    }
+  const char *p = strstr (text, " MemFree:");
+  unsigned long long kb;
+  if (p == NULL || sscanf (p, " MemFree: %llu kB", &kb) != 1)
+    return nrm_error_set (err, EINVAL, "`%s` has no `MemFree: N kB` line", path);
+  *ret = (uint64_t) kb * 1024;
+  *known = true;
+  return 0;
+}
+
+int
+nrm_topology_print_hardware (const struct nrm_topology *t, const char *fsroot, FILE *out, nrm_error_t *err)
+{
+  bool live = strcmp (t->source, "live") == 0;
+  cleanup_bitmap hwloc_bitmap_t ids = xbitmap_alloc ();
+  for (size_t i = 0; i < t->n_numa; i++)
+    hwloc_bitmap_set (ids, t->numa[i].os_index);
+  cleanup_free char *range = nrm_cpulist_format (ids);
+  cleanup_free char *buf = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream (&buf, &len);
+  if (f == NULL)
+    return nrm_error_errno (err, errno, "open_memstream");
+  /* numactl -H's layout, byte for byte where it has the numbers. */
+  fprintf (f, "available: %zu nodes (%s)\n", t->n_numa, range);
+  for (size_t i = 0; i < t->n_numa; i++)
+    {
+      const struct nrm_numa_node *n = &t->numa[i];
+      int cpu;
+      fprintf (f, "node %u cpus:", n->os_index);
+      hwloc_bitmap_foreach_begin (cpu, n->cpus) { fprintf (f, " %d", cpu); }
+      hwloc_bitmap_foreach_end ();
+      fputc ('\n', f);
+      if (n->memory)
+        fprintf (f, "node %u size: %" PRIu64 " MB\n", n->os_index, n->memory >> 20);
+      else
+        fprintf (f, "node %u size: unknown\n", n->os_index);
+      uint64_t free_b = 0;
+      bool known = false;
+      if (live && node_free (fsroot ? fsroot : "/", n->os_index, &free_b, &known, err) < 0)
+        {
+          fclose (f);
+          return -1;
+        }
+      if (known)
+        fprintf (f, "node %u free: %" PRIu64 " MB\n", n->os_index, free_b >> 20);
+      else
+        fprintf (f, "node %u free: unknown\n", n->os_index);
+    }
+  fputs ("node distances:\nnode ", f);
+  for (size_t j = 0; j < t->n_numa; j++)
+    fprintf (f, "% 3d ", (int) t->numa[j].os_index);
+  fputc ('\n', f);
+  for (size_t i = 0; i < t->n_numa; i++)
+    {
+      fprintf (f, "% 3d: ", (int) t->numa[i].os_index);
+      for (size_t j = 0; j < t->n_numa; j++)
+        fprintf (f, "% 3d ", (int) nrm_topology_distance (t, i, j));
+      fputc ('\n', f);
+    }
+  bool bad = ferror (f);
+  if (fclose (f) != 0 || bad)
+    return nrm_error_errno (err, EIO, "cannot write the hardware view");
+  if (fwrite (buf, 1, len, out) != len)
+    return nrm_error_errno (err, EIO, "cannot write the hardware view");
   return 0;
 }

@@ -182,6 +182,11 @@ size_t nrm_topology_near_nodes (const struct nrm_topology *topo, size_t numa, in
 /* Human summary and full JSON model. */
 int nrm_topology_print_summary (const struct nrm_topology *topo, FILE *out, nrm_error_t *err);
 json_t *nrm_topology_to_json (const struct nrm_topology *topo);
+/* numactl -H's layout: the node count, each node's CPUs, size and free
+ * memory (MemFree of <fsroot>/sys/devices/system/node/nodeN/meminfo on the
+ * live machine; "unknown" for a recorded one or a missing file), the
+ * distance table. */
+int nrm_topology_print_hardware (const struct nrm_topology *topo, const char *fsroot, FILE *out, nrm_error_t *err);
 
 /* "0-3,8" for a set; the caller frees. */
 char *nrm_cpulist_format (hwloc_const_bitmap_t set);

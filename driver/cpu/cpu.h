@@ -15,4 +15,9 @@ int nrm_cpu_pool (const struct nrm_topology *t, const struct nrm_publish_options
  * its consumable devices in. */
 void nrm_cpu_room (const struct nrm_topology *t, json_t *held, uint64_t **free_cpus, uint64_t **free_cell);
 
+/* The CPUs a device of the CPU driver stands for (numa<N>, numa<N>-isolated,
+ * l3-<id>, core<cpu>): allocatable ones, isolated ones only for an isolated
+ * device; empty for a name that is none of these (a new set). */
+hwloc_bitmap_t nrm_cpu_device_cpus (const struct nrm_topology *t, const char *name);
+
 #endif

@@ -244,8 +244,8 @@ allocatable (const struct nrm_topology *t)
 }
 
 /* The CPUs a device stands for: a NUMA node, an L3 group or a core. */
-static hwloc_bitmap_t
-device_cpus (const struct nrm_topology *t, const char *name)
+hwloc_bitmap_t
+nrm_cpu_device_cpus (const struct nrm_topology *t, const char *name)
 {
   unsigned id;
   char tail;
@@ -377,7 +377,7 @@ take_device (struct cpu_driver *d, const struct nrm_alloc_result *r, json_t *con
   if (cpu_settings (d, config, r->request, &cs, err) < 0)
     return -1;
   *shared |= cs.shared;
-  cleanup_bitmap hwloc_bitmap_t cpus = device_cpus (d->t, r->device);
+  cleanup_bitmap hwloc_bitmap_t cpus = nrm_cpu_device_cpus (d->t, r->device);
   if (!json_is_true (json_object_get (dev, "allowMultipleAllocations")))
     {
       /* A whole device: all its CPUs, or none when some are in use. */
@@ -439,7 +439,7 @@ cpu_metadata (struct cpu_driver *d, const struct nrm_claim_view *c, hwloc_const_
   for (size_t i = 0; i < c->n_results; i++)
     {
       const char *name = c->results[i].device;
-      cleanup_bitmap hwloc_bitmap_t on = device_cpus (d->t, name);
+      cleanup_bitmap hwloc_bitmap_t on = nrm_cpu_device_cpus (d->t, name);
       if (json_object_get (out, name))
         continue;
       hwloc_bitmap_and (on, on, claim);
@@ -574,7 +574,7 @@ cpu_health (void *self, struct nrm_health_report *ret, nrm_error_t *err)
         h->message = xstrdup (why);
       if (online == NULL)
         continue;
-      cleanup_bitmap hwloc_bitmap_t gone = device_cpus (d->t, dev);
+      cleanup_bitmap hwloc_bitmap_t gone = nrm_cpu_device_cpus (d->t, dev);
       hwloc_bitmap_andnot (gone, gone, online);
       if (hwloc_bitmap_iszero (gone))
         continue;
@@ -606,18 +606,23 @@ cpu_describe (void *self, const char *uid, json_t *state)
       return out;
     }
   /* The CPUs of the claim on each device that covers some of them. */
-  json_t *devs = json_object ();
+  json_t *devs = json_object (), *lists = json_object ();
   size_t i;
   json_t *name;
   json_array_foreach (d->names, i, name)
   {
-    cleanup_bitmap hwloc_bitmap_t on = device_cpus (d->t, json_string_value (name));
+    cleanup_bitmap hwloc_bitmap_t on = nrm_cpu_device_cpus (d->t, json_string_value (name));
     hwloc_bitmap_and (on, on, held);
     if (!hwloc_bitmap_iszero (on))
-      json_object_set_new (devs, json_string_value (name),
-                           json_pack ("{s:I}", "cpus", (json_int_t) hwloc_bitmap_weight (on)));
+      {
+        cleanup_free char *on_list = nrm_cpulist_format (on);
+        json_object_set_new (devs, json_string_value (name),
+                             json_pack ("{s:I}", "cpus", (json_int_t) hwloc_bitmap_weight (on)));
+        json_object_set_new (lists, json_string_value (name), json_string (on_list));
+      }
   }
   json_object_set_new (out, "devices", devs);
+  json_object_set_new (out, "deviceCPUs", lists);
   return out;
 }
 

@@ -132,9 +132,10 @@ assert p['leftOut'] == [{'busID': '0000:41:00.0',
   && ok || fail "nrm slices beside gpu.nvidia.com: $(cat "$TMP/err")"
 grep -q "leftOut\|0000:41:00.0" "$TMP/out" && fail "the slices name the left-out function: $(cat "$TMP/out")" || ok
 
-# On a recorded machine: hwloc's vendor and device names beside each function.
+# On a recorded machine (a state dir of its own: the plugin above served another): hwloc's names beside each function.
+mkdir -p "$TMP/empty"
 "$NRM" status --node-name n1 --topology "$NRM_TOPOLOGIES/32em64t-2n8c2t-pci-normalio.xml" --drivers pci \
-  --state-dir "$TMP/state" >"$TMP/out" 2>"$TMP/err" && ok || fail "nrm status on a recorded machine: $(cat "$TMP/err")"
+  --state-dir "$TMP/empty" >"$TMP/out" 2>"$TMP/err" && ok || fail "nrm status on a recorded machine: $(cat "$TMP/err")"
 grep -q "^  gpu-0000-03-00-0 *0000:03:00.0, gpu, NUMA node 0, NVIDIA Corporation .*, free$" "$TMP/out" && ok \
   || fail "status lacks hwloc's names of the recorded GPU: $(cat "$TMP/out")"
 # That machine records two functions at 0000:04:00.0: the names are the published one's.
