@@ -147,8 +147,10 @@ static const char usage_text[]
       "\n"
       "Options of hook: --fsroot, --state-dir (as for plugin).\n"
       "\n"
-      "Exit status: 0 on success, 1 when the machine or a setting is unusable, 2 for bad usage;\n"
-      "nrm run exits with the command's own status once the command has started.\n";
+      "Exit status: 0 on success, 1 when the machine or a setting is unusable, 2 for bad usage.\n"
+      "nrm run, as timeout(1) and env(1): the command's own status (128 + N when signal N\n"
+      "killed it); 125 when nrm fails before the command starts (bad usage, no room); 126\n"
+      "when the command cannot be executed; 127 when it is not found.\n";
 
 enum
 {
@@ -1422,7 +1424,7 @@ exec_agent (char **argv)
         }
     }
   fprintf (stderr, "nrm: cannot run nrm-agent from beside nrm (%s): %s\n", n > 0 ? self : "?", strerror (errno));
-  exit (EXIT_FAILURE);
+  exit (strcmp (argv[1], "run") == 0 ? NRM_RUN_EXIT_FAILED : EXIT_FAILURE);
 }
 #endif
 
@@ -1484,14 +1486,17 @@ main (int argc, char **argv)
       nrm_config_done (&cli.cfg);
       return 0;
     }
+  /* nrm run's own failures are 125, as timeout(1)'s and env(1)'s: never
+   * taken for a command's own 1 or 2. */
+  bool is_run = strcmp (cmd, "run") == 0;
   if (r < 0)
     {
       nrm_config_done (&cli.cfg);
-      return fail (&err, EXIT_USAGE);
+      return fail (&err, is_run ? NRM_RUN_EXIT_FAILED : EXIT_USAGE);
     }
   r = run (&cli, &err);
   nrm_config_done (&cli.cfg);
   if (r < 0)
-    return fail (&err, EXIT_FAILURE);
+    return fail (&err, is_run ? NRM_RUN_EXIT_FAILED : EXIT_FAILURE);
   return run_status; /* nrm run: the command's own status */
 }

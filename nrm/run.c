@@ -519,10 +519,10 @@ nrm_cmd_run (struct nrm_config *c, struct nrm_topology *t, const struct nrm_run_
       /* If nrm run dies (kill -9), the command dies too: its CPUs may be
        * handed out again once the next run releases the stale claim. */
       if (prctl (PR_SET_PDEATHSIG, SIGKILL) < 0 || getppid () != parent)
-        _exit (126);
+        _exit (NRM_RUN_EXIT_FAILED);
       /* Wait until the parent has moved us into the cgroup. */
       if (read (go[0], &ok, 1) != 1)
-        _exit (126);
+        _exit (NRM_RUN_EXIT_FAILED);
       if (!cgroup)
         {
           struct bitmask *cm = numa_parse_cpustring_all (cpus);
@@ -530,15 +530,17 @@ nrm_cmd_run (struct nrm_config *c, struct nrm_topology *t, const struct nrm_run_
           if (cm == NULL || mm == NULL || numa_sched_setaffinity (0, cm) < 0)
             {
               fprintf (stderr, "nrm run: cannot pin to CPUs %s\n", cpus);
-              _exit (126);
+              _exit (NRM_RUN_EXIT_FAILED);
             }
           numa_set_membind (mm);
           numa_free_cpumask (cm);
           numa_free_nodemask (mm);
         }
       execvp (rq->argv[0], rq->argv);
-      fprintf (stderr, "nrm run: cannot run `%s`: %s\n", rq->argv[0], strerror (errno));
-      _exit (127);
+      /* env(1)'s codes: 127 not found, 126 found but not executable. */
+      int exec_errno = errno;
+      fprintf (stderr, "nrm run: cannot run `%s`: %s\n", rq->argv[0], strerror (exec_errno));
+      _exit (exec_errno == ENOENT || exec_errno == ENOTDIR ? NRM_RUN_EXIT_NOT_FOUND : NRM_RUN_EXIT_CANNOT_EXEC);
     }
   close (go[0]);
   if (cgroup)

@@ -9,6 +9,12 @@
 #include "nrm/base/error.h"
 #include "topology/topology.h"
 
+/* Exit statuses of nrm run other than the command's own, those of
+ * timeout(1) and env(1). */
+#define NRM_RUN_EXIT_FAILED 125     /* nrm failed before the command started */
+#define NRM_RUN_EXIT_CANNOT_EXEC 126 /* found but not executable */
+#define NRM_RUN_EXIT_NOT_FOUND 127   /* not found */
+
 struct nrm_run_request
 {
   unsigned cpus;

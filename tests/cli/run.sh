@@ -78,6 +78,24 @@ expect_error "--topology" "not for run" -- run --state-dir "$S" --cpus 1 --topol
 expect_error "bad option" "unknown CPU option" -- run --state-dir "$S" --cpus 1 --option turbo -- true
 expect_error "bad memory" "--memory" -- run --state-dir "$S" --cpus 1 --memory lots -- true
 
+# Exit statuses as timeout(1) and env(1) have them: nrm's own failures
+# before the command starts are 125 (bad usage and no room alike), a
+# command that is not executable 126, one that is not found 127.
+exit_of () { "$NRM" "$@" >/dev/null 2>&1; echo $?; }
+[ "$(exit_of run --state-dir "$S" --cpus 1 --turbo -- true)" = 125 ] && ok || fail "bad usage of run is not 125"
+[ "$(exit_of run --state-dir "$S" --cpus 4096 -- true)" = 125 ] && ok || fail "no room is not 125"
+[ "$(exit_of run --state-dir "$S" --cpus 1)" = 125 ] && ok || fail "no command is not 125"
+printf 'echo hi\n' >"$TMP/noexec"
+chmod 0644 "$TMP/noexec"
+[ "$(exit_of run --state-dir "$S" --cpus 1 --min-shared-cpus 0 -- "$TMP/noexec")" = 126 ] \
+  && [ "$(exit_of run --state-dir "$S" --cpus 1 --min-shared-cpus 0 -- no-such-command-nrm)" = 127 ] && ok \
+  || fail "not executable is not 126, or not found not 127"
+[ "$(exit_of run --state-dir "$S" --cpus 1 --min-shared-cpus 0 -- sh -c 'exit 125')" = 125 ] \
+  && [ "$(exit_of run --state-dir "$S" --cpus 1 --min-shared-cpus 0 -- sh -c 'exit 2')" = 2 ] && ok \
+  || fail "the command's own status is not passed through"
+# Other commands keep 2 for bad usage.
+[ "$(exit_of status --state-dir "$S" --turbo)" = 2 ] && ok || fail "bad usage of status is not 2"
+
 if [ "$ncpu" -ge 2 ]; then
   # Two runs at once never share a CPU.
   $RUN --cpus 1 -- sh -c 'echo $NRM_CPUS; sleep 2' >"$TMP/a" 2>/dev/null &
