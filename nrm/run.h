@@ -11,7 +11,7 @@
 
 /* Exit statuses of nrm run other than the command's own, those of
  * timeout(1) and env(1). */
-#define NRM_RUN_EXIT_FAILED 125     /* nrm failed before the command started */
+#define NRM_RUN_EXIT_FAILED 125      /* nrm failed before the command started */
 #define NRM_RUN_EXIT_CANNOT_EXEC 126 /* found but not executable */
 #define NRM_RUN_EXIT_NOT_FOUND 127   /* not found */
 
