@@ -57,7 +57,8 @@ static const char usage_text[]
       "  slices     print the node's ResourceSlices (resource.k8s.io/v1) as one List document\n"
       "  plugin     serve the enabled drivers (CPU, memory, PCI, ...) to the kubelet (DRA kubelet plugin)\n"
       "  run        run a command on CPUs (and memory) picked as for a claim, then release them:\n"
-      "             nrm run --cpus N [--memory SIZE] [--hugepages-2Mi SIZE] [--numa-node K] -- COMMAND...\n"
+      "             nrm run {--cpus N | -C LIST} [-N NODES] [--membind NODES] [--memory SIZE]\n"
+      "             [--dry-run [--json] [-t FILE]] -- COMMAND...\n"
       "  controller the cluster's one binding-conditions controller (a Deployment beside the\n"
       "             DaemonSet): labels each claim that waits for binding conditions on an nrm\n"
       "             device with its node, so that each node watches only its own claims\n"
@@ -141,7 +142,18 @@ static const char usage_text[]
       "      --cpus N               exclusive CPUs for the command\n"
       "      --memory SIZE          memory on the same NUMA node, also its limit (e.g. 1Gi)\n"
       "      --hugepages-2Mi SIZE   2 MiB huge pages on that node (e.g. 64Mi); --hugepages-1Gi too\n"
-      "      --numa-node K          that NUMA node only (default: the first with room)\n"
+      "  -C, --physcpubind LIST     exactly these CPUs (as numactl -C, taskset -c); refused, naming\n"
+      "                             the holder, when a claim or run holds one\n"
+      "  -N, --cpunodebind NODES    CPUs from these NUMA nodes only (default: the first node with\n"
+      "                             room, else several, nearest first); --numa-node K is -N K\n"
+      "  -m, --membind NODES        memory from these nodes only (default: the CPUs' nodes)\n"
+      "  -i, --interleave NODES     memory interleaved over these nodes\n"
+      "  -p, --preferred NODE       memory from this node first\n"
+      "  -l, --localalloc           memory from the node of the CPU that touches it\n"
+      "      --dry-run              print what would be taken and why (cores, L3 groups, NUMA\n"
+      "                             nodes, distances, what else is held); take nothing, run\n"
+      "                             nothing; with --json as JSON, with -t FILE on a recorded\n"
+      "                             machine (holding nothing unless --state-dir is given)\n"
       "      --isolated             isolated CPUs (see --isolated-cpus) instead of allocatable ones\n"
       "      --option NAME          a CPU placement option for this run (repeatable)\n"
       "  The command runs in a transient cgroup v2 (nrm.slice/run-<pid>), or, without a\n"
@@ -150,8 +162,10 @@ static const char usage_text[]
       "\n"
       "Options of hook: --fsroot, --state-dir (as for plugin).\n"
       "\n"
-      "Exit status: 0 on success, 1 when the machine or a setting is unusable, 2 for bad usage;\n"
-      "nrm run exits with the command's own status once the command has started.\n";
+      "Exit status: 0 on success, 1 when the machine or a setting is unusable, 2 for bad usage.\n"
+      "nrm run, as timeout(1) and env(1): the command's own status (128 + N when signal N\n"
+      "killed it); 125 when nrm fails before the command starts (bad usage, no room); 126\n"
+      "when the command cannot be executed; 127 when it is not found.\n";
 
 enum
 {
@@ -193,6 +207,7 @@ enum
   OPT_LEASE_NAMESPACE,
   OPT_CREATE_STATE_DIR,
   OPT_ALLOW_NO_CPUSET,
+  OPT_DRY_RUN,
 };
 
 /* The commands, as bits: an option names those that take it, and any
@@ -231,7 +246,7 @@ static const struct cli_option cli_options[] = {
   { "cpu-options", required_argument, OPT_CPU_OPTIONS, CMD_ALL },
   { "feature-gates", required_argument, OPT_FEATURE_GATES, CMD_ALL },
   { "fsroot", required_argument, OPT_FSROOT, CMD_ALL },
-  { "json", no_argument, OPT_JSON, CMD_TOPOLOGY | CMD_STATUS },
+  { "json", no_argument, OPT_JSON, CMD_TOPOLOGY | CMD_STATUS | CMD_RUN },
   { "hardware", no_argument, OPT_HARDWARE, CMD_TOPOLOGY },
   { "kubelet-dir", required_argument, OPT_KUBELET_DIR, CMD_PLUGIN | CMD_SLICES | CMD_STATUS },
   { "cdi-dir", required_argument, OPT_CDI_DIR, CMD_PLUGIN },
@@ -250,6 +265,14 @@ static const struct cli_option cli_options[] = {
   { "isolated", no_argument, OPT_ISOLATED, CMD_RUN },
   { "numa-node", required_argument, OPT_NUMA_NODE, CMD_RUN },
   { "option", required_argument, OPT_OPTION, CMD_RUN },
+  { "dry-run", no_argument, OPT_DRY_RUN, CMD_RUN },
+  /* numactl's names and letters. */
+  { "physcpubind", required_argument, 'C', CMD_RUN },
+  { "cpunodebind", required_argument, 'N', CMD_RUN },
+  { "membind", required_argument, 'm', CMD_RUN },
+  { "interleave", required_argument, 'i', CMD_RUN },
+  { "preferred", required_argument, 'p', CMD_RUN },
+  { "localalloc", no_argument, 'l', CMD_RUN },
   { "kubeconfig", required_argument, OPT_KUBECONFIG, CMD_PLUGIN | CMD_CONTROLLER },
   { "no-publish", no_argument, OPT_NO_PUBLISH, CMD_PLUGIN },
   { "device-metadata", no_argument, OPT_DEVICE_METADATA, CMD_PLUGIN },
@@ -264,6 +287,7 @@ static const struct cli_option cli_options[] = {
   { "help", no_argument, 'h', CMD_ALL },
 };
 #define N_OPTIONS (sizeof (cli_options) / sizeof (cli_options[0]))
+#define SHORT_OPTIONS "+c:t:hC:N:m:i:p:l"
 
 struct cli
 {
@@ -313,6 +337,62 @@ command_bit (const char *cmd)
   return 0;
 }
 
+/* One memory policy, as numactl takes one. */
+static int
+run_policy (struct cli *cli, enum nrm_run_mempolicy p, const char *flag, nrm_error_t *err)
+{
+  if (cli->run.policy != NRM_RUN_MEM_DEFAULT && cli->run.policy != p)
+    return nrm_error_set (err, EINVAL,
+                          "run: `--%s` and another of --membind, --interleave, --preferred, --localalloc: one "
+                          "memory policy only",
+                          flag);
+  cli->run.policy = p;
+  return 0;
+}
+
+/* -C CPUS, -N NODES (and --numa-node K), -m/-i NODES, -p NODE: lists as
+ * numactl takes them ("all" for every one, for nodes); whether they are on
+ * this machine is checked by the run, which has the machine. */
+static int
+run_list_option (struct cli *cli, int c, const char *flag, const char *arg, nrm_error_t *err)
+{
+  hwloc_bitmap_t set = NULL;
+  nrm_error_t perr = NULL;
+  bool nodes = c != 'C';
+  if (nodes && strcmp (arg, "all") == 0)
+    {
+      set = xbitmap_alloc ();
+      hwloc_bitmap_fill (set);
+    }
+  else if (nrm_cpulist_parse (arg, &set, &perr) < 0 || hwloc_bitmap_iszero (set)
+           || (hwloc_bitmap_weight (set) != 1 && c == 'p'))
+    {
+      nrm_error_release (&perr);
+      hwloc_bitmap_free (set);
+      return nrm_error_set (err, EINVAL, "run: `--%s` needs %s, not `%s`", flag,
+                            c == 'C'   ? "a list of CPUs such as 0-3,8"
+                            : c == 'p' ? "one NUMA node number"
+                                       : "a list of NUMA nodes such as 0-1, or all",
+                            arg);
+    }
+  hwloc_bitmap_t *slot = c == 'C' ? &cli->run.cpu_list : c == 'N' ? &cli->run.cpu_nodes : &cli->run.mem_nodes;
+  if (c == 'm' || c == 'i' || c == 'p')
+    {
+      enum nrm_run_mempolicy p = c == 'm'   ? NRM_RUN_MEM_BIND
+                                 : c == 'i' ? NRM_RUN_MEM_INTERLEAVE
+                                            : NRM_RUN_MEM_PREFERRED;
+      if (run_policy (cli, p, flag, err) < 0)
+        {
+          hwloc_bitmap_free (set);
+          return -1;
+        }
+    }
+  /* Given twice (also --numa-node and -N): the last one counts. */
+  hwloc_bitmap_free (*slot);
+  *slot = set;
+  return 0;
+}
+
 static int
 parse_options (struct cli *cli, const char *cmd, int argc, char **argv, nrm_error_t *err)
 {
@@ -325,7 +405,7 @@ parse_options (struct cli *cli, const char *cmd, int argc, char **argv, nrm_erro
 
   optind = 1;
   opterr = 0;
-  while ((c = getopt_long (argc, argv, "+c:t:h", long_options, NULL)) != -1)
+  while ((c = getopt_long (argc, argv, SHORT_OPTIONS, long_options, NULL)) != -1)
     {
       if (c == 'c' && nrm_config_load_file (&cli->cfg, optarg, err) < 0)
         return -1;
@@ -339,20 +419,20 @@ parse_options (struct cli *cli, const char *cmd, int argc, char **argv, nrm_erro
         return 1;
     }
   if (strcmp (cmd, "run") == 0)
-    {
-      if (optind >= argc)
-        return nrm_error_set (err, EINVAL, "run: no command given (nrm run --cpus N -- COMMAND...)");
-      cli->run.argv = argv + optind;
-    }
+    cli->run.argv = optind < argc ? argv + optind : NULL; /* none: only for --dry-run */
   else if (optind < argc)
     return nrm_error_set (err, EINVAL, "%s: unexpected argument `%s`", cmd, argv[optind]);
 
   optind = 1;
   bool memory_flag = false;
   int li = -1;
-  while ((c = getopt_long (argc, argv, "+c:t:h", long_options, &li)) != -1)
+  while ((c = getopt_long (argc, argv, SHORT_OPTIONS, long_options, &li)) != -1)
     {
       int r = 0;
+      /* A letter (-C) is refused by the commands its long name is refused by. */
+      for (size_t i = 0; li < 0 && c != '?' && i < N_OPTIONS; i++)
+        if (cli_options[i].val == c)
+          li = (int) i;
       const char *flag = li >= 0 ? long_options[li].name : "?";
       if (li >= 0 && !(cli_options[li].commands & me))
         return refuse (err, cmd, flag, cli_options[li].commands);
@@ -420,6 +500,19 @@ parse_options (struct cli *cli, const char *cmd, int argc, char **argv, nrm_erro
         case OPT_ISOLATED:
           cli->run.isolated = true;
           break;
+        case OPT_DRY_RUN:
+          cli->run.dry_run = true;
+          break;
+        case 'C':
+        case 'N':
+        case 'm':
+        case 'i':
+        case 'p':
+          r = run_list_option (cli, c, flag, optarg, err);
+          break;
+        case 'l':
+          r = run_policy (cli, NRM_RUN_MEM_LOCAL, flag, err);
+          break;
         case OPT_CPUS:
         case OPT_MEMORY:
         case OPT_HUGEPAGES_2MI:
@@ -464,7 +557,7 @@ parse_options (struct cli *cli, const char *cmd, int argc, char **argv, nrm_erro
               if (c == OPT_CPUS)
                 cli->run.cpus = (unsigned) v;
               else
-                cli->run.numa_node = (int) v;
+                r = run_list_option (cli, 'N', flag, optarg, err);
             }
           break;
         case OPT_DEVICE_METADATA:
@@ -805,21 +898,45 @@ cmd_run (struct cli *cli, nrm_error_t *err)
 {
   struct nrm_topology *t = NULL;
   enum nrm_log_level level = NRM_LOG_INFO;
-  if (cli->cfg.topology)
-    return nrm_error_set (err, EINVAL, "run: the command runs on this machine; --topology is not for run");
-  if (cli->run.cpus == 0)
-    return nrm_error_set (err, EINVAL, "run: --cpus N is required");
-  if (check_state_dir (&cli->cfg, "run", err) < 0)
+  struct nrm_run_request *rq = &cli->run;
+  if (cli->cfg.topology && !rq->dry_run)
+    return nrm_error_set (err, EINVAL,
+                          "run: the command runs on this machine; --topology is only for --dry-run (a preview)");
+  if (cli->json && !rq->dry_run)
+    return nrm_error_set (err, EINVAL, "run: --json is only for --dry-run");
+  if (rq->argv == NULL && !rq->dry_run)
+    return nrm_error_set (err, EINVAL, "run: no command given (nrm run --cpus N -- COMMAND...)");
+  if (rq->cpu_list)
+    {
+      unsigned n = (unsigned) hwloc_bitmap_weight (rq->cpu_list);
+      cleanup_free char *list = nrm_cpulist_format (rq->cpu_list);
+      if (rq->cpus && rq->cpus != n)
+        return nrm_error_set (err, EINVAL, "run: `--physcpubind %s` names %u CPU%s, --cpus asks for %u", list, n,
+                              n == 1 ? "" : "s", rq->cpus);
+      if (rq->cpu_nodes)
+        return nrm_error_set (
+            err, EINVAL, "run: `--physcpubind %s` and --cpunodebind (or --numa-node): the CPUs name their nodes", list);
+      rq->cpus = n;
+    }
+  if (rq->cpus == 0)
+    return nrm_error_set (err, EINVAL, "run: --cpus N (or --physcpubind LIST) is required");
+  if (!rq->dry_run && check_state_dir (&cli->cfg, "run", err) < 0)
     return -1;
   nrm_log_parse_level (cli->cfg.log_level, &level);
   nrm_log_setup (level, strcmp (cli->cfg.log_format, "json") == 0);
   if (load_machine (cli, &t, err) < 0)
     return -1;
   cli->options[cli->n_options] = NULL;
-  cli->run.options = cli->options;
-  int r = nrm_cmd_run (&cli->cfg, t, &cli->run, &run_status, err);
+  rq->options = cli->options;
+  rq->json = cli->json;
+  cleanup_free char *buf = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream (&buf, &len);
+  int r = f ? nrm_cmd_run (&cli->cfg, t, rq, f, &run_status, err) : nrm_error_errno (err, errno, "open_memstream");
+  if (f)
+    fclose (f);
   nrm_topology_free (t);
-  return r;
+  return r < 0 ? -1 : emit (buf, len, err);
 }
 
 #endif
@@ -1449,7 +1566,7 @@ exec_agent (char **argv)
         }
     }
   fprintf (stderr, "nrm: cannot run nrm-agent from beside nrm (%s): %s\n", n > 0 ? self : "?", strerror (errno));
-  exit (EXIT_FAILURE);
+  exit (strcmp (argv[1], "run") == 0 ? NRM_RUN_EXIT_FAILED : EXIT_FAILURE);
 }
 #endif
 
@@ -1457,7 +1574,7 @@ int
 main (int argc, char **argv)
 {
   nrm_error_t err = NULL;
-  struct cli cli = { .json = false, .run = { .numa_node = -1 } };
+  struct cli cli = { .json = false };
   int r;
 
   nrm_json_abort_on_oom ();
@@ -1511,14 +1628,23 @@ main (int argc, char **argv)
       nrm_config_done (&cli.cfg);
       return 0;
     }
+  /* nrm run's own failures are 125, as timeout(1)'s and env(1)'s: never
+   * taken for a command's own 1 or 2. */
+  bool is_run = strcmp (cmd, "run") == 0;
   if (r < 0)
     {
       nrm_config_done (&cli.cfg);
-      return fail (&err, EXIT_USAGE);
+      hwloc_bitmap_free (cli.run.cpu_list);
+      hwloc_bitmap_free (cli.run.cpu_nodes);
+      hwloc_bitmap_free (cli.run.mem_nodes);
+      return fail (&err, is_run ? NRM_RUN_EXIT_FAILED : EXIT_USAGE);
     }
   r = run (&cli, &err);
   nrm_config_done (&cli.cfg);
+  hwloc_bitmap_free (cli.run.cpu_list);
+  hwloc_bitmap_free (cli.run.cpu_nodes);
+  hwloc_bitmap_free (cli.run.mem_nodes);
   if (r < 0)
-    return fail (&err, EXIT_FAILURE);
+    return fail (&err, is_run ? NRM_RUN_EXIT_FAILED : EXIT_FAILURE);
   return run_status; /* nrm run: the command's own status */
 }

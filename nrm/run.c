@@ -19,9 +19,11 @@
 #include <unistd.h>
 
 #include <numa.h>
+#include <numaif.h>
 
 #include "cpuset/cgroup.h"
 #include "cpuset/commit.h"
+#include "driver/checkpoint.h"
 #include "driver/cpu/cpu.h"
 #include "driver/plugin.h"
 #include "driver/registry.h"
@@ -211,13 +213,6 @@ claim_with (const char *uid, const char *name, json_t *results, json_t *config)
                     "allocation", "devices", "results", results, "config", config);
 }
 
-static json_t *
-claim_for (const char *uid, const char *name, const char *driver, const char *node, const char *device, const char *key,
-           const char *amount, json_t *config)
-{
-  return claim_with (uid, name, json_pack ("[o]", result_for ("run", driver, node, device, key, amount)), config);
-}
-
 static bool
 have_cgroup_cpuset (const char *fsroot)
 {
@@ -262,6 +257,372 @@ make_cgroup (struct nrm_cgroupfs *fs, const char *name, nrm_error_t *err)
   return 0;
 }
 
+/* A dry run prepares in a scratch copy of the state directory: the same
+ * code picks the CPUs, and the real checkpoints are only read. */
+static void
+remove_scratch (const char *dir)
+{
+  static const char *const sub[] = { "runs", "" };
+  for (size_t k = 0; k < 2; k++)
+    {
+      cleanup_free char *d = sub[k][0] ? xasprintf ("%s/%s", dir, sub[k]) : xstrdup (dir);
+      DIR *dh = opendir (d);
+      struct dirent *de;
+      while (dh && (de = readdir (dh)) != NULL)
+        if (strcmp (de->d_name, ".") && strcmp (de->d_name, ".."))
+          {
+            cleanup_free char *f = xasprintf ("%s/%s", d, de->d_name);
+            unlink (f);
+          }
+      if (dh)
+        closedir (dh);
+      rmdir (d);
+    }
+}
+
+static int
+copy_file (const char *from, const char *to, nrm_error_t *err)
+{
+  cleanup_free char *text = NULL;
+  size_t len = 0;
+  nrm_error_t rerr = NULL;
+  if (nrm_read_file (from, NRM_CHECKPOINT_MAX, &text, &len, &rerr) < 0)
+    {
+      bool missing = rerr->status == ENOENT;
+      if (missing)
+        {
+          nrm_error_release (&rerr);
+          return 0;
+        }
+      *err = rerr;
+      return -1;
+    }
+  return nrm_write_atomic (to, text, len, 0600, err);
+}
+
+/* The scratch state: the checkpoints of the two drivers and the run
+ * records of from (NULL: nothing held). */
+static char *
+make_scratch (const char *from, const char *const names[2], nrm_error_t *err)
+{
+  const char *tmp = getenv ("TMPDIR");
+  cleanup_free char *runs = from ? record_dir (from) : NULL;
+  DIR *d = NULL;
+  char *dir = xasprintf ("%s/nrm-dry-run.XXXXXX", tmp && *tmp ? tmp : "/tmp");
+  if (mkdtemp (dir) == NULL)
+    {
+      nrm_error_errno (err, errno, "dry run: cannot create `%s`", dir);
+      free (dir);
+      return NULL;
+    }
+  for (size_t i = 0; from && i < 2; i++)
+    {
+      cleanup_free char *a = xasprintf ("%s/%s.checkpoint.json", from, names[i]);
+      cleanup_free char *b = xasprintf ("%s/%s.checkpoint.json", dir, names[i]);
+      if (copy_file (a, b, err) < 0)
+        goto fail;
+    }
+  d = runs ? opendir (runs) : NULL;
+  struct dirent *de;
+  while (d && (de = readdir (d)) != NULL)
+    {
+      size_t len = strlen (de->d_name);
+      if (de->d_name[0] == '.' || len <= 5 || strcmp (de->d_name + len - 5, ".json") != 0)
+        continue;
+      cleanup_free char *a = xasprintf ("%s/%s", runs, de->d_name);
+      cleanup_free char *bd = record_dir (dir);
+      cleanup_free char *b = xasprintf ("%s/%s", bd, de->d_name);
+      if (nrm_mkdir_p (bd, 0700, err) < 0 || copy_file (a, b, err) < 0)
+        {
+          closedir (d);
+          goto fail;
+        }
+    }
+  if (d)
+    closedir (d);
+  return dir;
+fail:
+  nrm_error_wrap (err, "dry run");
+  remove_scratch (dir);
+  free (dir);
+  return NULL;
+}
+
+/* One NUMA node's share of the run's CPUs. */
+struct part
+{
+  size_t ni;          /* NUMA node index */
+  unsigned os;        /* its Linux number */
+  unsigned count;     /* CPUs taken there */
+  hwloc_bitmap_t pin; /* exactly these (-C), or NULL */
+};
+
+/* The CPU claim of the parts: one result per node (request `run` when
+ * there is one), a CPUConfig `cpus` entry for each pinned one. */
+static json_t *
+cpu_claim (const char *uid, const char *name, const char *driver, const char *pool, bool isolated,
+           const struct part *parts, size_t n, json_t *config)
+{
+  json_t *results = json_array ();
+  cleanup_json json_t *conf = json_deep_copy (config);
+  for (size_t i = 0; i < n; i++)
+    {
+      char req[32], dev[48], count[16];
+      if (n == 1)
+        snprintf (req, sizeof (req), "run");
+      else
+        snprintf (req, sizeof (req), "run-%zu", i);
+      snprintf (dev, sizeof (dev), isolated ? "numa%u-isolated" : "numa%u", parts[i].os);
+      snprintf (count, sizeof (count), "%u", parts[i].count);
+      json_array_append_new (results, json_pack ("{s:s, s:s, s:s, s:s, s:{s:s}}", "request", req, "driver", driver,
+                                                 "pool", pool, "device", dev, "consumedCapacity", "cpus", count));
+      if (parts[i].pin)
+        {
+          cleanup_free char *list = nrm_cpulist_format (parts[i].pin);
+          json_array_append_new (conf, json_pack ("{s:[s], s:s, s:{s:s, s:{s:s, s:s, s:s}}}", "requests", req, "source",
+                                                  "FromClaim", "opaque", "driver", driver, "parameters", "apiVersion",
+                                                  "cpu.nrm.io/v1alpha1", "kind", "CPUConfig", "cpus", list));
+        }
+    }
+  return claim_with (uid, name, results, conf);
+}
+
+/* "all" on the command line: every node. */
+static bool
+is_all (hwloc_const_bitmap_t set)
+{
+  return hwloc_bitmap_last (set) == -1 && !hwloc_bitmap_iszero (set);
+}
+
+static const char *const policy_names[] = { "bind", "bind", "interleave", "preferred", "local" };
+static const char *const policy_flags[] = { "", "--membind", "--interleave", "--preferred", "--localalloc" };
+
+/* The holder of a CPU among the checkpoint's claims, "namespace/name
+ * (uid)", or NULL. */
+static char *
+holder_of (json_t *claims, unsigned cpu)
+{
+  const char *uid;
+  json_t *e;
+  json_object_foreach (claims, uid, e)
+  {
+    cleanup_bitmap hwloc_bitmap_t set = NULL;
+    nrm_error_t perr = NULL;
+    const char *list = json_string_value (json_object_get (json_object_get (e, "state"), "cpus"));
+    if (!nrm_checkpoint_completed (e) || list == NULL || nrm_cpulist_parse (list, &set, &perr) < 0)
+      {
+        nrm_error_release (&perr);
+        continue;
+      }
+    if (hwloc_bitmap_isset (set, cpu))
+      return xasprintf (
+          "%s %s/%s (%s)",
+          strcmp (json_string_value (json_object_get (e, "namespace")) ?: "", RUN_NAMESPACE) == 0 ? "run" : "claim",
+          json_string_value (json_object_get (e, "namespace")) ?: "?",
+          json_string_value (json_object_get (e, "name")) ?: "?", uid);
+  }
+  return NULL;
+}
+
+static char *
+node_list (const struct nrm_topology *t)
+{
+  cleanup_bitmap hwloc_bitmap_t all = xbitmap_alloc ();
+  for (size_t i = 0; i < t->n_numa; i++)
+    hwloc_bitmap_set (all, t->numa[i].os_index);
+  return nrm_cpulist_format (all);
+}
+
+/* Nodes named on the command line that this machine has; "all" is every
+ * one. with_cpus: nodes the CPUs come from. */
+static int
+check_nodes (const struct nrm_topology *t, hwloc_const_bitmap_t set, const char *flag, bool with_cpus, nrm_error_t *err)
+{
+  int os;
+  if (set == NULL || is_all (set))
+    return 0;
+  hwloc_bitmap_foreach_begin (os, set)
+  {
+    int ni = nrm_topology_numa_index (t, (unsigned) os);
+    if (ni < 0)
+      {
+        cleanup_free char *all = node_list (t);
+        return nrm_error_set (err, EINVAL, "%s: NUMA node %d does not exist (this machine has nodes %s)", flag, os,
+                              all);
+      }
+    if (with_cpus && hwloc_bitmap_iszero (t->numa[ni].cpus))
+      return nrm_error_set (err, EINVAL, "%s: NUMA node %d has no CPUs", flag, os);
+  }
+  hwloc_bitmap_foreach_end ();
+  return 0;
+}
+
+/* Every CPU of -C: on this machine, allocatable, of the right kind and not
+ * held; the error names the CPU and why, its holder when held. */
+static int
+check_pin (const struct nrm_topology *t, const struct nrm_run_request *rq, json_t *claims, nrm_error_t *err)
+{
+  int cpu;
+  hwloc_bitmap_foreach_begin (cpu, rq->cpu_list)
+  {
+    int pi = nrm_topology_pu_index (t, (unsigned) cpu);
+    cleanup_free char *who = NULL;
+    if (pi < 0 || t->pus[pi].numa < 0)
+      {
+        cleanup_free char *all = nrm_cpulist_format (t->online);
+        return nrm_error_set (err, EINVAL, "--physcpubind: CPU %d is not on this machine (its CPUs are %s)", cpu, all);
+      }
+    if (hwloc_bitmap_isset (t->reserved, (unsigned) cpu))
+      return nrm_error_set (err, EINVAL, "--physcpubind: CPU %d is reserved (--reserved-cpus)", cpu);
+    if (hwloc_bitmap_isset (t->disallowed, (unsigned) cpu))
+      return nrm_error_set (err, EINVAL, "--physcpubind: CPU %d is outside the cgroup cpuset nrm runs in", cpu);
+    bool iso = hwloc_bitmap_isset (t->isolated, (unsigned) cpu);
+    if (iso != rq->isolated)
+      return nrm_error_set (err, EINVAL, "--physcpubind: CPU %d is %s", cpu,
+                            iso ? "isolated: give --isolated for isolated CPUs"
+                                : "not isolated, and --isolated asks for isolated ones");
+    if ((who = holder_of (claims, (unsigned) cpu)) != NULL)
+      return nrm_error_set (err, EBUSY, "--physcpubind: CPU %d is held by %s", cpu, who);
+  }
+  hwloc_bitmap_foreach_end ();
+  return 0;
+}
+
+/* Why these CPUs: the cores, L3 groups and nodes they make up, the
+ * distances, the nodes tried, the memory and what else is held. */
+static json_t *
+explain (const struct nrm_topology *t, hwloc_const_bitmap_t got, const struct part *parts, size_t n_parts,
+         json_t *tried, json_t *claims, const char *uid, const struct nrm_run_request *rq, const char *mems,
+         int mem_node, const char *state_dir)
+{
+  cleanup_free char *cpus = nrm_cpulist_format (got);
+  cleanup_bitmap hwloc_bitmap_t whole = xbitmap_alloc (), partial = xbitmap_alloc ();
+  cleanup_bitmap hwloc_bitmap_t l3 = xbitmap_alloc (), pkgs = xbitmap_alloc (), nodes = xbitmap_alloc ();
+  for (size_t k = 0; k < t->n_cores; k++)
+    if (hwloc_bitmap_intersects (t->cores[k].cpus, got))
+      hwloc_bitmap_set (hwloc_bitmap_isincluded (t->cores[k].cpus, got) ? whole : partial,
+                        (unsigned) hwloc_bitmap_first (t->cores[k].cpus));
+  for (size_t k = 0; k < t->n_l3; k++)
+    if (hwloc_bitmap_intersects (t->l3[k].cpus, got))
+      hwloc_bitmap_set (l3, t->l3[k].os_index);
+  for (size_t k = 0; k < t->n_packages; k++)
+    if (hwloc_bitmap_intersects (t->packages[k].cpus, got))
+      hwloc_bitmap_set (pkgs, t->packages[k].os_index);
+  json_t *jn = json_array ();
+  for (size_t i = 0; i < n_parts; i++)
+    {
+      const struct nrm_numa_node *nn = &t->numa[parts[i].ni];
+      cleanup_bitmap hwloc_bitmap_t on = xbitmap_dup (got);
+      hwloc_bitmap_and (on, on, nn->cpus);
+      cleanup_free char *list = nrm_cpulist_format (on);
+      json_t *dist = json_object ();
+      for (size_t j = 0; t->distances && j < t->n_numa; j++)
+        {
+          char key[16];
+          snprintf (key, sizeof (key), "%u", t->numa[j].os_index);
+          json_object_set_new (dist, key, json_integer ((json_int_t) nrm_topology_distance (t, parts[i].ni, j)));
+        }
+      hwloc_bitmap_set (nodes, nn->os_index);
+      json_array_append_new (jn, json_pack ("{s:i, s:s, s:i, s:o}", "node", (int) nn->os_index, "cpus", list, "count",
+                                            (int) parts[i].count, "distances", dist));
+    }
+  cleanup_free char *w = nrm_cpulist_format (whole), *pa = nrm_cpulist_format (partial);
+  cleanup_free char *l = nrm_cpulist_format (l3), *pk = nrm_cpulist_format (pkgs), *nd = nrm_cpulist_format (nodes);
+  json_t *held = json_array ();
+  const char *u;
+  json_t *e;
+  json_object_foreach (claims, u, e)
+  {
+    const char *list = json_string_value (json_object_get (json_object_get (e, "state"), "cpus"));
+    if (strcmp (u, uid) == 0 || !nrm_checkpoint_completed (e) || list == NULL)
+      continue;
+    json_array_append_new (held,
+                           json_pack ("{s:s, s:s, s:s, s:s}", "namespace",
+                                      json_string_value (json_object_get (e, "namespace")) ?: "", "name",
+                                      json_string_value (json_object_get (e, "name")) ?: "", "uid", u, "cpus", list));
+  }
+  json_t *mem = json_pack ("{s:s, s:s}", "policy", policy_names[rq->policy], "nodes", mems);
+  if (rq->policy == NRM_RUN_MEM_DEFAULT)
+    json_object_set_new (mem, "why", json_string ("the NUMA nodes of the CPUs"));
+  if (rq->memory || rq->hugepages_2mi || rq->hugepages_1gi)
+    json_object_set_new (mem, "takenFrom", json_integer (mem_node));
+  if (rq->memory)
+    json_object_set_new (mem, "memory", json_string (rq->memory));
+  if (rq->hugepages_2mi)
+    json_object_set_new (mem, "hugepages2Mi", json_string (rq->hugepages_2mi));
+  if (rq->hugepages_1gi)
+    json_object_set_new (mem, "hugepages1Gi", json_string (rq->hugepages_1gi));
+  return json_pack ("{s:b, s:s, s:i, s:s, s:s, s:s, s:s, s:s, s:o, s:o, s:O, s:o, s:s?}", "dryRun", rq->dry_run, "cpus",
+                    cpus, "count", hwloc_bitmap_weight (got), "wholeCores", w, "partialCores", pa, "l3Groups", l,
+                    "packages", pk, "numaNodes", nd, "nodes", jn, "memory", mem, "tried", tried, "held", held,
+                    "stateDir", state_dir);
+}
+
+static const char *
+dash (const char *s)
+{
+  return s && *s ? s : "-";
+}
+
+static void
+print_explanation (FILE *f, json_t *x, char **argv)
+{
+  size_t i;
+  json_t *v;
+  fprintf (f, "would take CPUs %s (%d) for", json_string_value (json_object_get (x, "cpus")),
+           (int) json_integer_value (json_object_get (x, "count")));
+  for (size_t k = 0; argv && argv[k]; k++)
+    fprintf (f, " %s", argv[k]);
+  fprintf (f, "%s\n", argv ? "" : " a command");
+  fprintf (f, "  whole cores: %s; cores shared with other CPUs: %s (cores by their first CPU)\n",
+           dash (json_string_value (json_object_get (x, "wholeCores"))),
+           dash (json_string_value (json_object_get (x, "partialCores"))));
+  fprintf (f, "  L3 groups: %s; packages: %s; NUMA nodes: %s\n",
+           dash (json_string_value (json_object_get (x, "l3Groups"))),
+           dash (json_string_value (json_object_get (x, "packages"))),
+           dash (json_string_value (json_object_get (x, "numaNodes"))));
+  json_array_foreach (json_object_get (x, "nodes"), i, v)
+  {
+    fprintf (f, "  NUMA node %d: CPUs %s", (int) json_integer_value (json_object_get (v, "node")),
+             json_string_value (json_object_get (v, "cpus")));
+    const char *k;
+    json_t *d;
+    const char *sep = "; distances";
+    json_object_foreach (json_object_get (v, "distances"), k, d)
+    {
+      fprintf (f, "%s %s:%d", sep, k, (int) json_integer_value (d));
+      sep = "";
+    }
+    fputc ('\n', f);
+  }
+  json_t *m = json_object_get (x, "memory");
+  fprintf (f, "  memory: policy %s, nodes %s", json_string_value (json_object_get (m, "policy")),
+           json_string_value (json_object_get (m, "nodes")));
+  if (json_object_get (m, "why"))
+    fprintf (f, " (%s)", json_string_value (json_object_get (m, "why")));
+  if (json_object_get (m, "takenFrom"))
+    fprintf (f, "; from node %d:%s%s%s%s%s%s", (int) json_integer_value (json_object_get (m, "takenFrom")),
+             json_object_get (m, "memory") ? " memory " : "", json_string_value (json_object_get (m, "memory")) ?: "",
+             json_object_get (m, "hugepages2Mi") ? " 2Mi huge pages " : "",
+             json_string_value (json_object_get (m, "hugepages2Mi")) ?: "",
+             json_object_get (m, "hugepages1Gi") ? " 1Gi huge pages " : "",
+             json_string_value (json_object_get (m, "hugepages1Gi")) ?: "");
+  fputc ('\n', f);
+  json_array_foreach (json_object_get (x, "tried"), i, v) fprintf (
+      f, "  tried NUMA node%s %s: %s\n", strpbrk (json_string_value (json_object_get (v, "nodes")), ",-") ? "s" : "",
+      json_string_value (json_object_get (v, "nodes")), json_string_value (json_object_get (v, "result")));
+  json_t *held = json_object_get (x, "held");
+  if (json_array_size (held) == 0)
+    fprintf (f, "  held by others: nothing\n");
+  json_array_foreach (held, i, v)
+      fprintf (f, "  held by %s/%s (%s): CPUs %s\n", json_string_value (json_object_get (v, "namespace")),
+               json_string_value (json_object_get (v, "name")), json_string_value (json_object_get (v, "uid")),
+               json_string_value (json_object_get (v, "cpus")));
+  if (json_is_true (json_object_get (x, "dryRun")))
+    fprintf (f, "  nothing was taken (dry run; state read from %s)\n",
+             json_string_value (json_object_get (x, "stateDir")) ?: "nowhere: a recorded machine holds nothing");
+}
+
 static pid_t child_pid;
 
 static void
@@ -271,8 +632,49 @@ forward (int sig)
     kill (child_pid, sig);
 }
 
+static void
+add_tried (json_t *tried, const struct part *parts, size_t n, const char *result)
+{
+  cleanup_bitmap hwloc_bitmap_t set = xbitmap_alloc ();
+  for (size_t i = 0; i < n; i++)
+    hwloc_bitmap_set (set, parts[i].os);
+  cleanup_free char *list = nrm_cpulist_format (set);
+  json_array_append_new (tried, json_pack ("{s:s, s:s}", "nodes", list, "result", result));
+}
+
+/* Several nodes when no one has room: from the node with the most free
+ * CPUs, then the nearest ones (by distance, the freest first), each giving
+ * what it has free. Returns the number of parts, 0 when all together have
+ * too few. */
+static size_t
+spread (const struct nrm_topology *t, const bool *candidate, const uint64_t *free_cpus, unsigned want,
+        struct part *parts)
+{
+  size_t n = 0, start = SIZE_MAX;
+  unsigned left = want;
+  for (size_t i = 0; i < t->n_numa; i++)
+    if (candidate[i] && free_cpus[i] > 0 && (start == SIZE_MAX || free_cpus[i] > free_cpus[start]))
+      start = i;
+  cleanup_free bool *used = xcalloc (t->n_numa + 1, sizeof (bool));
+  for (size_t next = start; next != SIZE_MAX && left > 0;)
+    {
+      unsigned take = free_cpus[next] < left ? (unsigned) free_cpus[next] : left;
+      parts[n++] = (struct part){ next, t->numa[next].os_index, take, NULL };
+      used[next] = true;
+      left -= take;
+      next = SIZE_MAX;
+      for (size_t i = 0; i < t->n_numa; i++)
+        if (candidate[i] && !used[i] && free_cpus[i] > 0
+            && (next == SIZE_MAX || nrm_topology_distance (t, start, i) < nrm_topology_distance (t, start, next)
+                || (nrm_topology_distance (t, start, i) == nrm_topology_distance (t, start, next)
+                    && free_cpus[i] > free_cpus[next])))
+          next = i;
+    }
+  return left == 0 ? n : 0;
+}
+
 int
-nrm_cmd_run (struct nrm_config *c, struct nrm_topology *t, const struct nrm_run_request *rq, int *ret_status,
+nrm_cmd_run (struct nrm_config *c, struct nrm_topology *t, const struct nrm_run_request *rq, FILE *out, int *ret_status,
              nrm_error_t *err)
 {
   struct nrm_registry *reg = NULL;
@@ -281,26 +683,41 @@ nrm_cmd_run (struct nrm_config *c, struct nrm_topology *t, const struct nrm_run_
   struct nrm_plugin *pl[2] = { NULL, NULL };
   struct run_source src[2] = { { NULL }, { NULL } };
   struct nrm_cgroupfs *fs = NULL;
-  cleanup_free char *uid = NULL, *name = NULL, *cpus = NULL, *mems = NULL, *cgname = NULL;
-  cleanup_json json_t *config = json_array ();
+  cleanup_free char *uid = NULL, *name = NULL, *cpus = NULL, *mems = NULL, *cgname = NULL, *scratch = NULL;
+  cleanup_json json_t *config = json_array (), *tried = json_array (), *why = NULL;
   cleanup_free size_t *order = NULL;
   cleanup_free uint64_t *free_cpus = NULL, *free_cell = NULL;
+  cleanup_free struct part *parts = xcalloc (t->n_numa + 1, sizeof (struct part));
+  cleanup_free bool *candidate = xcalloc (t->n_numa + 1, sizeof (bool));
+  cleanup_bitmap hwloc_bitmap_t got = NULL;
+  size_t n_parts = 0;
   bool use_mem = rq->memory != NULL || rq->hugepages_2mi != NULL || rq->hugepages_1gi != NULL;
   bool prepared[2] = { false, false }, recorded = false, released = true;
   cleanup_json json_t *mem_env = NULL, *cpu_claims = NULL, *held = NULL;
   struct nrm_env_binding mem_eb = { 0 }; /* the memory driver's limits, from its environment */
   int r = -1;
+  const char *state = c->state_dir;
 
   pid_t self = getpid ();
   unsigned long long st = start_time (self);
   name = xasprintf ("run-%d-%llu", (int) self, st);
   uid = xasprintf ("%08x-0000-4000-8000-%012llx", (unsigned) self, st & 0xffffffffffffULL);
   cgname = xasprintf ("run-%d", (int) self);
+  if (check_nodes (t, rq->cpu_nodes, "--cpunodebind (--numa-node)", true, err) < 0
+      || check_nodes (t, rq->mem_nodes, policy_flags[rq->policy], false, err) < 0)
+    goto out;
+  if (use_mem && rq->policy == NRM_RUN_MEM_INTERLEAVE)
+    {
+      nrm_error_set (err, EINVAL,
+                     "--interleave with --memory or huge pages: a run takes its memory from one node's device");
+      goto out;
+    }
   /* A run is the command line of the CPU and memory drivers: their claims,
    * with their names, in their checkpoints. */
   struct nrm_publish_options po = c->publish;
   struct nrm_driver_selection sel = { "cpu,memory", c->driver_names, c->driver_settings };
-  struct nrm_driver_host host = { .topo = t, .node = &po, .fsroot = c->fsroot, .live = true, .log = nrm_log };
+  struct nrm_driver_host host
+      = { .topo = t, .node = &po, .fsroot = c->fsroot, .live = c->topology == NULL, .log = nrm_log };
   /* A run takes CPUs by count from a node's consumable device, whatever
    * device mode the plugin publishes: the claims of both are CPU sets. */
   po.cpu_mode = NRM_CPU_MODE_NUMA;
@@ -308,6 +725,18 @@ nrm_cmd_run (struct nrm_config *c, struct nrm_topology *t, const struct nrm_run_
     goto out;
   drv[0] = nrm_drivers_find (&drivers, "cpu");
   drv[1] = nrm_drivers_find (&drivers, "memory");
+  if (rq->dry_run)
+    {
+      /* A recorded machine shares nothing with this one's state, unless a
+       * state directory is given for it. */
+      const char *names[2] = { drv[0]->name, drv[1]->name };
+      struct stat sb;
+      bool read_state
+          = (c->topology == NULL || strcmp (c->state_dir, NRM_DEFAULT_STATE_DIR) != 0) && stat (c->state_dir, &sb) == 0;
+      if ((scratch = make_scratch (read_state ? c->state_dir : NULL, names, err)) == NULL)
+        goto out;
+      state = scratch;
+    }
   if (rq->options && rq->options[0])
     json_array_append_new (config, json_pack ("{s:s, s:{s:s, s:{s:s, s:s, s:o}}}", "source", "FromClaim", "opaque",
                                               "driver", drv[0]->name, "parameters", "apiVersion", "cpu.nrm.io/v1alpha1",
@@ -322,6 +751,7 @@ nrm_cmd_run (struct nrm_config *c, struct nrm_topology *t, const struct nrm_run_
     {
       struct nrm_plugin_config pc;
       nrm_config_plugin (c, drv[i]->name, &pc);
+      pc.state_dir = state;
       pc.instance_uid = NULL;
       pc.log = nrm_log;
       pc.local = true;
@@ -331,64 +761,155 @@ nrm_cmd_run (struct nrm_config *c, struct nrm_topology *t, const struct nrm_run_
     }
   /* Runs whose nrm process is gone (killed with -9) still hold their
    * claims, CPUs and memory: released first. */
-  nrm_run_release_stale (c->state_dir, pl, 2);
-  if (write_record (c->state_dir, uid, name, self, st, err) < 0)
+  nrm_run_release_stale (state, pl, 2);
+  if (write_record (state, uid, name, self, st, err) < 0)
     goto out;
   recorded = true;
 
-  /* The node: the one asked for, else the first in preference order that
-   * has room, the fullest first (a best fit, as the slices offer the nodes
-   * to the scheduler). */
   nrm_error_t e = NULL;
-  cpu_claims = nrm_checkpoint_claims (c->state_dir, drv[0]->name, &e);
+  cpu_claims = nrm_checkpoint_claims (state, drv[0]->name, &e);
   held = cpu_claims ? nrm_checkpoint_held (cpu_claims) : NULL;
   nrm_error_release (&e);
+  if (cpu_claims == NULL)
+    cpu_claims = json_object ();
   /* Unreadable state: the nodes keep the preference order. */
   if (held)
     nrm_cpu_room (t, held, &free_cpus, &free_cell);
   order = nrm_numa_preference_by_room (t, free_cpus, free_cell);
-  char count[32];
-  snprintf (count, sizeof (count), "%u", rq->cpus);
+  for (size_t i = 0; i < t->n_numa; i++)
+    candidate[i] = !hwloc_bitmap_iszero (t->numa[i].cpus)
+                   && (rq->cpu_nodes == NULL || hwloc_bitmap_isset (rq->cpu_nodes, t->numa[i].os_index))
+                   && (!rq->isolated || hwloc_bitmap_intersects (t->numa[i].cpus, t->isolated));
   nrm_error_t last = NULL;
-  int node = -1;
-  for (size_t k = 0; k < t->n_numa && node < 0; k++)
+  if (rq->cpu_list)
     {
-      const struct nrm_numa_node *n = &t->numa[order[k]];
-      char dev[32];
-      if (rq->numa_node >= 0 && (int) n->os_index != rq->numa_node)
-        continue;
-      if (hwloc_bitmap_iszero (n->cpus) || (rq->isolated && !hwloc_bitmap_intersects (n->cpus, t->isolated)))
-        continue;
-      snprintf (dev, sizeof (dev), rq->isolated ? "numa%u-isolated" : "numa%u", n->os_index);
-      json_decref (src[0].claim);
-      src[0].claim = claim_for (uid, name, drv[0]->name, c->node_name, dev, "cpus", count, config);
-      nrm_error_release (&last);
+      /* -C: exactly these CPUs, from the nodes they are on. */
+      if (check_pin (t, rq, cpu_claims, err) < 0)
+        goto out;
+      for (size_t i = 0; i < t->n_numa; i++)
+        if (hwloc_bitmap_intersects (t->numa[i].cpus, rq->cpu_list))
+          {
+            hwloc_bitmap_t pin = xbitmap_dup (rq->cpu_list);
+            hwloc_bitmap_and (pin, pin, t->numa[i].cpus);
+            parts[n_parts++] = (struct part){ i, t->numa[i].os_index, (unsigned) hwloc_bitmap_weight (pin), pin };
+          }
+      src[0].claim = cpu_claim (uid, name, drv[0]->name, c->node_name, rq->isolated, parts, n_parts, config);
       json_t *devs = nrm_plugin_prepare (pl[0], RUN_NAMESPACE, name, uid, &last);
-      if (devs != NULL)
+      if (devs == NULL)
         {
-          json_decref (devs);
-          node = (int) n->os_index;
-          prepared[0] = true;
-        }
-    }
-  if (node < 0)
-    {
-      if (last == NULL && rq->isolated)
-        nrm_error_set (err, ENOSPC,
-                       "no NUMA node%s has isolated CPUs (--isolated-cpus, or isolcpus= on the kernel "
-                       "command line)",
-                       rq->numa_node >= 0 ? " asked for" : "");
-      else if (last == NULL)
-        nrm_error_set (err, EINVAL, "NUMA node %d does not exist or has no CPUs", rq->numa_node);
-      else
-        {
+          cleanup_free char *list = nrm_cpulist_format (rq->cpu_list);
           *err = last;
-          nrm_error_wrap (err, "%u CPU%s%s", rq->cpus, rq->cpus == 1 ? "" : "s",
-                          rq->numa_node >= 0 ? " on the NUMA node asked for" : " on any NUMA node");
+          nrm_error_wrap (err, "CPUs %s", list);
+          goto out;
         }
-      goto out;
+      json_decref (devs);
+      prepared[0] = true;
+      add_tried (tried, parts, n_parts, "the CPUs asked for (--physcpubind)");
     }
-  for (int h = 0; h < 2 && node >= 0; h++)
+  else
+    {
+      /* One node: the first in preference order that has room, the
+       * fullest first (a best fit, as the slices offer the nodes to the
+       * scheduler). */
+      for (size_t k = 0; k < t->n_numa && !prepared[0]; k++)
+        {
+          size_t ni = order[k];
+          if (!candidate[ni])
+            continue;
+          struct part one = { ni, t->numa[ni].os_index, rq->cpus, NULL };
+          json_decref (src[0].claim);
+          src[0].claim = cpu_claim (uid, name, drv[0]->name, c->node_name, rq->isolated, &one, 1, config);
+          nrm_error_release (&last);
+          json_t *devs = nrm_plugin_prepare (pl[0], RUN_NAMESPACE, name, uid, &last);
+          if (devs != NULL)
+            {
+              json_decref (devs);
+              parts[n_parts++] = one;
+              prepared[0] = true;
+              add_tried (tried, &one, 1, "fits (the first in preference order, the fullest first)");
+            }
+          else
+            add_tried (tried, &one, 1, nrm_error_msg (last));
+        }
+      /* Several nodes when none has room alone: asked for with -N LIST,
+       * or needed without it. */
+      size_t n_cand = 0;
+      for (size_t i = 0; i < t->n_numa; i++)
+        n_cand += candidate[i];
+      if (!prepared[0] && last && n_cand > 1 && !rq->isolated && free_cpus
+          && (n_parts = spread (t, candidate, free_cpus, rq->cpus, parts)) > 1)
+        {
+          json_decref (src[0].claim);
+          src[0].claim = cpu_claim (uid, name, drv[0]->name, c->node_name, false, parts, n_parts, config);
+          nrm_error_release (&last);
+          json_t *devs = nrm_plugin_prepare (pl[0], RUN_NAMESPACE, name, uid, &last);
+          if (devs != NULL)
+            {
+              json_decref (devs);
+              prepared[0] = true;
+              add_tried (tried, parts, n_parts, "fits across these nodes (no one node had room), nearest first");
+            }
+        }
+      if (!prepared[0])
+        {
+          n_parts = 0;
+          if (last == NULL && rq->isolated)
+            nrm_error_set (err, ENOSPC,
+                           "no NUMA node%s has isolated CPUs (--isolated-cpus, or isolcpus= on the kernel "
+                           "command line)",
+                           rq->cpu_nodes ? " asked for" : "");
+          else if (last == NULL)
+            nrm_error_set (err, EINVAL, "no NUMA node asked for has CPUs");
+          else
+            {
+              *err = last;
+              nrm_error_wrap (err, "%u CPU%s%s", rq->cpus, rq->cpus == 1 ? "" : "s",
+                              rq->cpu_nodes ? " on the NUMA nodes asked for" : " on any NUMA node");
+            }
+          goto out;
+        }
+    }
+  nrm_error_release (&last);
+
+  /* What was picked. */
+  {
+    cleanup_json json_t *claims = nrm_plugin_claims (pl[0], err);
+    json_t *cst = json_object_get (json_object_get (claims, uid), "state");
+    cpus = xstrdup (json_string_value (json_object_get (cst, "cpus")) ?: "");
+    mems = xstrdup (json_string_value (json_object_get (cst, "mems")) ?: "");
+    nrm_error_release (err);
+    if (nrm_cpulist_parse (cpus, &got, err) < 0)
+      goto out;
+  }
+  /* The memory nodes: the CPUs' by default; the policy's when it names
+   * some (--preferred adds its node to the CPUs'). */
+  if (rq->policy == NRM_RUN_MEM_BIND || rq->policy == NRM_RUN_MEM_INTERLEAVE || rq->policy == NRM_RUN_MEM_PREFERRED)
+    {
+      cleanup_bitmap hwloc_bitmap_t m = xbitmap_alloc ();
+      for (size_t i = 0; i < t->n_numa; i++)
+        if (hwloc_bitmap_isset (rq->mem_nodes, t->numa[i].os_index))
+          hwloc_bitmap_set (m, t->numa[i].os_index);
+      if (rq->policy == NRM_RUN_MEM_PREFERRED)
+        {
+          cleanup_bitmap hwloc_bitmap_t cm = NULL;
+          if (nrm_cpulist_parse (mems, &cm, err) < 0)
+            goto out;
+          hwloc_bitmap_or (m, m, cm);
+        }
+      free (mems);
+      mems = nrm_cpulist_format (m);
+    }
+  /* The node memory is taken from: the first of --membind or --preferred,
+   * else that of the (first) CPUs. */
+  int node = (int) parts[0].os;
+  if (rq->policy == NRM_RUN_MEM_BIND || rq->policy == NRM_RUN_MEM_PREFERRED)
+    for (size_t i = 0; i < t->n_numa; i++)
+      if (hwloc_bitmap_isset (rq->mem_nodes, t->numa[i].os_index))
+        {
+          node = (int) t->numa[i].os_index;
+          break;
+        }
+  for (int h = 0; h < 2; h++)
     {
       const char *want = h == 0 ? rq->hugepages_2mi : rq->hugepages_1gi;
       uint64_t size = h == 0 ? 2u << 20 : 1u << 30;
@@ -454,14 +975,40 @@ nrm_cmd_run (struct nrm_config *c, struct nrm_topology *t, const struct nrm_run_
         goto out;
     }
 
-  /* What was picked. */
+  why = explain (
+      t, got, parts, n_parts, tried, cpu_claims, uid, rq, mems, node,
+      rq->dry_run
+          ? (state == scratch && c->topology && strcmp (c->state_dir, NRM_DEFAULT_STATE_DIR) == 0 ? NULL : c->state_dir)
+          : NULL);
+  if (rq->dry_run)
+    {
+      if (rq->json)
+        {
+          cleanup_free char *text = json_dumps (why, JSON_INDENT (2));
+          fprintf (out, "%s\n", text);
+        }
+      else
+        print_explanation (out, why, rq->argv);
+      *ret_status = 0;
+      r = 0;
+      goto out;
+    }
+  /* The same reasons as a dry run's, in one line, and each node that had
+   * no room. */
   {
-    cleanup_json json_t *claims = nrm_plugin_claims (pl[0], err);
-    json_t *state = json_object_get (json_object_get (claims, uid), "state");
-    cpus = xstrdup (json_string_value (json_object_get (state, "cpus")) ?: "");
-    mems = xstrdup (json_string_value (json_object_get (state, "mems")) ?: "");
+    size_t i;
+    json_t *v;
+    json_array_foreach (tried, i, v) if (i + 1 < json_array_size (tried))
+        nrm_log (NULL, NRM_LOG_INFO, "run %s: NUMA node %s skipped: %s", name,
+                 json_string_value (json_object_get (v, "nodes")), json_string_value (json_object_get (v, "result")));
+    nrm_log (NULL, NRM_LOG_INFO,
+             "run %s: CPUs %s (whole cores %s, partial cores %s; L3 groups %s; NUMA nodes %s), memory nodes %s "
+             "(policy %s)",
+             name, cpus, dash (json_string_value (json_object_get (why, "wholeCores"))),
+             dash (json_string_value (json_object_get (why, "partialCores"))),
+             dash (json_string_value (json_object_get (why, "l3Groups"))),
+             dash (json_string_value (json_object_get (why, "numaNodes"))), mems, policy_names[rq->policy]);
   }
-  nrm_log (NULL, NRM_LOG_INFO, "run %s: CPUs %s, memory node %s", name, cpus, mems);
 
   bool cgroup = have_cgroup_cpuset (c->fsroot);
   if (cgroup)
@@ -505,6 +1052,8 @@ nrm_cmd_run (struct nrm_config *c, struct nrm_topology *t, const struct nrm_run_
         }
     }
   }
+  /* --preferred names one node. */
+  int mem_node_first = rq->mem_nodes && !is_all (rq->mem_nodes) ? hwloc_bitmap_first (rq->mem_nodes) : -1;
   pid_t parent = getpid ();
   child_pid = fork ();
   if (child_pid < 0)
@@ -519,26 +1068,58 @@ nrm_cmd_run (struct nrm_config *c, struct nrm_topology *t, const struct nrm_run_
       /* If nrm run dies (kill -9), the command dies too: its CPUs may be
        * handed out again once the next run releases the stale claim. */
       if (prctl (PR_SET_PDEATHSIG, SIGKILL) < 0 || getppid () != parent)
-        _exit (126);
+        _exit (NRM_RUN_EXIT_FAILED);
       /* Wait until the parent has moved us into the cgroup. */
       if (read (go[0], &ok, 1) != 1)
-        _exit (126);
-      if (!cgroup)
+        _exit (NRM_RUN_EXIT_FAILED);
+      if (!cgroup || rq->policy != NRM_RUN_MEM_DEFAULT)
         {
           struct bitmask *cm = numa_parse_cpustring_all (cpus);
           struct bitmask *mm = numa_parse_nodestring_all (mems);
-          if (cm == NULL || mm == NULL || numa_sched_setaffinity (0, cm) < 0)
+          if (cm == NULL || mm == NULL || (!cgroup && numa_sched_setaffinity (0, cm) < 0))
             {
               fprintf (stderr, "nrm run: cannot pin to CPUs %s\n", cpus);
-              _exit (126);
+              _exit (NRM_RUN_EXIT_FAILED);
             }
-          numa_set_membind (mm);
+          /* numactl's policies through libnuma's set_mempolicy wrappers;
+           * without one, bound to the CPUs' nodes (the cgroup's
+           * cpuset.mems does that where there is one). */
+          int want = MPOL_BIND;
+          if (rq->policy == NRM_RUN_MEM_INTERLEAVE)
+            {
+              want = MPOL_INTERLEAVE;
+              numa_set_interleave_mask (mm);
+            }
+          else if (rq->policy == NRM_RUN_MEM_PREFERRED)
+            {
+              want = MPOL_PREFERRED;
+              numa_set_preferred (mem_node_first);
+            }
+          else if (rq->policy == NRM_RUN_MEM_LOCAL)
+            {
+              want = MPOL_DEFAULT;
+              numa_set_localalloc ();
+            }
+          else
+            numa_set_membind (mm);
+          /* libnuma reports a failure only on stderr: the policy is read
+           * back. */
+          int mode = -1;
+          /* Local allocation reads back as MPOL_LOCAL (4) on newer libnuma. */
+          if (get_mempolicy (&mode, NULL, 0, NULL, 0) < 0 || (mode != want && !(want == MPOL_DEFAULT && mode == 4)))
+            {
+              fprintf (stderr, "nrm run: cannot set the memory policy %s on nodes %s\n", policy_names[rq->policy],
+                       mems);
+              _exit (NRM_RUN_EXIT_FAILED);
+            }
           numa_free_cpumask (cm);
           numa_free_nodemask (mm);
         }
       execvp (rq->argv[0], rq->argv);
-      fprintf (stderr, "nrm run: cannot run `%s`: %s\n", rq->argv[0], strerror (errno));
-      _exit (127);
+      /* env(1)'s codes: 127 not found, 126 found but not executable. */
+      int exec_errno = errno;
+      fprintf (stderr, "nrm run: cannot run `%s`: %s\n", rq->argv[0], strerror (exec_errno));
+      _exit (exec_errno == ENOENT || exec_errno == ENOTDIR ? NRM_RUN_EXIT_NOT_FOUND : NRM_RUN_EXIT_CANNOT_EXEC);
     }
   close (go[0]);
   if (cgroup)
@@ -589,6 +1170,10 @@ out:
     }
   nrm_drivers_close (&drivers);
   nrm_registry_free (reg);
+  for (size_t i = 0; i < n_parts; i++)
+    hwloc_bitmap_free (parts[i].pin);
+  if (scratch)
+    remove_scratch (scratch);
   if (fs)
     {
       cleanup_free char *dir = xasprintf ("%s/nrm.slice/%s", nrm_cgroupfs_root (fs), cgname);

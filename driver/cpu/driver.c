@@ -308,6 +308,7 @@ struct cpu_settings
   unsigned options;
   char cpu_kind[16];
   bool shared; /* sharedCPUs: the container runs on the shared pool too */
+  char *cpus;  /* cpus: exactly these CPUs (a list), or NULL */
 };
 
 static int
@@ -315,6 +316,7 @@ cpu_settings (struct cpu_driver *d, json_t *config, const char *request, struct 
 {
   size_t i;
   json_t *entry;
+  free (cs->cpus);
   memset (cs, 0, sizeof (*cs));
   cs->options = d->o.cpu_options;
   json_array_foreach (config, i, entry)
@@ -358,6 +360,18 @@ cpu_settings (struct cpu_driver *d, json_t *config, const char *request, struct 
             return nrm_error_set (err, EINVAL, "opaque configuration %zu: `sharedCPUs` must be a boolean", i);
           cs->shared = json_is_true (v);
         }
+      else if (strcmp (key, "cpus") == 0)
+        {
+          cleanup_bitmap hwloc_bitmap_t set = NULL;
+          if (!json_is_string (v) || nrm_cpulist_parse (json_string_value (v), &set, err) < 0)
+            {
+              nrm_error_release (err);
+              return nrm_error_set (err, EINVAL, "opaque configuration %zu: `cpus` must be a CPU list such as 0-3,8",
+                                    i);
+            }
+          free (cs->cpus);
+          cs->cpus = xstrdup (json_string_value (v));
+        }
       else
         return nrm_error_set (err, EINVAL, "opaque configuration %zu: unknown field `%s`", i, key);
     }
@@ -371,10 +385,13 @@ take_device (struct cpu_driver *d, const struct nrm_alloc_result *r, json_t *con
              hwloc_bitmap_t claim, bool *shared, bool *placed_near, nrm_error_t *err)
 {
   json_t *dev = json_object_get (d->devices, r->device);
-  struct cpu_settings cs;
+  struct cpu_settings cs = { 0 };
+  cleanup_free char *pin_text = NULL;
   if (dev == NULL)
     return nrm_error_set (err, ENODEV, "unknown device `%s` in pool `%s`", r->device, r->pool);
-  if (cpu_settings (d, config, r->request, &cs, err) < 0)
+  int sr = cpu_settings (d, config, r->request, &cs, err);
+  pin_text = cs.cpus;
+  if (sr < 0)
     return -1;
   *shared |= cs.shared;
   cleanup_bitmap hwloc_bitmap_t cpus = nrm_cpu_device_cpus (d->t, r->device);
@@ -403,6 +420,32 @@ take_device (struct cpu_driver *d, const struct nrm_alloc_result *r, json_t *con
   cleanup_bitmap hwloc_bitmap_t got = xbitmap_alloc ();
   hwloc_bitmap_andnot (free_set, free_set, d->taken);
   hwloc_bitmap_andnot (free_set, free_set, claim);
+  if (pin_text)
+    {
+      /* Exactly the CPUs asked for (nrm run -C): all of the device, free,
+       * and as many as the capacity consumed. */
+      cleanup_bitmap hwloc_bitmap_t pin = NULL, bad = NULL;
+      if (nrm_cpulist_parse (pin_text, &pin, err) < 0)
+        return -1;
+      bad = xbitmap_dup (pin);
+      hwloc_bitmap_andnot (bad, bad, cpus);
+      if (!hwloc_bitmap_iszero (bad))
+        {
+          cleanup_free char *list = nrm_cpulist_format (bad);
+          return nrm_error_set (err, EINVAL, "device %s: CPUs %s are not its allocatable CPUs", r->device, list);
+        }
+      hwloc_bitmap_andnot (bad, pin, free_set);
+      if (!hwloc_bitmap_iszero (bad))
+        {
+          cleanup_free char *list = nrm_cpulist_format (bad);
+          return nrm_error_set (err, EBUSY, "device %s: CPUs %s are already in use", r->device, list);
+        }
+      if ((size_t) hwloc_bitmap_weight (pin) != req.count)
+        return nrm_error_set (err, EINVAL, "device %s: `cpus` %s names %d CPUs, the claim consumes %zu", r->device,
+                              pin_text, hwloc_bitmap_weight (pin), req.count);
+      hwloc_bitmap_or (claim, claim, pin);
+      return 0;
+    }
   if (nrm_place_cpus (d->t, free_set, &req, got, err) < 0)
     return nrm_error_wrap (err, "device %s", r->device);
   hwloc_bitmap_or (claim, claim, got);

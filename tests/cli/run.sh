@@ -73,12 +73,92 @@ fi
 expect_error "too many CPUs" "is more than the device's" -- run --state-dir "$S" --cpus 4096 -- touch "$TMP/ran"
 [ -e "$TMP/ran" ] && fail "the command ran although the request failed" || ok
 expect_error "no command" "no command given" -- run --state-dir "$S" --cpus 1
-expect_error "no --cpus" "--cpus N is required" -- run --state-dir "$S" -- true
-expect_error "--topology" "not for run" -- run --state-dir "$S" --cpus 1 --topology "$NRM_TOPOLOGIES/2arm-2c.xml" -- true
+expect_error "no --cpus" "--cpus N (or --physcpubind LIST) is required" -- run --state-dir "$S" -- true
+expect_error "--topology" "only for --dry-run" -- run --state-dir "$S" --cpus 1 --topology "$NRM_TOPOLOGIES/2arm-2c.xml" -- true
 expect_error "bad option" "unknown CPU option" -- run --state-dir "$S" --cpus 1 --option turbo -- true
 expect_error "bad memory" "--memory" -- run --state-dir "$S" --cpus 1 --memory lots -- true
 
+# Exit statuses as timeout(1) and env(1) have them: nrm's own failures
+# before the command starts are 125 (bad usage and no room alike), a
+# command that is not executable 126, one that is not found 127.
+exit_of () { "$NRM" "$@" >/dev/null 2>&1; echo $?; }
+[ "$(exit_of run --state-dir "$S" --cpus 1 --turbo -- true)" = 125 ] && ok || fail "bad usage of run is not 125"
+[ "$(exit_of run --state-dir "$S" --cpus 4096 -- true)" = 125 ] && ok || fail "no room is not 125"
+[ "$(exit_of run --state-dir "$S" --cpus 1)" = 125 ] && ok || fail "no command is not 125"
+printf 'echo hi\n' >"$TMP/noexec"
+chmod 0644 "$TMP/noexec"
+[ "$(exit_of run --state-dir "$S" --cpus 1 --min-shared-cpus 0 -- "$TMP/noexec")" = 126 ] \
+  && [ "$(exit_of run --state-dir "$S" --cpus 1 --min-shared-cpus 0 -- no-such-command-nrm)" = 127 ] && ok \
+  || fail "not executable is not 126, or not found not 127"
+[ "$(exit_of run --state-dir "$S" --cpus 1 --min-shared-cpus 0 -- sh -c 'exit 125')" = 125 ] \
+  && [ "$(exit_of run --state-dir "$S" --cpus 1 --min-shared-cpus 0 -- sh -c 'exit 2')" = 2 ] && ok \
+  || fail "the command's own status is not passed through"
+# Other commands keep 2 for bad usage.
+[ "$(exit_of status --state-dir "$S" --turbo)" = 2 ] && ok || fail "bad usage of status is not 2"
+
+# --dry-run: what would be taken and why, and nothing taken.
+$RUN --dry-run --cpus 1 -- touch "$TMP/ran" >"$TMP/out" 2>"$TMP/err" || fail "dry run: $(cat "$TMP/err")"
+grep -q "^would take CPUs [0-9]" "$TMP/out" && grep -q "whole cores:" "$TMP/out" && grep -q "L3 groups:" "$TMP/out" \
+  && grep -q "tried NUMA node" "$TMP/out" && grep -q "nothing was taken" "$TMP/out" && ok \
+  || fail "dry run does not explain: $(cat "$TMP/out")"
+[ ! -e "$TMP/ran" ] && ! grep -q '"nrm-run"' "$S/cpu.nrm.io.checkpoint.json" && [ -z "$(ls "$S/runs" 2>/dev/null)" ] && ok \
+  || fail "a dry run ran the command or took something"
+$RUN --dry-run --json --cpus 1 --memory 16Mi >"$TMP/out" 2>"$TMP/err" || fail "dry run --json: $(cat "$TMP/err")"
+python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["dryRun"] and d["count"]==1 and d["memory"]["memory"]=="16Mi" and d["tried"] and "held" in d' "$TMP/out" \
+  && ok || fail "dry run --json: $(cat "$TMP/out")"
+# A recorded machine: two nodes, distances, and several nodes when no one has room.
+T2="$NRM_TOPOLOGIES/24em64t-2n6c2t-pci.xml"
+"$NRM" run --dry-run -t "$T2" --cpus 4 --min-shared-cpus 0 -- app >"$TMP/out" 2>"$TMP/err" || fail "dry run -t: $(cat "$TMP/err")"
+grep -q "distances 0:" "$TMP/out" && grep -q "a recorded machine holds nothing" "$TMP/out" && ok \
+  || fail "dry run -t shows no distances: $(cat "$TMP/out")"
+"$NRM" run --dry-run --json -t "$T2" --cpus 16 --min-shared-cpus 0 >"$TMP/out" 2>"$TMP/err" || fail "16 CPUs over 2 nodes: $(cat "$TMP/err")"
+python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["count"]==16 and d["numaNodes"]=="0-1" and len(d["nodes"])==2' "$TMP/out" \
+  && ok || fail "16 CPUs were not spread over both nodes: $(cat "$TMP/out")"
+"$NRM" run --dry-run --json -t "$T2" -N 0 --cpus 4 --min-shared-cpus 0 >"$TMP/out" 2>&1
+python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["numaNodes"]=="0"' "$TMP/out" && ok || fail "-N 0: $(cat "$TMP/out")"
+"$NRM" run --dry-run --json -t "$T2" -C 1,3 --min-shared-cpus 0 >"$TMP/out" 2>&1
+python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["cpus"]=="1,3" and d["numaNodes"]=="1"' "$TMP/out" && ok || fail "-C 1,3: $(cat "$TMP/out")"
+"$NRM" run --dry-run --json -t "$T2" -C 0,1 --min-shared-cpus 0 >"$TMP/out" 2>&1
+python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["numaNodes"]=="0-1"' "$TMP/out" && ok || fail "-C over two nodes: $(cat "$TMP/out")"
+"$NRM" run --dry-run --json -t "$T2" --cpus 2 --membind 1 --min-shared-cpus 0 >"$TMP/out" 2>&1
+python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["memory"]["policy"]=="bind" and d["memory"]["nodes"]=="1"' "$TMP/out" && ok || fail "--membind 1: $(cat "$TMP/out")"
+
+# numactl's options: bad input is refused with 125, naming it, before the command starts.
+expect_error "-C off the machine" "CPU 4095 is not on this machine" -- run --state-dir "$S" -C 4095 -- touch "$TMP/ran"
+expect_error "-N off the machine" "NUMA node 63 does not exist" -- run --state-dir "$S" -N 63 --cpus 1 -- touch "$TMP/ran"
+expect_error "--membind off the machine" "--membind: NUMA node 63 does not exist" -- run --state-dir "$S" -m 63 --cpus 1 -- touch "$TMP/ran"
+expect_error "bad -C" "--physcpubind\` needs a list of CPUs" -- run --state-dir "$S" -C x -- touch "$TMP/ran"
+expect_error "two policies" "one memory policy only" -- run --state-dir "$S" --cpus 1 -m 0 -l -- touch "$TMP/ran"
+expect_error "-C and --cpus" "--cpus asks for 2" -- run --state-dir "$S" -C 0 --cpus 2 -- touch "$TMP/ran"
+expect_error "-C elsewhere" "is an option of \`nrm run\`" -- status -C 0
+[ -e "$TMP/ran" ] && fail "the command ran although its options were refused" || ok
+[ "$(exit_of run --state-dir "$S" -C 4095 -- true)" = 125 ] && ok || fail "-C off the machine is not 125"
+# The CPU asked for with -C is the one the command gets.
+$RUN -C 0 -- sh -c 'grep Cpus_allowed_list /proc/self/status' >"$TMP/out" 2>"$TMP/err"
+grep -q "^Cpus_allowed_list:[[:space:]]*0$" "$TMP/out" && ok || fail "-C 0: $(cat "$TMP/out" "$TMP/err")"
+$RUN -N 0 --cpus 1 -- sh -c 'echo "$NRM_CPUS"' >"$TMP/out" 2>"$TMP/err" && ok || fail "-N 0: $(cat "$TMP/err")"
+# The memory policy the command runs with (get_mempolicy: 2 bind, 3
+# interleave, 1 preferred, 0 or 4 local).
+POL='import ctypes; m = ctypes.c_int(); ctypes.CDLL("libnuma.so.1").get_mempolicy(ctypes.byref(m), None, ctypes.c_ulong(0), None, ctypes.c_ulong(0)); print(m.value)'
+if python3 -c "$POL" >/dev/null 2>&1; then
+  for p in "--membind 0:2" "--interleave 0:3" "-i all:3" "--preferred 0:1" "--localalloc:[04]"; do
+    $RUN --cpus 1 ${p%%:*} -- python3 -c "$POL" >"$TMP/out" 2>"$TMP/err"
+    grep -qx "${p##*:}" "$TMP/out" && ok || fail "${p%%:*}: policy $(cat "$TMP/out" "$TMP/err")"
+  done
+  grep -q "policy local" "$TMP/err" && ok || fail "the log does not say the policy: $(cat "$TMP/err")"
+fi
+
 if [ "$ncpu" -ge 2 ]; then
+  # A CPU held by another run is refused, naming the holder; a dry run
+  # shows what is held.
+  $RUN -C 0 -- sleep 2 2>/dev/null &
+  a=$!
+  sleep 0.5
+  expect_error "-C held" "CPU 0 is held by run nrm-run/run-$a-" -- run --state-dir "$S" --min-shared-cpus 0 -C 0 -- touch "$TMP/ran"
+  $RUN --dry-run --cpus 1 >"$TMP/out" 2>&1
+  grep -q "held by nrm-run/run-$a-.*CPUs 0" "$TMP/out" && ok || fail "dry run does not show the held CPU: $(cat "$TMP/out")"
+  wait $a
+  [ -e "$TMP/ran" ] && fail "the command ran although its CPU was held" || ok
   # Two runs at once never share a CPU.
   $RUN --cpus 1 -- sh -c 'echo $NRM_CPUS; sleep 2' >"$TMP/a" 2>/dev/null &
   a=$!
