@@ -972,6 +972,87 @@ test_passthrough (void **state)
   nrm_topology_free (t);
 }
 
+/* --- a real kernel's sysfs (tests/fixtures/sysfs-vm-pci) --------------- */
+
+static void
+test_vm_snapshot (void **state)
+{
+  (void) state;
+  const char *src = getenv ("NRM_SRCDIR");
+  cleanup_free char *tarball = xasprintf ("%s/tests/fixtures/sysfs-vm-pci.tar.xz", src ? src : ".");
+  if (access (tarball, R_OK) != 0)
+    skip ();
+  snprintf (root, sizeof (root), "/tmp/nrm-pci-XXXXXX");
+  assert_non_null (mkdtemp (root));
+  cleanup_free char *cmd = xasprintf ("tar -xJf '%s' -C '%s'", tarball, root);
+  assert_int_equal (system (cmd), 0);
+  cleanup_free char *tree = xasprintf ("%s/sysfs-vm-pci", root);
+
+  /* What the VM held (sysfs-vm-pci.md). */
+  const struct
+  {
+    const char *bdf;
+    int numa;
+    const char *root, *driver;
+    int group;
+    const char *node;
+  } want[] = {
+    { "0000:21:00.0", 0, "pci0000:20", "virtio-pci", 19, "/dev/dri/card1" },
+    { "0000:22:00.0", 0, "pci0000:20", "e1000e", 20, NULL },
+    { "0000:23:00.0", 0, "pci0000:20", "nvme", 21, "/dev/nvme2" },
+    { "0000:41:00.0", 1, "pci0000:40", "virtio-pci", 12, "/dev/dri/card0" },
+    { "0000:42:00.0", 1, "pci0000:40", "vfio-pci", 13, "/dev/vfio/13" },
+    { "0000:43:00.0", 1, "pci0000:40", "nvme", 14, "/dev/nvme0" },
+    { "0000:44:00.1", 1, "pci0000:40", NULL, 22, NULL },
+  };
+  for (size_t i = 0; i < sizeof (want) / sizeof (want[0]); i++)
+    {
+      struct nrm_pci_facts f;
+      nrm_error_t err = NULL;
+      if (nrm_pci_facts_read (tree, want[i].bdf, &f, &err) < 0)
+        fail_msg ("%s: %s", want[i].bdf, nrm_error_msg (err));
+      assert_int_equal (f.numa_node, want[i].numa);
+      assert_string_equal (f.pcie_root, want[i].root);
+      if (want[i].driver)
+        assert_string_equal (f.driver, want[i].driver);
+      else
+        assert_null (f.driver);
+      assert_int_equal (f.iommu_group, want[i].group);
+      bool found = want[i].node == NULL;
+      for (size_t k = 0; k < f.n_nodes; k++)
+        found |= want[i].node && strcmp (f.nodes[k], want[i].node) == 0;
+      if (!found)
+        fail_msg ("%s: no device node %s", want[i].bdf, want[i].node);
+      nrm_pci_facts_done (&f);
+    }
+  struct nrm_pci_facts pf;
+  nrm_error_t err = NULL;
+  assert_int_equal (nrm_pci_facts_read (tree, "0000:44:00.0", &pf, &err), 0);
+  assert_int_equal (pf.sriov_total, 2);
+  assert_int_equal (pf.sriov_enabled, 2);
+  nrm_pci_facts_done (&pf);
+  assert_int_equal (nrm_pci_facts_read (tree, "0000:44:00.2", &pf, &err), 0);
+  assert_string_equal (pf.physfn, "0000:44:00.0");
+  nrm_pci_facts_done (&pf);
+
+  /* The driver over it, every class: the GPUs, NICs, NVMe drives and VFs,
+   * not the PF whose VFs are enabled, nor bridges, AHCI or virtio 9p. */
+  struct nrm_topology *t = load_2n ();
+  struct nrm_publish_options o;
+  nrm_publish_options_init (&o);
+  cleanup_json json_t *s = json_pack ("{s:[s, s, s]}", "classes", "gpu", "nic", "nvme");
+  cleanup_json json_t *devs = pool_of (t, &o, tree, s, false, NULL);
+  const char *names[] = { "gpu-0000-21-00-0", "nic-0000-22-00-0",  "nvme-0000-23-00-0", "gpu-0000-41-00-0",
+                          "nic-0000-42-00-0", "nvme-0000-43-00-0", "nvme-0000-44-00-1", "nvme-0000-44-00-2" };
+  assert_int_equal (json_array_size (devs), sizeof (names) / sizeof (names[0]));
+  for (size_t i = 0; i < sizeof (names) / sizeof (names[0]); i++)
+    assert_non_null (find_dev (devs, names[i]));
+  assert_string_equal (sattr (find_dev (devs, "gpu-0000-41-00-0"), NRM_STD_PCIE_ROOT_ATTR), "pci0000:40");
+  nrm_topology_free (t);
+  cleanup_free char *rm = xasprintf ("rm -rf '%s'", root);
+  assert_int_equal (system (rm), 0);
+}
+
 int
 main (void)
 {
@@ -980,6 +1061,7 @@ main (void)
     cmocka_unit_test (test_bus_ids),     cmocka_unit_test (test_facts),
     cmocka_unit_test (test_pool),        cmocka_unit_test (test_prepare_and_health),
     cmocka_unit_test (test_coexistence), cmocka_unit_test (test_passthrough),
+    cmocka_unit_test (test_vm_snapshot),
   };
   return corpus_run ("pci", per_machine, 1, others, sizeof (others) / sizeof (others[0]));
 }
