@@ -24,6 +24,7 @@
 #include "nrm/base/cleanup.h"
 #include "nrm/base/fs.h"
 #include "nrm/base/xalloc.h"
+#include "tests/unit/fakefs.h"
 #include "topology/topology.h"
 
 extern const struct nrm_driver_ops nrm_cpu_driver;
@@ -253,16 +254,7 @@ static char root[64];
 static void
 put (const char *rel, const char *text)
 {
-  char path[512];
-  nrm_error_t err = NULL;
-  snprintf (path, sizeof (path), "%s/%s", root, rel);
-  cleanup_free char *dir = xstrdup (path);
-  *strrchr (dir, '/') = '\0';
-  assert_int_equal (nrm_mkdir_p (dir, 0755, &err), 0);
-  FILE *f = fopen (path, "w");
-  assert_non_null (f);
-  fputs (text, f);
-  fclose (f);
+  fake_put (root, rel, text);
 }
 
 /* 24em64t-2n6c2t-pci: node 0 is the even CPUs, core k holds 2k and 2k+12.

@@ -30,6 +30,7 @@
 #include "nrm/base/fs.h"
 #include "nrm/base/xalloc.h"
 #include "tests/unit/corpus.h"
+#include "tests/unit/fakefs.h"
 #include "topology/topology.h"
 
 #define TOPO_2N "24em64t-2n6c2t-pci.xml"
@@ -175,29 +176,13 @@ static char root[64];
 static void
 put (const char *rel, const char *text)
 {
-  char path[512];
-  nrm_error_t err = NULL;
-  snprintf (path, sizeof (path), "%s/%s", root, rel);
-  cleanup_free char *dir = xstrdup (path);
-  *strrchr (dir, '/') = '\0';
-  assert_int_equal (nrm_mkdir_p (dir, 0755, &err), 0);
-  FILE *f = fopen (path, "w");
-  assert_non_null (f);
-  fputs (text, f);
-  fclose (f);
+  fake_put (root, rel, text);
 }
 
 static void
 link_to (const char *rel, const char *target)
 {
-  char path[512];
-  nrm_error_t err = NULL;
-  snprintf (path, sizeof (path), "%s/%s", root, rel);
-  cleanup_free char *dir = xstrdup (path);
-  *strrchr (dir, '/') = '\0';
-  assert_int_equal (nrm_mkdir_p (dir, 0755, &err), 0);
-  unlink (path);
-  assert_int_equal (symlink (target, path), 0);
+  fake_link (root, rel, target);
 }
 
 static const char aer_zero[] = "Undefined 0\nDLP 0\nTOTAL_ERR_FATAL 0\n";

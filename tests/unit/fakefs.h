@@ -1,0 +1,44 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#ifndef NRM_TESTS_FAKEFS_H
+#define NRM_TESTS_FAKEFS_H
+
+/* Fake sysfs, /proc and /dev trees under a root prefix, for the tests of
+ * code that reads them there. Needs cmocka's asserts. */
+
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "nrm/base/cleanup.h"
+#include "nrm/base/fs.h"
+#include "nrm/base/xalloc.h"
+
+/* Writes text to <root>/<rel>, making its folders. */
+static inline void
+fake_put (const char *root, const char *rel, const char *text)
+{
+  nrm_error_t err = NULL;
+  cleanup_free char *path = xasprintf ("%s/%s", root, rel);
+  cleanup_free char *dir = xstrdup (path);
+  *strrchr (dir, '/') = '\0';
+  assert_int_equal (nrm_mkdir_p (dir, 0755, &err), 0);
+  FILE *f = fopen (path, "w");
+  assert_non_null (f);
+  fputs (text, f);
+  fclose (f);
+}
+
+/* Makes <root>/<rel> a link to target (replacing what was there). */
+static inline void
+fake_link (const char *root, const char *rel, const char *target)
+{
+  nrm_error_t err = NULL;
+  cleanup_free char *path = xasprintf ("%s/%s", root, rel);
+  cleanup_free char *dir = xstrdup (path);
+  *strrchr (dir, '/') = '\0';
+  assert_int_equal (nrm_mkdir_p (dir, 0755, &err), 0);
+  unlink (path);
+  assert_int_equal (symlink (target, path), 0);
+}
+
+#endif
