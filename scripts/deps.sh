@@ -1,13 +1,14 @@
 #!/bin/sh
 # Installs the Debian 12 packages that nrm builds and tests with (procps:
 # pkill, pgrep and ps in tests/cli/run.sh; strace: the trust check of
-# tests/k8s/test-api.py; a minimal Debian 12 lacks both).
+# tests/k8s/test-api.py; a minimal Debian 12 lacks both; python3-yaml: the
+# Helm chart's renderer, tests/helm/render.py).
 set -eu
 PKGS="build-essential autoconf automake pkg-config
  libhwloc-dev hwloc-nox libnuma-dev
  libprotobuf-c-dev protobuf-c-compiler libgrpc-dev
  libcurl4-openssl-dev libssl-dev libjansson-dev libyaml-dev libmicrohttpd-dev libcmocka-dev
- openssl python3 help2man clang clang-format
+ openssl python3 python3-yaml help2man clang clang-format
  procps strace
  valgrind
  qemu-system-x86 busybox-static cpio runc"

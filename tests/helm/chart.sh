@@ -1,0 +1,176 @@
+#!/bin/sh
+# The Helm chart deploy/helm/nrm, rendered by tests/helm/render.py (helm's
+# template language, the subset the chart uses; Debian 12 has no helm):
+#  - deploy/kubernetes/nrm.yaml is what scripts/manifest.sh renders from the
+#    chart, compared object by object as parsed YAML (run `make manifest`
+#    after changing the chart);
+#  - other values change the fields they should, and only those;
+#  - the renderer refuses what it does not know.
+command -v python3 >/dev/null || { echo "SKIP: python3 is not installed"; exit 77; }
+python3 -c 'import yaml' 2>/dev/null || { echo "SKIP: python3-yaml is not installed"; exit 77; }
+top=${NRM_SRCDIR:-$(cd "$(dirname "$0")/../.." && pwd)}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+"$top/scripts/manifest.sh" "$tmp/nrm.yaml" || { echo "FAIL: scripts/manifest.sh"; exit 1; }
+exec python3 - "$top" "$tmp" <<'EOF'
+import json, os, shutil, subprocess, sys
+import yaml
+
+top, tmp = sys.argv[1], sys.argv[2]
+chart = os.path.join(top, "deploy/helm/nrm")
+render_py = os.path.join(top, "tests/helm/render.py")
+failed = 0
+
+
+def check(ok, what):
+    global failed
+    print(("ok   " if ok else "FAIL ") + what)
+    failed += not ok
+
+
+def docs_of(text):
+    return [d for d in yaml.safe_load_all(text) if d is not None]
+
+
+def key(d):
+    m = d.get("metadata", {})
+    return (d.get("apiVersion"), d.get("kind"), m.get("namespace", ""), m.get("name"))
+
+
+def render(*args, ok=True):
+    p = subprocess.run([sys.executable, render_py, chart, *args], capture_output=True, text=True)
+    if ok and p.returncode != 0:
+        print(p.stderr)
+        raise SystemExit(f"FAIL render.py {' '.join(args)}: exit {p.returncode}")
+    return p if not ok else docs_of(p.stdout)
+
+
+def by(docs, kind, name):
+    found = [d for d in docs if d["kind"] == kind and d["metadata"]["name"] == name]
+    return found[0] if len(found) == 1 else None
+
+
+# --- the chart's metadata ---------------------------------------------------
+meta = yaml.safe_load(open(os.path.join(chart, "Chart.yaml")))
+version = open(os.path.join(top, "VERSION")).read().strip()
+check(meta["apiVersion"] == "v2", "Chart.yaml: apiVersion v2")
+check(meta["version"] == version and meta["appVersion"] == version,
+      f"Chart.yaml: version and appVersion are VERSION ({version})")
+
+# --- the plain manifest is the chart rendered --------------------------------
+manifest = os.path.join(top, "deploy/kubernetes/nrm.yaml")
+want = docs_of(open(os.path.join(tmp, "nrm.yaml")).read())
+have = docs_of(open(manifest).read())
+wk = {key(d): d for d in want}
+hk = {key(d): d for d in have}
+same = len(wk) == len(want) and len(hk) == len(have) and wk == hk
+check(same, f"deploy/kubernetes/nrm.yaml equals the chart rendered ({len(want)} objects)")
+if not same:
+    for k in sorted(set(wk) | set(hk), key=str):
+        if k not in hk:
+            print(f"  missing from nrm.yaml: {k}")
+        elif k not in wk:
+            print(f"  not in the chart: {k}")
+        elif wk[k] != hk[k]:
+            print(f"  differs: {k}")
+    print("  run `make manifest` (scripts/manifest.sh) after changing the chart")
+
+# --- default values ------------------------------------------------------------
+d = render("-n", "nrm-system")
+check(by(d, "Namespace", "nrm-system") is None and len(d) == len(want) - 1,
+      "default values: no Namespace (helm --create-namespace makes it), everything else")
+ds = by(d, "DaemonSet", "nrm")
+pod = ds["spec"]["template"]["spec"]
+c = pod["containers"][0]
+args = c["args"]
+check(args[args.index("--drivers") + 1] == "cpu,memory,pci", "default drivers: --drivers cpu,memory,pci")
+check(c["image"] == "nrm:latest" and c["imagePullPolicy"] == "IfNotPresent", "default image nrm:latest")
+cm = by(d, "ConfigMap", "nrm-config")
+cfg = json.loads(cm["data"]["config.json"])
+check(cfg == yaml.safe_load(open(os.path.join(chart, "values.yaml")))["config"],
+      "config.json is values.config, as JSON")
+
+# --- other values ----------------------------------------------------------------
+vals = os.path.join(tmp, "values.yaml")
+with open(vals, "w") as f:
+    yaml.safe_dump({
+        "tolerations": [{"key": "nrm.io/dedicated", "operator": "Equal", "value": "yes", "effect": "NoSchedule"}],
+        "config": {"reservedCPUs": "0,32", "cpu": {"mode": "partitioned"}},
+        "resources": {"limits": {"memory": "256Mi"}},
+    }, f)
+kdir = "/var/lib/k0s/kubelet"
+d = render("-n", "nrm-other", "-f", vals,
+           "--set", f"kubeletDir={kdir},cdiDir=/etc/cdi",
+           "--set", "drivers={cpu}",
+           "--set", "image.repository=registry.example.com/nrm,image.tag=0.1.0,image.pullPolicy=Always",
+           "--set", "nodeSelector.nrm\\.io/enabled=yes",
+           "--set", "priorityClassName=",
+           "--set", "controller.replicas=3")
+text = subprocess.run([sys.executable, render_py, chart, "-n", "nrm-other", "--set", f"kubeletDir={kdir}"],
+                                    capture_output=True, text=True).stdout
+check("/var/lib/kubelet" not in text, f"kubeletDir={kdir}: /var/lib/kubelet appears nowhere")
+ds = by(d, "DaemonSet", "nrm")
+pod = ds["spec"]["template"]["spec"]
+c = pod["containers"][0]
+args = c["args"]
+check(args[args.index("--kubelet-dir") + 1] == kdir, "kubeletDir: --kubelet-dir")
+vols = {v["name"]: v.get("hostPath", {}).get("path") for v in pod["volumes"]}
+mounts = {m["name"]: m["mountPath"] for m in c["volumeMounts"]}
+for name, sub in (("kubelet-root", ""), ("kubelet-plugins", "/plugins"), ("kubelet-registry", "/plugins_registry")):
+    check(vols[name] == kdir + sub and mounts[name] == kdir + sub,
+          f"kubeletDir: volume {name} and its mount at {kdir + sub}")
+check(args[args.index("--cdi-dir") + 1] == "/etc/cdi" and vols["cdi"] == "/etc/cdi" and mounts["cdi"] == "/etc/cdi",
+      "cdiDir: --cdi-dir, the cdi volume and its mount")
+others = {n: p for n, p in vols.items() if not n.startswith("kubelet-") and n != "cdi"}
+check(others == {"config": None, "state": "/var/lib/nrm", "sys": "/sys", "cgroup": "/sys/fs/cgroup", "dev": "/dev"},
+      "the other volumes stay")
+check(args[args.index("--drivers") + 1] == "cpu", "drivers={cpu}: --drivers cpu in the DaemonSet")
+ctl = by(d, "Deployment", "nrm-controller")
+cc = ctl["spec"]["template"]["spec"]["containers"][0]
+check(cc["args"] == ["controller", "--drivers", "cpu"], "drivers={cpu}: --drivers cpu in the controller")
+check(ctl["spec"]["replicas"] == 3, "controller.replicas=3")
+classes = sorted(x["metadata"]["name"] for x in d if x["kind"] == "DeviceClass")
+check(classes == sorted(["cpu.nrm.io", "isolated.cpu.nrm.io", "cpus.cpu.nrm.io", "cores.cpu.nrm.io"]),
+      f"drivers={{cpu}}: only the CPU DeviceClasses ({', '.join(classes)})")
+check(pod["tolerations"] == [{"key": "nrm.io/dedicated", "operator": "Equal", "value": "yes", "effect": "NoSchedule"}],
+      "tolerations from -f")
+check(pod["nodeSelector"] == {"kubernetes.io/os": "linux", "nrm.io/enabled": "yes"}, "nodeSelector: merged")
+check("priorityClassName" not in pod, "priorityClassName=\"\": none")
+img = "registry.example.com/nrm:0.1.0"
+check(all(x["image"] == img and x["imagePullPolicy"] == "Always" for x in [c, pod["initContainers"][0], cc]),
+      f"image: {img}, Always, in all three containers")
+check(c["resources"] == {"requests": {"cpu": "50m", "memory": "32Mi"}, "limits": {"memory": "256Mi"}},
+      "resources: merged over the defaults")
+cfg = json.loads(by(d, "ConfigMap", "nrm-config")["data"]["config.json"])
+check(cfg["reservedCPUs"] == "0,32" and cfg["cpu"] == {"mode": "partitioned", "minSharedCPUs": 1},
+      "config: merged, a CPU list stays a string")
+spaced = [x for x in d if x["kind"] not in ("ClusterRole", "ClusterRoleBinding", "DeviceClass", "Namespace")]
+check(all(x["metadata"]["namespace"] == "nrm-other" for x in spaced), "-n nrm-other: every namespaced object")
+subj = [s["namespace"] for x in d if x["kind"] in ("ClusterRoleBinding", "RoleBinding") for s in x["subjects"]]
+check(subj and all(s == "nrm-other" for s in subj), "-n nrm-other: every binding's subjects")
+
+d = render("--set", "drivers={cpu,memory,nvidia}")
+classes = {x["metadata"]["name"] for x in d if x["kind"] == "DeviceClass"}
+check({"gpu.nrm.io", "vfio.nrm.io", "memory.nrm.io"} <= classes and "pci.nrm.io" not in classes
+      and "nic.nrm.io" not in classes, "drivers={cpu,memory,nvidia}: gpu and vfio classes, not the pci ones")
+check(by(d, "DaemonSet", "nrm")["spec"]["template"]["spec"].get("tolerations") == [{"operator": "Exists"}],
+      "tolerations: the default stays")
+d = render("--set", "tolerations=null")
+check("tolerations" not in by(d, "DaemonSet", "nrm")["spec"]["template"]["spec"], "tolerations=null: none")
+
+# --- what the renderer refuses -------------------------------------------------------
+bad = os.path.join(tmp, "bad")
+for src, what in (("{{ range .Values.drivers }}x{{ end }}", "`range` is not in the subset"),
+                  ("{{ lower .Values.image.tag }}", "function `lower` is not in the subset"),
+                  ("{{ .Values.image.nope.deeper }}", "nil pointer evaluating `.Values.image.nope.deeper`"),
+                  ("{{ if .Values.drivers }}x", "`if` without `end`")):
+    shutil.rmtree(bad, ignore_errors=True)
+    shutil.copytree(chart, bad)
+    with open(os.path.join(bad, "templates/bad.yaml"), "w") as f:
+        f.write(src + "\n")
+    p = subprocess.run([sys.executable, render_py, bad], capture_output=True, text=True)
+    check(p.returncode == 1 and what in p.stderr and "templates/bad.yaml" in p.stderr and p.stdout == "",
+          f"refused: {src} ({p.stderr.strip()})")
+
+sys.exit(1 if failed else 0)
+EOF
