@@ -29,6 +29,7 @@ bad () { fail=$((fail + 1)); echo "FAIL: $*"; }
 check () { what=$1; shift; if "$@"; then ok "$what"; else bad "$what"; fi; }
 # same WHAT EXPECTED ACTUAL
 same () { if [ "$2" = "$3" ]; then ok "$1: $2"; else bad "$1: expected '$2', got '$3'"; fi; }
+want () { if [ -n "$BREAK" ]; then echo "$2"; else echo "$1"; fi; } # want RIGHT WRONG
 ms () { read -r _u _ </proc/uptime; MS=$((${_u%.*}${_u#*.} * 10)); }
 ms; T0=$MS TP=$MS
 part () { ms; echo "time: $1 $((MS - TP)) ms"; TP=$MS; }
@@ -146,7 +147,7 @@ else
   same "the container's /dev/dri" "$card $render " "$(sed -n 's/^node //p' $W/run.out | sort | tr '\n' ' ')"
   ccpus=$(sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' $W/run.out)
   check "the container's CPUs ($ccpus) are 2 of node 1's ($node1cpus)" sh -c "[ -n '$ccpus' ] && '$CLIENT' cpus-within '$ccpus' '$node1cpus' && [ \$(echo '$ccpus' | tr ',' '\n' | awk -F- '{ n += (NF == 2 ? \$2 - \$1 + 1 : 1) } END { print n }') -eq 2 ]"
-  same "the container's memory nodes" "${BREAK:+0}${BREAK:-1}" "$(sed -n 's/^Mems_allowed_list:[[:space:]]*//p' $W/run.out)"
+  same "the container's memory nodes" "$(want 1 0)" "$(sed -n 's/^Mems_allowed_list:[[:space:]]*//p' $W/run.out)"
   same "the container's NRM_PCI_DEVICES" "$gpu1" "$(sed -n 's/^env NRM_PCI_DEVICES=//p' $W/run.out)"
   check "the container reads the GPU's metadata (its pciBusID)" grep -q "\"$gpuname\".*pciBusID\":{\"string\":\"$gpu1\"}" $W/run.out
   near=$(grep -o '"nearDevices":{[^}]*}' $W/run.out)
@@ -173,7 +174,7 @@ passthrough () { # passthrough WHAT: prepare and check the binding
   "$CLIENT" prepare "$(sock pci.nrm.io)" default vfio $uid2 >$W/ids2 2>$W/err
   check "$1: prepare of $twin $(cat $W/err)" [ $? -eq 0 ]
   target $S/$nic1/driver
-  same "$1: $nic1's driver" "${BREAK:+e1000e}${BREAK:-vfio-pci}" "$T"
+  same "$1: $nic1's driver" "$(want vfio-pci e1000e)" "$T"
   check "$1: /dev/vfio/$grp is a character device" [ -c /dev/vfio/$grp ]
   same "$1: the CDI spec's device nodes" "/dev/vfio/$grp /dev/vfio/vfio " "$(spec_nodes $CDI/pci.nrm.io-$uid2.json)"
   net_of $nic1
@@ -242,7 +243,7 @@ if [ -c /dev/aer_inject ]; then
   grep -E 'RxErr|TOTAL_ERR_COR' $S/$nic0/aer_dev_correctable | tr '\n' ' ' | sed 's/^/  aer_dev_correctable: /'; echo
   check "the kernel counts it (TOTAL_ERR_COR 1)" grep -q '^TOTAL_ERR_COR 1$' $S/$nic0/aer_dev_correctable
   # The driver reads the counters at every health pass (10 s).
-  aer="^[0-9]* $nic0name Healthy .*${BREAK:+2}${BREAK:-1} corrected AER errors since boot"
+  aer="^[0-9]* $nic0name Healthy .*$(want 1 2) corrected AER errors since boot"
   wait_for 250 grep -q "$aer" $W/health.out
   check "the health stream reports it: $(grep " $nic0name " $W/health.out | tail -n 1)" grep -q "$aer" $W/health.out
 else
