@@ -1,5 +1,6 @@
 #!/bin/sh
-# Installs the Debian 12 packages that nrm builds and tests with (procps:
+# Installs the Debian 12 packages that nrm builds and tests with (podman: a
+# real CDI consumer in tests/vm/pci-plugin.sh; procps:
 # pkill, pgrep and ps in tests/cli/run.sh; strace: the trust check of
 # tests/k8s/test-api.py; a minimal Debian 12 lacks both; python3-yaml: the
 # Helm chart's renderer, tests/helm/render.py).
@@ -11,7 +12,7 @@ PKGS="build-essential autoconf automake pkg-config
  openssl python3 python3-yaml help2man clang clang-format
  procps strace
  valgrind
- qemu-system-x86 busybox-static cpio runc"
+ qemu-system-x86 busybox-static cpio runc podman"
 missing=""
 for p in $PKGS; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

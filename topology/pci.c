@@ -339,11 +339,11 @@ on_net (struct nrm_pci_facts *f, const char *pfx, int sfd, const char *name)
   cleanup_free char *oper = nfd >= 0 ? read_line_at (nfd, "operstate") : NULL;
   if (oper && strcmp (oper, "up") == 0)
     note_in_use (f, xasprintf ("its interface %s is up", name));
-  /* carrier cannot be read while the interface is down: operstate says so. */
+  /* The kernel has carrier only for an interface that is up (EINVAL
+   * otherwise): one that is down tells nothing about its link, and a NIC
+   * nrm publishes is one whose interfaces are down. */
   if (nfd >= 0 && read_long_at (nfd, "carrier", 10, &carrier))
     f->carrier = carrier || f->carrier == 1 ? 1 : 0;
-  else if (oper && (strcmp (oper, "down") == 0 || strcmp (oper, "lowerlayerdown") == 0))
-    f->carrier = f->carrier == 1 ? 1 : 0;
 }
 
 /* The class folders of a function, and of its virtio child (virtio

@@ -22,8 +22,12 @@ pass=0 failed=0
 check () { desc=$1; shift; if "$@"; then echo "ok   $desc"; pass=$((pass + 1)); else echo "FAIL $desc"; failed=$((failed + 1)); fi; }
 
 for f in "$NRM" "$CLIENT"; do [ -x "$f" ] || { echo "SKIP: $f is not built"; exit 77; }; done
+# The VGA of a server's management controller or an emulated adapter
+# (ASPEED, Matrox, Cirrus, qemu) is no GPU: the PCI driver leaves it out.
 gpus=$(for d in /sys/bus/pci/devices/*; do
-  c=$(cat "$d/class" 2>/dev/null); case $c in 0x0302*|0x0300*|0x0380*) basename "$d";; esac; done)
+  c=$(cat "$d/class" 2>/dev/null); v=$(cat "$d/vendor" 2>/dev/null)
+  case $c:$v in 0x0300*:0x1a03|0x0300*:0x102b|0x0300*:0x1013|0x0300*:0x1234) echo "note ${d##*/}: console VGA $v, not a GPU" >&2 ;;
+    0x0302*|0x0300*|0x0380*) basename "$d";; esac; done)
 [ -n "$gpus" ] || { echo "SKIP: no display or 3D controller on this machine"; exit 77; }
 drivers=pci
 [ -f "$NVDIR/nrm-driver-nvidia.so" ] && [ -d /proc/driver/nvidia ] && drivers=pci,nvidia
@@ -128,8 +132,17 @@ spec = json.load(sys.stdin)
 nodes = [n['path'] for d in spec['devices'] for n in d['containerEdits'].get('deviceNodes', [])]
 print('CDI device nodes:', ' '.join(nodes))
 sys.exit(0 if nodes else 1)" >"$T/nodes" 2>&1
+ok=$?
 cat "$T/nodes"
-check "the CDI spec names device nodes of the GPU" [ $? -eq 0 ]
+check "the CDI spec names device nodes of the GPU" [ $ok -eq 0 ]
+# The generic driver's are the GPU's own DRM nodes, found through sysfs
+# (card numbers follow the order of probing, not of buses).
+drm=$(for e in /sys/bus/pci/devices/$g/drm/* /sys/bus/pci/devices/$g/*/drm/*; do
+  case ${e##*/} in card[0-9]* | renderD[0-9]*) [ -e "/dev/dri/${e##*/}" ] && echo "/dev/dri/${e##*/}" ;; esac; done | sort | tr '\n' ' ')
+if [ "$owner" = pci.nrm.io ] && [ -n "$drm" ]; then
+  got=$(sed -n 's/^CDI device nodes: //p' "$T/nodes" | tr ' ' '\n' | sed '/^$/d' | sort | tr '\n' ' ')
+  check "the CDI spec's nodes are $g's DRM nodes in sysfs ($drm)" [ "$got" = "$drm" ]
+fi
 if [ "$owner" = nvidia.nrm.io ]; then
   minor=$(awk -F: '/Device Minor/ { gsub(/[ \t]/, "", $2); print $2 }' "/proc/driver/nvidia/gpus/$g/information")
   check "the CDI spec has /dev/nvidia$minor and /dev/nvidiactl" grep -q "/dev/nvidia$minor .*/dev/nvidiactl\|/dev/nvidiactl.*/dev/nvidia$minor " "$T/nodes"

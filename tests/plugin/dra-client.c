@@ -6,6 +6,10 @@
  *                                                    kubelet keeps it, prints the first
  *                                                    message's device count, holds it
  *                                                    open until stdin closes
+ *   dra-client health SOCKET SECONDS                 prints every health message of the
+ *                                                    stream for SECONDS, one "N DEVICE
+ *                                                    HEALTH MESSAGE" line a device (N
+ *                                                    counts the messages from 1)
  *   dra-client cpus-disjoint LIST LIST               exit 0 when disjoint
  *   dra-client cpus-equal LIST LIST                  exit 0 when equal
  *   dra-client cpus-within LIST LIST                 exit 0 when the first is in the second */
@@ -15,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <hwloc.h>
 
@@ -76,6 +81,53 @@ watch (const char *socket)
   return rc;
 }
 
+static int
+health (const char *socket, int seconds)
+{
+  V1alpha1__NodeWatchResourcesRequest in = V1ALPHA1__NODE_WATCH_RESOURCES_REQUEST__INIT;
+  uint8_t buf[8];
+  size_t len = protobuf_c_message_pack (&in.base, buf);
+  grpc_init ();
+  grpc_channel *ch = kc_connect (socket);
+  struct kc_stream *s
+      = kc_stream_open (ch, "/v1alpha1.DRAResourceHealth/NodeWatchResources", buf, len, (seconds + 5) * 1000);
+  int64_t end = time (NULL) + seconds;
+  int n = 0;
+  for (int64_t left; s && (left = end - time (NULL)) > 0;)
+    {
+      uint8_t *data = NULL;
+      size_t dlen = 0;
+      if (kc_stream_read (s, (int) left * 1000, &data, &dlen) != 1)
+        {
+          free (data);
+          break;
+        }
+      V1alpha1__NodeWatchResourcesResponse *r = v1alpha1__node_watch_resources_response__unpack (NULL, dlen, data);
+      free (data);
+      if (r == NULL)
+        break;
+      n++;
+      for (size_t i = 0; i < r->n_devices; i++)
+        {
+          const V1alpha1__DeviceHealth *h = r->devices[i];
+          printf ("%d %s %s %s\n", n, h->device ? h->device->device_name : "-",
+                  h->health == V1ALPHA1__HEALTH_STATUS__HEALTHY     ? "Healthy"
+                  : h->health == V1ALPHA1__HEALTH_STATUS__UNHEALTHY ? "Unhealthy"
+                                                                    : "Unknown",
+                  h->message && h->message[0] ? h->message : "-");
+        }
+      fflush (stdout);
+      v1alpha1__node_watch_resources_response__free_unpacked (r, NULL);
+    }
+  if (n == 0)
+    fprintf (stderr, "dra-client: no health message from %s\n", socket);
+  if (s)
+    kc_stream_close (s);
+  kc_close (ch);
+  grpc_shutdown ();
+  return n ? 0 : 1;
+}
+
 int
 main (int argc, char **argv)
 {
@@ -83,12 +135,14 @@ main (int argc, char **argv)
     return lists (argv[1], argv[2], argv[3]);
   if (argc == 3 && strcmp (argv[1], "watch") == 0)
     return watch (argv[2]);
+  if (argc == 4 && strcmp (argv[1], "health") == 0)
+    return health (argv[2], atoi (argv[3]));
   bool prep = argc == 6 && strcmp (argv[1], "prepare") == 0;
   bool unprep = argc == 4 && strcmp (argv[1], "unprepare") == 0;
   if (!prep && !unprep)
     {
-      fprintf (stderr,
-               "usage: dra-client prepare SOCKET NS NAME UID | unprepare SOCKET UID | watch SOCKET | cpus-OP A B\n");
+      fprintf (stderr, "usage: dra-client prepare SOCKET NS NAME UID | unprepare SOCKET UID | watch SOCKET | health "
+                       "SOCKET SECONDS | cpus-OP A B\n");
       return 2;
     }
   K8s__Io__Kubelet__Pkg__Apis__Dra__V1__Claim c = K8S__IO__KUBELET__PKG__APIS__DRA__V1__CLAIM__INIT;

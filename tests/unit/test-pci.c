@@ -324,7 +324,7 @@ test_facts (void **state)
   assert_int_equal (nrm_pci_facts_read (root, "0000:42:00.0", &f, &err), 0);
   assert_int_equal (f.sriov_total, 4);
   assert_int_equal (f.sriov_enabled, 2);
-  assert_int_equal (f.carrier, 0);
+  assert_int_equal (f.carrier, -1); /* eth2 is down: its carrier is unknown */
   assert_int_equal (f.n_netdevs, 1);
   assert_string_equal (f.netdevs[0], "eth2");
   nrm_pci_facts_done (&f);
@@ -602,6 +602,43 @@ test_prepare_and_health (void **state)
   assert_int_equal (nrm_pci_driver_restore (d, "uid-5", bad, &err), -1);
   nrm_error_release (&err);
 
+  nrm_pci_driver_free (d);
+  remove_tree ();
+  nrm_topology_free (t);
+}
+
+/* A NIC's carrier as the kernel shows it: readable (0 or 1) only while its
+ * interface is up; an interface that is down (every NIC nrm publishes: one
+ * that is up is the host's) has none to read and is not tainted no-carrier.
+ * An interface that is up without a link reads 0 and is. */
+static void
+test_carrier (void **state)
+{
+  (void) state;
+  struct nrm_topology *t = load_2n ();
+  struct nrm_publish_options o;
+  nrm_publish_options_init (&o);
+  nrm_error_t err = NULL;
+  void *d = NULL;
+  build_tree ();
+  cleanup_json json_t *s = json_pack ("{s:[s]}", "classes", "nic");
+  cleanup_json json_t *devs = pool_of (t, &o, root, s, false, &d);
+  assert_non_null (find_dev (devs, "nic-0000-42-00-2"));
+  struct nrm_health_report r = { 0 };
+  /* Up without a link (operstate down, carrier 0). */
+  put ("sys/devices/pci0000:40/0000:40:01.0/0000:42:00.2/net/eth4/operstate", "down\n");
+  assert_int_equal (nrm_pci_driver_health (d, &r, &err), 0);
+  assert_string_equal (health_of (&r, "nic-0000-42-00-2")->taint, "no-carrier");
+  assert_int_equal (health_of (&r, "nic-0000-42-00-2")->effect, NRM_TAINT_NO_SCHEDULE);
+  nrm_health_report_done (&r);
+  /* Down (ip link set eth4 down): the kernel refuses to read carrier. */
+  cleanup_free char *rm = xasprintf ("rm '%s/sys/devices/pci0000:40/0000:40:01.0/0000:42:00.2/net/eth4/carrier'", root);
+  assert_int_equal (system (rm), 0);
+  assert_int_equal (nrm_pci_driver_health (d, &r, &err), 0);
+  assert_null (health_of (&r, "nic-0000-42-00-2")->taint);
+  assert_int_equal (health_of (&r, "nic-0000-42-00-2")->effect, NRM_TAINT_NONE_SET);
+  assert_int_equal (health_of (&r, "nic-0000-42-00-2")->health, NRM_HEALTH_HEALTHY);
+  nrm_health_report_done (&r);
   nrm_pci_driver_free (d);
   remove_tree ();
   nrm_topology_free (t);
@@ -1046,7 +1083,7 @@ main (void)
     cmocka_unit_test (test_bus_ids),     cmocka_unit_test (test_facts),
     cmocka_unit_test (test_pool),        cmocka_unit_test (test_prepare_and_health),
     cmocka_unit_test (test_coexistence), cmocka_unit_test (test_passthrough),
-    cmocka_unit_test (test_vm_snapshot),
+    cmocka_unit_test (test_vm_snapshot), cmocka_unit_test (test_carrier),
   };
   return corpus_run ("pci", per_machine, 1, others, sizeof (others) / sizeof (others[0]));
 }
