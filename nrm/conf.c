@@ -30,6 +30,8 @@ nrm_config_init (struct nrm_config *c)
   c->api_burst = 100;
   c->driver_names = json_object ();
   c->driver_settings = json_object ();
+  c->sources = json_object ();
+  c->node_entry = -1;
 }
 
 void
@@ -52,6 +54,9 @@ nrm_config_done (struct nrm_config *c)
   free (c->driver_dir);
   json_decref (c->driver_names);
   json_decref (c->driver_settings);
+  json_decref (c->nodes);
+  json_decref (c->sources);
+  free (c->kubelet_config);
   free (c->kubelet_dir);
   free (c->cdi_dir);
   free (c->state_dir);
@@ -320,27 +325,24 @@ string_key (struct nrm_config *c, const char *key)
   {
     const char *key;
     char **field;
-  } keys[]
-      = { { "nodeName", &c->node_name },       { "topology", &c->topology },        { "fsroot", &c->fsroot },
-          { "kubeletDir", &c->kubelet_dir },   { "cdiDir", &c->cdi_dir },           { "stateDir", &c->state_dir },
-          { "claimsDir", &c->claims_dir },     { "instanceUID", &c->instance_uid }, { "logLevel", &c->log_level },
-          { "logFormat", &c->log_format },     { "hookPath", &c->hook_path },       { "kubeconfig", &c->kubeconfig },
-          { "httpAddress", &c->http_address }, { "driverDir", &c->driver_dir } };
+  } keys[] = {
+    { "nodeName", &c->node_name },       { "topology", &c->topology },        { "fsroot", &c->fsroot },
+    { "kubeletDir", &c->kubelet_dir },   { "cdiDir", &c->cdi_dir },           { "stateDir", &c->state_dir },
+    { "claimsDir", &c->claims_dir },     { "instanceUID", &c->instance_uid }, { "logLevel", &c->log_level },
+    { "logFormat", &c->log_format },     { "hookPath", &c->hook_path },       { "kubeconfig", &c->kubeconfig },
+    { "httpAddress", &c->http_address }, { "driverDir", &c->driver_dir },     { "kubeletConfig", &c->kubelet_config }
+  };
   for (size_t i = 0; i < sizeof (keys) / sizeof (keys[0]); i++)
     if (strcmp (keys[i].key, key) == 0)
       return keys[i].field;
   return NULL;
 }
 
-static int
-load_root (struct nrm_config *c, json_t *root, nrm_error_t *err)
-{
-  const char *key;
-  json_t *v;
+static int load_nodes (struct nrm_config *c, json_t *v, nrm_error_t *err);
 
-  if (!json_is_object (root))
-    return nrm_error_set (err, EINVAL, "the top level must be an object, not %s", type_name (root));
-  json_object_foreach (root, key, v)
+static int
+load_key (struct nrm_config *c, const char *key, json_t *v, nrm_error_t *err)
+{
   {
     if (string_key (c, key) != NULL)
       {
@@ -525,8 +527,251 @@ load_root (struct nrm_config *c, json_t *root, nrm_error_t *err)
             return nrm_error_wrap (err, "key `featureGates`");
         }
       }
+    else if (strcmp (key, "nodes") == 0)
+      {
+        if (load_nodes (c, v, err) < 0)
+          return -1;
+      }
     else
       return nrm_error_set (err, EINVAL, "unknown key `%s`", key);
+  }
+  return 0;
+}
+
+/* The settings a nodes[] entry may set: those that differ between nodes.
+ * Driver names stay cluster-wide (device classes select by them). */
+static const char *const node_keys[]
+    = { "reservedCPUs", "isolatedCPUs", "reservedMemory", "cpu", "memory", "pci", NULL };
+
+static bool
+is_node_key (const char *key)
+{
+  for (const char *const *k = node_keys; *k; k++)
+    if (strcmp (*k, key) == 0)
+      return true;
+  return false;
+}
+
+/* The source keys one setting stands for: cpu.mode, cpu.options... for a
+ * section, the key itself otherwise. */
+static void
+note_sources (struct nrm_config *c, const char *key, json_t *v, const char *source)
+{
+  if (!is_node_key (key))
+    return;
+  if ((strcmp (key, "cpu") == 0 || strcmp (key, "memory") == 0) && json_is_object (v))
+    {
+      const char *sub;
+      json_t *x;
+      json_object_foreach (v, sub, x)
+      {
+        cleanup_free char *k = xasprintf ("%s.%s", key, sub);
+        nrm_config_set_source (c, k, source);
+      }
+    }
+  else
+    nrm_config_set_source (c, key, source);
+}
+
+static int
+load_root (struct nrm_config *c, json_t *root, nrm_error_t *err)
+{
+  const char *key;
+  json_t *v;
+
+  if (!json_is_object (root))
+    return nrm_error_set (err, EINVAL, "the top level must be an object, not %s", type_name (root));
+  json_object_foreach (root, key, v)
+  {
+    if (load_key (c, key, v, err) < 0)
+      return -1;
+    note_sources (c, key, v, "top level");
+  }
+  return 0;
+}
+
+/* The settings of nodes[i] onto c; where is "nodes[i].settings". */
+static int
+load_node_settings (struct nrm_config *c, json_t *settings, const char *where, nrm_error_t *err)
+{
+  const char *key;
+  json_t *v;
+  WANT (settings, json_is_object, where, "an object");
+  json_object_foreach (settings, key, v)
+  {
+    if (!is_node_key (key))
+      return nrm_error_set (err, EINVAL,
+                            "unknown key `%s.%s` (a node's settings are reservedCPUs, isolatedCPUs, "
+                            "reservedMemory, cpu, memory and pci)",
+                            where, key);
+    if (json_is_object (v) && json_object_get (v, "driverName"))
+      return nrm_error_set (err, EINVAL, "key `%s.%s.driverName`: driver names are the same on every node", where, key);
+    if (load_key (c, key, v, err) < 0)
+      return nrm_error_wrap (err, "%s", where);
+  }
+  return 0;
+}
+
+static int
+load_nodes (struct nrm_config *c, json_t *v, nrm_error_t *err)
+{
+  size_t i;
+  json_t *e;
+  WANT (v, json_is_array, "nodes", "a list");
+  json_array_foreach (v, i, e)
+  {
+    char where[64];
+    const char *key;
+    json_t *x;
+    snprintf (where, sizeof (where), "nodes[%zu]", i);
+    WANT (e, json_is_object, where, "an object");
+    json_object_foreach (e, key, x)
+    {
+      if (strcmp (key, "names") && strcmp (key, "selector") && strcmp (key, "settings"))
+        return nrm_error_set (err, EINVAL, "unknown key `%s.%s` (names or selector, and settings)", where, key);
+    }
+    json_t *names = json_object_get (e, "names"), *sel = json_object_get (e, "selector");
+    json_t *settings = json_object_get (e, "settings");
+    if ((names == NULL) == (sel == NULL))
+      return nrm_error_set (err, EINVAL, "key `%s` needs one of `names` and `selector`", where);
+    if (settings == NULL)
+      return nrm_error_set (err, EINVAL, "key `%s` has no `settings`", where);
+    if (names)
+      {
+        size_t k;
+        json_t *n;
+        if (!json_is_array (names) || json_array_size (names) == 0)
+          return nrm_error_set (err, EINVAL, "key `%s.names` must be a non-empty list of node names", where);
+        json_array_foreach (names, k, n)
+        {
+          if (!json_is_string (n) || !nrm_is_dns_subdomain (json_string_value (n), 253))
+            return nrm_error_set (err, EINVAL, "key `%s.names[%zu]` must be a node name (a DNS subdomain)", where, k);
+        }
+      }
+    else
+      {
+        json_t *ml = json_object_get (sel, "matchLabels");
+        if (!json_is_object (sel) || json_object_size (sel) != 1 || !json_is_object (ml))
+          return nrm_error_set (err, EINVAL, "key `%s.selector` must be {matchLabels: {LABEL: VALUE, ...}}", where);
+        json_object_foreach (ml, key, x)
+        {
+          if (!json_is_string (x))
+            return nrm_error_set (err, EINVAL, "key `%s.selector.matchLabels.%s` must be a string, not %s", where, key,
+                                  type_name (x));
+        }
+      }
+    /* Checked now, on a scratch config: a bad entry fails on every node,
+     * not only on those it matches. */
+    struct nrm_config scratch;
+    cleanup_free char *sw = xasprintf ("%s.settings", where);
+    nrm_config_init (&scratch);
+    int r = load_node_settings (&scratch, settings, sw, err);
+    nrm_config_done (&scratch);
+    if (r < 0)
+      return -1;
+  }
+  json_decref (c->nodes);
+  c->nodes = json_deep_copy (v);
+  return 0;
+}
+
+void
+nrm_config_set_source (struct nrm_config *c, const char *key, const char *source)
+{
+  json_object_set_new (c->sources, key, json_string (source));
+}
+
+const char *
+nrm_config_source (const struct nrm_config *c, const char *key)
+{
+  const char *s = json_string_value (json_object_get (c->sources, key));
+  return s ? s : "default";
+}
+
+bool
+nrm_config_nodes_need_labels (const struct nrm_config *c)
+{
+  size_t i;
+  json_t *e;
+  json_array_foreach (c->nodes, i, e)
+  {
+    if (json_object_get (e, "selector"))
+      return true;
+  }
+  return false;
+}
+
+static bool
+entry_matches (const struct nrm_config *c, json_t *e, json_t *labels)
+{
+  size_t k;
+  json_t *n;
+  const char *key;
+  json_array_foreach (json_object_get (e, "names"), k, n)
+  {
+    if (strcmp (json_string_value (n), c->node_name) == 0)
+      return true;
+  }
+  json_t *ml = json_object_get (json_object_get (e, "selector"), "matchLabels");
+  if (ml == NULL || labels == NULL)
+    return false;
+  json_object_foreach (ml, key, n)
+  {
+    if (!json_equal (json_object_get (labels, key), n))
+      return false;
+  }
+  return true;
+}
+
+int
+nrm_config_apply_node_entry (struct nrm_config *c, size_t index, nrm_error_t *err)
+{
+  json_t *settings = json_object_get (json_array_get (c->nodes, index), "settings");
+  cleanup_json json_t *mine = json_object ();
+  const char *key;
+  json_t *v;
+  char where[64];
+  if (settings == NULL)
+    return nrm_error_set (err, EINVAL, "the config has no nodes[%zu]", index);
+  /* The flags keep their values. */
+  json_object_foreach (settings, key, v)
+  {
+    if (json_is_object (v) && (strcmp (key, "cpu") == 0 || strcmp (key, "memory") == 0))
+      {
+        const char *sub;
+        json_t *x, *kept = json_object ();
+        json_object_foreach (v, sub, x)
+        {
+          cleanup_free char *k = xasprintf ("%s.%s", key, sub);
+          if (strcmp (nrm_config_source (c, k), "flag") != 0)
+            json_object_set (kept, sub, x);
+        }
+        json_object_set_new (mine, key, kept);
+      }
+    else if (strcmp (nrm_config_source (c, key), "flag") != 0)
+      json_object_set (mine, key, v);
+  }
+  snprintf (where, sizeof (where), "nodes[%zu]", index);
+  cleanup_free char *sw = xasprintf ("%s.settings", where);
+  if (load_node_settings (c, mine, sw, err) < 0)
+    return -1;
+  json_object_foreach (mine, key, v) { note_sources (c, key, v, where); }
+  c->node_entry = (long) index;
+  /* What nrm_config_finish() handed on. */
+  c->publish.cpu_options = c->cpu_options;
+  c->publish.min_shared_cpus = (size_t) c->min_shared_cpus;
+  return 0;
+}
+
+int
+nrm_config_resolve_node (struct nrm_config *c, json_t *labels, nrm_error_t *err)
+{
+  size_t i;
+  json_t *e;
+  json_array_foreach (c->nodes, i, e)
+  {
+    if (entry_matches (c, e, labels))
+      return nrm_config_apply_node_entry (c, i, err);
   }
   return 0;
 }

@@ -446,9 +446,11 @@ parse_options (struct cli *cli, const char *cmd, int argc, char **argv, nrm_erro
           break;
         case OPT_RESERVED_CPUS:
           r = nrm_config_set_reserved_cpus (&cli->cfg, optarg, err);
+          nrm_config_set_source (&cli->cfg, "reservedCPUs", "flag");
           break;
         case OPT_ISOLATED_CPUS:
           r = nrm_config_set_isolated_cpus (&cli->cfg, optarg, err);
+          nrm_config_set_source (&cli->cfg, "isolatedCPUs", "flag");
           break;
         case OPT_RESERVED_MEMORY:
           /* The flags replace the file's list rather than adding to it. */
@@ -456,12 +458,15 @@ parse_options (struct cli *cli, const char *cmd, int argc, char **argv, nrm_erro
             nrm_config_clear_reserved_memory (&cli->cfg);
           memory_flag = true;
           r = nrm_config_add_reserved_memory (&cli->cfg, optarg, err);
+          nrm_config_set_source (&cli->cfg, "reservedMemory", "flag");
           break;
         case OPT_CPU_MODE:
           r = nrm_config_set_cpu_mode (&cli->cfg, optarg, err);
+          nrm_config_set_source (&cli->cfg, "cpu.mode", "flag");
           break;
         case OPT_CPU_OPTIONS:
           r = nrm_config_set_cpu_options (&cli->cfg, optarg, err);
+          nrm_config_set_source (&cli->cfg, "cpu.options", "flag");
           break;
         case OPT_FEATURE_GATES:
           r = nrm_config_set_feature_gates (&cli->cfg, optarg, err);
@@ -492,7 +497,10 @@ parse_options (struct cli *cli, const char *cmd, int argc, char **argv, nrm_erro
               return nrm_error_set (err, EINVAL, "%s: `--%s` needs a number from 0 to %ld, not `%s`", cmd, flag, max,
                                     optarg);
             if (c == OPT_MIN_SHARED)
-              cli->cfg.min_shared_cpus = v;
+              {
+                cli->cfg.min_shared_cpus = v;
+                nrm_config_set_source (&cli->cfg, "cpu.minSharedCPUs", "flag");
+              }
             else
               cli->cfg.reconcile_interval = v;
           }
@@ -848,6 +856,17 @@ cmd_status (struct cli *cli, nrm_error_t *err)
   cleanup_free char *buf = NULL;
   size_t len = 0;
   int r = -1;
+  /* nodes[] as the plugin matched it (by labels too), else by name. */
+  long entry = nrm_settings_node_entry (cli->cfg.state_dir);
+  if (entry >= 0 && (size_t) entry >= json_array_size (cli->cfg.nodes))
+    return nrm_error_set (err, EINVAL,
+                          "status: the plugin applied nodes[%ld] (its record in `%s`), which this config does not "
+                          "have: give status the plugin's settings (the same -c file)",
+                          entry, cli->cfg.state_dir);
+  if ((entry >= 0 ? nrm_config_apply_node_entry (&cli->cfg, (size_t) entry, err)
+                  : nrm_config_resolve_node (&cli->cfg, NULL, err))
+      < 0)
+    return nrm_error_wrap (err, "status");
   if (load_machine (cli, &t, err) < 0)
     return -1;
   if (open_drivers (&cli->cfg, t, &reg, &d, err) == 0)
@@ -985,6 +1004,42 @@ publisher_log (void *ctx, enum nrm_log_level level, const char *fmt, ...)
   va_end (ap);
   nrm_log (NULL, level, "%s: %s", (const char *) ctx, msg);
   free (msg);
+}
+
+/* The first nodes[] entry that matches this node overrides the top level:
+ * by name, or by the Node object's labels, read once at start. */
+static int
+resolve_node_settings (struct nrm_config *c, struct nrm_kube *kube, nrm_error_t *err)
+{
+  cleanup_json json_t *node = NULL, *none = json_object ();
+  json_t *labels = NULL;
+  if (nrm_config_nodes_need_labels (c))
+    {
+      if (kube == NULL)
+        nrm_log (NULL, NRM_LOG_WARNING,
+                 "node settings: without the Kubernetes API the node's labels are unknown: only nodes[] entries "
+                 "with names can match");
+      else
+        {
+          cleanup_free char *esc = nrm_kube_escape (c->node_name);
+          cleanup_free char *path = xasprintf ("/api/v1/nodes/%s", esc);
+          int code = nrm_kube_call (kube, "GET", path, NULL, &node, err);
+          if (code < 0)
+            return nrm_error_wrap (err, "plugin: node settings: cannot read Node `%s`", c->node_name);
+          if (code != 200)
+            return nrm_error_set (err, EIO, "plugin: node settings: cannot read Node `%s` for its labels: %s",
+                                  c->node_name, nrm_kube_status_message (node, code));
+          labels = json_object_get (json_object_get (node, "metadata"), "labels");
+          if (!json_is_object (labels))
+            labels = none;
+        }
+    }
+  if (nrm_config_resolve_node (c, labels, err) < 0)
+    return nrm_error_wrap (err, "plugin");
+  if (c->node_entry >= 0)
+    nrm_log (NULL, NRM_LOG_INFO, "node settings: nodes[%ld] applies to node %s (by %s)", c->node_entry, c->node_name,
+             json_object_get (json_array_get (c->nodes, (size_t) c->node_entry), "names") ? "name" : "labels");
+  return 0;
 }
 
 /* The kubelet's static CPU or Memory Manager writes the same cpusets and
@@ -1308,25 +1363,6 @@ cmd_plugin (struct cli *cli, nrm_error_t *err)
   pthread_sigmask (SIG_BLOCK, &set, NULL);
   signal (SIGPIPE, SIG_IGN);
 
-  if (check_kubelet_managers (c, err) < 0)
-    return -1;
-  /* Every setting is checked before the first socket or file is made. */
-  if (c->http_address && nrm_http_bind (c->http_address, &http_fd, err) < 0)
-    return nrm_error_wrap (err, "plugin");
-  if (check_state_dir (c, "plugin", err) < 0 || check_cpuset (c, err) < 0)
-    return -1;
-  if (load_machine (cli, &t, err) < 0)
-    return -1;
-  if (open_drivers (c, t, &reg, &d, err) < 0)
-    goto out;
-  if (d.n == 0)
-    {
-      nrm_error_set (err, EINVAL, "plugin: no driver enabled (--drivers `%s`)", c->drivers ? c->drivers : "");
-      goto out;
-    }
-  plugins = xcalloc (d.n, sizeof (*plugins));
-  pubs = xcalloc (d.n, sizeof (*pubs));
-  names = xcalloc (d.n, sizeof (*names));
   if (api)
     {
       struct nrm_kube_options ko;
@@ -1338,6 +1374,28 @@ cmd_plugin (struct cli *cli, nrm_error_t *err)
         goto out;
       nrm_log (NULL, NRM_LOG_INFO, "Kubernetes API at %s", nrm_kube_server (kube));
     }
+  if (resolve_node_settings (c, kube, err) < 0 || check_kubelet_managers (c, err) < 0)
+    goto out;
+  /* Every setting is checked before the first socket or file is made. */
+  if (c->http_address && nrm_http_bind (c->http_address, &http_fd, err) < 0)
+    {
+      nrm_error_wrap (err, "plugin");
+      goto out;
+    }
+  if (check_state_dir (c, "plugin", err) < 0 || check_cpuset (c, err) < 0)
+    goto out;
+  if (load_machine (cli, &t, err) < 0)
+    goto out;
+  if (open_drivers (c, t, &reg, &d, err) < 0)
+    goto out;
+  if (d.n == 0)
+    {
+      nrm_error_set (err, EINVAL, "plugin: no driver enabled (--drivers `%s`)", c->drivers ? c->drivers : "");
+      goto out;
+    }
+  plugins = xcalloc (d.n, sizeof (*plugins));
+  pubs = xcalloc (d.n, sizeof (*pubs));
+  names = xcalloc (d.n, sizeof (*names));
   if (c->hook_path[0])
     hook = json_pack ("{s:s, s:s, s:[s, s, s, s, s]}", "hookName", "createRuntime", "path", c->hook_path, "args",
                       "nrm-hook", "--fsroot", c->fsroot, "--state-dir", c->state_dir);
@@ -1637,6 +1695,13 @@ main (int argc, char **argv)
       hwloc_bitmap_free (cli.run.cpu_list);
       hwloc_bitmap_free (cli.run.cpu_nodes);
       hwloc_bitmap_free (cli.run.mem_nodes);
+      return fail (&err, is_run ? NRM_RUN_EXIT_FAILED : EXIT_USAGE);
+    }
+  /* The plugin matches nodes[] by labels too, once it has the API; status
+   * takes the plugin's choice from its record. */
+  if (strcmp (cmd, "plugin") && strcmp (cmd, "status") && nrm_config_resolve_node (&cli.cfg, NULL, &err) < 0)
+    {
+      nrm_config_done (&cli.cfg);
       return fail (&err, is_run ? NRM_RUN_EXIT_FAILED : EXIT_USAGE);
     }
   r = run (&cli, &err);
