@@ -806,6 +806,175 @@ nrm_config_load_file (struct nrm_config *c, const char *path, nrm_error_t *err)
   return 0;
 }
 
+/* --- the kubelet's config file ----------------------------------------- */
+
+/* A scalar the kubelet's YAML may leave unquoted (reservedSystemCPUs: 0),
+ * as text (malloc'd), or NULL. */
+static char *
+scalar_text (json_t *v)
+{
+  if (json_is_string (v))
+    return xstrdup (json_string_value (v));
+  if (json_is_integer (v))
+    return xasprintf ("%" JSON_INTEGER_FORMAT, json_integer_value (v));
+  return NULL;
+}
+
+/* Reserved memory as "node:resource=bytes,..." summed and sorted, for
+ * comparing two lists written differently. */
+static char *
+memory_key (const struct nrm_node_settings *n)
+{
+  cleanup_json json_t *sum = json_object ();
+  for (size_t i = 0; i < n->n_reserved_memory; i++)
+    {
+      cleanup_free char *k = xasprintf ("%u:%s", n->reserved_memory[i].numa_node, n->reserved_memory[i].resource);
+      json_t *have = json_object_get (sum, k);
+      json_object_set_new (sum, k, json_integer (json_integer_value (have) + (json_int_t) n->reserved_memory[i].bytes));
+    }
+  cleanup_free const char **keys = xcalloc (json_object_size (sum) + 1, sizeof (*keys));
+  size_t nk = 0;
+  const char *k;
+  json_t *v;
+  json_object_foreach (sum, k, v) { keys[nk++] = k; }
+  for (size_t i = 1; i < nk; i++)
+    for (size_t j = i; j > 0 && strcmp (keys[j - 1], keys[j]) > 0; j--)
+      {
+        const char *t = keys[j];
+        keys[j] = keys[j - 1];
+        keys[j - 1] = t;
+      }
+  char *out = xstrdup ("");
+  for (size_t i = 0; i < nk; i++)
+    {
+      char *next = xasprintf ("%s%s%s=%" JSON_INTEGER_FORMAT, out, i ? "," : "", keys[i],
+                              json_integer_value (json_object_get (sum, keys[i])));
+      free (out);
+      out = next;
+    }
+  return out;
+}
+
+int
+nrm_config_import_kubelet (struct nrm_config *c, json_t **kubelet, json_t *notes, nrm_error_t *err)
+{
+  cleanup_free char *dflt = xasprintf ("%s/config.yaml", c->kubelet_dir ? c->kubelet_dir : "/var/lib/kubelet");
+  const char *path = c->kubelet_config ? c->kubelet_config : dflt;
+  cleanup_json json_t *kc = NULL;
+  nrm_error_t rerr = NULL;
+  *kubelet = NULL;
+  if (c->kubelet_config && c->kubelet_config[0] == '\0')
+    return 0;
+  if (nrm_yaml_load_file (path, 4 << 20, &kc, &rerr) < 0)
+    {
+      /* The default file is kubeadm's; other setups keep it elsewhere. */
+      if (c->kubelet_config == NULL && rerr->status == ENOENT)
+        {
+          nrm_error_release (&rerr);
+          json_array_append_new (notes, json_sprintf ("kubelet config: no `%s`: nothing to compare with "
+                                                      "(set kubeletConfig to the kubelet's --config file)",
+                                                      path));
+          return 0;
+        }
+      *err = rerr;
+      return nrm_error_wrap (err, "the kubelet's config (kubeletConfig)");
+    }
+  if (!json_is_object (kc))
+    return nrm_error_set (err, EINVAL, "the kubelet's config `%s` is not a KubeletConfiguration object", path);
+  cleanup_free char *src = xasprintf ("kubelet `%s`", path);
+
+  /* reservedSystemCPUs: adopted when nrm sets none, else the same. */
+  json_t *rs = json_object_get (kc, "reservedSystemCPUs");
+  cleanup_free char *theirs = scalar_text (rs);
+  if (rs && !json_is_null (rs) && theirs == NULL)
+    return nrm_error_set (err, EINVAL, "the kubelet's config `%s`: reservedSystemCPUs must be a CPU list", path);
+  if (theirs && *theirs)
+    {
+      cleanup_bitmap hwloc_bitmap_t set = NULL;
+      if (nrm_cpulist_parse (theirs, &set, err) < 0)
+        return nrm_error_wrap (err, "the kubelet's config `%s`: reservedSystemCPUs", path);
+      if (strcmp (nrm_config_source (c, "reservedCPUs"), "default") == 0)
+        {
+          hwloc_bitmap_free (c->node.reserved_cpus);
+          c->node.reserved_cpus = TAKE_PTR (set);
+          nrm_config_set_source (c, "reservedCPUs", src);
+          json_array_append_new (notes, json_sprintf ("kubelet config `%s`: reserved CPUs %s adopted "
+                                                      "(reservedSystemCPUs; nrm's config sets none)",
+                                                      path, theirs));
+        }
+      else if (c->node.reserved_cpus == NULL || !hwloc_bitmap_isequal (set, c->node.reserved_cpus))
+        {
+          cleanup_free char *ours = nrm_cpulist_format (c->node.reserved_cpus);
+          return nrm_error_set (err, EINVAL,
+                                "the kubelet reserves CPUs %s (reservedSystemCPUs in `%s`) but nrm reserves %s (%s): "
+                                "give nrm the kubelet's, or leave reservedCPUs unset to adopt them",
+                                theirs, path, *ours ? ours : "none", nrm_config_source (c, "reservedCPUs"));
+        }
+    }
+  /* reservedMemory: the same format as nrm's. */
+  json_t *rm = json_object_get (kc, "reservedMemory");
+  if (rm && !json_is_null (rm) && json_array_size (rm) > 0)
+    {
+      struct nrm_config k;
+      nrm_config_init (&k);
+      /* Quantities the YAML left unquoted are numbers of bytes. */
+      cleanup_json json_t *copy = json_deep_copy (rm);
+      size_t i;
+      json_t *e;
+      json_array_foreach (copy, i, e)
+      {
+        const char *res;
+        json_t *q;
+        json_object_foreach (json_object_get (e, "limits"), res, q)
+        {
+          if (json_is_integer (q))
+            json_object_set_new (json_object_get (e, "limits"), res,
+                                 json_sprintf ("%" JSON_INTEGER_FORMAT, json_integer_value (q)));
+        }
+      }
+      if (load_reserved_memory (&k, copy, err) < 0)
+        {
+          nrm_config_done (&k);
+          return nrm_error_wrap (err, "the kubelet's config `%s`", path);
+        }
+      cleanup_free char *tk = memory_key (&k.node), *ok = memory_key (&c->node);
+      if (strcmp (nrm_config_source (c, "reservedMemory"), "default") == 0)
+        {
+          nrm_config_clear_reserved_memory (c);
+          c->node.reserved_memory = k.node.reserved_memory;
+          c->node.n_reserved_memory = k.node.n_reserved_memory;
+          k.node.reserved_memory = NULL;
+          k.node.n_reserved_memory = 0;
+          nrm_config_set_source (c, "reservedMemory", src);
+          json_array_append_new (notes, json_sprintf ("kubelet config `%s`: reserved memory %s adopted "
+                                                      "(reservedMemory; nrm's config sets none)",
+                                                      path, tk));
+        }
+      nrm_config_done (&k);
+      if (strcmp (nrm_config_source (c, "reservedMemory"), src) != 0 && strcmp (tk, ok) != 0)
+        return nrm_error_set (err, EINVAL,
+                              "the kubelet reserves memory %s (reservedMemory in `%s`) but nrm reserves %s (%s): "
+                              "give nrm the kubelet's, or leave reservedMemory unset to adopt it",
+                              tk, path, *ok ? ok : "none", nrm_config_source (c, "reservedMemory"));
+    }
+  /* Capacity, not CPUs: said, never adopted. */
+  static const char *const capacity[] = { "kubeReserved", "systemReserved" };
+  for (size_t i = 0; i < 2; i++)
+    {
+      cleanup_free char *cpu = scalar_text (json_object_get (json_object_get (kc, capacity[i]), "cpu"));
+      if (cpu)
+        json_array_append_new (notes, json_sprintf ("kubelet config `%s`: %s cpu %s takes CPU capacity off the "
+                                                    "node's allocatable, not CPUs: nrm reserves only "
+                                                    "reservedSystemCPUs (or its own reservedCPUs)",
+                                                    path, capacity[i], cpu));
+    }
+  const char *tm = json_string_value (json_object_get (kc, "topologyManagerPolicy"));
+  if (tm)
+    json_array_append_new (notes, json_sprintf ("kubelet config `%s`: topologyManagerPolicy %s", path, tm));
+  *kubelet = json_pack ("{s:s, s:O}", "path", path, "config", kc);
+  return 0;
+}
+
 void
 nrm_config_plugin (const struct nrm_config *c, const char *driver, struct nrm_plugin_config *pc)
 {

@@ -91,6 +91,15 @@ void nrm_config_set_source (struct nrm_config *c, const char *key, const char *s
 /* "default" for a setting nothing set. */
 const char *nrm_config_source (const struct nrm_config *c, const char *key);
 
+/* The kubelet's config file (kubeletConfig; <kubeletDir>/config.yaml by
+ * default, where a missing file is no error; "": none), so that nrm and the
+ * kubelet agree: its reservedSystemCPUs and reservedMemory are adopted
+ * where nrm's settings set none (source "kubelet `FILE`"), and refused
+ * with both values where they differ. *kubelet gets {path, config} for the
+ * caller's policy checks (new reference; NULL: no file), notes the lines to
+ * log. */
+int nrm_config_import_kubelet (struct nrm_config *c, json_t **kubelet, json_t *notes, nrm_error_t *err);
+
 /* The plugin settings of one driver, as the config has them; the caller
  * adds what is its own (claim source, hook, callbacks). */
 void nrm_config_plugin (const struct nrm_config *c, const char *driver, struct nrm_plugin_config *pc);

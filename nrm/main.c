@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include <poll.h>
 #include <pthread.h>
@@ -99,7 +100,10 @@ static const char usage_text[]
       "      --driver-dir DIR       load every driver DIR/*.so as well (docs/architecture.md)\n"
       "      --kubelet-dir DIR      kubelet root with plugins/ and plugins_registry/\n"
       "                             (/var/lib/kubelet), where the PCI driver sees other drivers\n"
-      "                             (it reads them under --fsroot; not controller)\n"
+      "                             (it reads them under --fsroot; not controller), and whose\n"
+      "                             config.yaml (config key kubeletConfig) plugin, status and run\n"
+      "                             read: its reserved CPUs and memory adopted, or refused when\n"
+      "                             they differ from nrm's\n"
       "\n"
       "Options of topology:\n"
       "      --json                 print the whole model as JSON\n"
@@ -847,6 +851,25 @@ reconcile_thread (void *arg)
 
 static int run_status;
 
+/* The kubelet's reserved CPUs and memory, adopted or compared
+ * (nrm_config_import_kubelet); the lines it has to say go to the log when
+ * log is set. *kubelet as there. */
+static int
+import_kubelet (struct nrm_config *c, const char *cmd, bool log, json_t **kubelet, nrm_error_t *err)
+{
+  cleanup_json json_t *notes = json_array ();
+  size_t i;
+  json_t *n;
+  if (nrm_config_import_kubelet (c, kubelet, notes, err) < 0)
+    return nrm_error_wrap (err, "%s", cmd);
+  json_array_foreach (notes, i, n)
+  {
+    if (log)
+      nrm_log (NULL, NRM_LOG_INFO, "%s", json_string_value (n));
+  }
+  return 0;
+}
+
 static int
 cmd_status (struct cli *cli, nrm_error_t *err)
 {
@@ -867,6 +890,11 @@ cmd_status (struct cli *cli, nrm_error_t *err)
                   : nrm_config_resolve_node (&cli->cfg, NULL, err))
       < 0)
     return nrm_error_wrap (err, "status");
+  {
+    cleanup_json json_t *kubelet = NULL;
+    if (import_kubelet (&cli->cfg, "status", false, &kubelet, err) < 0)
+      return -1;
+  }
   if (load_machine (cli, &t, err) < 0)
     return -1;
   if (open_drivers (&cli->cfg, t, &reg, &d, err) == 0)
@@ -943,6 +971,11 @@ cmd_run (struct cli *cli, nrm_error_t *err)
     return -1;
   nrm_log_parse_level (cli->cfg.log_level, &level);
   nrm_log_setup (level, strcmp (cli->cfg.log_format, "json") == 0);
+  {
+    cleanup_json json_t *kubelet = NULL;
+    if (import_kubelet (&cli->cfg, "run", !rq->dry_run, &kubelet, err) < 0)
+      return -1;
+  }
   if (load_machine (cli, &t, err) < 0)
     return -1;
   cli->options[cli->n_options] = NULL;
@@ -1043,17 +1076,32 @@ resolve_node_settings (struct nrm_config *c, struct nrm_kube *kube, nrm_error_t 
 }
 
 /* The kubelet's static CPU or Memory Manager writes the same cpusets and
- * memory nodes as nrm: both at once would undo each other's work. */
+ * memory nodes as nrm: both at once would undo each other's work. Its
+ * config file says the policy it starts with, its state files the policy
+ * it runs with. */
 static int
-check_kubelet_managers (const struct nrm_config *c, nrm_error_t *err)
+check_kubelet_managers (struct nrm_config *c, nrm_error_t *err)
 {
   static const struct
   {
-    const char *file, *policy, *fix;
+    const char *file, *key, *policy, *fix;
   } managers[] = {
-    { "cpu_manager_state", "static", "cpuManagerPolicy: none" },
-    { "memory_manager_state", "Static", "memoryManagerPolicy: None" },
+    { "cpu_manager_state", "cpuManagerPolicy", "static", "cpuManagerPolicy: none" },
+    { "memory_manager_state", "memoryManagerPolicy", "Static", "memoryManagerPolicy: None" },
   };
+  cleanup_json json_t *kubelet = NULL;
+  if (import_kubelet (c, "plugin", true, &kubelet, err) < 0)
+    return -1;
+  for (size_t i = 0; i < sizeof (managers) / sizeof (managers[0]); i++)
+    {
+      const char *conf = json_string_value (json_object_get (json_object_get (kubelet, "config"), managers[i].key));
+      if (conf && strcasecmp (conf, managers[i].policy) == 0)
+        return nrm_error_set (err, EBUSY,
+                              "the kubelet's configuration `%s` sets %s: %s: set %s there, remove `%s/%s` and "
+                              "restart the kubelet first (docs/install.md, migration)",
+                              json_string_value (json_object_get (kubelet, "path")), managers[i].key, conf,
+                              managers[i].fix, c->kubelet_dir, managers[i].file);
+    }
   for (size_t i = 0; i < sizeof (managers) / sizeof (managers[0]); i++)
     {
       cleanup_free char *path = xasprintf ("%s/%s", c->kubelet_dir, managers[i].file), *text = NULL;
