@@ -852,10 +852,10 @@ reconcile_thread (void *arg)
 static int run_status;
 
 /* The kubelet's reserved CPUs and memory, adopted or compared
- * (nrm_config_import_kubelet); the lines it has to say go to the log when
- * log is set. *kubelet as there. */
+ * (nrm_config_import_kubelet); the lines it has to say go to the log at
+ * level, or nowhere when level is negative. *kubelet as there. */
 static int
-import_kubelet (struct nrm_config *c, const char *cmd, bool log, json_t **kubelet, nrm_error_t *err)
+import_kubelet (struct nrm_config *c, const char *cmd, int level, json_t **kubelet, nrm_error_t *err)
 {
   cleanup_json json_t *notes = json_array ();
   size_t i;
@@ -864,8 +864,8 @@ import_kubelet (struct nrm_config *c, const char *cmd, bool log, json_t **kubele
     return nrm_error_wrap (err, "%s", cmd);
   json_array_foreach (notes, i, n)
   {
-    if (log)
-      nrm_log (NULL, NRM_LOG_INFO, "%s", json_string_value (n));
+    if (level >= 0)
+      nrm_log (NULL, (enum nrm_log_level) level, "%s", json_string_value (n));
   }
   return 0;
 }
@@ -892,7 +892,7 @@ cmd_status (struct cli *cli, nrm_error_t *err)
     return nrm_error_wrap (err, "status");
   {
     cleanup_json json_t *kubelet = NULL;
-    if (import_kubelet (&cli->cfg, "status", false, &kubelet, err) < 0)
+    if (import_kubelet (&cli->cfg, "status", -1, &kubelet, err) < 0)
       return -1;
   }
   if (load_machine (cli, &t, err) < 0)
@@ -973,7 +973,8 @@ cmd_run (struct cli *cli, nrm_error_t *err)
   nrm_log_setup (level, strcmp (cli->cfg.log_format, "json") == 0);
   {
     cleanup_json json_t *kubelet = NULL;
-    if (import_kubelet (&cli->cfg, "run", !rq->dry_run, &kubelet, err) < 0)
+    /* A run's stderr is its command's too: only at debug level. */
+    if (import_kubelet (&cli->cfg, "run", rq->dry_run ? -1 : NRM_LOG_DEBUG, &kubelet, err) < 0)
       return -1;
   }
   if (load_machine (cli, &t, err) < 0)
@@ -1090,7 +1091,7 @@ check_kubelet_managers (struct nrm_config *c, nrm_error_t *err)
     { "memory_manager_state", "memoryManagerPolicy", "Static", "memoryManagerPolicy: None" },
   };
   cleanup_json json_t *kubelet = NULL;
-  if (import_kubelet (c, "plugin", true, &kubelet, err) < 0)
+  if (import_kubelet (c, "plugin", NRM_LOG_INFO, &kubelet, err) < 0)
     return -1;
   for (size_t i = 0; i < sizeof (managers) / sizeof (managers[0]); i++)
     {
