@@ -30,6 +30,8 @@ nrm_config_init (struct nrm_config *c)
   c->api_burst = 100;
   c->driver_names = json_object ();
   c->driver_settings = json_object ();
+  c->sources = json_object ();
+  c->node_entry = -1;
 }
 
 void
@@ -52,6 +54,9 @@ nrm_config_done (struct nrm_config *c)
   free (c->driver_dir);
   json_decref (c->driver_names);
   json_decref (c->driver_settings);
+  json_decref (c->nodes);
+  json_decref (c->sources);
+  free (c->kubelet_config);
   free (c->kubelet_dir);
   free (c->cdi_dir);
   free (c->state_dir);
@@ -320,27 +325,24 @@ string_key (struct nrm_config *c, const char *key)
   {
     const char *key;
     char **field;
-  } keys[]
-      = { { "nodeName", &c->node_name },       { "topology", &c->topology },        { "fsroot", &c->fsroot },
-          { "kubeletDir", &c->kubelet_dir },   { "cdiDir", &c->cdi_dir },           { "stateDir", &c->state_dir },
-          { "claimsDir", &c->claims_dir },     { "instanceUID", &c->instance_uid }, { "logLevel", &c->log_level },
-          { "logFormat", &c->log_format },     { "hookPath", &c->hook_path },       { "kubeconfig", &c->kubeconfig },
-          { "httpAddress", &c->http_address }, { "driverDir", &c->driver_dir } };
+  } keys[] = {
+    { "nodeName", &c->node_name },       { "topology", &c->topology },        { "fsroot", &c->fsroot },
+    { "kubeletDir", &c->kubelet_dir },   { "cdiDir", &c->cdi_dir },           { "stateDir", &c->state_dir },
+    { "claimsDir", &c->claims_dir },     { "instanceUID", &c->instance_uid }, { "logLevel", &c->log_level },
+    { "logFormat", &c->log_format },     { "hookPath", &c->hook_path },       { "kubeconfig", &c->kubeconfig },
+    { "httpAddress", &c->http_address }, { "driverDir", &c->driver_dir },     { "kubeletConfig", &c->kubelet_config }
+  };
   for (size_t i = 0; i < sizeof (keys) / sizeof (keys[0]); i++)
     if (strcmp (keys[i].key, key) == 0)
       return keys[i].field;
   return NULL;
 }
 
-static int
-load_root (struct nrm_config *c, json_t *root, nrm_error_t *err)
-{
-  const char *key;
-  json_t *v;
+static int load_nodes (struct nrm_config *c, json_t *v, nrm_error_t *err);
 
-  if (!json_is_object (root))
-    return nrm_error_set (err, EINVAL, "the top level must be an object, not %s", type_name (root));
-  json_object_foreach (root, key, v)
+static int
+load_key (struct nrm_config *c, const char *key, json_t *v, nrm_error_t *err)
+{
   {
     if (string_key (c, key) != NULL)
       {
@@ -525,8 +527,251 @@ load_root (struct nrm_config *c, json_t *root, nrm_error_t *err)
             return nrm_error_wrap (err, "key `featureGates`");
         }
       }
+    else if (strcmp (key, "nodes") == 0)
+      {
+        if (load_nodes (c, v, err) < 0)
+          return -1;
+      }
     else
       return nrm_error_set (err, EINVAL, "unknown key `%s`", key);
+  }
+  return 0;
+}
+
+/* The settings a nodes[] entry may set: those that differ between nodes.
+ * Driver names stay cluster-wide (device classes select by them). */
+static const char *const node_keys[]
+    = { "reservedCPUs", "isolatedCPUs", "reservedMemory", "cpu", "memory", "pci", NULL };
+
+static bool
+is_node_key (const char *key)
+{
+  for (const char *const *k = node_keys; *k; k++)
+    if (strcmp (*k, key) == 0)
+      return true;
+  return false;
+}
+
+/* The source keys one setting stands for: cpu.mode, cpu.options... for a
+ * section, the key itself otherwise. */
+static void
+note_sources (struct nrm_config *c, const char *key, json_t *v, const char *source)
+{
+  if (!is_node_key (key))
+    return;
+  if ((strcmp (key, "cpu") == 0 || strcmp (key, "memory") == 0) && json_is_object (v))
+    {
+      const char *sub;
+      json_t *x;
+      json_object_foreach (v, sub, x)
+      {
+        cleanup_free char *k = xasprintf ("%s.%s", key, sub);
+        nrm_config_set_source (c, k, source);
+      }
+    }
+  else
+    nrm_config_set_source (c, key, source);
+}
+
+static int
+load_root (struct nrm_config *c, json_t *root, nrm_error_t *err)
+{
+  const char *key;
+  json_t *v;
+
+  if (!json_is_object (root))
+    return nrm_error_set (err, EINVAL, "the top level must be an object, not %s", type_name (root));
+  json_object_foreach (root, key, v)
+  {
+    if (load_key (c, key, v, err) < 0)
+      return -1;
+    note_sources (c, key, v, "top level");
+  }
+  return 0;
+}
+
+/* The settings of nodes[i] onto c; where is "nodes[i].settings". */
+static int
+load_node_settings (struct nrm_config *c, json_t *settings, const char *where, nrm_error_t *err)
+{
+  const char *key;
+  json_t *v;
+  WANT (settings, json_is_object, where, "an object");
+  json_object_foreach (settings, key, v)
+  {
+    if (!is_node_key (key))
+      return nrm_error_set (err, EINVAL,
+                            "unknown key `%s.%s` (a node's settings are reservedCPUs, isolatedCPUs, "
+                            "reservedMemory, cpu, memory and pci)",
+                            where, key);
+    if (json_is_object (v) && json_object_get (v, "driverName"))
+      return nrm_error_set (err, EINVAL, "key `%s.%s.driverName`: driver names are the same on every node", where, key);
+    if (load_key (c, key, v, err) < 0)
+      return nrm_error_wrap (err, "%s", where);
+  }
+  return 0;
+}
+
+static int
+load_nodes (struct nrm_config *c, json_t *v, nrm_error_t *err)
+{
+  size_t i;
+  json_t *e;
+  WANT (v, json_is_array, "nodes", "a list");
+  json_array_foreach (v, i, e)
+  {
+    char where[64];
+    const char *key;
+    json_t *x;
+    snprintf (where, sizeof (where), "nodes[%zu]", i);
+    WANT (e, json_is_object, where, "an object");
+    json_object_foreach (e, key, x)
+    {
+      if (strcmp (key, "names") && strcmp (key, "selector") && strcmp (key, "settings"))
+        return nrm_error_set (err, EINVAL, "unknown key `%s.%s` (names or selector, and settings)", where, key);
+    }
+    json_t *names = json_object_get (e, "names"), *sel = json_object_get (e, "selector");
+    json_t *settings = json_object_get (e, "settings");
+    if ((names == NULL) == (sel == NULL))
+      return nrm_error_set (err, EINVAL, "key `%s` needs one of `names` and `selector`", where);
+    if (settings == NULL)
+      return nrm_error_set (err, EINVAL, "key `%s` has no `settings`", where);
+    if (names)
+      {
+        size_t k;
+        json_t *n;
+        if (!json_is_array (names) || json_array_size (names) == 0)
+          return nrm_error_set (err, EINVAL, "key `%s.names` must be a non-empty list of node names", where);
+        json_array_foreach (names, k, n)
+        {
+          if (!json_is_string (n) || !nrm_is_dns_subdomain (json_string_value (n), 253))
+            return nrm_error_set (err, EINVAL, "key `%s.names[%zu]` must be a node name (a DNS subdomain)", where, k);
+        }
+      }
+    else
+      {
+        json_t *ml = json_object_get (sel, "matchLabels");
+        if (!json_is_object (sel) || json_object_size (sel) != 1 || !json_is_object (ml))
+          return nrm_error_set (err, EINVAL, "key `%s.selector` must be {matchLabels: {LABEL: VALUE, ...}}", where);
+        json_object_foreach (ml, key, x)
+        {
+          if (!json_is_string (x))
+            return nrm_error_set (err, EINVAL, "key `%s.selector.matchLabels.%s` must be a string, not %s", where, key,
+                                  type_name (x));
+        }
+      }
+    /* Checked now, on a scratch config: a bad entry fails on every node,
+     * not only on those it matches. */
+    struct nrm_config scratch;
+    cleanup_free char *sw = xasprintf ("%s.settings", where);
+    nrm_config_init (&scratch);
+    int r = load_node_settings (&scratch, settings, sw, err);
+    nrm_config_done (&scratch);
+    if (r < 0)
+      return -1;
+  }
+  json_decref (c->nodes);
+  c->nodes = json_deep_copy (v);
+  return 0;
+}
+
+void
+nrm_config_set_source (struct nrm_config *c, const char *key, const char *source)
+{
+  json_object_set_new (c->sources, key, json_string (source));
+}
+
+const char *
+nrm_config_source (const struct nrm_config *c, const char *key)
+{
+  const char *s = json_string_value (json_object_get (c->sources, key));
+  return s ? s : "default";
+}
+
+bool
+nrm_config_nodes_need_labels (const struct nrm_config *c)
+{
+  size_t i;
+  json_t *e;
+  json_array_foreach (c->nodes, i, e)
+  {
+    if (json_object_get (e, "selector"))
+      return true;
+  }
+  return false;
+}
+
+static bool
+entry_matches (const struct nrm_config *c, json_t *e, json_t *labels)
+{
+  size_t k;
+  json_t *n;
+  const char *key;
+  json_array_foreach (json_object_get (e, "names"), k, n)
+  {
+    if (strcmp (json_string_value (n), c->node_name) == 0)
+      return true;
+  }
+  json_t *ml = json_object_get (json_object_get (e, "selector"), "matchLabels");
+  if (ml == NULL || labels == NULL)
+    return false;
+  json_object_foreach (ml, key, n)
+  {
+    if (!json_equal (json_object_get (labels, key), n))
+      return false;
+  }
+  return true;
+}
+
+int
+nrm_config_apply_node_entry (struct nrm_config *c, size_t index, nrm_error_t *err)
+{
+  json_t *settings = json_object_get (json_array_get (c->nodes, index), "settings");
+  cleanup_json json_t *mine = json_object ();
+  const char *key;
+  json_t *v;
+  char where[64];
+  if (settings == NULL)
+    return nrm_error_set (err, EINVAL, "the config has no nodes[%zu]", index);
+  /* The flags keep their values. */
+  json_object_foreach (settings, key, v)
+  {
+    if (json_is_object (v) && (strcmp (key, "cpu") == 0 || strcmp (key, "memory") == 0))
+      {
+        const char *sub;
+        json_t *x, *kept = json_object ();
+        json_object_foreach (v, sub, x)
+        {
+          cleanup_free char *k = xasprintf ("%s.%s", key, sub);
+          if (strcmp (nrm_config_source (c, k), "flag") != 0)
+            json_object_set (kept, sub, x);
+        }
+        json_object_set_new (mine, key, kept);
+      }
+    else if (strcmp (nrm_config_source (c, key), "flag") != 0)
+      json_object_set (mine, key, v);
+  }
+  snprintf (where, sizeof (where), "nodes[%zu]", index);
+  cleanup_free char *sw = xasprintf ("%s.settings", where);
+  if (load_node_settings (c, mine, sw, err) < 0)
+    return -1;
+  json_object_foreach (mine, key, v) { note_sources (c, key, v, where); }
+  c->node_entry = (long) index;
+  /* What nrm_config_finish() handed on. */
+  c->publish.cpu_options = c->cpu_options;
+  c->publish.min_shared_cpus = (size_t) c->min_shared_cpus;
+  return 0;
+}
+
+int
+nrm_config_resolve_node (struct nrm_config *c, json_t *labels, nrm_error_t *err)
+{
+  size_t i;
+  json_t *e;
+  json_array_foreach (c->nodes, i, e)
+  {
+    if (entry_matches (c, e, labels))
+      return nrm_config_apply_node_entry (c, i, err);
   }
   return 0;
 }
@@ -558,6 +803,175 @@ nrm_config_load_file (struct nrm_config *c, const char *path, nrm_error_t *err)
     }
   if (load_root (c, root, err) < 0)
     return nrm_error_wrap (err, "config `%s`", path);
+  return 0;
+}
+
+/* --- the kubelet's config file ----------------------------------------- */
+
+/* A scalar the kubelet's YAML may leave unquoted (reservedSystemCPUs: 0),
+ * as text (malloc'd), or NULL. */
+static char *
+scalar_text (json_t *v)
+{
+  if (json_is_string (v))
+    return xstrdup (json_string_value (v));
+  if (json_is_integer (v))
+    return xasprintf ("%" JSON_INTEGER_FORMAT, json_integer_value (v));
+  return NULL;
+}
+
+/* Reserved memory as "node:resource=bytes,..." summed and sorted, for
+ * comparing two lists written differently. */
+static char *
+memory_key (const struct nrm_node_settings *n)
+{
+  cleanup_json json_t *sum = json_object ();
+  for (size_t i = 0; i < n->n_reserved_memory; i++)
+    {
+      cleanup_free char *k = xasprintf ("%u:%s", n->reserved_memory[i].numa_node, n->reserved_memory[i].resource);
+      json_t *have = json_object_get (sum, k);
+      json_object_set_new (sum, k, json_integer (json_integer_value (have) + (json_int_t) n->reserved_memory[i].bytes));
+    }
+  cleanup_free const char **keys = xcalloc (json_object_size (sum) + 1, sizeof (*keys));
+  size_t nk = 0;
+  const char *k;
+  json_t *v;
+  json_object_foreach (sum, k, v) { keys[nk++] = k; }
+  for (size_t i = 1; i < nk; i++)
+    for (size_t j = i; j > 0 && strcmp (keys[j - 1], keys[j]) > 0; j--)
+      {
+        const char *t = keys[j];
+        keys[j] = keys[j - 1];
+        keys[j - 1] = t;
+      }
+  char *out = xstrdup ("");
+  for (size_t i = 0; i < nk; i++)
+    {
+      char *next = xasprintf ("%s%s%s=%" JSON_INTEGER_FORMAT, out, i ? "," : "", keys[i],
+                              json_integer_value (json_object_get (sum, keys[i])));
+      free (out);
+      out = next;
+    }
+  return out;
+}
+
+int
+nrm_config_import_kubelet (struct nrm_config *c, json_t **kubelet, json_t *notes, nrm_error_t *err)
+{
+  cleanup_free char *dflt = xasprintf ("%s/config.yaml", c->kubelet_dir ? c->kubelet_dir : "/var/lib/kubelet");
+  const char *path = c->kubelet_config ? c->kubelet_config : dflt;
+  cleanup_json json_t *kc = NULL;
+  nrm_error_t rerr = NULL;
+  *kubelet = NULL;
+  if (c->kubelet_config && c->kubelet_config[0] == '\0')
+    return 0;
+  if (nrm_yaml_load_file (path, 4 << 20, &kc, &rerr) < 0)
+    {
+      /* The default file is kubeadm's; other setups keep it elsewhere. */
+      if (c->kubelet_config == NULL && rerr->status == ENOENT)
+        {
+          nrm_error_release (&rerr);
+          json_array_append_new (notes, json_sprintf ("kubelet config: no `%s`: nothing to compare with "
+                                                      "(set kubeletConfig to the kubelet's --config file)",
+                                                      path));
+          return 0;
+        }
+      *err = rerr;
+      return nrm_error_wrap (err, "the kubelet's config (kubeletConfig)");
+    }
+  if (!json_is_object (kc))
+    return nrm_error_set (err, EINVAL, "the kubelet's config `%s` is not a KubeletConfiguration object", path);
+  cleanup_free char *src = xasprintf ("kubelet `%s`", path);
+
+  /* reservedSystemCPUs: adopted when nrm sets none, else the same. */
+  json_t *rs = json_object_get (kc, "reservedSystemCPUs");
+  cleanup_free char *theirs = scalar_text (rs);
+  if (rs && !json_is_null (rs) && theirs == NULL)
+    return nrm_error_set (err, EINVAL, "the kubelet's config `%s`: reservedSystemCPUs must be a CPU list", path);
+  if (theirs && *theirs)
+    {
+      cleanup_bitmap hwloc_bitmap_t set = NULL;
+      if (nrm_cpulist_parse (theirs, &set, err) < 0)
+        return nrm_error_wrap (err, "the kubelet's config `%s`: reservedSystemCPUs", path);
+      if (strcmp (nrm_config_source (c, "reservedCPUs"), "default") == 0)
+        {
+          hwloc_bitmap_free (c->node.reserved_cpus);
+          c->node.reserved_cpus = TAKE_PTR (set);
+          nrm_config_set_source (c, "reservedCPUs", src);
+          json_array_append_new (notes, json_sprintf ("kubelet config `%s`: reserved CPUs %s adopted "
+                                                      "(reservedSystemCPUs; nrm's config sets none)",
+                                                      path, theirs));
+        }
+      else if (c->node.reserved_cpus == NULL || !hwloc_bitmap_isequal (set, c->node.reserved_cpus))
+        {
+          cleanup_free char *ours = nrm_cpulist_format (c->node.reserved_cpus);
+          return nrm_error_set (err, EINVAL,
+                                "the kubelet reserves CPUs %s (reservedSystemCPUs in `%s`) but nrm reserves %s (%s): "
+                                "give nrm the kubelet's, or leave reservedCPUs unset to adopt them",
+                                theirs, path, *ours ? ours : "none", nrm_config_source (c, "reservedCPUs"));
+        }
+    }
+  /* reservedMemory: the same format as nrm's. */
+  json_t *rm = json_object_get (kc, "reservedMemory");
+  if (rm && !json_is_null (rm) && json_array_size (rm) > 0)
+    {
+      struct nrm_config k;
+      nrm_config_init (&k);
+      /* Quantities the YAML left unquoted are numbers of bytes. */
+      cleanup_json json_t *copy = json_deep_copy (rm);
+      size_t i;
+      json_t *e;
+      json_array_foreach (copy, i, e)
+      {
+        const char *res;
+        json_t *q;
+        json_object_foreach (json_object_get (e, "limits"), res, q)
+        {
+          if (json_is_integer (q))
+            json_object_set_new (json_object_get (e, "limits"), res,
+                                 json_sprintf ("%" JSON_INTEGER_FORMAT, json_integer_value (q)));
+        }
+      }
+      if (load_reserved_memory (&k, copy, err) < 0)
+        {
+          nrm_config_done (&k);
+          return nrm_error_wrap (err, "the kubelet's config `%s`", path);
+        }
+      cleanup_free char *tk = memory_key (&k.node), *ok = memory_key (&c->node);
+      if (strcmp (nrm_config_source (c, "reservedMemory"), "default") == 0)
+        {
+          nrm_config_clear_reserved_memory (c);
+          c->node.reserved_memory = k.node.reserved_memory;
+          c->node.n_reserved_memory = k.node.n_reserved_memory;
+          k.node.reserved_memory = NULL;
+          k.node.n_reserved_memory = 0;
+          nrm_config_set_source (c, "reservedMemory", src);
+          json_array_append_new (notes, json_sprintf ("kubelet config `%s`: reserved memory %s adopted "
+                                                      "(reservedMemory; nrm's config sets none)",
+                                                      path, tk));
+        }
+      nrm_config_done (&k);
+      if (strcmp (nrm_config_source (c, "reservedMemory"), src) != 0 && strcmp (tk, ok) != 0)
+        return nrm_error_set (err, EINVAL,
+                              "the kubelet reserves memory %s (reservedMemory in `%s`) but nrm reserves %s (%s): "
+                              "give nrm the kubelet's, or leave reservedMemory unset to adopt it",
+                              tk, path, *ok ? ok : "none", nrm_config_source (c, "reservedMemory"));
+    }
+  /* Capacity, not CPUs: said, never adopted. */
+  static const char *const capacity[] = { "kubeReserved", "systemReserved" };
+  for (size_t i = 0; i < 2; i++)
+    {
+      cleanup_free char *cpu = scalar_text (json_object_get (json_object_get (kc, capacity[i]), "cpu"));
+      if (cpu)
+        json_array_append_new (notes, json_sprintf ("kubelet config `%s`: %s cpu %s takes CPU capacity off the "
+                                                    "node's allocatable, not CPUs: nrm reserves only "
+                                                    "reservedSystemCPUs (or its own reservedCPUs)",
+                                                    path, capacity[i], cpu));
+    }
+  const char *tm = json_string_value (json_object_get (kc, "topologyManagerPolicy"));
+  if (tm)
+    json_array_append_new (notes, json_sprintf ("kubelet config `%s`: topologyManagerPolicy %s", path, tm));
+  *kubelet = json_pack ("{s:s, s:O}", "path", path, "config", kc);
   return 0;
 }
 

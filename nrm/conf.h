@@ -44,6 +44,15 @@ struct nrm_config
   long api_burst;        /* (10) */
   char *http_address;    /* ADDR:PORT of /healthz and /metrics, or NULL */
   char *lease_namespace; /* nrm controller: its Lease's namespace */
+  char *kubelet_config;  /* the kubelet's config file; NULL: <kubelet_dir>/config.yaml; "": none */
+
+  /* Per-node settings (the file's `nodes`, checked), and where each
+   * setting that a node may set came from: "default", "top level",
+   * "nodes[i]", "flag", or "kubelet `FILE`", by key (reservedCPUs,
+   * cpu.mode, ...). */
+  json_t *nodes;
+  json_t *sources;
+  long node_entry; /* the nodes[] entry applied, or -1 */
 };
 
 #define NRM_DEFAULT_STATE_DIR "/var/lib/nrm"
@@ -68,6 +77,28 @@ int nrm_config_set_cpu_mode (struct nrm_config *c, const char *mode, nrm_error_t
 /* "full-pcpus-only,distribute-cpus-across-numa": replaces the options. */
 int nrm_config_set_cpu_options (struct nrm_config *c, const char *list, nrm_error_t *err);
 int nrm_config_set_string (char **field, const char *value, nrm_error_t *err);
+
+/* Per-node settings. The first nodes[] entry that matches this node (by
+ * name, or by its labels, a JSON object: NULL when they are unknown, and
+ * then only `names` entries match) overrides the top level; the flags keep
+ * their values. Call once, after nrm_config_finish(). */
+int nrm_config_resolve_node (struct nrm_config *c, json_t *labels, nrm_error_t *err);
+/* The same with nodes[index] chosen already (the plugin's record). */
+int nrm_config_apply_node_entry (struct nrm_config *c, size_t index, nrm_error_t *err);
+/* Whether some nodes[] entry matches by labels only. */
+bool nrm_config_nodes_need_labels (const struct nrm_config *c);
+void nrm_config_set_source (struct nrm_config *c, const char *key, const char *source);
+/* "default" for a setting nothing set. */
+const char *nrm_config_source (const struct nrm_config *c, const char *key);
+
+/* The kubelet's config file (kubeletConfig; <kubeletDir>/config.yaml by
+ * default, where a missing file is no error; "": none), so that nrm and the
+ * kubelet agree: its reservedSystemCPUs and reservedMemory are adopted
+ * where nrm's settings set none (source "kubelet `FILE`"), and refused
+ * with both values where they differ. *kubelet gets {path, config} for the
+ * caller's policy checks (new reference; NULL: no file), notes the lines to
+ * log. */
+int nrm_config_import_kubelet (struct nrm_config *c, json_t **kubelet, json_t *notes, nrm_error_t *err);
 
 /* The plugin settings of one driver, as the config has them; the caller
  * adds what is its own (claim source, hook, callbacks). */

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include <poll.h>
 #include <pthread.h>
@@ -99,7 +100,10 @@ static const char usage_text[]
       "      --driver-dir DIR       load every driver DIR/*.so as well (docs/architecture.md)\n"
       "      --kubelet-dir DIR      kubelet root with plugins/ and plugins_registry/\n"
       "                             (/var/lib/kubelet), where the PCI driver sees other drivers\n"
-      "                             (it reads them under --fsroot; not controller)\n"
+      "                             (it reads them under --fsroot; not controller), and whose\n"
+      "                             config.yaml (config key kubeletConfig) plugin, status and run\n"
+      "                             read: its reserved CPUs and memory adopted, or refused when\n"
+      "                             they differ from nrm's\n"
       "\n"
       "Options of topology:\n"
       "      --json                 print the whole model as JSON\n"
@@ -446,9 +450,11 @@ parse_options (struct cli *cli, const char *cmd, int argc, char **argv, nrm_erro
           break;
         case OPT_RESERVED_CPUS:
           r = nrm_config_set_reserved_cpus (&cli->cfg, optarg, err);
+          nrm_config_set_source (&cli->cfg, "reservedCPUs", "flag");
           break;
         case OPT_ISOLATED_CPUS:
           r = nrm_config_set_isolated_cpus (&cli->cfg, optarg, err);
+          nrm_config_set_source (&cli->cfg, "isolatedCPUs", "flag");
           break;
         case OPT_RESERVED_MEMORY:
           /* The flags replace the file's list rather than adding to it. */
@@ -456,12 +462,15 @@ parse_options (struct cli *cli, const char *cmd, int argc, char **argv, nrm_erro
             nrm_config_clear_reserved_memory (&cli->cfg);
           memory_flag = true;
           r = nrm_config_add_reserved_memory (&cli->cfg, optarg, err);
+          nrm_config_set_source (&cli->cfg, "reservedMemory", "flag");
           break;
         case OPT_CPU_MODE:
           r = nrm_config_set_cpu_mode (&cli->cfg, optarg, err);
+          nrm_config_set_source (&cli->cfg, "cpu.mode", "flag");
           break;
         case OPT_CPU_OPTIONS:
           r = nrm_config_set_cpu_options (&cli->cfg, optarg, err);
+          nrm_config_set_source (&cli->cfg, "cpu.options", "flag");
           break;
         case OPT_FEATURE_GATES:
           r = nrm_config_set_feature_gates (&cli->cfg, optarg, err);
@@ -492,7 +501,10 @@ parse_options (struct cli *cli, const char *cmd, int argc, char **argv, nrm_erro
               return nrm_error_set (err, EINVAL, "%s: `--%s` needs a number from 0 to %ld, not `%s`", cmd, flag, max,
                                     optarg);
             if (c == OPT_MIN_SHARED)
-              cli->cfg.min_shared_cpus = v;
+              {
+                cli->cfg.min_shared_cpus = v;
+                nrm_config_set_source (&cli->cfg, "cpu.minSharedCPUs", "flag");
+              }
             else
               cli->cfg.reconcile_interval = v;
           }
@@ -839,6 +851,25 @@ reconcile_thread (void *arg)
 
 static int run_status;
 
+/* The kubelet's reserved CPUs and memory, adopted or compared
+ * (nrm_config_import_kubelet); the lines it has to say go to the log at
+ * level, or nowhere when level is negative. *kubelet as there. */
+static int
+import_kubelet (struct nrm_config *c, const char *cmd, int level, json_t **kubelet, nrm_error_t *err)
+{
+  cleanup_json json_t *notes = json_array ();
+  size_t i;
+  json_t *n;
+  if (nrm_config_import_kubelet (c, kubelet, notes, err) < 0)
+    return nrm_error_wrap (err, "%s", cmd);
+  json_array_foreach (notes, i, n)
+  {
+    if (level >= 0)
+      nrm_log (NULL, (enum nrm_log_level) level, "%s", json_string_value (n));
+  }
+  return 0;
+}
+
 static int
 cmd_status (struct cli *cli, nrm_error_t *err)
 {
@@ -848,6 +879,22 @@ cmd_status (struct cli *cli, nrm_error_t *err)
   cleanup_free char *buf = NULL;
   size_t len = 0;
   int r = -1;
+  /* nodes[] as the plugin matched it (by labels too), else by name. */
+  long entry = nrm_settings_node_entry (cli->cfg.state_dir);
+  if (entry >= 0 && (size_t) entry >= json_array_size (cli->cfg.nodes))
+    return nrm_error_set (err, EINVAL,
+                          "status: the plugin applied nodes[%ld] (its record in `%s`), which this config does not "
+                          "have: give status the plugin's settings (the same -c file)",
+                          entry, cli->cfg.state_dir);
+  if ((entry >= 0 ? nrm_config_apply_node_entry (&cli->cfg, (size_t) entry, err)
+                  : nrm_config_resolve_node (&cli->cfg, NULL, err))
+      < 0)
+    return nrm_error_wrap (err, "status");
+  {
+    cleanup_json json_t *kubelet = NULL;
+    if (import_kubelet (&cli->cfg, "status", -1, &kubelet, err) < 0)
+      return -1;
+  }
   if (load_machine (cli, &t, err) < 0)
     return -1;
   if (open_drivers (&cli->cfg, t, &reg, &d, err) == 0)
@@ -924,6 +971,12 @@ cmd_run (struct cli *cli, nrm_error_t *err)
     return -1;
   nrm_log_parse_level (cli->cfg.log_level, &level);
   nrm_log_setup (level, strcmp (cli->cfg.log_format, "json") == 0);
+  {
+    cleanup_json json_t *kubelet = NULL;
+    /* A run's stderr is its command's too: only at debug level. */
+    if (import_kubelet (&cli->cfg, "run", rq->dry_run ? -1 : NRM_LOG_DEBUG, &kubelet, err) < 0)
+      return -1;
+  }
   if (load_machine (cli, &t, err) < 0)
     return -1;
   cli->options[cli->n_options] = NULL;
@@ -987,18 +1040,69 @@ publisher_log (void *ctx, enum nrm_log_level level, const char *fmt, ...)
   free (msg);
 }
 
-/* The kubelet's static CPU or Memory Manager writes the same cpusets and
- * memory nodes as nrm: both at once would undo each other's work. */
+/* The first nodes[] entry that matches this node overrides the top level:
+ * by name, or by the Node object's labels, read once at start. */
 static int
-check_kubelet_managers (const struct nrm_config *c, nrm_error_t *err)
+resolve_node_settings (struct nrm_config *c, struct nrm_kube *kube, nrm_error_t *err)
+{
+  cleanup_json json_t *node = NULL, *none = json_object ();
+  json_t *labels = NULL;
+  if (nrm_config_nodes_need_labels (c))
+    {
+      if (kube == NULL)
+        nrm_log (NULL, NRM_LOG_WARNING,
+                 "node settings: without the Kubernetes API the node's labels are unknown: only nodes[] entries "
+                 "with names can match");
+      else
+        {
+          cleanup_free char *esc = nrm_kube_escape (c->node_name);
+          cleanup_free char *path = xasprintf ("/api/v1/nodes/%s", esc);
+          int code = nrm_kube_call (kube, "GET", path, NULL, &node, err);
+          if (code < 0)
+            return nrm_error_wrap (err, "plugin: node settings: cannot read Node `%s`", c->node_name);
+          if (code != 200)
+            return nrm_error_set (err, EIO, "plugin: node settings: cannot read Node `%s` for its labels: %s",
+                                  c->node_name, nrm_kube_status_message (node, code));
+          labels = json_object_get (json_object_get (node, "metadata"), "labels");
+          if (!json_is_object (labels))
+            labels = none;
+        }
+    }
+  if (nrm_config_resolve_node (c, labels, err) < 0)
+    return nrm_error_wrap (err, "plugin");
+  if (c->node_entry >= 0)
+    nrm_log (NULL, NRM_LOG_INFO, "node settings: nodes[%ld] applies to node %s (by %s)", c->node_entry, c->node_name,
+             json_object_get (json_array_get (c->nodes, (size_t) c->node_entry), "names") ? "name" : "labels");
+  return 0;
+}
+
+/* The kubelet's static CPU or Memory Manager writes the same cpusets and
+ * memory nodes as nrm: both at once would undo each other's work. Its
+ * config file says the policy it starts with, its state files the policy
+ * it runs with. */
+static int
+check_kubelet_managers (struct nrm_config *c, nrm_error_t *err)
 {
   static const struct
   {
-    const char *file, *policy, *fix;
+    const char *file, *key, *policy, *fix;
   } managers[] = {
-    { "cpu_manager_state", "static", "cpuManagerPolicy: none" },
-    { "memory_manager_state", "Static", "memoryManagerPolicy: None" },
+    { "cpu_manager_state", "cpuManagerPolicy", "static", "cpuManagerPolicy: none" },
+    { "memory_manager_state", "memoryManagerPolicy", "Static", "memoryManagerPolicy: None" },
   };
+  cleanup_json json_t *kubelet = NULL;
+  if (import_kubelet (c, "plugin", NRM_LOG_INFO, &kubelet, err) < 0)
+    return -1;
+  for (size_t i = 0; i < sizeof (managers) / sizeof (managers[0]); i++)
+    {
+      const char *conf = json_string_value (json_object_get (json_object_get (kubelet, "config"), managers[i].key));
+      if (conf && strcasecmp (conf, managers[i].policy) == 0)
+        return nrm_error_set (err, EBUSY,
+                              "the kubelet's configuration `%s` sets %s: %s: set %s there, remove `%s/%s` and "
+                              "restart the kubelet first (docs/install.md, migration)",
+                              json_string_value (json_object_get (kubelet, "path")), managers[i].key, conf,
+                              managers[i].fix, c->kubelet_dir, managers[i].file);
+    }
   for (size_t i = 0; i < sizeof (managers) / sizeof (managers[0]); i++)
     {
       cleanup_free char *path = xasprintf ("%s/%s", c->kubelet_dir, managers[i].file), *text = NULL;
@@ -1308,25 +1412,6 @@ cmd_plugin (struct cli *cli, nrm_error_t *err)
   pthread_sigmask (SIG_BLOCK, &set, NULL);
   signal (SIGPIPE, SIG_IGN);
 
-  if (check_kubelet_managers (c, err) < 0)
-    return -1;
-  /* Every setting is checked before the first socket or file is made. */
-  if (c->http_address && nrm_http_bind (c->http_address, &http_fd, err) < 0)
-    return nrm_error_wrap (err, "plugin");
-  if (check_state_dir (c, "plugin", err) < 0 || check_cpuset (c, err) < 0)
-    return -1;
-  if (load_machine (cli, &t, err) < 0)
-    return -1;
-  if (open_drivers (c, t, &reg, &d, err) < 0)
-    goto out;
-  if (d.n == 0)
-    {
-      nrm_error_set (err, EINVAL, "plugin: no driver enabled (--drivers `%s`)", c->drivers ? c->drivers : "");
-      goto out;
-    }
-  plugins = xcalloc (d.n, sizeof (*plugins));
-  pubs = xcalloc (d.n, sizeof (*pubs));
-  names = xcalloc (d.n, sizeof (*names));
   if (api)
     {
       struct nrm_kube_options ko;
@@ -1338,6 +1423,28 @@ cmd_plugin (struct cli *cli, nrm_error_t *err)
         goto out;
       nrm_log (NULL, NRM_LOG_INFO, "Kubernetes API at %s", nrm_kube_server (kube));
     }
+  if (resolve_node_settings (c, kube, err) < 0 || check_kubelet_managers (c, err) < 0)
+    goto out;
+  /* Every setting is checked before the first socket or file is made. */
+  if (c->http_address && nrm_http_bind (c->http_address, &http_fd, err) < 0)
+    {
+      nrm_error_wrap (err, "plugin");
+      goto out;
+    }
+  if (check_state_dir (c, "plugin", err) < 0 || check_cpuset (c, err) < 0)
+    goto out;
+  if (load_machine (cli, &t, err) < 0)
+    goto out;
+  if (open_drivers (c, t, &reg, &d, err) < 0)
+    goto out;
+  if (d.n == 0)
+    {
+      nrm_error_set (err, EINVAL, "plugin: no driver enabled (--drivers `%s`)", c->drivers ? c->drivers : "");
+      goto out;
+    }
+  plugins = xcalloc (d.n, sizeof (*plugins));
+  pubs = xcalloc (d.n, sizeof (*pubs));
+  names = xcalloc (d.n, sizeof (*names));
   if (c->hook_path[0])
     hook = json_pack ("{s:s, s:s, s:[s, s, s, s, s]}", "hookName", "createRuntime", "path", c->hook_path, "args",
                       "nrm-hook", "--fsroot", c->fsroot, "--state-dir", c->state_dir);
@@ -1637,6 +1744,13 @@ main (int argc, char **argv)
       hwloc_bitmap_free (cli.run.cpu_list);
       hwloc_bitmap_free (cli.run.cpu_nodes);
       hwloc_bitmap_free (cli.run.mem_nodes);
+      return fail (&err, is_run ? NRM_RUN_EXIT_FAILED : EXIT_USAGE);
+    }
+  /* The plugin matches nodes[] by labels too, once it has the API; status
+   * takes the plugin's choice from its record. */
+  if (strcmp (cmd, "plugin") && strcmp (cmd, "status") && nrm_config_resolve_node (&cli.cfg, NULL, &err) < 0)
+    {
+      nrm_config_done (&cli.cfg);
       return fail (&err, is_run ? NRM_RUN_EXIT_FAILED : EXIT_USAGE);
     }
   r = run (&cli, &err);

@@ -146,6 +146,21 @@ status_metrics (FILE *f, struct nrm_metrics_sources *s)
   }
   header (f, "nrm_claims", "gauge", "Prepared claims and runs.");
   fprintf (f, "nrm_claims %zu\n", json_object_size (json_object_get (st, "claims")));
+  header (f, "nrm_setting_info", "gauge",
+          "1 for each setting a node may have of its own: its value, and where it came from (default, top level, "
+          "nodes[i], flag, kubelet).");
+  const char *key;
+  json_t *v;
+  json_object_foreach (json_object_get (json_object_get (st, "settings"), "values"), key, v)
+  {
+    fputs ("nrm_setting_info{setting=\"", f);
+    label (f, key);
+    fputs ("\",value=\"", f);
+    label (f, json_string_value (json_object_get (v, "value")));
+    fputs ("\",from=\"", f);
+    label (f, json_string_value (json_object_get (v, "from")));
+    fputs ("\"} 1\n", f);
+  }
 }
 
 char *

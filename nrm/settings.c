@@ -82,11 +82,12 @@ nrm_settings_record (const struct nrm_config *c, const struct nrm_topology *t, c
     json_object_set_new (drivers, d->slots[i].ops->id, json_string (d->slots[i].name));
   char gran[32];
   snprintf (gran, sizeof (gran), "%" PRIu64, c->publish.memory_granularity);
-  return json_pack ("{s:i, s:s, s:s, s:s, s:s, s:o, s:o, s:s, s:s, s:o}", "version", SETTINGS_VERSION, "machine",
-                    machine, "nodeName", c->node_name ? c->node_name : "", "cpuMode",
+  return json_pack ("{s:i, s:s, s:s, s:s, s:s, s:o, s:o, s:s, s:s, s:o, s:I, s:O}", "version", SETTINGS_VERSION,
+                    "machine", machine, "nodeName", c->node_name ? c->node_name : "", "cpuMode",
                     c->publish.cpu_mode == NRM_CPU_MODE_PARTITIONED ? "partitioned" : "numa", "cpuOptions", options,
                     "reservedCPUs", jlist (t->reserved), "isolatedCPUs", jlist (t->isolated), "reservedMemory", memory,
-                    "memoryGranularity", gran, "drivers", drivers);
+                    "memoryGranularity", gran, "drivers", drivers, "nodeEntry", (json_int_t) c->node_entry, "sources",
+                    c->sources);
 }
 
 int
@@ -153,4 +154,22 @@ nrm_settings_check (const char *state_dir, json_t *mine, const char *cmd, nrm_er
                             cmd, id, json_string_value (name), json_string_value (theirs), path, cmd);
   }
   return 0;
+}
+
+long
+nrm_settings_node_entry (const char *state_dir)
+{
+  cleanup_free char *path = xasprintf ("%s/%s", state_dir, NRM_SETTINGS_FILE);
+  cleanup_free char *text = NULL;
+  nrm_error_t rerr = NULL;
+  if (nrm_read_file (path, SETTINGS_MAX, &text, NULL, &rerr) < 0)
+    {
+      nrm_error_release (&rerr);
+      return -1;
+    }
+  cleanup_json json_t *rec = json_loads (text, 0, NULL);
+  json_t *e = json_object_get (rec, "nodeEntry");
+  return json_is_integer (e) && json_integer_value (e) >= 0 && json_integer_value (e) < 1000000
+             ? (long) json_integer_value (e)
+             : -1;
 }

@@ -29,4 +29,8 @@ int nrm_settings_write (const char *state_dir, json_t *record, nrm_error_t *err)
  * difference. A record that cannot be read is an error naming the file. */
 int nrm_settings_check (const char *state_dir, json_t *mine, const char *cmd, nrm_error_t *err);
 
+/* The nodes[] entry the plugin applied, from its record; -1: none, or no
+ * record. */
+long nrm_settings_node_entry (const char *state_dir);
+
 #endif

@@ -18,6 +18,7 @@
 #include "nrm/base/cleanup.h"
 #include "nrm/base/xalloc.h"
 #include "nrm/base/fs.h"
+#include "nrm/settings.h"
 #include "nrm/status.h"
 
 /* One pool: devices with their capacity and what claims hold of them. */
@@ -421,6 +422,45 @@ print_holders (FILE *out, json_t *holders, json_t *claims)
   fputc ('\n', out);
 }
 
+/* The settings a node may have of its own, as they are now, and where each
+ * came from (top level, nodes[i], a flag, the kubelet). */
+static json_t *
+settings_view (const struct nrm_config *c, const struct nrm_topology *t, const struct nrm_drivers *d)
+{
+  static const struct
+  {
+    const char *key, *rec;
+  } keys[] = {
+    { "reservedCPUs", "reservedCPUs" },
+    { "isolatedCPUs", "isolatedCPUs" },
+    { "reservedMemory", "reservedMemory" },
+    { "cpu.mode", "cpuMode" },
+    { "cpu.options", "cpuOptions" },
+    { "cpu.minSharedCPUs", NULL },
+    { "memory.granularity", "memoryGranularity" },
+    { "pci", NULL },
+  };
+  cleanup_json json_t *rec = nrm_settings_record (c, t, d);
+  json_t *values = json_object ();
+  for (size_t i = 0; i < sizeof (keys) / sizeof (keys[0]); i++)
+    {
+      cleanup_free char *v = NULL;
+      if (keys[i].rec)
+        v = xstrdup (json_string_value (json_object_get (rec, keys[i].rec)));
+      else if (strcmp (keys[i].key, "pci") == 0)
+        {
+          json_t *pci = json_object_get (c->driver_settings, "pci");
+          v = pci ? json_dumps (pci, JSON_COMPACT | JSON_SORT_KEYS) : xstrdup ("");
+        }
+      else
+        v = xasprintf ("%ld", c->min_shared_cpus);
+      json_object_set_new (values, keys[i].key,
+                           json_pack ("{s:s, s:s}", "value", v, "from", nrm_config_source (c, keys[i].key)));
+    }
+  json_t *entry = c->node_entry >= 0 ? json_sprintf ("nodes[%ld]", c->node_entry) : json_null ();
+  return json_pack ("{s:o, s:o}", "nodeEntry", entry, "values", values);
+}
+
 int
 nrm_status (struct nrm_config *c, const struct nrm_topology *t, const struct nrm_drivers *drivers, bool as_json,
             FILE *out, nrm_error_t *err)
@@ -541,6 +581,7 @@ nrm_status (struct nrm_config *c, const struct nrm_topology *t, const struct nrm
                                                "allocatableCount", (json_int_t) hwloc_bitmap_weight (alloc)));
     }
 
+  json_object_set_new (doc, "settings", settings_view (c, t, drivers));
   if (as_json)
     {
       if (json_dumpf (doc, out, JSON_INDENT (2)) < 0)
@@ -653,6 +694,19 @@ nrm_status (struct nrm_config *c, const struct nrm_topology *t, const struct nrm
     if (*fi)
       fprintf (out, "; isolated free %s", fi);
     fputc ('\n', out);
+  }
+  {
+    json_t *st = json_object_get (doc, "settings");
+    const char *key;
+    json_t *v;
+    fprintf (out, "settings (%s):\n",
+             json_is_string (json_object_get (st, "nodeEntry")) ? json_string_value (json_object_get (st, "nodeEntry"))
+                                                                : "no nodes[] entry applies");
+    json_object_foreach (json_object_get (st, "values"), key, v)
+    {
+      const char *val = json_string_value (json_object_get (v, "value"));
+      fprintf (out, "  %-20s %s (%s)\n", key, *val ? val : "-", json_string_value (json_object_get (v, "from")));
+    }
   }
   r = ferror (out) ? nrm_error_set (err, EIO, "cannot write the status") : 0;
 out:

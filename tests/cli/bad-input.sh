@@ -80,6 +80,42 @@ echo '{"policyName":"none","defaultCpuSet":"","checksum":1}' >"$TMP/kubelet/cpu_
 echo '{"policyName":"Static","machineState":{},"checksum":1}' >"$TMP/kubelet/memory_manager_state"
 expect_error "static Memory Manager" "memoryManagerPolicy: None" -- plugin --topology "$X" --kubelet-dir "$TMP/kubelet" \
   --claims-dir "$TMP" --state-dir "$TMP/st" --cdi-dir "$TMP/cdi"
+# The kubelet's config file (kubeletConfig; <kubelet-dir>/config.yaml by
+# default): a static policy there is refused even before the kubelet wrote
+# its state file, and reserved CPUs or memory other than nrm's are refused,
+# naming both values and the file; where nrm sets none they are adopted.
+mkdir -p "$TMP/kc"
+KC="$TMP/kc/config.yaml"
+P="plugin --topology $X --kubelet-dir $TMP/kc --claims-dir $TMP --state-dir $TMP/st --cdi-dir $TMP/cdi"
+printf 'kind: KubeletConfiguration\ncpuManagerPolicy: static\n' >"$KC"
+expect_error "static CPU Manager in the kubelet config" "the kubelet's configuration \`$KC\` sets cpuManagerPolicy: static: set cpuManagerPolicy: none there" -- $P
+printf 'memoryManagerPolicy: Static\n' >"$KC"
+expect_error "static Memory Manager in the kubelet config" "sets memoryManagerPolicy: Static" -- $P
+printf 'reservedSystemCPUs: "0-1"\ncpuManagerPolicy: none\n' >"$KC"
+expect_error "reserved CPUs that differ" "plugin: the kubelet reserves CPUs 0-1 (reservedSystemCPUs in \`$KC\`) but nrm reserves 0 (flag)" -- $P --reserved-cpus 0
+printf 'reservedCPUs: ""\n' >"$TMP/kc/nrm.yaml"
+expect_error "reserved CPUs none and some" "but nrm reserves none (top level)" -- $P -c "$TMP/kc/nrm.yaml"
+printf 'reservedSystemCPUs: 0\n' >"$KC"
+expect_error "an unquoted CPU list" "the kubelet reserves CPUs 0 (" -- $P --reserved-cpus 1
+printf 'reservedMemory:\n- numaNode: 0\n  limits: {memory: 1Gi}\n' >"$KC"
+expect_error "reserved memory that differs" "the kubelet reserves memory 0:memory=1073741824 (reservedMemory in \`$KC\`) but nrm reserves 0:memory=536870912 (flag)" -- $P --reserved-memory 0:memory=512Mi
+printf 'reservedSystemCPUs: [0]\n' >"$KC"
+expect_error "a kubelet config of the wrong shape" "reservedSystemCPUs must be a CPU list" -- $P
+printf 'kubeletConfig: %s\n' "$TMP/kc/none.yaml" >"$TMP/kc/nrm.yaml"
+expect_error "a kubeletConfig that is missing" "$TMP/kc/none.yaml" -- $P -c "$TMP/kc/nrm.yaml"
+# Adopted, and shown with where they came from; the same memory written
+# another way is no difference.
+printf 'reservedSystemCPUs: "0-1"\nreservedMemory:\n- numaNode: 0\n  limits: {memory: 1073741824}\n' >"$KC"
+mkdir -p "$TMP/kst"
+"$NRM" status --json -t "$X" --kubelet-dir "$TMP/kc" --state-dir "$TMP/kst" --reserved-memory 0:memory=1Gi >"$TMP/out" 2>"$TMP/err"
+python3 - "$TMP/out" "$KC" <<'PY' && ok || fail "kubelet settings not adopted: $(cat "$TMP/out" "$TMP/err")"
+import json, sys
+st = json.load(open(sys.argv[1]))
+v = st["settings"]["values"]
+assert st["cpus"]["reserved"] == "0-1", st["cpus"]
+assert v["reservedCPUs"]["from"] == "kubelet `%s`" % sys.argv[2], v
+assert v["reservedMemory"] == {"value": "0:memory=1073741824", "from": "flag"}, v
+PY
 mkdir -p "$TMP/st"
 expect_error "unreadable kubeconfig" "/nonexistent/kubeconfig" -- plugin --topology "$X" --kubeconfig /nonexistent/kubeconfig \
   --kubelet-dir "$TMP/k2" --state-dir "$TMP/st" --cdi-dir "$TMP/cdi"

@@ -3266,15 +3266,17 @@ class FakeAPI:
 
     # -- state seen by the test ----------------------------------------------------
 
-    def add_node(self, name):
-        """Adds a Node (or returns the uid of an existing one)."""
+    def add_node(self, name, labels=None):
+        """Adds a Node (or returns the uid of an existing one), with labels beside the
+        kubernetes.io ones."""
         with self._store.lock:
             node = self._store.nodes.get(name)
             if node is None:
                 node = {"kind": "Node", "apiVersion": "v1",
                         "metadata": {"name": name, "uid": str(uuid.uuid4()),
                                      "resourceVersion": str(self._store.bump()), "creationTimestamp": _timestamp(),
-                                     "labels": {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux"}},
+                                     "labels": dict({"kubernetes.io/hostname": name, "kubernetes.io/os": "linux"},
+                                                    **(labels or {}))},
                         "spec": {}, "status": {}}
                 self._store.nodes[name] = node
             return node["metadata"]["uid"]

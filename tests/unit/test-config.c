@@ -15,6 +15,7 @@
 
 #include "nrm/base/cleanup.h"
 #include "tests/unit/util.h"
+#include "cpuset/placement.h"
 #include "nrm/conf.h"
 
 static void
@@ -120,13 +121,127 @@ test_flags (void **state)
   nrm_config_done (&c);
 }
 
+static const char nodes_file[]
+    = "{\"reservedCPUs\": \"0\", \"cpu\": {\"mode\": \"numa\", \"minSharedCPUs\": 2},"
+      " \"nodes\": ["
+      "  {\"selector\": {\"matchLabels\": {\"pool\": \"big\"}},"
+      "   \"settings\": {\"reservedCPUs\": \"0-3\", \"memory\": {\"granularity\": \"2Mi\"}}},"
+      "  {\"names\": [\"w1\", \"w2\"], \"settings\": {\"reservedCPUs\": \"0-1\","
+      "   \"cpu\": {\"mode\": \"partitioned\"},"
+      "   \"reservedMemory\": [{\"numaNode\": 1, \"limits\": {\"memory\": \"1Gi\"}}]}}]}";
+
+/* Loads nodes_file for node name, resolves it with labels (a JSON text, or
+ * NULL), and returns the reserved CPUs as a list. */
+static char *
+resolve (struct nrm_config *c, const char *name, const char *labels)
+{
+  nrm_error_t err = NULL;
+  cleanup_free char *path = write_tmp (nodes_file);
+  cleanup_json json_t *l = labels ? json_loads (labels, 0, NULL) : NULL;
+  nrm_config_init (c);
+  assert_int_equal (nrm_config_load_file (c, path, &err), 0);
+  assert_int_equal (nrm_config_set_string (&c->node_name, name, &err), 0);
+  assert_int_equal (nrm_config_finish (c, &err), 0);
+  assert_int_equal (nrm_config_resolve_node (c, l, &err), 0);
+  unlink (path);
+  return nrm_cpulist_format (c->node.reserved_cpus);
+}
+
+static void
+test_nodes (void **state)
+{
+  struct nrm_config c;
+  (void) state;
+  /* By name: the entry's keys override the top level, the others stay. */
+  cleanup_free char *w2 = resolve (&c, "w2", NULL);
+  assert_string_equal (w2, "0-1");
+  assert_int_equal (c.node_entry, 1);
+  assert_int_equal (c.publish.cpu_mode, NRM_CPU_MODE_PARTITIONED);
+  assert_int_equal (c.min_shared_cpus, 2);
+  assert_int_equal (c.node.n_reserved_memory, 1);
+  assert_string_equal (nrm_config_source (&c, "reservedCPUs"), "nodes[1]");
+  assert_string_equal (nrm_config_source (&c, "cpu.mode"), "nodes[1]");
+  assert_string_equal (nrm_config_source (&c, "cpu.minSharedCPUs"), "top level");
+  assert_string_equal (nrm_config_source (&c, "isolatedCPUs"), "default");
+  nrm_config_done (&c);
+  /* The first match wins: w2's labels match nodes[0] too. */
+  cleanup_free char *w2l = resolve (&c, "w2", "{\"pool\": \"big\", \"zone\": \"a\"}");
+  assert_string_equal (w2l, "0-3");
+  assert_int_equal (c.node_entry, 0);
+  assert_int_equal (c.publish.memory_granularity, 2 << 20);
+  assert_int_equal (c.publish.cpu_mode, NRM_CPU_MODE_NUMA);
+  nrm_config_done (&c);
+  /* Labels that differ, and no labels at all: only names match. */
+  cleanup_free char *other = resolve (&c, "w3", "{\"pool\": \"small\"}");
+  assert_string_equal (other, "0");
+  assert_int_equal (c.node_entry, -1);
+  assert_string_equal (nrm_config_source (&c, "reservedCPUs"), "top level");
+  nrm_config_done (&c);
+  cleanup_free char *nolabels = resolve (&c, "w3", NULL);
+  assert_string_equal (nolabels, "0");
+  assert_true (nrm_config_nodes_need_labels (&c));
+  nrm_config_done (&c);
+}
+
+static void
+test_nodes_flags_win (void **state)
+{
+  struct nrm_config c;
+  nrm_error_t err = NULL;
+  cleanup_free char *path = write_tmp (nodes_file);
+  (void) state;
+  nrm_config_init (&c);
+  assert_int_equal (nrm_config_load_file (&c, path, &err), 0);
+  assert_int_equal (nrm_config_set_reserved_cpus (&c, "7", &err), 0);
+  nrm_config_set_source (&c, "reservedCPUs", "flag");
+  assert_int_equal (nrm_config_set_string (&c.node_name, "w1", &err), 0);
+  assert_int_equal (nrm_config_finish (&c, &err), 0);
+  assert_int_equal (nrm_config_resolve_node (&c, NULL, &err), 0);
+  cleanup_free char *cpus = nrm_cpulist_format (c.node.reserved_cpus);
+  assert_string_equal (cpus, "7");
+  assert_string_equal (nrm_config_source (&c, "reservedCPUs"), "flag");
+  assert_int_equal (c.publish.cpu_mode, NRM_CPU_MODE_PARTITIONED);
+  nrm_config_done (&c);
+  unlink (path);
+}
+
+static void
+test_nodes_bad (void **state)
+{
+  (void) state;
+  expect_load_error ("{\"nodes\": {}}", "key `nodes` must be a list");
+  expect_load_error ("{\"nodes\": [3]}", "key `nodes[0]` must be an object");
+  expect_load_error ("{\"nodes\": [{\"settings\": {}}]}", "key `nodes[0]` needs one of `names` and `selector`");
+  expect_load_error ("{\"nodes\": [{\"names\": [\"a\"], \"selector\": {\"matchLabels\": {}}, \"settings\": {}}]}",
+                     "key `nodes[0]` needs one of");
+  expect_load_error ("{\"nodes\": [{\"names\": [\"a\"]}]}", "key `nodes[0]` has no `settings`");
+  expect_load_error ("{\"nodes\": [{\"names\": [], \"settings\": {}}]}", "key `nodes[0].names` must be");
+  expect_load_error (
+      "{\"nodes\": [{\"names\": [\"a\"], \"settings\": {}}, {\"names\": [\"Bad_Name\"], \"settings\": {}}]}",
+      "key `nodes[1].names[0]` must be a node name");
+  expect_load_error ("{\"nodes\": [{\"selector\": {\"matchExpressions\": []}, \"settings\": {}}]}",
+                     "key `nodes[0].selector` must be {matchLabels");
+  expect_load_error ("{\"nodes\": [{\"selector\": {\"matchLabels\": {\"a\": 1}}, \"settings\": {}}]}",
+                     "key `nodes[0].selector.matchLabels.a` must be a string");
+  expect_load_error ("{\"nodes\": [{\"names\": [\"a\"], \"labels\": {}, \"settings\": {}}]}",
+                     "unknown key `nodes[0].labels`");
+  expect_load_error ("{\"nodes\": [{\"names\": [\"a\"], \"settings\": {\"nodeName\": \"b\"}}]}",
+                     "unknown key `nodes[0].settings.nodeName`");
+  expect_load_error ("{\"nodes\": [{\"names\": [\"a\"], \"settings\": {\"cpu\": {\"driverName\": \"x.io\"}}}]}",
+                     "key `nodes[0].settings.cpu.driverName`: driver names are the same on every node");
+  /* Checked on every node, not only where the entry matches. */
+  expect_load_error ("{\"nodes\": [{\"names\": [\"a\"], \"settings\": {\"cpu\": {\"mode\": \"fast\"}}}]}",
+                     "nodes[0].settings: key `cpu.mode`: unknown CPU device mode `fast`");
+  expect_load_error ("{\"nodes\": [{\"names\": [\"a\"], \"settings\": {\"reservedCPUs\": \"3-1\"}}]}",
+                     "nodes[0].settings: key `reservedCPUs`");
+}
+
 int
 main (void)
 {
   const struct CMUnitTest tests[] = {
-    cmocka_unit_test (test_good_file),
-    cmocka_unit_test (test_bad_files),
-    cmocka_unit_test (test_flags),
+    cmocka_unit_test (test_good_file), cmocka_unit_test (test_bad_files),       cmocka_unit_test (test_flags),
+    cmocka_unit_test (test_nodes),     cmocka_unit_test (test_nodes_flags_win), cmocka_unit_test (test_nodes_bad),
   };
   return cmocka_run_group_tests (tests, NULL, NULL);
 }
