@@ -2,6 +2,8 @@
 # Installs the Debian 12 packages that nrm builds and tests with (procps:
 # pkill, pgrep and ps in tests/cli/run.sh; strace: the trust check of
 # tests/k8s/test-api.py; a minimal Debian 12 lacks both).
+#   --image: also podman and debootstrap, for scripts/image.sh and
+#   tests/image/smoke.sh (the container image; CI uses it).
 set -eu
 PKGS="build-essential autoconf automake pkg-config
  libhwloc-dev hwloc-nox libnuma-dev
@@ -11,6 +13,7 @@ PKGS="build-essential autoconf automake pkg-config
  procps strace
  valgrind
  qemu-system-x86 busybox-static cpio runc"
+if [ "${1:-}" = --image ]; then PKGS="$PKGS podman debootstrap"; fi
 missing=""
 for p in $PKGS; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

@@ -94,11 +94,17 @@ echo "image.sh: imported $BASE in $(($(date +%s) - t0)) s"
 
 # --- the build context: the files git tracks, and untracked ones it does not
 # ignore; never a tree configured in place or its build folders.
+# Outside git (an unpacked release), the whole tree: the Containerfile
+# refuses one configured in place.
 ctx="$TMP/context"
 mkdir "$ctx"
-git ls-files -z --cached --others --exclude-standard \
-  | xargs -0 sh -c 'for f; do [ -e "$f" ] && printf "%s\0" "$f"; done' sh \
-  | tar --null -T - -cf - | tar -C "$ctx" -xf -
+if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+  git ls-files -z --cached --others --exclude-standard \
+    | xargs -0 sh -c 'for f; do [ -e "$f" ] && printf "%s\0" "$f"; done' sh \
+    | tar --null -T - -cf - | tar -C "$ctx" -xf -
+else
+  tar -cf - . | tar -C "$ctx" -xf -
+fi
 
 t0=$(date +%s)
 podman build --pull=never --network host \
