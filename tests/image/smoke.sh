@@ -20,7 +20,7 @@
 #   NRM: a host build of nrm to compare `nrm slices` with (optional)
 # Exits 77 when podman, root, the image or dra-client is missing.
 set -u
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
 SRC=$(pwd)
 IMAGE=${1:-nrm:latest}
 DRA_CLIENT=${NRM_DRA_CLIENT:-$SRC/tests/plugin/dra-client}
