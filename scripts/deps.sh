@@ -4,6 +4,8 @@
 # pkill, pgrep and ps in tests/cli/run.sh; strace: the trust check of
 # tests/k8s/test-api.py; a minimal Debian 12 lacks both; python3-yaml: the
 # Helm chart's renderer, tests/helm/render.py).
+#   --image: also debootstrap, for scripts/image.sh and tests/image/smoke.sh
+#   (the container image; CI uses it).
 set -eu
 PKGS="build-essential autoconf automake pkg-config
  libhwloc-dev hwloc-nox libnuma-dev
@@ -13,6 +15,7 @@ PKGS="build-essential autoconf automake pkg-config
  procps strace
  valgrind
  qemu-system-x86 busybox-static cpio runc podman"
+if [ "${1:-}" = --image ]; then PKGS="$PKGS debootstrap"; fi
 missing=""
 for p in $PKGS; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
