@@ -8,7 +8,9 @@ build=$(cd "$(dirname "${NRM:?run through make check}")/.." && pwd)
 rc=0
 for nodes in 2 4; do
   echo "=== $nodes NUMA nodes"
-  "$src/tests/vm/vm.sh" --nodes "$nodes" --cpus 8 --threads 2 --hugepages-2m 8 --share "$build" -- \
+  # About 170 s a boot under TCG on 2 idle cores: 600 s leaves room for a busy machine.
+  "$src/tests/vm/vm.sh" --nodes "$nodes" --cpus 8 --threads 2 --hugepages-2m 8 --share "$build" \
+    --timeout "${NRM_VM_TIMEOUT:-600}" -- \
     "$src/tests/vm/commit-guest.sh" "$build" "$nodes"
   r=$?
   [ $r -eq 77 ] && exit 77
