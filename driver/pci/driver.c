@@ -57,6 +57,7 @@ struct pci_driver
   json_t *claims;  /* claim UID -> [{name, busID, class, numaNode?, pcieRoot?}] */
   json_t *left;    /* bus id -> who serves it instead, as last logged */
   json_t *foreign; /* bus id -> the other driver that publishes it */
+  json_t *wedged;  /* bus id -> the recovery the kernel asks for (DRM WEDGED uevents) */
 };
 
 /* The vendor drivers of this process: while one serves a function, the
@@ -232,6 +233,7 @@ nrm_pci_driver_new (const struct nrm_driver_host *h, const struct nrm_pci_vendor
   d->claims = json_object ();
   d->left = json_object ();
   d->foreign = json_object ();
+  d->wedged = json_object ();
   d->poll = -1;
   d->log = h->log;
   d->log_ctx = h->log_ctx;
@@ -305,6 +307,7 @@ nrm_pci_driver_free (void *self)
   nrm_pci_others_free (d->others);
   json_decref (d->left);
   json_decref (d->foreign);
+  json_decref (d->wedged);
   free (d->journal);
   functions_free (d->fns, d->n_fns);
   json_decref (d->holder);
@@ -925,7 +928,8 @@ gts (const char *speed)
 
 /* The worst of what the facts say, as one health entry. */
 static void
-judge (const struct nrm_pci_function *fn, bool present, const struct nrm_pci_facts *f, struct nrm_device_health *h)
+judge (const struct nrm_pci_function *fn, bool present, const struct nrm_pci_facts *f, const char *wedged,
+       struct nrm_device_health *h)
 {
   cleanup_free char *msg = NULL;
   const char *taint = NULL;
@@ -951,6 +955,9 @@ judge (const struct nrm_pci_function *fn, bool present, const struct nrm_pci_fac
     NOTE (NRM_TAINT_NO_EXECUTE, "removed", "%s is no longer on the machine", fn->facts.bus_id);
   else
     {
+      if (wedged)
+        NOTE (NRM_TAINT_NO_EXECUTE, "wedged", "the kernel reports the GPU hung and not recovered (recovery: %s)",
+              wedged);
       if (f->aer_fatal > 0)
         NOTE (NRM_TAINT_NO_EXECUTE, "aer-fatal", "%" PRId64 " fatal AER errors since boot", f->aer_fatal);
       if (f->max_link_width > 0 && f->link_width == 0)
@@ -987,8 +994,11 @@ nrm_pci_driver_health (void *self, struct nrm_health_report *ret, nrm_error_t *e
   pthread_mutex_lock (&d->lock);
   size_t n = d->n_fns;
   struct nrm_pci_function *fns = xcalloc (n ? n : 1, sizeof (*fns));
+  char **wedged = xcalloc (n ? n : 1, sizeof (*wedged));
   for (size_t i = 0; i < n; i++)
     {
+      const char *w = json_string_value (json_object_get (d->wedged, d->fns[i].facts.bus_id));
+      wedged[i] = w ? xstrdup (w) : NULL;
       snprintf (fns[i].name, sizeof (fns[i].name), "%s", d->fns[i].name);
       fns[i].facts.bus_id[0] = '\0';
       snprintf (fns[i].facts.bus_id, sizeof (fns[i].facts.bus_id), "%s", d->fns[i].facts.bus_id);
@@ -1011,9 +1021,11 @@ nrm_pci_driver_health (void *self, struct nrm_health_report *ret, nrm_error_t *e
         }
       else
         recorded_facts (d->t, &(struct nrm_pci_device){ .bus_id = "0000:00:00.0", .numa = -1 }, &f);
-      judge (&fns[i], present, &f, &ret->devices[i]);
+      judge (&fns[i], present, &f, wedged[i], &ret->devices[i]);
       nrm_pci_facts_done (&f);
+      free (wedged[i]);
     }
+  free (wedged);
   free (fns);
   return 0;
 }
@@ -1024,13 +1036,66 @@ nrm_pci_driver_health_fd (void *self)
   return ((struct pci_driver *) self)->poll;
 }
 
+/* The PCI function of a uevent's DEVPATH
+ * (/devices/pci0000:00/0000:00:01.0/0000:01:00.0/drm/card0: the last bus id
+ * before /drm/). */
+static bool
+uevent_function (const char *devpath, char *bus)
+{
+  const char *drm = strstr (devpath, "/drm/");
+  if (drm == NULL || drm - devpath < NRM_PCI_BUS_ID_LEN)
+    return false;
+  memcpy (bus, drm - (NRM_PCI_BUS_ID_LEN - 1), NRM_PCI_BUS_ID_LEN - 1);
+  bus[NRM_PCI_BUS_ID_LEN - 1] = '\0';
+  return nrm_pci_bus_id_valid (bus);
+}
+
+void
+nrm_pci_driver_uevent (void *self, const char *msg, size_t len)
+{
+  struct pci_driver *d = self;
+  const char *action = NULL, *devpath = NULL, *subsystem = NULL, *wedged = NULL;
+  /* "ACTION@DEVPATH\0KEY=VALUE\0...": the kernel's own format (udev's
+   * relayed messages start with "libudev" and are not read). */
+  for (size_t i = 0; i < len; i += strnlen (msg + i, len - i) + 1)
+    {
+      const char *kv = msg + i;
+      size_t n = strnlen (kv, len - i);
+      if (n == len - i)
+        break; /* not terminated */
+      if (strncmp (kv, "ACTION=", 7) == 0)
+        action = kv + 7;
+      else if (strncmp (kv, "DEVPATH=", 8) == 0)
+        devpath = kv + 8;
+      else if (strncmp (kv, "SUBSYSTEM=", 10) == 0)
+        subsystem = kv + 10;
+      else if (strncmp (kv, "WEDGED=", 7) == 0)
+        wedged = kv + 7;
+    }
+  char bus[NRM_PCI_BUS_ID_LEN];
+  if (action == NULL || devpath == NULL || subsystem == NULL || strcmp (subsystem, "drm") != 0
+      || !uevent_function (devpath, bus))
+    return;
+  pthread_mutex_lock (&d->lock);
+  /* Wedged until its driver comes back (rebind, bus reset: the card is
+   * added again). WEDGED=none asks for nothing but telemetry. */
+  if (strcmp (action, "change") == 0 && wedged && strcmp (wedged, "none") != 0 && strlen (wedged) < 64)
+    json_object_set_new (d->wedged, bus, json_string (wedged));
+  else if (strcmp (action, "add") == 0 || strcmp (action, "remove") == 0)
+    json_object_del (d->wedged, bus);
+  pthread_mutex_unlock (&d->lock);
+}
+
 void
 nrm_pci_driver_health_event (void *self)
 {
   struct pci_driver *d = self;
   char buf[8192];
-  while (d->events >= 0 && read (d->events, buf, sizeof (buf)) > 0)
-    ;
+  ssize_t n;
+  bool uevents = strcmp (d->fsroot, "/") == 0;
+  while (d->events >= 0 && (n = read (d->events, buf, sizeof (buf))) > 0)
+    if (uevents)
+      nrm_pci_driver_uevent (d, buf, (size_t) n);
   if (d->others)
     {
       nrm_error_t e = NULL;

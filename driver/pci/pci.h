@@ -56,6 +56,11 @@ json_t *nrm_pci_driver_describe (void *self, const char *uid, json_t *state);
 int nrm_pci_driver_bind (void *self, const struct nrm_claim_view *c, json_t **ret, nrm_error_t *err);
 void nrm_pci_driver_node_devices (void *self, json_t *devices);
 
+/* One kernel uevent (the netlink message: "ACTION@DEVPATH\0KEY=VALUE\0..."),
+ * as health_event reads them: a DRM device's WEDGED=<recovery> (Linux 6.15
+ * and later) marks its function wedged until its card is added again. */
+void nrm_pci_driver_uevent (void *self, const char *msg, size_t len);
+
 /* The PCI bus id a device of any driver carries in its attributes (the
  * standard resource.kubernetes.io/pciBusID, or dranet's and AMD's own
  * names), lowercased into buf (NRM_PCI_BUS_ID_LEN bytes); false if none. */

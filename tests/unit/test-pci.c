@@ -994,6 +994,60 @@ test_passthrough (void **state)
   nrm_topology_free (t);
 }
 
+/* A kernel uevent as the netlink socket gives it. */
+static void
+uevent (void *d, const char *action, const char *subsystem, const char *wedged)
+{
+  char msg[512];
+  const char *path = "/devices/pci0000:40/0000:40:01.0/0000:41:00.0/drm/card1";
+  int n = snprintf (msg, sizeof (msg), "%s@%s%cACTION=%s%cDEVPATH=%s%cSUBSYSTEM=%s%c", action, path, 0, action, 0, path,
+                    0, subsystem, 0);
+  if (wedged)
+    n += snprintf (msg + n, sizeof (msg) - (size_t) n, "WEDGED=%s%c", wedged, 0);
+  nrm_pci_driver_uevent (d, msg, (size_t) n);
+}
+
+static void
+test_wedged (void **state)
+{
+  (void) state;
+  struct nrm_topology *t = load_2n ();
+  struct nrm_publish_options o;
+  nrm_publish_options_init (&o);
+  nrm_error_t err = NULL;
+  void *d = NULL;
+  build_tree ();
+  cleanup_json json_t *devs = pool_of (t, &o, root, NULL, false, &d);
+  struct nrm_health_report r = { 0 };
+
+  /* Not wedged: telemetry only, another subsystem, a torn message. */
+  uevent (d, "change", "drm", "none");
+  uevent (d, "change", "block", "rebind");
+  nrm_pci_driver_uevent (d, "change@/x\0ACTION=change\0SUBSYSTEM=drm\0WEDGED=rebind", 46);
+  assert_int_equal (nrm_pci_driver_health (d, &r, &err), 0);
+  assert_int_equal (health_of (&r, "gpu-0000-41-00-0")->effect, NRM_TAINT_NONE_SET);
+  nrm_health_report_done (&r);
+
+  /* Wedged: evicted until the card is added again. */
+  uevent (d, "change", "drm", "rebind,bus-reset");
+  assert_int_equal (nrm_pci_driver_health (d, &r, &err), 0);
+  const struct nrm_device_health *h = health_of (&r, "gpu-0000-41-00-0");
+  assert_int_equal (h->health, NRM_HEALTH_UNHEALTHY);
+  assert_int_equal (h->effect, NRM_TAINT_NO_EXECUTE);
+  assert_string_equal (h->taint, "wedged");
+  assert_non_null (strstr (h->message, "rebind,bus-reset"));
+  assert_int_equal (health_of (&r, "gpu-0000-00-02-0")->effect, NRM_TAINT_NONE_SET);
+  nrm_health_report_done (&r);
+  uevent (d, "add", "drm", NULL);
+  assert_int_equal (nrm_pci_driver_health (d, &r, &err), 0);
+  assert_int_equal (health_of (&r, "gpu-0000-41-00-0")->effect, NRM_TAINT_NONE_SET);
+  nrm_health_report_done (&r);
+
+  nrm_pci_driver_free (d);
+  remove_tree ();
+  nrm_topology_free (t);
+}
+
 /* --- a real kernel's sysfs (tests/fixtures/sysfs-vm-pci) --------------- */
 
 static void
@@ -1083,7 +1137,8 @@ main (void)
     cmocka_unit_test (test_bus_ids),     cmocka_unit_test (test_facts),
     cmocka_unit_test (test_pool),        cmocka_unit_test (test_prepare_and_health),
     cmocka_unit_test (test_coexistence), cmocka_unit_test (test_passthrough),
-    cmocka_unit_test (test_vm_snapshot), cmocka_unit_test (test_carrier),
+    cmocka_unit_test (test_vm_snapshot), cmocka_unit_test (test_wedged),
+    cmocka_unit_test (test_carrier),
   };
   return corpus_run ("pci", per_machine, 1, others, sizeof (others) / sizeof (others[0]));
 }
