@@ -6,50 +6,18 @@ aside from a GPU that another driver publishes on the node (its
 ResourceSlice, read through a watch of the node's slices), and serves it
 again once that driver's slice is gone, without a restart."""
 
-import json
 import os
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
-import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-SRCDIR = os.environ.get("NRM_SRCDIR", os.path.abspath(os.path.join(HERE, "..", "..")))
-NRM = os.environ.get("NRM", os.path.join(SRCDIR, "nrm", "nrm"))
-TOPOLOGIES = os.environ.get("NRM_TOPOLOGIES", os.path.join(SRCDIR, "tests", "topologies"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from apitest import NRM, TOPOLOGIES, check, failures, finish, wait_for  # noqa: E402
+
+FakeAPI = __import__("apitest").fake_api_class()
 NODE = "node-p"
-passed, failures = 0, []
-
-
-def check(cond, what):
-    global passed
-    print(("ok   " if cond else "FAIL ") + what)
-    if cond:
-        passed += 1
-    else:
-        failures.append(what)
-
-
-def wait_for(pred, timeout=20.0):
-    end = time.time() + timeout
-    while time.time() < end:
-        if pred():
-            return True
-        time.sleep(0.05)
-    return False
-
-
-if shutil.which("openssl") is None:
-    print("SKIP: openssl is not installed")
-    sys.exit(77)
-try:
-    from fakeapi import FakeAPI
-except Exception as e:  # noqa: BLE001
-    print("SKIP: cannot load the fake API server: %s" % e)
-    sys.exit(77)
 
 work = tempfile.mkdtemp(prefix="nrm-pci-api-")
 root = os.path.join(work, "root")
@@ -125,5 +93,4 @@ finally:
             print(fh.read()[-3000:])
     shutil.rmtree(work, ignore_errors=True)
 
-print("%d passed, %d failed" % (passed, len(failures)))
-sys.exit(1 if failures else 0)
+finish()
