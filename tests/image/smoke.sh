@@ -103,8 +103,14 @@ fi
 
 # --- nrm plugin in the container, the DaemonSet's way -------------------------------
 # Its arguments and config file, from deploy/kubernetes/nrm.yaml.
-awk '/^      - name: nrm$/ {c = 1} c && /^        args:$/ {a = 1; next}
-     a && /^        - / {sub(/^        - /, ""); print; next} a {exit}' deploy/kubernetes/nrm.yaml >"$TMP/args"
+# (read as YAML: the chart may quote a value)
+python3 -c '
+import sys, yaml
+for doc in yaml.safe_load_all(open(sys.argv[1])):
+    if doc and doc.get("kind") == "DaemonSet" and doc["metadata"]["name"] == "nrm":
+        for c in doc["spec"]["template"]["spec"]["containers"]:
+            if c["name"] == "nrm":
+                print("\n".join(c["args"]))' deploy/kubernetes/nrm.yaml >"$TMP/args"
 mkdir -p "$TMP/config"
 awk '/^  config.json: \|$/ {f = 1; next} f && /^    / {sub(/^    /, ""); print; next} f {exit}' \
   deploy/kubernetes/nrm.yaml >"$TMP/config/config.json"
