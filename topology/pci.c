@@ -395,23 +395,53 @@ read_root (struct nrm_pci_facts *f, const char *pfx, const char *path)
   f->pcie_root[len] = '\0';
 }
 
+void
+nrm_pci_facts_init (struct nrm_pci_facts *f)
+{
+  memset (f, 0, sizeof (*f));
+  f->numa_node = f->iommu_group = f->sriov_total = f->sriov_enabled = -1;
+  f->link_width = f->max_link_width = f->carrier = -1;
+  f->aer_fatal = f->aer_nonfatal = f->aer_correctable = -1;
+}
+
+/* The open folder of a function, or -1 with the error set. */
+static int
+open_function (const char *pfx, const char *bus_id, nrm_error_t *err)
+{
+  if (!nrm_pci_bus_id_valid (bus_id))
+    return nrm_error_set (err, EINVAL, "`%s` is not a PCI bus id (dddd:bb:dd.f, lowercase)", bus_id);
+  cleanup_free char *path = xasprintf ("%s/sys/bus/pci/devices/%s", pfx, bus_id);
+  int dfd = open (path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd < 0)
+    return nrm_error_errno (err, errno, "PCI function %s (%s)", bus_id, path);
+  return dfd;
+}
+
+int
+nrm_pci_read_ids (const char *fsroot, const char *bus_id, uint16_t *vendor_id, uint32_t *class_code, nrm_error_t *err)
+{
+  long v;
+  cleanup_close int dfd = open_function (prefix (fsroot), bus_id, err);
+  if (dfd < 0)
+    return -1;
+  *vendor_id = read_long_at (dfd, "vendor", 16, &v) ? (uint16_t) v : 0;
+  *class_code = read_long_at (dfd, "class", 16, &v) ? (uint32_t) v & 0xffffff : 0;
+  return 0;
+}
+
 int
 nrm_pci_facts_read (const char *fsroot, const char *bus_id, struct nrm_pci_facts *f, nrm_error_t *err)
 {
   const char *pfx = prefix (fsroot);
   long v;
 
-  memset (f, 0, sizeof (*f));
-  f->numa_node = f->iommu_group = f->sriov_total = f->sriov_enabled = -1;
-  f->link_width = f->max_link_width = f->carrier = -1;
-  f->aer_fatal = f->aer_nonfatal = f->aer_correctable = -1;
-  if (!nrm_pci_bus_id_valid (bus_id))
-    return nrm_error_set (err, EINVAL, "`%s` is not a PCI bus id (dddd:bb:dd.f, lowercase)", bus_id);
-  snprintf (f->bus_id, sizeof (f->bus_id), "%s", bus_id);
-  cleanup_free char *path = xasprintf ("%s/sys/bus/pci/devices/%s", pfx, bus_id);
-  cleanup_close int dfd = open (path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  nrm_pci_facts_init (f);
+  cleanup_close int dfd = open_function (pfx, bus_id, err);
   if (dfd < 0)
-    return nrm_error_errno (err, errno, "PCI function %s (%s)", bus_id, path);
+    return -1;
+  snprintf (f->bus_id, sizeof (f->bus_id), "%s", bus_id);
+  /* The path itself, for the host bridge it resolves to. */
+  cleanup_free char *path = xasprintf ("%s/sys/bus/pci/devices/%s", pfx, bus_id);
 
   if (read_long_at (dfd, "vendor", 16, &v))
     f->vendor_id = (uint16_t) v;

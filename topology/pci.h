@@ -49,11 +49,20 @@ struct nrm_pci_facts
   char *in_use;
 };
 
+/* Facts that say nothing: zeroes, NULLs, and -1 for every "unknown". */
+void nrm_pci_facts_init (struct nrm_pci_facts *f);
+
 /* Reads the facts of one function. ENOENT: no such function (removed);
  * anything else unreadable is left unknown, not an error. bus_id must be
  * a valid id (nrm_pci_bus_id_valid). */
 int nrm_pci_facts_read (const char *fsroot, const char *bus_id, struct nrm_pci_facts *ret, nrm_error_t *err);
 void nrm_pci_facts_done (struct nrm_pci_facts *f);
+
+/* The vendor id and 24-bit class code of a function alone (what decides
+ * whether nrm serves it), without the rest of its facts; ENOENT: no such
+ * function. */
+int nrm_pci_read_ids (const char *fsroot, const char *bus_id, uint16_t *vendor_id, uint32_t *class_code,
+                      nrm_error_t *err);
 
 /* The functions under <fsroot>/sys/bus/pci/devices, sorted; ENOENT when
  * the folder is missing (a recorded machine, a tree without PCI). Names

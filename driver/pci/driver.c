@@ -336,7 +336,7 @@ vendor_serves (const struct pci_driver *d, const struct nrm_pci_function *fn)
 static bool
 recorded_facts (const struct nrm_topology *t, const struct nrm_pci_device *p, struct nrm_pci_facts *f)
 {
-  memset (f, 0, sizeof (*f));
+  nrm_pci_facts_init (f);
   if (!nrm_pci_bus_id_valid (p->bus_id))
     return false;
   memcpy (f->bus_id, p->bus_id, sizeof (f->bus_id));
@@ -345,10 +345,15 @@ recorded_facts (const struct nrm_topology *t, const struct nrm_pci_device *p, st
   f->class_code = (uint32_t) p->class_id << 8;
   f->numa_node = p->numa >= 0 ? (int) t->numa[p->numa].os_index : -1;
   snprintf (f->pcie_root, sizeof (f->pcie_root), "%s", p->pcie_root);
-  f->iommu_group = f->sriov_total = f->sriov_enabled = -1;
-  f->link_width = f->max_link_width = f->carrier = -1;
-  f->aer_fatal = f->aer_nonfatal = f->aer_correctable = -1;
   return true;
+}
+
+/* Whether d serves functions of this class (pci.classes). */
+static bool
+serves (const struct pci_driver *d, uint32_t class_code, uint16_t vendor)
+{
+  int k = class_index (nrm_pci_class_name (class_code, vendor));
+  return k >= 0 && (d->classes & (1u << k));
 }
 
 /* Whether d publishes a function with these facts; sets its class. */
@@ -356,8 +361,7 @@ static bool
 wanted (struct pci_driver *d, struct nrm_pci_function *fn)
 {
   fn->class = nrm_pci_class_name (fn->facts.class_code, fn->facts.vendor_id);
-  int k = class_index (fn->class);
-  if (k < 0 || !(d->classes & (1u << k)))
+  if (!serves (d, fn->facts.class_code, fn->facts.vendor_id))
     return false;
   /* A PF whose VFs are enabled is shared by them: its VFs are the devices. */
   if (fn->facts.sriov_enabled > 0)
@@ -446,6 +450,7 @@ static void
 from_state (struct nrm_pci_function *fn, json_t *e)
 {
   memset (fn, 0, sizeof (*fn));
+  nrm_pci_facts_init (&fn->facts);
   snprintf (fn->name, sizeof (fn->name), "%s", json_string_value (json_object_get (e, "name")));
   snprintf (fn->facts.bus_id, sizeof (fn->facts.bus_id), "%s", json_string_value (json_object_get (e, "busID")));
   int k = class_index (json_string_value (json_object_get (e, "class")));
@@ -454,9 +459,6 @@ from_state (struct nrm_pci_function *fn, json_t *e)
   fn->facts.numa_node = json_is_integer (numa) ? (int) json_integer_value (numa) : -1;
   const char *root = json_string_value (json_object_get (e, "pcieRoot"));
   snprintf (fn->facts.pcie_root, sizeof (fn->facts.pcie_root), "%s", root ? root : "");
-  fn->facts.iommu_group = fn->facts.sriov_total = fn->facts.sriov_enabled = -1;
-  fn->facts.link_width = fn->facts.max_link_width = fn->facts.carrier = -1;
-  fn->facts.aer_fatal = fn->facts.aer_nonfatal = fn->facts.aer_correctable = -1;
   fn->present = false;
   size_t len = strlen (fn->name);
   fn->passthrough = len > 5 && strcmp (fn->name + len - 5, "-vfio") == 0;
@@ -542,6 +544,15 @@ rescan (struct pci_driver *d, nrm_error_t *err)
   for (size_t i = 0; d->sysfs && i < n_ids; i++)
     {
       struct nrm_pci_function fn = { 0 };
+      uint16_t vendor;
+      uint32_t class_code;
+      /* Bridges, USB and SATA controllers (most functions) are skipped on
+       * their ids alone: this runs at every pass of the publisher. */
+      if (nrm_pci_read_ids (d->fsroot, ids[i], &vendor, &class_code, &e) < 0 || !serves (d, class_code, vendor))
+        {
+          nrm_error_release (&e);
+          continue;
+        }
       if (nrm_pci_facts_read (d->fsroot, ids[i], &fn.facts, &e) < 0)
         {
           /* Removed between the listing and now. */
@@ -1000,7 +1011,6 @@ nrm_pci_driver_health (void *self, struct nrm_health_report *ret, nrm_error_t *e
       const char *w = json_string_value (json_object_get (d->wedged, d->fns[i].facts.bus_id));
       wedged[i] = w ? xstrdup (w) : NULL;
       snprintf (fns[i].name, sizeof (fns[i].name), "%s", d->fns[i].name);
-      fns[i].facts.bus_id[0] = '\0';
       snprintf (fns[i].facts.bus_id, sizeof (fns[i].facts.bus_id), "%s", d->fns[i].facts.bus_id);
       fns[i].present = d->fns[i].present;
     }
@@ -1020,7 +1030,7 @@ nrm_pci_driver_health (void *self, struct nrm_health_report *ret, nrm_error_t *e
           nrm_error_release (&e);
         }
       else
-        recorded_facts (d->t, &(struct nrm_pci_device){ .bus_id = "0000:00:00.0", .numa = -1 }, &f);
+        nrm_pci_facts_init (&f); /* a recorded machine: nothing to read */
       judge (&fns[i], present, &f, wedged[i], &ret->devices[i]);
       nrm_pci_facts_done (&f);
       free (wedged[i]);
