@@ -73,6 +73,17 @@ bool nrm_pci_bus_id_of_attributes (json_t *attrs, char *buf);
  * registered with the kubelet)"). For nrm status; never in the slices. */
 json_t *nrm_pci_driver_left_out (void *self);
 
+/* Every operation of a driver table but abi, id, names and new: the PCI
+ * driver's, for its own table and a vendor driver's, so that an operation
+ * added to the PCI driver reaches every vendor driver:
+ *   const struct nrm_driver_ops nrm_driver_component = { .abi = NRM_DRIVER_ABI, .id = "x", ...,
+ *                                                        .new = x_new, NRM_PCI_DRIVER_OPERATIONS };  */
+#define NRM_PCI_DRIVER_OPERATIONS                                                                                      \
+  .free = nrm_pci_driver_free, .pool = nrm_pci_driver_pool, .reset = nrm_pci_driver_reset,                             \
+  .prepare = nrm_pci_driver_prepare, .restore = nrm_pci_driver_restore, .unprepare = nrm_pci_driver_unprepare,         \
+  .health = nrm_pci_driver_health, .health_fd = nrm_pci_driver_health_fd, .health_event = nrm_pci_driver_health_event, \
+  .describe = nrm_pci_driver_describe, .bind = nrm_pci_driver_bind, .node_devices = nrm_pci_driver_node_devices
+
 /* The device name of a function: "<class>-dddd-bb-dd-f" (dots and colons
  * as dashes), into buf of at least 40 bytes. */
 void nrm_pci_device_name (const char *class, const char *bus_id, char *buf, size_t size);
