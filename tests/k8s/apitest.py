@@ -4,6 +4,8 @@ counts, a wait, and the fake API server (the test skips, 77, without it)."""
 
 import os
 import shutil
+import signal
+import subprocess
 import sys
 import time
 
@@ -43,6 +45,24 @@ def fake_api_class():
         print("SKIP: cannot load the fake API server: %s" % e)
         sys.exit(77)
     return FakeAPI
+
+
+def stop_plugin(plugin, api, log, work):
+    """Ends a test: SIGTERM to the plugin (checked to exit 0 within 15 s),
+    the fake API server stopped, the end of the plugin's log shown when a
+    check failed, the work folder removed."""
+    plugin.send_signal(signal.SIGTERM)
+    try:
+        rc = plugin.wait(15)
+    except subprocess.TimeoutExpired:
+        plugin.kill()
+        rc = plugin.wait()
+    check(rc == 0, "the plugin stops cleanly (exit %s)" % rc)
+    api.stop()
+    if failures:
+        with open(log) as fh:
+            print(fh.read()[-3000:])
+    shutil.rmtree(work, ignore_errors=True)
 
 
 def finish():

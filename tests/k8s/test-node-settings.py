@@ -8,14 +8,12 @@ from."""
 
 import json
 import os
-import shutil
-import signal
 import subprocess
 import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from apitest import NRM, TOPOLOGIES, check, failures, finish, wait_for  # noqa: E402
+from apitest import NRM, TOPOLOGIES, check, finish, stop_plugin, wait_for  # noqa: E402
 
 FakeAPI = __import__("apitest").fake_api_class()
 TOPO = os.path.join(TOPOLOGIES, "24em64t-2n6c2t-pci.xml")
@@ -78,17 +76,6 @@ try:
           and vals.get("memory.granularity", {}).get("from") == "default",
           "and says where each setting came from: %s" % json.dumps(st.get("settings")))
 finally:
-    plugin.send_signal(signal.SIGTERM)
-    try:
-        rc = plugin.wait(15)
-    except subprocess.TimeoutExpired:
-        plugin.kill()
-        rc = plugin.wait()
-    check(rc == 0, "the plugin stops cleanly (exit %s)" % rc)
-    api.stop()
-    if failures:
-        with open(log) as fh:
-            print(fh.read()[-3000:])
-    shutil.rmtree(work, ignore_errors=True)
+    stop_plugin(plugin, api, log, work)
 
 finish()

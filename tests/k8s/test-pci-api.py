@@ -7,14 +7,12 @@ ResourceSlice, read through a watch of the node's slices), and serves it
 again once that driver's slice is gone, without a restart."""
 
 import os
-import shutil
-import signal
 import subprocess
 import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from apitest import NRM, TOPOLOGIES, check, failures, finish, wait_for  # noqa: E402
+from apitest import NRM, TOPOLOGIES, check, finish, stop_plugin, wait_for  # noqa: E402
 
 FakeAPI = __import__("apitest").fake_api_class()
 NODE = "node-p"
@@ -80,17 +78,6 @@ try:
     check(wait_for(lambda: ours() == {"gpu-0000-41-00-0", "gpu-0000-42-00-0"}),
           "and comes back once that driver's slice is gone: %s" % sorted(ours()))
 finally:
-    plugin.send_signal(signal.SIGTERM)
-    try:
-        rc = plugin.wait(15)
-    except subprocess.TimeoutExpired:
-        plugin.kill()
-        rc = plugin.wait()
-    check(rc == 0, "the plugin stops cleanly (exit %s)" % rc)
-    api.stop()
-    if failures:
-        with open(log) as fh:
-            print(fh.read()[-3000:])
-    shutil.rmtree(work, ignore_errors=True)
+    stop_plugin(plugin, api, log, work)
 
 finish()
