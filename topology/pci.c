@@ -430,6 +430,16 @@ nrm_pci_read_ids (const char *fsroot, const char *bus_id, uint16_t *vendor_id, u
 }
 
 int
+nrm_pci_read_local_cpus (const char *fsroot, const char *bus_id, char **ret, nrm_error_t *err)
+{
+  cleanup_close int dfd = open_function (prefix (fsroot), bus_id, err);
+  if (dfd < 0)
+    return -1;
+  *ret = read_line_at (dfd, "local_cpulist");
+  return 0;
+}
+
+int
 nrm_pci_facts_read (const char *fsroot, const char *bus_id, struct nrm_pci_facts *f, nrm_error_t *err)
 {
   const char *pfx = prefix (fsroot);

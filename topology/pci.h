@@ -64,6 +64,10 @@ void nrm_pci_facts_done (struct nrm_pci_facts *f);
 int nrm_pci_read_ids (const char *fsroot, const char *bus_id, uint16_t *vendor_id, uint32_t *class_code,
                       nrm_error_t *err);
 
+/* A function's local_cpulist alone ("0-7"; NULL when it has none), for
+ * placement at prepare. */
+int nrm_pci_read_local_cpus (const char *fsroot, const char *bus_id, char **ret, nrm_error_t *err);
+
 /* The functions under <fsroot>/sys/bus/pci/devices, sorted; ENOENT when
  * the folder is missing (a recorded machine, a tree without PCI). Names
  * that are not valid bus ids are skipped. */

@@ -78,14 +78,11 @@ locality_of (struct cpu_driver *d, const char *bus_id)
   hwloc_bitmap_t set = NULL;
   if (d->sysfs)
     {
-      struct nrm_pci_facts f;
+      cleanup_free char *list = NULL;
       nrm_error_t e = NULL;
-      if (nrm_pci_facts_read (d->fsroot, bus_id, &f, &e) == 0)
-        {
-          if (f.local_cpus && nrm_cpulist_parse (f.local_cpus, &set, &e) < 0)
-            set = NULL;
-          nrm_pci_facts_done (&f);
-        }
+      /* Its local_cpulist alone: prepare reads nothing else of it. */
+      if (nrm_pci_read_local_cpus (d->fsroot, bus_id, &list, &e) == 0 && list && nrm_cpulist_parse (list, &set, &e) < 0)
+        set = NULL;
       nrm_error_release (&e);
     }
   for (size_t i = 0; set == NULL && i < d->t->n_pci; i++)
