@@ -21,6 +21,7 @@ const char *const nrm_env_name[NRM_ENV_COUNT] = {
   [NRM_ENV_MEMORY_MAX] = "NRM_MEMORY_MAX",
   [NRM_ENV_MEMORY_MIN] = "NRM_MEMORY_MIN",
   [NRM_ENV_HUGETLB] = "NRM_HUGETLB_",
+  [NRM_ENV_MEMORY_POLICY] = "NRM_MEMORY_POLICY",
 };
 
 static bool

@@ -15,13 +15,14 @@
  * nrm run read them back): one list for producer and consumer. */
 enum nrm_env_var
 {
-  NRM_ENV_CPUS,        /* exclusive CPUs: cpuset.cpus */
-  NRM_ENV_CPU_NODES,   /* the NUMA nodes of those CPUs: cpuset.mems without a memory claim */
-  NRM_ENV_SHARED_CPUS, /* "true": the shared pool is added to the exclusive CPUs */
-  NRM_ENV_MEMS,        /* memory nodes: cpuset.mems */
-  NRM_ENV_MEMORY_MAX,  /* bytes: memory.max */
-  NRM_ENV_MEMORY_MIN,  /* bytes: memory.min */
-  NRM_ENV_HUGETLB,     /* a prefix: NRM_HUGETLB_<kernel size name>=bytes: hugetlb.<size>.max */
+  NRM_ENV_CPUS,          /* exclusive CPUs: cpuset.cpus */
+  NRM_ENV_CPU_NODES,     /* the NUMA nodes of those CPUs: cpuset.mems without a memory claim */
+  NRM_ENV_SHARED_CPUS,   /* "true": the shared pool is added to the exclusive CPUs */
+  NRM_ENV_MEMS,          /* memory nodes: cpuset.mems */
+  NRM_ENV_MEMORY_MAX,    /* bytes: memory.max */
+  NRM_ENV_MEMORY_MIN,    /* bytes: memory.min */
+  NRM_ENV_HUGETLB,       /* a prefix: NRM_HUGETLB_<kernel size name>=bytes: hugetlb.<size>.max */
+  NRM_ENV_MEMORY_POLICY, /* the claim's memory policy, for the workload (the hook ignores it) */
   NRM_ENV_COUNT
 };
 

@@ -12,6 +12,7 @@
 #include "driver/driver.h"
 #include "driver/kit.h"
 #include "driver/memory/memory.h"
+#include "memory/policy.h"
 #include "nrm/base/cleanup.h"
 #include "nrm/base/xalloc.h"
 
@@ -105,13 +106,20 @@ device_capacity (json_t *dev, const char **key, nrm_quantity_t *cap)
 }
 
 /* Opaque MemoryConfig: whether the claimed ordinary memory also becomes
- * the container's memory.max (limit) and memory.min (guarantee). */
+ * the container's memory.max (limit) and memory.min (guarantee), and the
+ * memory policy over the claim's nodes. */
+struct memory_config
+{
+  bool limit, guarantee;
+  enum nrm_mempolicy policy;
+};
+
 static int
-memory_settings (const struct nrm_claim_view *c, bool *limit, bool *guarantee, nrm_error_t *err)
+memory_settings (const struct nrm_claim_view *c, struct memory_config *mc, nrm_error_t *err)
 {
   size_t i;
   json_t *entry;
-  *limit = *guarantee = false;
+  *mc = (struct memory_config){ .policy = NRM_MEMPOLICY_BIND };
   json_array_foreach (c->config, i, entry)
   {
     /* An entry for named requests applies when one of ours is named. */
@@ -131,11 +139,19 @@ memory_settings (const struct nrm_claim_view *c, bool *limit, bool *guarantee, n
     {
       if (strcmp (key, "apiVersion") == 0 || strcmp (key, "kind") == 0)
         continue;
+      if (strcmp (key, "policy") == 0)
+        {
+          if (!json_is_string (v))
+            return nrm_error_set (err, EINVAL, "opaque configuration %zu: `policy` must be a string", i);
+          if (nrm_mempolicy_parse (json_string_value (v), &mc->policy, err) < 0)
+            return nrm_error_wrap (err, "opaque configuration %zu", i);
+          continue;
+        }
       if (strcmp (key, "limit") && strcmp (key, "guarantee"))
-        return nrm_error_set (err, EINVAL, "opaque configuration %zu: unknown field `%s`", i, key);
+        return nrm_error_set (err, EINVAL, "opaque configuration %zu: unknown field `%.64s`", i, key);
       if (!json_is_boolean (v))
         return nrm_error_set (err, EINVAL, "opaque configuration %zu: `%s` must be a boolean", i, key);
-      *(strcmp (key, "limit") == 0 ? limit : guarantee) = json_is_true (v);
+      *(strcmp (key, "limit") == 0 ? &mc->limit : &mc->guarantee) = json_is_true (v);
     }
   }
   return 0;
@@ -163,11 +179,13 @@ mem_prepare (void *self, const struct nrm_claim_view *c, struct nrm_prepared *ou
   cleanup_json json_t *env = json_array ();
   cleanup_bitmap hwloc_bitmap_t nodes = xbitmap_alloc ();
   json_int_t ordinary = 0;
-  bool limit, guarantee;
+  struct memory_config mc;
+  enum nrm_mempolicy_enforcer by;
   if (find_claim (d, c->uid))
     return nrm_error_set (err, EEXIST, "claim %s is already prepared", c->uid);
-  if (memory_settings (c, &limit, &guarantee, err) < 0)
+  if (memory_settings (c, &mc, err) < 0)
     return -1;
+  bool limit = mc.limit, guarantee = mc.guarantee;
   /* One claim for the pods of a group: cgroup v2 has no parent shared by
    * those pods, and a limit or guarantee per container would multiply the
    * claim by the number of containers. */
@@ -217,8 +235,17 @@ mem_prepare (void *self, const struct nrm_claim_view *c, struct nrm_prepared *ou
         ordinary += bytes;
     }
   cleanup_free char *mems = nrm_cpulist_format (nodes);
-  cleanup_json json_t *state = json_pack ("{s:O, s:s}", "devices", add, "mems", mems);
+  /* Refused before anything is held: a policy no container can have. */
+  if (nrm_mempolicy_container (mc.policy, (size_t) hwloc_bitmap_weight (nodes), &by, err) < 0)
+    return nrm_error_wrap (err, "claim %s (memory nodes %s)", c->uid, mems);
+  const char *policy = nrm_mempolicy_name[mc.policy], *enforced = by == NRM_MEMPOLICY_BY_KERNEL ? "kernel" : "workload";
+  cleanup_json json_t *state
+      = json_pack ("{s:O, s:s, s:s, s:s}", "devices", add, "mems", mems, "policy", policy, "enforcedBy", enforced);
   if (nrm_env_add (env, NRM_ENV_MEMS, NULL, c->uid, mems, err) < 0)
+    return -1;
+  /* The workload reads what it must apply itself (numactl --interleave=all
+   * inside the container's cpuset.mems). */
+  if (nrm_env_add (env, NRM_ENV_MEMORY_POLICY, NULL, c->uid, policy, err) < 0)
     return -1;
   /* Limits the hook writes: huge pages always (a claim is what the
    * container may use), ordinary memory when the claim asks for it. */
@@ -247,6 +274,8 @@ mem_prepare (void *self, const struct nrm_claim_view *c, struct nrm_prepared *ou
     if (attrs == NULL)
       continue;
     json_object_set_new (attrs, "bytes", json_pack ("{s:O}", "int", v));
+    json_object_set_new (attrs, "memoryPolicy", json_pack ("{s:s}", "string", policy));
+    json_object_set_new (attrs, "memoryPolicyEnforcedBy", json_pack ("{s:s}", "string", enforced));
     json_object_set_new (meta, name, attrs);
   }
   out->state = TAKE_PTR (state);
@@ -285,6 +314,9 @@ mem_describe (void *self, const char *uid, json_t *state)
   json_t *v;
   if (json_object_get (state, "mems"))
     json_object_set (out, "memoryNodes", json_object_get (state, "mems"));
+  /* Claims prepared before policies were recorded are bound. */
+  json_object_set_new (out, "memoryPolicy",
+                       json_string (json_string_value (json_object_get (state, "policy")) ?: "bind"));
   json_object_foreach (json_object_get (state, "devices"), name, v)
   {
     const char *key;

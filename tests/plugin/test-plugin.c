@@ -642,6 +642,76 @@ test_memory_config (void **state)
     }
 }
 
+/* MemoryConfig policy: bind and local are cpuset.mems' own; interleave
+ * over two nodes is the workload's (NRM_MEMORY_POLICY tells it); preferred,
+ * and interleave over one node, are refused and nothing is held. */
+static void
+test_memory_policy (void **state)
+{
+  (void) state;
+  struct
+  {
+    const char *name, *uid, *policy, *results, *want; /* want: the policy, or a piece of the error */
+    bool ok;
+  } cases[] = {
+    { "pbind", "00000000-0000-4000-8000-0000000000b1", "bind", NULL, "bind", true },
+    { "plocal", "00000000-0000-4000-8000-0000000000b2", "localalloc", NULL, "local", true },
+    { "pinter", "00000000-0000-4000-8000-0000000000b3", "interleave",
+      "[{\"request\":\"a\",\"driver\":\"" MEM_DRIVER "\",\"pool\":\"" NODE "\",\"device\":\"numa0\","
+      "\"consumedCapacity\":{\"memory\":\"256Mi\"}},{\"request\":\"b\",\"driver\":\"" MEM_DRIVER "\",\"pool\":\"" NODE
+      "\",\"device\":\"numa1\",\"consumedCapacity\":{\"memory\":\"256Mi\"}}]",
+      "interleave", true },
+    { "pinter1", "00000000-0000-4000-8000-0000000000b4", "interleave", NULL, "two or more NUMA nodes", false },
+    { "ppref", "00000000-0000-4000-8000-0000000000b5", "preferred", NULL, "no other node to fall back to", false },
+    { "pbad", "00000000-0000-4000-8000-0000000000b6", "spread", NULL, "unknown memory policy `spread`", false },
+  };
+  for (size_t i = 0; i < sizeof (cases) / sizeof (cases[0]); i++)
+    {
+      char config[256], results[2048];
+      snprintf (config, sizeof (config),
+                "{\"apiVersion\":\"memory.nrm.io/v1alpha1\",\"kind\":\"MemoryConfig\",\"policy\":\"%s\"}",
+                cases[i].policy);
+      if (cases[i].results)
+        {
+          snprintf (results, sizeof (results),
+                    "%s,\"config\":[{\"source\":\"FromClaim\",\"opaque\":{\"driver\":\"" MEM_DRIVER "\","
+                    "\"parameters\":%s}}]",
+                    cases[i].results, config);
+          write_claim (cases[i].name, cases[i].uid, results);
+        }
+      else
+        claim_memory (cases[i].name, cases[i].uid, "numa1", "512Mi", config);
+      const char *names[] = { cases[i].name }, *uids[] = { cases[i].uid };
+      PrepareResponse *resp = prepare (mem_ch, PREPARE, names, uids, 1);
+      const char *error = entry (resp, uids[0])->error;
+      char *policy = cdi_memory_env (uids[0], "NRM_MEMORY_POLICY");
+      if (cases[i].ok)
+        {
+          if (strcmp (error, "") != 0)
+            fail_msg ("claim %s: `%s`", cases[i].name, error);
+          assert_non_null (policy);
+          assert_string_equal (policy, cases[i].want);
+        }
+      else
+        {
+          if (strstr (error, cases[i].want) == NULL)
+            fail_msg ("claim %s: error `%s` lacks `%s`", cases[i].name, error, cases[i].want);
+          assert_null (policy); /* no CDI spec: nothing was prepared */
+        }
+      free (policy);
+      k8s__io__kubelet__pkg__apis__dra__v1__node_prepare_resources_response__free_unpacked (resp, NULL);
+      unprepare (mem_ch, uids, 1);
+    }
+  /* A refused claim held nothing: the same claim with a policy a container
+   * can have is prepared afresh, not found "already prepared". */
+  claim_memory ("ppref", "00000000-0000-4000-8000-0000000000b5", "numa1", "512Mi", NULL);
+  const char *names[] = { "ppref" }, *uids[] = { "00000000-0000-4000-8000-0000000000b5" };
+  PrepareResponse *resp = prepare (mem_ch, PREPARE, names, uids, 1);
+  assert_string_equal (entry (resp, uids[0])->error, "");
+  k8s__io__kubelet__pkg__apis__dra__v1__node_prepare_resources_response__free_unpacked (resp, NULL);
+  unprepare (mem_ch, uids, 1);
+}
+
 /* Opens the health stream and reads its first message (the complete list). */
 static V1alpha1__NodeWatchResourcesResponse *
 watch_health (struct kc_stream **ret)
@@ -1381,14 +1451,23 @@ int
 main (void)
 {
   const struct CMUnitTest tests[] = {
-    cmocka_unit_test (test_registration),   cmocka_unit_test (test_prepare_mixed),
-    cmocka_unit_test (test_opaque_config),  cmocka_unit_test (test_memory_and_beta),
-    cmocka_unit_test (test_memory_config),  cmocka_unit_test (test_health),
-    cmocka_unit_test (test_health_offline), cmocka_unit_test (test_concurrent),
-    cmocka_unit_test (test_restart),        cmocka_unit_test (test_device_metadata),
-    cmocka_unit_test (test_pod_group),      cmocka_unit_test (test_memory_restart),
-    cmocka_unit_test (test_refusals),       cmocka_unit_test (test_rolling_update),
-    cmocka_unit_test (test_run_lookalike),  cmocka_unit_test (test_sigterm_idle_clients),
+    cmocka_unit_test (test_registration),
+    cmocka_unit_test (test_prepare_mixed),
+    cmocka_unit_test (test_opaque_config),
+    cmocka_unit_test (test_memory_and_beta),
+    cmocka_unit_test (test_memory_config),
+    cmocka_unit_test (test_memory_policy),
+    cmocka_unit_test (test_health),
+    cmocka_unit_test (test_health_offline),
+    cmocka_unit_test (test_concurrent),
+    cmocka_unit_test (test_restart),
+    cmocka_unit_test (test_device_metadata),
+    cmocka_unit_test (test_pod_group),
+    cmocka_unit_test (test_memory_restart),
+    cmocka_unit_test (test_refusals),
+    cmocka_unit_test (test_rolling_update),
+    cmocka_unit_test (test_run_lookalike),
+    cmocka_unit_test (test_sigterm_idle_clients),
   };
   return cmocka_run_group_tests_name ("plugin protocol", tests, setup, teardown);
 }
