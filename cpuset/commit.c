@@ -208,8 +208,9 @@ struct pass
   struct nrm_cgroupfs *fs;
   const char *state_dir;
   char *shared_text;
-  json_t *records; /* id -> record */
-  json_t *seen;    /* ids of records whose container exists */
+  const char *shared_mems, *all_mems; /* or NULL: memory nodes left alone */
+  json_t *records;                    /* id -> record */
+  json_t *seen;                       /* ids of records whose container exists */
   struct nrm_reconcile_stats *st;
   char **first_error;
 };
@@ -223,13 +224,15 @@ note_error (struct pass *p, nrm_error_t *e)
   nrm_error_release (e);
 }
 
-/* Writes want into file when what is there means another set. */
+/* Writes want into a cpuset file (cpuset.cpus or cpuset.mems) when what is
+ * there means another set. An empty file inherits the parent's: the same
+ * as want when want is all of inherit. */
 static void
-ensure (struct pass *p, const char *cgroup, const char *want)
+ensure (struct pass *p, const char *cgroup, const char *file, const char *want, const char *inherit)
 {
   nrm_error_t e = NULL;
   cleanup_free char *have = NULL;
-  if (nrm_cgroup_read (p->fs, cgroup, "cpuset.cpus", &have, &e) < 0)
+  if (nrm_cgroup_read (p->fs, cgroup, file, &have, &e) < 0)
     {
       if (e->status == ENOENT)
         nrm_error_release (&e); /* vanished: nothing to keep right */
@@ -239,14 +242,19 @@ ensure (struct pass *p, const char *cgroup, const char *want)
     }
   hwloc_bitmap_t h = NULL, w = NULL;
   nrm_error_t pe = NULL;
+  const char *now = *have == '\0' && inherit ? inherit : have;
   bool same
-      = nrm_cpulist_parse (have, &h, &pe) == 0 && nrm_cpulist_parse (want, &w, &pe) == 0 && hwloc_bitmap_isequal (h, w);
+      = nrm_cpulist_parse (now, &h, &pe) == 0 && nrm_cpulist_parse (want, &w, &pe) == 0 && hwloc_bitmap_isequal (h, w);
   nrm_error_release (&pe);
   hwloc_bitmap_free (h);
   hwloc_bitmap_free (w);
   if (same)
     return;
-  struct nrm_binding b = { .cpus = want };
+  struct nrm_binding b = { 0 };
+  if (strcmp (file, "cpuset.cpus") == 0)
+    b.cpus = want;
+  else
+    b.memory.mems = want;
   if (nrm_cgroup_apply (p->fs, cgroup, &b, &e) < 0)
     {
       if (e->status == ENOENT)
@@ -256,6 +264,19 @@ ensure (struct pass *p, const char *cgroup, const char *want)
       return;
     }
   p->st->updated++;
+}
+
+/* A container's memory nodes: its own (a memory claim, or a CPU claim's
+ * nodes) as the hook recorded them; else the shared pool's, when the
+ * reconciler manages them. */
+static void
+ensure_mems (struct pass *p, const char *cgroup, json_t *rec)
+{
+  const char *mems = json_string_value (json_object_get (rec, "mems"));
+  if (mems)
+    ensure (p, cgroup, "cpuset.mems", mems, NULL);
+  else if (p->shared_mems)
+    ensure (p, cgroup, "cpuset.mems", p->shared_mems, p->all_mems);
 }
 
 static int
@@ -284,22 +305,25 @@ visit (const struct nrm_container_cgroup *c, void *arg)
           nrm_error_release (&e);
           hwloc_bitmap_free (a);
           hwloc_bitmap_free (b);
-          ensure (p, c->path, both ? both : cpus);
+          ensure (p, c->path, "cpuset.cpus", both ? both : cpus, NULL);
+          ensure_mems (p, c->path, rec);
           return 0;
         }
-      ensure (p, c->path, cpus);
+      ensure (p, c->path, "cpuset.cpus", cpus, NULL);
+      ensure_mems (p, c->path, rec);
       return 0;
     }
   /* No claim, or a memory-only one: the shared pool. */
-  ensure (p, c->path, p->shared_text);
+  ensure (p, c->path, "cpuset.cpus", p->shared_text, NULL);
+  ensure_mems (p, c->path, rec);
   return 0;
 }
 
 int
-nrm_reconcile (struct nrm_cgroupfs *fs, const char *state_dir, const char *shared_cpus, struct nrm_reconcile_stats *st,
-               char **ret_first_error, nrm_error_t *err)
+nrm_reconcile (struct nrm_cgroupfs *fs, const char *state_dir, const char *shared_cpus, const char *shared_mems,
+               const char *all_mems, struct nrm_reconcile_stats *st, char **ret_first_error, nrm_error_t *err)
 {
-  struct pass p = { fs, state_dir, NULL, json_object (), json_object (), st, ret_first_error };
+  struct pass p = { fs, state_dir, NULL, shared_mems, all_mems, json_object (), json_object (), st, ret_first_error };
   cleanup_free char *dir = xasprintf ("%s/containers", state_dir);
   cleanup_close int lock = -1;
   int r = -1;

@@ -29,11 +29,14 @@ struct nrm_reconcile_stats
 };
 
 /* One pass over the pod cgroups: containers recorded by the hook keep their
- * CPUs, every other one gets the shared pool; drift written by anyone else
- * is repaired; records of containers that are gone are removed. A failure
- * on one container is counted and the pass goes on; *ret_first_error
- * (may be NULL) keeps the first message. */
-int nrm_reconcile (struct nrm_cgroupfs *fs, const char *state_dir, const char *shared_cpus,
-                   struct nrm_reconcile_stats *st, char **ret_first_error, nrm_error_t *err);
+ * CPUs and memory nodes, every other one gets the shared pool; drift
+ * written by anyone else is repaired; records of containers that are gone
+ * are removed. shared_mems (or NULL to leave memory nodes alone) are the
+ * memory nodes of containers without their own; all_mems, what an empty
+ * cpuset.mems inherits, so that such a file is left as it is when
+ * shared_mems is all of it. A failure on one container is counted and the
+ * pass goes on; *ret_first_error (may be NULL) keeps the first message. */
+int nrm_reconcile (struct nrm_cgroupfs *fs, const char *state_dir, const char *shared_cpus, const char *shared_mems,
+                   const char *all_mems, struct nrm_reconcile_stats *st, char **ret_first_error, nrm_error_t *err);
 
 #endif

@@ -764,6 +764,7 @@ struct reconciler
   struct nrm_cgroupfs *fs;
   int wake; /* eventfd: a claim changed, or stop */
   bool stop;
+  bool starved; /* every node's memory was claimed at the last pass */
   pthread_t thread;
 };
 
@@ -782,9 +783,21 @@ reconcile_pass (struct reconciler *r)
   cleanup_bitmap hwloc_bitmap_t taken = nrm_status_claimed_cpus (r->cfg, r->drivers);
   cleanup_bitmap hwloc_bitmap_t shared = nrm_status_shared_cpus (r->cfg, r->t, taken);
   cleanup_free char *list = nrm_cpulist_format (shared), *first = NULL;
+  /* Shared containers stay off nodes whose memory claims hold in full. */
+  bool starved = false;
+  cleanup_bitmap hwloc_bitmap_t full = nrm_status_full_memory_nodes (r->cfg, r->t, r->drivers);
+  cleanup_bitmap hwloc_bitmap_t mems = nrm_status_shared_mems (r->t, full, &starved);
+  cleanup_bitmap hwloc_bitmap_t none = xbitmap_alloc ();
+  cleanup_bitmap hwloc_bitmap_t all = nrm_status_shared_mems (r->t, none, &(bool){ false });
+  cleanup_free char *mem_list = nrm_cpulist_format (mems), *all_list = nrm_cpulist_format (all);
   struct nrm_reconcile_stats st;
   nrm_error_t err = NULL;
-  if (nrm_reconcile (r->fs, r->cfg->state_dir, list, &st, &first, &err) < 0)
+  if (starved != r->starved)
+    nrm_log (NULL, starved ? NRM_LOG_WARNING : NRM_LOG_INFO,
+             starved ? "shared pool: claims hold the memory of every NUMA node; shared containers keep all of them"
+                     : "shared pool: a NUMA node's memory is free again");
+  r->starved = starved;
+  if (nrm_reconcile (r->fs, r->cfg->state_dir, list, *mem_list ? mem_list : NULL, all_list, &st, &first, &err) < 0)
     {
       nrm_log (NULL, NRM_LOG_ERROR, "shared pool: %s", nrm_error_msg (err));
       nrm_error_release (&err);
@@ -794,8 +807,8 @@ reconcile_pass (struct reconciler *r)
     nrm_log (NULL, NRM_LOG_WARNING, "shared pool %s: %zu of %zu containers could not be updated; first: %s", list,
              st.failed, st.containers, first ? first : "?");
   if (st.updated || st.forgotten)
-    nrm_log (NULL, NRM_LOG_INFO, "shared pool %s: containers updated %zu, exclusive %zu, gone %zu", list, st.updated,
-             st.exclusive, st.forgotten);
+    nrm_log (NULL, NRM_LOG_INFO, "shared pool %s, memory nodes %s: containers updated %zu, exclusive %zu, gone %zu",
+             list, mem_list, st.updated, st.exclusive, st.forgotten);
 }
 
 /* A pass at start, then whenever a claim changes, a pod cgroup appears

@@ -32,6 +32,21 @@ grep -q '"allocatedDevices": 1' "$TMP/out" && ok || fail "status --json counts n
 "$NRM" status --state-dir "$S" >"$TMP/out" 2>&1 || fail "status after the run: $(cat "$TMP/out")"
 grep -q "^claims: 0" "$TMP/out" && ok || fail "the run is still listed after it ended"
 
+# A run that holds all of node 0's memory: the shared pool's memory nodes
+# leave node 0 out (or keep every node, starved, on a one-node machine).
+cap=$("$NRM" slices | python3 -c '
+import json, sys
+for s in json.load(sys.stdin)["items"]:
+    for d in s["spec"].get("devices", []):
+        if d["name"] == "numa0" and "memory" in d.get("capacity", {}):
+            print(d["capacity"]["memory"]["value"])')
+if [ -n "$cap" ]; then
+  $RUN --cpus 1 --memory "$cap" -N 0 -- "$NRM" status --state-dir "$S" >"$TMP/out" 2>&1 || fail "status during a full-node run: $(cat "$TMP/out")"
+  grep -q "^Memory nodes: shared .*; claimed in full 0" "$TMP/out" && ok || fail "status does not see node 0 held in full: $(grep Memory "$TMP/out")"
+  "$NRM" status --state-dir "$S" >"$TMP/out" 2>&1
+  grep -q "^Memory nodes: shared 0.*; claimed in full -$" "$TMP/out" && ok || fail "node 0 still held after the run: $(grep Memory "$TMP/out")"
+fi
+
 # The command's exit status is nrm run's; the claim is released afterwards.
 $RUN --cpus 1 -- sh -c 'exit 3' 2>/dev/null
 [ $? -eq 3 ] && ok || fail "exit status not passed on"
