@@ -150,6 +150,11 @@ nrm_hook_run (const char *fsroot, const char *state, size_t len, const char *sta
       return 0;
     }
 
+  /* Amounts the machine cannot have are refused before anything is
+   * recorded or written. */
+  b.memory.mems = mems;
+  if (nrm_memory_binding_check (fsroot, &b.memory, err) < 0)
+    return nrm_error_wrap (err, "container %s", id);
   cleanup_free char *cgroup = NULL;
   if (nrm_cgroup_of_pid (fsroot, (int) pid, &cgroup, err) < 0)
     return nrm_error_wrap (err, "container %s", id);

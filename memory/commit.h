@@ -4,6 +4,8 @@
 
 #include <stddef.h>
 
+#include "nrm/base/error.h"
+
 /* The memory commit: what a memory binding writes into a container's
  * cgroup v2 (cpuset.mems, memory.min, memory.max, hugetlb.<size>.max and
  * .rsvd.max). The cgroup commit (cpuset/cgroup.c) writes these beside the
@@ -34,5 +36,19 @@ struct nrm_cgroup_file
 /* The files of a binding in the order they are written (out has room for
  * NRM_MEMORY_FILES_MAX; huge page file names are made in names). */
 size_t nrm_memory_files (const struct nrm_memory_binding *m, struct nrm_cgroup_file *out, char names[2 * 4][32]);
+
+/* The least memory.max or memory.min a binding may set: below it a
+ * container is killed at its first pages (nrm publishes memory in steps of
+ * at least this much). */
+#define NRM_MEMORY_LIMIT_MIN (1024 * 1024)
+
+/* Checks a binding's amounts against the machine under fsroot before
+ * anything is written: memory.max and memory.min from NRM_MEMORY_LIMIT_MIN
+ * up to the memory of its nodes (MemTotal of each node's meminfo), huge
+ * pages in whole pages and at most the pages of those nodes (nr_hugepages).
+ * Its nodes are cpuset.mems, or every node without it. What the tree does
+ * not say (no node folder, no meminfo) is not checked. The error names the
+ * file, the amount and the limit. */
+int nrm_memory_binding_check (const char *fsroot, const struct nrm_memory_binding *m, nrm_error_t *err);
 
 #endif

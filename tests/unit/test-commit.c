@@ -396,6 +396,61 @@ test_reconcile (void **state)
   nrm_cgroupfs_close (fs);
 }
 
+/* Amounts the machine cannot have are refused by the hook, naming the
+ * file and the limit, and nothing is written or recorded. */
+static void
+test_hook_memory_bounds (void **state)
+{
+  (void) state;
+  nrm_error_t err = NULL;
+  const char *cg = "kubepods/burstable/podb1/b1";
+  container (cg, "");
+  put ("sys/fs/cgroup/kubepods/burstable/podb1/b1/memory.max", "max");
+  put ("sys/fs/cgroup/kubepods/burstable/podb1/b1/hugetlb.2MB.max", "max");
+  put ("sys/fs/cgroup/kubepods/burstable/podb1/b1/hugetlb.2MB.rsvd.max", "max");
+  put ("proc/6161/cgroup", "0::/kubepods/burstable/podb1/b1\n");
+  put ("sys/devices/system/node/node0/meminfo", "Node 0 MemTotal:        1048576 kB\nNode 0 MemFree: 524288 kB\n");
+  put ("sys/devices/system/node/node1/meminfo", "Node 1 MemTotal:        1048576 kB\n");
+  put ("sys/devices/system/node/node0/hugepages/hugepages-2048kB/nr_hugepages", "4\n");
+  put ("sys/devices/system/node/node1/hugepages/hugepages-2048kB/nr_hugepages", "2\n");
+  struct
+  {
+    const char *env, *want; /* want: a piece of the error, or NULL */
+  } cases[] = {
+    { ",\"NRM_MEMS=0\",\"NRM_MEMORY_MAX=1\"", "memory.max of 1 bytes is below the least" },
+    { ",\"NRM_MEMS=0\",\"NRM_MEMORY_MIN=1000\"", "memory.min of 1000 bytes is below the least" },
+    { ",\"NRM_MEMS=0\",\"NRM_MEMORY_MAX=2147483648\"", "more than the 1073741824 bytes of memory nodes 0" },
+    { ",\"NRM_MEMORY_MAX=3221225472\"", "more than the 2147483648 bytes of memory nodes (all)" },
+    { ",\"NRM_MEMS=0\",\"NRM_HUGETLB_2MB=3145728\"", "not a whole number of 2MB pages" },
+    { ",\"NRM_MEMS=0\",\"NRM_HUGETLB_2MB=10485760\"", "5 pages is more than the 4 reserved on memory nodes 0" },
+    { ",\"NRM_MEMS=0\",\"NRM_HUGETLB_3XB=2097152\"", "malformed" },
+    { ",\"NRM_MEMS=0-1\",\"NRM_MEMORY_MAX=2147483648\",\"NRM_HUGETLB_2MB=12582912\"", NULL },
+  };
+  for (size_t i = 0; i < sizeof (cases) / sizeof (cases[0]); i++)
+    {
+      bundle ("b1", cases[i].env);
+      int r = hook ("b1", 6161, NULL, &err);
+      cleanup_free char *mems = get ("sys/fs/cgroup/kubepods/burstable/podb1/b1/cpuset.mems");
+      cleanup_free char *max = get ("sys/fs/cgroup/kubepods/burstable/podb1/b1/memory.max");
+      cleanup_free char *rec = get ("state/containers/b1.json");
+      if (cases[i].want == NULL)
+        {
+          if (r < 0)
+            fail_msg ("case %zu: %s", i, nrm_error_msg (err));
+          assert_string_equal (mems, "0-1");
+          assert_string_equal (max, "2147483648");
+          continue;
+        }
+      assert_int_equal (r, -1);
+      if (strstr (nrm_error_msg (err), cases[i].want) == NULL)
+        fail_msg ("case %zu: `%s` lacks `%s`", i, nrm_error_msg (err), cases[i].want);
+      nrm_error_release (&err);
+      assert_string_equal (mems, "");
+      assert_string_equal (max, "max");
+      assert_null (rec);
+    }
+}
+
 /* The shared pool's memory nodes: containers without their own memory
  * nodes follow them, those with a claim keep (and get back) theirs, and
  * an empty cpuset.mems that already means the pool is left alone. */
@@ -478,8 +533,13 @@ int
 main (void)
 {
   const struct CMUnitTest tests[] = {
-    cmocka_unit_test (test_paths),     cmocka_unit_test (test_hook),           cmocka_unit_test (test_hook_errors),
-    cmocka_unit_test (test_reconcile), cmocka_unit_test (test_reconcile_mems), cmocka_unit_test (test_watch),
+    cmocka_unit_test (test_paths),
+    cmocka_unit_test (test_hook),
+    cmocka_unit_test (test_hook_errors),
+    cmocka_unit_test (test_reconcile),
+    cmocka_unit_test (test_hook_memory_bounds),
+    cmocka_unit_test (test_reconcile_mems),
+    cmocka_unit_test (test_watch),
   };
   return cmocka_run_group_tests_name ("commit", tests, setup, teardown);
 }
