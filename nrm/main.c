@@ -146,6 +146,9 @@ static const char usage_text[]
       "      --cpus N               exclusive CPUs for the command\n"
       "      --memory SIZE          memory on the same NUMA node, also its limit (e.g. 1Gi)\n"
       "      --hugepages-2Mi SIZE   2 MiB huge pages on that node (e.g. 64Mi); --hugepages-1Gi too\n"
+      "      --memory-kind KIND     memory (and the binding) from the nearest node of this kind with\n"
+      "                             room: DRAM, HBM, NVM (nrm topology shows each node's kind)\n"
+      "      --memory-tier N        likewise by tier, 0 the fastest kind on the machine\n"
       "  -C, --physcpubind LIST     exactly these CPUs (as numactl -C, taskset -c); refused, naming\n"
       "                             the holder, when a claim or run holds one\n"
       "  -N, --cpunodebind NODES    CPUs from these NUMA nodes only (default: the first node with\n"
@@ -197,6 +200,8 @@ enum
   OPT_MEMORY,
   OPT_HUGEPAGES_2MI,
   OPT_HUGEPAGES_1GI,
+  OPT_MEMORY_KIND,
+  OPT_MEMORY_TIER,
   OPT_ISOLATED,
   OPT_NUMA_NODE,
   OPT_OPTION,
@@ -266,6 +271,8 @@ static const struct cli_option cli_options[] = {
   { "memory", required_argument, OPT_MEMORY, CMD_RUN },
   { "hugepages-2Mi", required_argument, OPT_HUGEPAGES_2MI, CMD_RUN },
   { "hugepages-1Gi", required_argument, OPT_HUGEPAGES_1GI, CMD_RUN },
+  { "memory-kind", required_argument, OPT_MEMORY_KIND, CMD_RUN },
+  { "memory-tier", required_argument, OPT_MEMORY_TIER, CMD_RUN },
   { "isolated", no_argument, OPT_ISOLATED, CMD_RUN },
   { "numa-node", required_argument, OPT_NUMA_NODE, CMD_RUN },
   { "option", required_argument, OPT_OPTION, CMD_RUN },
@@ -514,6 +521,23 @@ parse_options (struct cli *cli, const char *cmd, int argc, char **argv, nrm_erro
           break;
         case OPT_DRY_RUN:
           cli->run.dry_run = true;
+          break;
+        case OPT_MEMORY_KIND:
+          if (*optarg == '\0' || strlen (optarg) > 32
+              || strspn (optarg, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-") != strlen (optarg))
+            return nrm_error_set (
+                err, EINVAL, "run: `--memory-kind` needs a memory kind such as DRAM, HBM or NVM, not `%.40s`", optarg);
+          cli->run.memory_kind = optarg;
+          break;
+        case OPT_MEMORY_TIER:
+          {
+            char *end;
+            long v = strtol (optarg, &end, 10);
+            if (*optarg == '\0' || *end || v < 0 || v > 15)
+              return nrm_error_set (
+                  err, EINVAL, "run: `--memory-tier` needs a tier from 0 (the fastest) to 15, not `%.40s`", optarg);
+            cli->run.memory_tier = (int) v;
+          }
           break;
         case 'C':
         case 'N':
@@ -1694,7 +1718,7 @@ int
 main (int argc, char **argv)
 {
   nrm_error_t err = NULL;
-  struct cli cli = { .json = false };
+  struct cli cli = { .json = false, .run.memory_tier = -1 };
   int r;
 
   nrm_json_abort_on_oom ();

@@ -28,10 +28,12 @@
 #include "driver/plugin.h"
 #include "driver/registry.h"
 #include "nrm/base/cleanup.h"
+#include "nrm/base/quantity.h"
 #include "nrm/base/xalloc.h"
 #include "nrm/base/fs.h"
 #include "nrm/log.h"
 #include "nrm/run.h"
+#include "memory/place.h"
 #include "nrm/status.h"
 
 #define RUN_NAMESPACE "nrm-run"
@@ -542,7 +544,14 @@ explain (const struct nrm_topology *t, hwloc_const_bitmap_t got, const struct pa
                                       json_string_value (json_object_get (e, "name")) ?: "", "uid", u, "cpus", list));
   }
   json_t *mem = json_pack ("{s:s, s:s}", "policy", policy_names[rq->policy], "nodes", mems);
-  if (rq->policy == NRM_RUN_MEM_DEFAULT)
+  if (rq->memory_kind || rq->memory_tier >= 0)
+    {
+      int mi = nrm_topology_numa_index (t, (unsigned) mem_node);
+      cleanup_free char *why = xasprintf ("the nearest node to the CPUs with %s memory (tier %d) and room",
+                                          mi >= 0 ? t->numa[mi].kind : "?", mi >= 0 ? t->numa[mi].tier : -1);
+      json_object_set_new (mem, "why", json_string (why));
+    }
+  else if (rq->policy == NRM_RUN_MEM_DEFAULT)
     json_object_set_new (mem, "why", json_string ("the NUMA nodes of the CPUs"));
   if (rq->memory || rq->hugepages_2mi || rq->hugepages_1gi)
     json_object_set_new (mem, "takenFrom", json_integer (mem_node));
@@ -909,6 +918,25 @@ nrm_cmd_run (struct nrm_config *c, struct nrm_topology *t, const struct nrm_run_
           node = (int) t->numa[i].os_index;
           break;
         }
+  if (rq->memory_kind || rq->memory_tier >= 0)
+    {
+      /* The nearest node of that kind or tier with room: HBM beside the
+       * CPUs on a Xeon Max, the far NVM node only when asked. */
+      uint64_t bytes = 0;
+      size_t pick;
+      int near = nrm_topology_numa_index (t, (unsigned) node);
+      if ((rq->memory && nrm_quantity_parse_bytes (rq->memory, &bytes, err) < 0)
+          || nrm_memory_pick (t, near >= 0 ? (size_t) near : 0, rq->memory_kind, rq->memory_tier, bytes, NULL, &pick,
+                              err)
+                 < 0)
+        goto out;
+      node = (int) t->numa[pick].os_index;
+      if (rq->policy == NRM_RUN_MEM_DEFAULT)
+        {
+          free (mems);
+          mems = xasprintf ("%d", node);
+        }
+    }
   for (int h = 0; h < 2; h++)
     {
       const char *want = h == 0 ? rq->hugepages_2mi : rq->hugepages_1gi;

@@ -37,6 +37,8 @@ struct nrm_run_request
   hwloc_bitmap_t cpu_nodes;  /* -N, --numa-node: the NUMA nodes (os indexes) the CPUs come from, or NULL: any */
   enum nrm_run_mempolicy policy;
   hwloc_bitmap_t mem_nodes;   /* the nodes of --membind, --interleave, --preferred */
+  const char *memory_kind;    /* --memory-kind: memory from the nearest node of this kind, or NULL */
+  int memory_tier;            /* --memory-tier: likewise by tier; -1 for any */
   bool dry_run;               /* print what would be taken and why; take nothing */
   bool json;                  /* the dry run as JSON */
   bool isolated;              /* isolated CPUs (numa<N>-isolated devices) */

@@ -135,6 +135,18 @@ python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["numaNodes
 python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["cpus"]=="1,3" and d["numaNodes"]=="1"' "$TMP/out" && ok || fail "-C 1,3: $(cat "$TMP/out")"
 "$NRM" run --dry-run --json -t "$T2" -C 0,1 --min-shared-cpus 0 >"$TMP/out" 2>&1
 python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["numaNodes"]=="0-1"' "$TMP/out" && ok || fail "-C over two nodes: $(cat "$TMP/out")"
+# Memory by kind and tier on the machine with HBM and NVM nodes.
+TH="$NRM_TOPOLOGIES/fakeheteromemtiers.xml"
+for kt in "--memory-kind HBM:2:HBM" "--memory-kind nvm:6:NVM" "--memory-tier 0:2:HBM" "--memory-tier 1:0:DRAM"; do
+  "$NRM" run --dry-run --json -t "$TH" --cpus 1 --memory 64Mi ${kt%%:*} --min-shared-cpus 0 >"$TMP/out" 2>&1
+  rest=${kt#*:}
+  python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); m=d["memory"]; assert m["takenFrom"]==int(sys.argv[2]) and m["nodes"]==sys.argv[2] and sys.argv[3] in m["why"], m' \
+    "$TMP/out" "${rest%%:*}" "${rest#*:}" && ok || fail "${kt%%:*}: $(cat "$TMP/out")"
+done
+expect_error "--memory-kind" "no NUMA node with HBM memory has room for 1073741824 bytes; the nearest, node 2, has" \
+  -- run --dry-run -t "$TH" --cpus 1 --memory 1Gi --memory-kind HBM --min-shared-cpus 0
+expect_error "--memory-kind" "no NUMA node with CXL memory" -- run --dry-run -t "$TH" --cpus 1 --memory-kind CXL --min-shared-cpus 0
+expect_error "--memory-tier" "a tier from 0" -- run --dry-run -t "$TH" --cpus 1 --memory-tier x --min-shared-cpus 0
 "$NRM" run --dry-run --json -t "$T2" --cpus 2 --membind 1 --min-shared-cpus 0 >"$TMP/out" 2>&1
 python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["memory"]["policy"]=="bind" and d["memory"]["nodes"]=="1"' "$TMP/out" && ok || fail "--membind 1: $(cat "$TMP/out")"
 
