@@ -22,7 +22,8 @@ status_list () { sed -n "s/^$2:[[:space:]]*//p" "/proc/$1/status"; }
 # so in $1 (its pid) and waits.
 cat >"$W/alloc.py" <<'PY'
 import mmap, os, sys, time
-m = mmap.mmap(-1, 64 << 20)
+# Private: the pages are anonymous ones (anon= in numa_maps), not shmem.
+m = mmap.mmap(-1, 64 << 20, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
 for i in range(0, 64 << 20, 4096):
     m[i] = 1
 with open(sys.argv[1] + ".tmp", "w") as f:
@@ -39,6 +40,8 @@ numa_of () {
                                                if ($i ~ /^N1=/) { split($i, a, "="); n1 = a[2] } }
                    print n0, n1, $2; exit } }' "/proc/$1/numa_maps"
 }
+# On a failure, the mapping lines of numa_maps help.
+show_maps () { grep -E 'anon=[0-9]{4,}' "/proc/$1/numa_maps" | head -n 3; }
 wait_file () { for _ in $(seq 300); do [ -s "$1" ] && return 0; sleep 0.1; done; return 1; }
 
 # A kubepods tree as the kubelet's cgroupfs driver makes it.
@@ -131,8 +134,9 @@ mkdir -p "$CG/kubepods/podmem/mem2"
 echo "$b_pid" >"$CG/kubepods/podmem/mem2/cgroup.procs"
 echo "{\"ociVersion\":\"1.0.2\",\"id\":\"mem2\",\"status\":\"creating\",\"pid\":$b_pid,\"bundle\":\"$W/bundle\"}" \
   | "$HOOK" --fsroot / --state-dir "$W/state" 2>"$W/hook.err"
+hook_rc=$?
 check "memory.max of 1 byte is refused: $(cat "$W/hook.err")" \
-  sh -c "[ $? -ne 0 ] && grep -q 'below the least' '$W/hook.err' && [ \"\$(cat $CG/kubepods/podmem/mem2/memory.max)\" = max ] \
+  sh -c "[ $hook_rc -ne 0 ] && grep -q 'below the least' '$W/hook.err' && [ \"\$(cat $CG/kubepods/podmem/mem2/memory.max)\" = max ] \
     && [ -z \"\$(cat $CG/kubepods/podmem/mem2/cpuset.mems)\" ]"
 kill $b_pid
 kill -TERM $plugin
