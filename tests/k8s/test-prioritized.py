@@ -383,9 +383,55 @@ check(requests_of(two) == ["cpus", "mem/two-nodes"] and len({d.qualified(MEM + "
       and all(r["consumedCapacity"] == {"memory": str(4 << 30)} for r in two if r["driver"] == MEM),
       "...with 10Gi held on each node, 4Gi on each of two nodes (%s)" % two)
 
+# --- extended resources (KEP-5004): the claim the scheduler makes ----------------------------
+def scheduler_claim(pod):
+    """One request per container and extended resource that a class maps,
+    named container-<i>-request-<index in the sorted resource names>, with a
+    count and no capacity (createDeviceRequests in kube-scheduler)."""
+    by_name = {c["extendedResourceName"]: n for n, c in CLASSES.items() if c.get("extendedResourceName")}
+    by_name.update({"deviceclass.resource.kubernetes.io/" + n: n for n in CLASSES})
+    reqs = []
+    spec = pod["spec"]
+    for ci, ct in enumerate(spec.get("initContainers", []) + spec["containers"]):
+        res = dict(ct["resources"].get("limits", {}), **ct["resources"].get("requests", {}))
+        for ridx, key in enumerate(sorted(res)):
+            if key in by_name:
+                reqs.append({"name": "container-%d-request-%d" % (ci, ridx),
+                             "exactly": {"deviceClassName": by_name[key], "allocationMode": "ExactCount",
+                                         "count": int(res[key])}})
+    return {"requests": reqs}
+
+
+with open(os.path.join(EXAMPLES, "extended-resource-hugepages.yaml")) as fh:
+    hp_pod = [d for d in yaml.safe_load_all(fh) if d and d["kind"] == "Pod"][0]
+hp_claim = scheduler_claim(hp_pod)
+check([r["exactly"]["deviceClassName"] for r in hp_claim["requests"]] == ["hugepages-1gi.memory.nrm.io"]
+      and hp_claim["requests"][0]["exactly"]["count"] == 2,
+      "extended-resource-hugepages.yaml: memory.nrm.io/1gi-pages: 2 is a request for 2 devices of "
+      "hugepages-1gi.memory.nrm.io (%s)" % hp_claim)
+# 24em64t with two 1 GiB pages on each node.
+work = tempfile.mkdtemp(prefix="nrm-prioritized-")
+T_HP = os.path.join(work, "hugepages.xml")
+with open(T24) as fh:
+    xml = fh.read()
+with open(T_HP, "w") as fh:
+    fh.write(xml.replace('<page_type size="2097152" count="0"/>',
+                         '<page_type size="2097152" count="0"/>\n<page_type size="1073741824" count="2"/>'))
+hp = Node(slices(T_HP, "--drivers", "memory"))
+hp_claim["requests"][0]["exactly"]["count"] = 3
+pages = allocate(hp, hp_claim)
+check(pages and len(pages) == 3 and all(r["consumedCapacity"] == {"hugepages": str(1 << 30)} for r in pages)
+      and len({r["device"] for r in pages}) == 2,
+      "3 of memory.nrm.io/1gi-pages are 3 allocations of one page each, on two nodes when the first has 2 (%s)"
+      % [r["device"] for r in pages or []])
+mem4 = allocate(hp, {"requests": [{"name": "container-0-request-0",
+                                   "exactly": {"deviceClassName": "memory.nrm.io", "count": 4}}]})
+check(mem4 and sum(int(r["consumedCapacity"]["memory"]) for r in mem4) == 4 << 20,
+      "...while 4 of a class for ordinary memory would be 4 allocations of the default step: 4 MiB (%s)"
+      % [r["consumedCapacity"] for r in mem4 or []])
+
 # --- nrm plugin prepares them: the subrequest reaches the metadata and the settings ---------
 FakeAPI = __import__("apitest").fake_api_class()
-work = tempfile.mkdtemp(prefix="nrm-prioritized-")
 api = FakeAPI(work, tokens=["token-0"])
 api.start()
 api.add_node(NODE)
@@ -396,9 +442,9 @@ api.write_kubeconfig(kubeconfig, token_file=os.path.join(work, "token"))
 kubelet = os.path.join(work, "kubelet")
 
 
-def start_plugin(tag, *extra):
+def start_plugin(tag, *extra, topo=T24):
     log = os.path.join(work, "plugin-%s.log" % tag)
-    p = subprocess.Popen([NRM, "plugin", "-t", T24, "--node-name", NODE, "--drivers", "cpu,memory",
+    p = subprocess.Popen([NRM, "plugin", "-t", topo, "--node-name", NODE, "--drivers", "cpu,memory",
                           "--kubelet-dir", kubelet, "--cdi-dir", os.path.join(work, "cdi"),
                           "--state-dir", os.path.join(work, "state-" + tag), "--create-state-dir",
                           "--reconcile-interval", "0", "--device-metadata", "--kubeconfig", kubeconfig,
@@ -484,5 +530,15 @@ rm = prepare(MEM, "same")
 m = metadata(MEM, "same", "mem")
 check(rm.returncode == 0 and m.get("name") == "mem/cpu-node" and len(m.get("devices", [])) == 1,
       "...and the one allocated as mem/cpu-node, with one device (%s %s)" % (rm.stderr.strip(), m.get("name")))
+p.terminate()
+check(p.wait(15) == 0, "the numa plugin stops cleanly")
+
+p, log = start_plugin("hugepages", topo=T_HP)
+put("pages", hp_claim, pages)
+r = prepare(MEM, "pages")
+env = claim_env(MEM, "pages")
+check(r.returncode == 0 and env.get("NRM_HUGETLB_1GB") == str(3 << 30) and env.get("NRM_MEMS") == "0-1",
+      "nrm plugin prepares the 3 one-page allocations as 3 GiB of 1 GiB pages on nodes 0-1 (%s %s)"
+      % (r.stderr.strip(), env))
 stop_plugin(p, api, log, work)
 finish()
