@@ -11,7 +11,9 @@ backtracking, constraints, counters and consumable capacity) takes the first
 subrequest that fits. Its results, request "req/sub" included, are then
 prepared by nrm plugin from the fake API server (fakeapi.py), and the
 subrequest's name must reach the device metadata files and the claim's
-settings."""
+settings. The claim the scheduler makes for an extended resource (KEP-5004)
+is built from extended-resource-hugepages.yaml and prepared the same way,
+and the KEP-5517 mappings of the memory devices are checked."""
 
 import copy
 import glob
@@ -429,6 +431,27 @@ mem4 = allocate(hp, {"requests": [{"name": "container-0-request-0",
 check(mem4 and sum(int(r["consumedCapacity"]["memory"]) for r in mem4) == 4 << 20,
       "...while 4 of a class for ordinary memory would be 4 allocations of the default step: 4 MiB (%s)"
       % [r["consumedCapacity"] for r in mem4 or []])
+
+# KEP-5517 (DRANodeAllocatableResources, 1.36 field): what a claim gets of a
+# memory device counts against the node's memory, of a huge-page device
+# against hugepages-<size> in the kubelet's spelling (the canonical quantity
+# of the page size: hugepages-2Mi, hugepages-1Gi), by the bytes consumed.
+bad = []
+for topo in [T_HP, T24, os.path.join(TOPOLOGIES, "fakeheteromemtiers.xml")]:
+    for d in Node(slices(topo, "--drivers", "cpu,memory", "--feature-gates", "DRANodeAllocatableResources=true")).devices:
+        m = d.raw.get("nodeAllocatableResourceMappings")
+        ps = d.attributes[d.driver].get("pageSize")
+        if d.driver == MEM and d.attributes[MEM]["hugeTLB"]:
+            canon = Quantity(ps).v == Quantity(d.raw["capacity"]["hugepages"]["requestPolicy"]["default"]).v and ps
+            want = {"hugepages-" + canon: {"capacityKey": "hugepages"}} if canon else None
+        elif d.driver == MEM:
+            want = {"memory": {"capacityKey": "memory"}}
+        else:
+            want = {"cpu": {"capacityKey": "cpus"}}
+        if m != want or not re.fullmatch(r"(cpu|memory|hugepages-\d+[KMG]i)", list(m)[0]):
+            bad.append("%s %s: %s" % (os.path.basename(topo), d.name, m))
+check(not bad, "with DRANodeAllocatableResources, memory devices map memory, huge-page devices hugepages-<size> "
+      "(hugepages-1Gi), by the bytes consumed %s" % bad[:3])
 
 # --- nrm plugin prepares them: the subrequest reaches the metadata and the settings ---------
 FakeAPI = __import__("apitest").fake_api_class()
