@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0
-"""The prioritized-list examples (deploy/kubernetes/examples/prioritized-*.yaml)
-against what nrm publishes: their fields and names are checked, their
-selectors and the DeviceClasses' (deploy/kubernetes/nrm.yaml) are evaluated
-on every device `nrm slices` publishes for every recorded machine in both CPU
-modes (a selector that reads a missing attribute is a CEL error, which fails
-a claim in Kubernetes), and a small allocator in the scheduler's manner
+"""The claim examples (deploy/kubernetes/examples), the prioritized-list ones
+(prioritized-*.yaml) above all, against what nrm publishes: their fields and
+names are checked, their selectors and the DeviceClasses'
+(deploy/kubernetes/nrm.yaml) are evaluated on every device `nrm slices`
+publishes for every recorded machine in both CPU modes (a selector that
+reads a missing attribute is a CEL error, which fails a claim in
+Kubernetes), and for the prioritized lists a small allocator in the scheduler's manner
 (requests in order, subrequests in order, devices in slice order, with
 backtracking, constraints, counters and consumable capacity) takes the first
 subrequest that fits. Its results, request "req/sub" included, are then
@@ -67,6 +68,7 @@ class Attrs(dict):
     """One domain's attributes or capacities: a missing one is an error, as in CEL."""
 
     def __getattr__(self, name):
+        name = name.rstrip("_")  # class_: a Python keyword in CEL
         if name not in self:
             raise CelError("no such key: %s" % name)
         return self[name]
@@ -108,6 +110,7 @@ def cel(expr):
             part = part.replace("&&", " and ").replace("||", " or ")
             part = re.sub(r"!(?!=)", " not ", part)
             part = re.sub(r"\btrue\b", "True", re.sub(r"\bfalse\b", "False", part))
+            part = re.sub(r"\.(class|in|is|not|and|or)\b", r".\1_", part)
         out.append(part)
     return compile("".join(out), expr, "eval")
 
@@ -129,6 +132,7 @@ def matches(selectors, dev):
 with open(os.path.join(SRCDIR, "deploy", "kubernetes", "nrm.yaml")) as fh:
     CLASSES = {d["metadata"]["name"]: d["spec"] for d in yaml.safe_load_all(fh)
                if d and d.get("kind") == "DeviceClass"}
+EXTERNAL = {"gpu.nvidia.com"}  # the class of NVIDIA's own DRA driver, in gpu-cpu-memory-aligned.yaml
 DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 EXACT_KEYS = {"deviceClassName", "selectors", "allocationMode", "count", "adminAccess", "tolerations", "capacity"}
 SUB_KEYS = EXACT_KEYS - {"adminAccess"} | {"name"}
@@ -153,7 +157,7 @@ def example(name):
         if len(r.get("firstAvailable", [])) > 8:
             errs.append("request %s has more than 8 subrequests" % r["name"])
         for s in subs or [r["exactly"]]:
-            if s["deviceClassName"] not in CLASSES:
+            if s["deviceClassName"] not in CLASSES and s["deviceClassName"] not in EXTERNAL:
                 errs.append("unknown class %s" % s["deviceClassName"])
             if s.get("allocationMode", "ExactCount") != "ExactCount" or s.get("count", 1) < 1:
                 errs.append("count of %s" % s.get("name", r["name"]))
@@ -324,21 +328,41 @@ def requests_of(results):
 # --- every recorded machine: the selectors are valid on every device ----------------------
 cpus_claim = example("prioritized-cpus.yaml")
 mem_claim = example("prioritized-memory.yaml")
+claims = {f: example(f) for f in sorted(os.listdir(EXAMPLES))
+          if f.endswith(".yaml") and not f.startswith("prioritized-") and "ResourceClaimTemplate" in open(
+              os.path.join(EXAMPLES, f)).read()}
 T24 = os.path.join(TOPOLOGIES, "24em64t-2n6c2t-pci.xml")
+
+
+def selectors_valid(node, devices):
+    """Every class and request selector on every device; a CEL error raises."""
+    for r in devices["requests"]:
+        for spec in r.get("firstAvailable") or [r["exactly"]]:
+            for d in node.devices if spec["deviceClassName"] not in EXTERNAL else []:
+                if matches(CLASSES[spec["deviceClassName"]].get("selectors"), d):
+                    matches(spec.get("selectors"), d)
+
+
 errors, chosen = [], {}
 for topo in sorted(glob.glob(os.path.join(TOPOLOGIES, "*.xml"))):
     base = os.path.basename(topo)
     for mode in ("numa", "partitioned"):
+        node = Node(slices(topo, "--cpu-mode", mode))
+        for f, devices in claims.items():
+            try:
+                selectors_valid(node, devices)
+            except CelError as e:
+                errors.append("%s in %s (%s): %s" % (f, base, mode, e))
         try:
-            node = Node(slices(topo, "--cpu-mode", mode))
             for claim, what in ((cpus_claim, "cpus"), (mem_claim, "mem")):
+                selectors_valid(node, claim)
                 chosen[(base, mode, what)] = requests_of(allocate(node, claim))
         except CelError as e:
             errors.append("%s (%s): %s" % (base, mode, e))
 n_machines = len({k[0] for k in chosen})
 check(not errors and n_machines >= 10,
-      "on %d recorded machines, in both CPU modes, no selector of the examples or of their classes fails "
-      "on any device %s" % (n_machines, errors[:3]))
+      "on %d recorded machines, in both CPU modes, no selector of the %d claim examples or of their classes "
+      "fails on any device %s" % (n_machines, len(claims) + 2, errors[:3]))
 for (base, mode, what), want in (
         (("24em64t-2n6c2t-pci.xml", "partitioned", "cpus"), ["cpus/l3-group"]),
         (("8em64t-4c2t.xml", "partitioned", "cpus"), ["cpus/l3-group"]),
