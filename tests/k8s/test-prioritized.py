@@ -2,7 +2,8 @@
 # SPDX-License-Identifier: Apache-2.0
 """The claim examples (deploy/kubernetes/examples), the prioritized-list ones
 (prioritized-*.yaml) above all, against what nrm publishes: their fields and
-names are checked, their selectors and the DeviceClasses'
+names are checked, their selectors, those of the complete claims in docs/,
+and the DeviceClasses'
 (deploy/kubernetes/nrm.yaml) are evaluated on every device `nrm slices`
 publishes for every recorded machine in both CPU modes (a selector that
 reads a missing attribute is a CEL error, which fails a claim in
@@ -331,6 +332,19 @@ mem_claim = example("prioritized-memory.yaml")
 claims = {f: example(f) for f in sorted(os.listdir(EXAMPLES))
           if f.endswith(".yaml") and not f.startswith("prioritized-") and "ResourceClaimTemplate" in open(
               os.path.join(EXAMPLES, f)).read()}
+# The complete claims in the docs' YAML blocks too.
+for f in sorted(glob.glob(os.path.join(SRCDIR, "docs", "*.md"))):
+    with open(f) as fh:
+        for n, block in enumerate(re.findall(r"```yaml\n(.*?)```", fh.read(), re.S)):
+            try:
+                docs = [d for d in yaml.safe_load_all(block) if isinstance(d, dict)]
+            except yaml.YAMLError:
+                continue
+            for d in docs:
+                if d.get("kind") == "ResourceClaim":
+                    claims["%s: %s" % (os.path.basename(f), d["metadata"]["name"])] = d["spec"]["devices"]
+                elif d.get("kind") == "ResourceClaimTemplate":
+                    claims["%s: %s" % (os.path.basename(f), d["metadata"]["name"])] = d["spec"]["spec"]["devices"]
 T24 = os.path.join(TOPOLOGIES, "24em64t-2n6c2t-pci.xml")
 
 
@@ -361,7 +375,8 @@ for topo in sorted(glob.glob(os.path.join(TOPOLOGIES, "*.xml"))):
             errors.append("%s (%s): %s" % (base, mode, e))
 n_machines = len({k[0] for k in chosen})
 check(not errors and n_machines >= 10,
-      "on %d recorded machines, in both CPU modes, no selector of the %d claim examples or of their classes "
+      "on %d recorded machines, in both CPU modes, no selector of the %d claims of the examples and docs, or of "
+      "their classes, "
       "fails on any device %s" % (n_machines, len(claims) + 2, errors[:3]))
 for (base, mode, what), want in (
         (("24em64t-2n6c2t-pci.xml", "partitioned", "cpus"), ["cpus/l3-group"]),
