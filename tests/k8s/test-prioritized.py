@@ -376,8 +376,7 @@ for topo in sorted(glob.glob(os.path.join(TOPOLOGIES, "*.xml"))):
 n_machines = len({k[0] for k in chosen})
 check(not errors and n_machines >= 10,
       "on %d recorded machines, in both CPU modes, no selector of the %d claims of the examples and docs, or of "
-      "their classes, "
-      "fails on any device %s" % (n_machines, len(claims) + 2, errors[:3]))
+      "their classes, fails on any device %s" % (n_machines, len(claims) + 2, errors[:3]))
 for (base, mode, what), want in (
         (("24em64t-2n6c2t-pci.xml", "partitioned", "cpus"), ["cpus/l3-group"]),
         (("8em64t-4c2t.xml", "partitioned", "cpus"), ["cpus/l3-group"]),
