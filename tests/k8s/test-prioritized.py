@@ -569,6 +569,16 @@ m = metadata(CPU, "cores", "cpus")
 check(r.returncode == 0 and m.get("name") == "cpus/whole-cores"
       and sorted(d["name"] for d in m.get("devices", [])) == sorted(d.name for d in cdevs),
       "...and the one allocated as cpus/whole-cores, with the 4 cores (%s %s)" % (r.stderr.strip(), m.get("name")))
+
+
+def cpu_count(cpulist):
+    return sum(int(b) - int(a) + 1 for a, _, b in (x.partition("-") if "-" in x else (x, "", x)
+                                                    for x in cpulist.split(",") if x))
+
+
+env = claim_env(CPU, "cores")
+check(cpu_count(env.get("NRM_CPUS", "")) == 8 and len(env.get("NRM_CPU_NODES", "")) == 1,
+      "...its container gets the 8 threads of those cores, on one node (%s)" % env)
 p.terminate()
 check(p.wait(15) == 0, "the partitioned plugin stops cleanly")
 
