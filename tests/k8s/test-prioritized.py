@@ -18,6 +18,7 @@ is built from extended-resource-hugepages.yaml and prepared the same way,
 and the KEP-5517 mappings of the memory devices are checked."""
 
 import copy
+import functools
 import glob
 import json
 import os
@@ -103,6 +104,7 @@ class Device:
         return self.attributes[dom].get(n)
 
 
+@functools.lru_cache(maxsize=None)
 def cel(expr):
     """The expression as Python: strings kept, && || ! true false translated."""
     out = []
