@@ -90,6 +90,21 @@ cfg = json.loads(cm["data"]["config.json"])
 check(cfg == yaml.safe_load(open(os.path.join(chart, "values.yaml")))["config"],
       "config.json is values.config, as JSON")
 
+# Extended resources (KEP-5004): the API server takes only an extended
+# resource name (IsExtendedResourceName: a "/", not in kubernetes.io, a
+# qualified name after "requests."), so never memory or hugepages-<size>.
+import re
+ext = {x["metadata"]["name"]: x["spec"].get("extendedResourceName") for x in d if x["kind"] == "DeviceClass"}
+named = [n for n in ext.values() if n]
+qual = re.compile(r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+                  r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+check(all("/" in n and "kubernetes.io/" not in n and not n.startswith("requests.") and qual.match("requests." + n)
+          and len(n.split("/")[0]) <= 253 - len("requests.") for n in named) and len(set(named)) == len(named),
+      f"every extendedResourceName is a valid extended resource name, used once ({', '.join(named)})")
+check(ext == {**{k: None for k in ext}, "isolated.cpu.nrm.io": "cpu.nrm.io/isolated-cpus", "cpus.cpu.nrm.io": "cpu.nrm.io/cpus",
+              "cores.cpu.nrm.io": "cpu.nrm.io/cores", "hugepages-1gi.memory.nrm.io": "memory.nrm.io/1gi-pages"},
+      "extended resources on the isolated, cpus, cores and 1 GiB huge-page classes only (docs/install.md says why)")
+
 # --- other values ----------------------------------------------------------------
 vals = os.path.join(tmp, "values.yaml")
 with open(vals, "w") as f:
