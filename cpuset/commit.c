@@ -15,6 +15,7 @@
 
 #include "cpuset/commit.h"
 #include "cpuset/kubepods.h"
+#include "memory/hugetlb-pod.h"
 #include "nrm/base/cleanup.h"
 #include "nrm/base/xalloc.h"
 #include "nrm/base/fs.h"
@@ -164,6 +165,7 @@ nrm_hook_run (const char *fsroot, const char *state, size_t len, const char *sta
   cleanup_free char *with_shared = NULL;
   cleanup_close int lock = -1;
   cleanup_json json_t *doc = NULL;
+  struct nrm_hugetlb_pod_undo *hp = NULL;
   int r = -1;
   if (nrm_mkdir_p (dir, 0700, err) < 0 || (lock = lock_records (state_dir, err)) < 0)
     goto fail;
@@ -183,11 +185,23 @@ nrm_hook_run (const char *fsroot, const char *state, size_t len, const char *sta
     with_shared = mixed_cpus (state_dir, cpus);
   b.cpus = with_shared ? with_shared : cpus;
   b.memory.mems = mems;
-  if (nrm_cgroup_apply (fs, cgroup, &b, err) < 0)
+  /* The pod's own hugetlb limits first (the kubelet's 0 for a size the
+   * pod spec does not request), undone if the container's commit fails. */
+  if (b.memory.n_hugetlb > 0
+      && nrm_hugetlb_pod_raise (fs, state_dir, cgroup, json_object_get (json_object_get (cfg, "process"), "env"), &hp,
+                                err)
+             < 0)
     {
       unlink (rec);
       goto fail;
     }
+  if (nrm_cgroup_apply (fs, cgroup, &b, err) < 0)
+    {
+      nrm_hugetlb_pod_undo (fs, hp);
+      unlink (rec);
+      goto fail;
+    }
+  nrm_hugetlb_pod_keep (hp);
   r = 0;
   goto out;
 fail:
@@ -351,6 +365,13 @@ nrm_reconcile (struct nrm_cgroupfs *fs, const char *state_dir, const char *share
 
   if (nrm_kubepods_walk (fs, visit, &p, err) < 0)
     goto out;
+  /* The pods' huge page limits of claims whose containers are gone. */
+  {
+    struct nrm_hugetlb_pod_stats hs;
+    nrm_error_t e = NULL;
+    if (nrm_hugetlb_pod_sweep (fs, state_dir, &hs, &e) < 0)
+      note_error (&p, &e);
+  }
   /* Records of containers that are gone. */
   const char *id;
   json_t *rec;
