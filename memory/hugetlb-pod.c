@@ -305,9 +305,9 @@ nrm_hugetlb_pod_raise (struct nrm_cgroupfs *fs, const char *state_dir, const cha
               unsigned long long v;
               if (nrm_cgroup_read (fs, lv[l], file, &cur, &e) < 0)
                 {
-                  if (e->status == ENOENT && (l > 0 || nrm_cgroup_exists (fs, lv[l])))
+                  if (e->status == ENOENT)
                     {
-                      nrm_error_release (&e); /* no hugetlb controller there: no limit */
+                      nrm_error_release (&e); /* no hugetlb controller there, or no such level: no limit */
                       continue;
                     }
                   *err = e;
