@@ -326,6 +326,14 @@ nrm_hugetlb_pod_raise (struct nrm_cgroupfs *fs, const char *state_dir, const cha
     }
   }
 
+  /* Nothing above limits huge pages (no hugetlb controller, or all
+   * unbounded): nothing to raise, nor to remember. */
+  bool limited = false;
+  for (size_t l = 0; l < nl; l++)
+    limited |= json_object_get (levels, lv[l]) != NULL;
+  if (!limited)
+    return 0;
+
   /* What to write, then the journal, then the writes. */
   size_t n = 0, cap = 0;
   struct step *st = NULL;

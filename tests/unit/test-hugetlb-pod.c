@@ -392,6 +392,18 @@ test_not_a_pod (void **state)
   expect2 ("system.slice/x", "67108864");
   cleanup_free char *j = get ("state/hugetlb-pods.json");
   assert_null (j);
+
+  /* A pod with no hugetlb limit above it (the controller is off there):
+   * nothing raised, nothing journaled. */
+  const char *cg = "kubepods.slice/kubepods-pod9.slice/cri-containerd-c9.scope";
+  hugetlb (cg, "max");
+  put ("sys/fs/cgroup/kubepods.slice/kubepods-pod9.slice/cri-containerd-c9.scope/cpuset.mems", "");
+  put ("proc/201/cgroup", "0::/kubepods.slice/kubepods-pod9.slice/cri-containerd-c9.scope\n");
+  put ("bundles/c9/config.json", "{\"process\":{\"env\":[\"NRM_MEMS=0\"," CLAIM "]}}");
+  hook_ok ("c9", 201);
+  expect2 (cg, "67108864");
+  cleanup_free char *j2 = get ("state/hugetlb-pods.json");
+  assert_null (j2);
 }
 
 /* nrm-hook killed (-9) at each of its file system calls under the tree
