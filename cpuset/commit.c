@@ -169,6 +169,14 @@ nrm_hook_run (const char *fsroot, const char *state, size_t len, const char *sta
   int r = -1;
   if (nrm_mkdir_p (dir, 0700, err) < 0 || (lock = lock_records (state_dir, err)) < 0)
     goto fail;
+  /* The pod's own hugetlb limits (the kubelet's 0 for a size the pod spec
+   * does not request), undone if a later step fails. Before the record:
+   * the journal's fsync then does not carry the record's rename too. */
+  if (b.memory.n_hugetlb > 0
+      && nrm_hugetlb_pod_raise (fs, state_dir, cgroup, json_object_get (json_object_get (cfg, "process"), "env"), &hp,
+                                err)
+             < 0)
+    goto fail;
   doc = json_pack ("{s:s, s:s, s:s?, s:s?}", "id", id, "cgroup", cgroup, "cpus", cpus, "mems", mems);
   if (eb.shared_cpus && cpus)
     json_object_set_new (doc, "sharedCPUs", json_true ());
@@ -177,7 +185,10 @@ nrm_hook_run (const char *fsroot, const char *state, size_t len, const char *sta
    * container as well (and the reconciler removes a record it cannot
    * read). A sync here would cost about 1 ms of every container start. */
   if (nrm_write_unsynced (rec, text, strlen (text), 0600, err) < 0)
-    goto fail;
+    {
+      nrm_hugetlb_pod_undo (fs, hp);
+      goto fail;
+    }
   /* A mixed claim starts on its CPUs and the shared pool as the reconciler
    * last wrote it (under the same lock); without that file, on its own
    * CPUs until the next pass. */
@@ -185,16 +196,6 @@ nrm_hook_run (const char *fsroot, const char *state, size_t len, const char *sta
     with_shared = mixed_cpus (state_dir, cpus);
   b.cpus = with_shared ? with_shared : cpus;
   b.memory.mems = mems;
-  /* The pod's own hugetlb limits first (the kubelet's 0 for a size the
-   * pod spec does not request), undone if the container's commit fails. */
-  if (b.memory.n_hugetlb > 0
-      && nrm_hugetlb_pod_raise (fs, state_dir, cgroup, json_object_get (json_object_get (cfg, "process"), "env"), &hp,
-                                err)
-             < 0)
-    {
-      unlink (rec);
-      goto fail;
-    }
   if (nrm_cgroup_apply (fs, cgroup, &b, err) < 0)
     {
       nrm_hugetlb_pod_undo (fs, hp);
