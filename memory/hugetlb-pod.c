@@ -145,6 +145,8 @@ claimed (json_t *j, const char *level, const char *size)
     const char *pod = json_string_value (json_object_get (c, "pod"));
     if (pod && strncmp (pod, level, ln) == 0 && (pod[ln] == '\0' || pod[ln] == '/'))
       sum += (unsigned long long) json_integer_value (json_object_get (json_object_get (c, "sizes"), size));
+    if (sum >= UNBOUNDED)
+      return UNBOUNDED; /* each claim is below it: no wrap-around */
   }
   return sum;
 }
