@@ -15,6 +15,7 @@
 
 #include "cpuset/commit.h"
 #include "cpuset/kubepods.h"
+#include "memory/hugetlb-pod.h"
 #include "nrm/base/cleanup.h"
 #include "nrm/base/xalloc.h"
 #include "nrm/base/fs.h"
@@ -169,8 +170,17 @@ nrm_hook_run (const char *fsroot, const char *state, size_t len, const char *sta
   cleanup_free char *with_shared = NULL;
   cleanup_close int lock = -1;
   cleanup_json json_t *doc = NULL;
+  struct nrm_hugetlb_pod_undo *hp = NULL;
   int r = -1;
   if (nrm_mkdir_p (dir, 0700, err) < 0 || (lock = lock_records (state_dir, err)) < 0)
+    goto fail;
+  /* The pod's own hugetlb limits (the kubelet's 0 for a size the pod spec
+   * does not request), undone if a later step fails. Before the record:
+   * the journal's fsync then does not carry the record's rename too. */
+  if (b.memory.n_hugetlb > 0
+      && nrm_hugetlb_pod_raise (fs, state_dir, cgroup, json_object_get (json_object_get (cfg, "process"), "env"), &hp,
+                                err)
+             < 0)
     goto fail;
   doc = json_pack ("{s:s, s:s, s:s?, s:s?}", "id", id, "cgroup", cgroup, "cpus", cpus, "mems", mems);
   if (eb.shared_cpus && cpus)
@@ -180,7 +190,10 @@ nrm_hook_run (const char *fsroot, const char *state, size_t len, const char *sta
    * container as well (and the reconciler removes a record it cannot
    * read). A sync here would cost about 1 ms of every container start. */
   if (nrm_write_unsynced (rec, text, strlen (text), 0600, err) < 0)
-    goto fail;
+    {
+      nrm_hugetlb_pod_undo (fs, hp);
+      goto fail;
+    }
   /* A mixed claim starts on its CPUs and the shared pool as the reconciler
    * last wrote it (under the same lock); without that file, on its own
    * CPUs until the next pass. */
@@ -190,9 +203,11 @@ nrm_hook_run (const char *fsroot, const char *state, size_t len, const char *sta
   b.memory.mems = mems;
   if (nrm_cgroup_apply (fs, cgroup, &b, err) < 0)
     {
+      nrm_hugetlb_pod_undo (fs, hp);
       unlink (rec);
       goto fail;
     }
+  nrm_hugetlb_pod_keep (hp);
   r = 0;
   goto out;
 fail:
@@ -380,6 +395,13 @@ nrm_reconcile (struct nrm_cgroupfs *fs, const char *state_dir, const char *share
 
   if (nrm_kubepods_walk (fs, visit, &p, err) < 0)
     goto out;
+  /* The pods' huge page limits of claims whose containers are gone. */
+  {
+    struct nrm_hugetlb_pod_stats hs;
+    nrm_error_t e = NULL;
+    if (nrm_hugetlb_pod_sweep (fs, state_dir, &hs, &e) < 0)
+      note_error (&p, &e);
+  }
   /* Records of containers that are gone. */
   const char *id;
   json_t *rec;

@@ -17,11 +17,13 @@
 static const char usage[] = "Usage: nrm-hook [--fsroot DIR] [--state-dir DIR] < OCI-STATE\n"
                             "\n"
                             "Binds a new container to the CPUs and memory nodes of its nrm claims, from the\n"
-                            "NRM_CPUS / NRM_MEMS / NRM_CPU_NODES variables in its bundle's config.json.\n"
+                            "NRM_CPUS / NRM_MEMS / NRM_CPU_NODES variables in its bundle's config.json;\n"
+                            "for NRM_HUGETLB_<size>, also raises the pod's (and kubepods') hugetlb limits.\n"
                             "The runtime runs it as a createRuntime hook from the claim's CDI spec.\n"
                             "\n"
                             "  --fsroot DIR      prefix of /proc and /sys/fs/cgroup (default /)\n"
-                            "  --state-dir DIR   where containers are recorded for the reconciler (/var/lib/nrm)\n";
+                            "  --state-dir DIR   where containers and the huge page journal are recorded for\n"
+                            "                    the reconciler (/var/lib/nrm)\n";
 
 int
 main (int argc, char **argv)

@@ -12,7 +12,10 @@
  *                                                    counts the messages from 1)
  *   dra-client cpus-disjoint LIST LIST               exit 0 when disjoint
  *   dra-client cpus-equal LIST LIST                  exit 0 when equal
- *   dra-client cpus-within LIST LIST                 exit 0 when the first is in the second */
+ *   dra-client cpus-within LIST LIST                 exit 0 when the first is in the second
+ *   dra-client hugetlb-map BYTES                     maps and touches BYTES of 2 MiB huge
+ *                                                    pages: exit 0 when the cgroup lets it,
+ *                                                    1 when mmap or a fault is refused */
 #include "config.h"
 
 #include <stdbool.h>
@@ -20,6 +23,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+#include <signal.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <hwloc.h>
 
@@ -43,6 +50,33 @@ lists (const char *op, const char *a, const char *b)
   hwloc_bitmap_free (x);
   hwloc_bitmap_free (y);
   return r ? 0 : 1;
+}
+
+static void
+on_sigbus (int sig)
+{
+  (void) sig;
+  _exit (1); /* a page the hugetlb limit refused at fault time */
+}
+
+static int
+hugetlb_map (const char *bytes)
+{
+  size_t n = strtoull (bytes, NULL, 10), page = 2 << 20;
+  if (n == 0 || n % page)
+    return 2;
+  signal (SIGBUS, on_sigbus);
+  /* Charged at mmap to hugetlb.2MB.rsvd, at the first touch to .max. */
+  char *p = mmap (NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB, -1, 0);
+  if (p == MAP_FAILED)
+    {
+      perror ("mmap");
+      return 1;
+    }
+  for (size_t i = 0; i < n; i += page)
+    p[i] = 1;
+  munmap (p, n);
+  return 0;
 }
 
 static int
@@ -135,6 +169,8 @@ main (int argc, char **argv)
     return lists (argv[1], argv[2], argv[3]);
   if (argc == 3 && strcmp (argv[1], "watch") == 0)
     return watch (argv[2]);
+  if (argc == 3 && strcmp (argv[1], "hugetlb-map") == 0)
+    return hugetlb_map (argv[2]);
   if (argc == 4 && strcmp (argv[1], "health") == 0)
     return health (argv[2], atoi (argv[3]));
   bool prep = argc == 6 && strcmp (argv[1], "prepare") == 0;
@@ -142,7 +178,7 @@ main (int argc, char **argv)
   if (!prep && !unprep)
     {
       fprintf (stderr, "usage: dra-client prepare SOCKET NS NAME UID | unprepare SOCKET UID | watch SOCKET | health "
-                       "SOCKET SECONDS | cpus-OP A B\n");
+                       "SOCKET SECONDS | cpus-OP A B | hugetlb-map BYTES\n");
       return 2;
     }
   K8s__Io__Kubelet__Pkg__Apis__Dra__V1__Claim c = K8S__IO__KUBELET__PKG__APIS__DRA__V1__CLAIM__INIT;

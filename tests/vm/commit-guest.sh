@@ -173,6 +173,56 @@ check "a mixed claim's container runs on its CPUs and the shared pool ($cpus + $
   "$CLIENT" cpus-equal "$(status_list $excl3 Cpus_allowed_list)" "$cpus,$shared_now"
 kill $excl3
 
+# A huge-page claim in a pod whose own hugetlb limit the kubelet set to 0
+# (it requests no hugepages-2Mi), under kubepods at an allocatable below the
+# claim (pages added after the kubelet started) and an unbounded QoS level:
+# the hook raises pod and kubepods, the container can take the pages, and
+# the reconciler puts the originals back once the container is gone.
+HP=kubepods/burstable/podhuge
+echo "+hugetlb" >"$CG/kubepods/cgroup.subtree_control"
+mkdir -p "$CG/kubepods/burstable" "$CG/$HP/huge1"
+for d in kubepods/burstable $HP; do echo "+cpuset +cpu +memory +hugetlb" >"$CG/$d/cgroup.subtree_control"; done
+hp_set () { echo "$2" >"$CG/$1/hugetlb.2MB.max" && echo "$2" >"$CG/$1/hugetlb.2MB.rsvd.max"; }
+hp_get () { echo "$(cat "$CG/$1/hugetlb.2MB.max") $(cat "$CG/$1/hugetlb.2MB.rsvd.max")"; }
+kp_before=$(hp_get kubepods)
+hp_set kubepods 2097152
+hp_set kubepods/burstable 4611686018427387904
+hp_set $HP 0
+in_huge1 () { sh -c "echo \$\$ >'$CG/$HP/huge1/cgroup.procs' && exec '$CLIENT' hugetlb-map $1" 2>/dev/null; }
+if in_huge1 4194304; then bad "4 MiB of huge pages mapped in a pod limited to 0"; else ok "before the hook, the pod's 0 refuses 4 MiB of huge pages"; fi
+sleep 600 &
+huge1=$!
+echo "$huge1" >"$CG/$HP/huge1/cgroup.procs"
+echo '{"ociVersion":"1.0.2","process":{"env":["NRM_HUGETLB_2MB=4194304","NRM_HUGETLB_2MB_00000000_0000_4000_8000_0000000000BB=4194304"]}}' \
+  >"$W/bundle/config.json"
+echo "{\"id\":\"huge1\",\"pid\":$huge1,\"bundle\":\"$W/bundle\"}" | "$hook_path" --fsroot / --state-dir "$W/state" 2>"$W/hookerr"
+check "the hook of a huge-page claim succeeds: $(head -c 160 "$W/hookerr")" [ $? -eq 0 ]
+check "the pod's hugetlb.2MB.max and .rsvd.max allow the claim: $(hp_get $HP)" [ "$(hp_get $HP)" = "4194304 4194304" ]
+check "kubepods is raised by the claim: $(hp_get kubepods)" [ "$(hp_get kubepods)" = "6291456 6291456" ]
+check "the QoS level is left unbounded" [ "$(hp_get kubepods/burstable)" = "4611686018427387904 4611686018427387904" ]
+check "the container's limit is the claim" [ "$(hp_get $HP/huge1)" = "4194304 4194304" ]
+check "a process of the container maps and touches 4 MiB of huge pages" in_huge1 4194304
+if in_huge1 6291456; then bad "6 MiB mapped with a 4 MiB claim"; else ok "but not 6 MiB"; fi
+# A second container of the pod with the same claim: no second raise.
+mkdir -p "$CG/$HP/huge2"
+sleep 600 &
+huge2=$!
+echo "$huge2" >"$CG/$HP/huge2/cgroup.procs"
+echo "{\"id\":\"huge2\",\"pid\":$huge2,\"bundle\":\"$W/bundle\"}" | "$hook_path" --fsroot / --state-dir "$W/state"
+check "a second container of the claim does not raise the pod again: $(hp_get $HP)" [ "$(hp_get $HP)" = "4194304 4194304" ]
+# The containers go (the pod stays): the reconciler puts the originals back.
+kill $huge1 $huge2
+wait $huge1 $huge2 2>/dev/null
+rmdir "$CG/$HP/huge1" "$CG/$HP/huge2"
+for _ in $(seq 50); do [ "$(hp_get $HP)" = "0 0" ] && break; sleep 0.1; done
+check "the reconciler puts the pod's 0 back: $(hp_get $HP)" [ "$(hp_get $HP)" = "0 0" ]
+check "and kubepods' value: $(hp_get kubepods)" [ "$(hp_get kubepods)" = "2097152 2097152" ]
+check "and drops the journal" [ ! -e "$W/state/hugetlb-pods.json" ]
+rmdir "$CG/$HP"
+read -r kp_max kp_rsvd <<<"$kp_before"
+echo "$kp_max" >"$CG/kubepods/hugetlb.2MB.max"
+echo "$kp_rsvd" >"$CG/kubepods/hugetlb.2MB.rsvd.max"
+
 # nrm run beside the plugin: the same state, so never the claim's CPUs; a
 # transient cgroup v2 holds the command.
 "$NRM" run --cpus 2 --state-dir "$W/state" -- sh -c 'cat /proc/self/cgroup; grep _allowed_list /proc/self/status' \
