@@ -229,7 +229,12 @@ mem_bind (void *self, const struct nrm_claim_view *c, json_t **ret, nrm_error_t 
           bytes, r->device,
           json_integer (json_integer_value (json_object_get (bytes, r->device)) + (json_int_t) (q / NRM_QUANTITY_ONE)));
     }
-  take_ondemand (d, c->uid, bytes, &e);
+  /* Another process holds the journal for a moment: the binder tries again. */
+  if (take_ondemand (d, c->uid, bytes, &e) < 0 && e->status == EBUSY)
+    {
+      *err = e;
+      return -1;
+    }
   json_t *out = json_array ();
   for (size_t i = 0; i < c->n_results; i++)
     {

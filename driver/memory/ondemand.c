@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include "driver/memory/ondemand.h"
@@ -40,6 +41,7 @@ struct nrm_ondemand
   nrm_log_fn log;
   void *log_ctx;
   time_t started;
+  int lock_fd; /* the journal's lock, held by the one process that acts, or -1 */
   struct slot *slots;
   size_t n;
 };
@@ -111,7 +113,16 @@ load (struct nrm_ondemand *od, struct slot *s, nrm_error_t *err)
   cleanup_free char *path = journal_path (od, s), *text = NULL;
   json_error_t je;
   if (access (path, F_OK) < 0)
-    return 0;
+    {
+      /* Gone (given back by the process that held the lock before). */
+      if (s->journaled)
+        {
+          s->target = s->baseline;
+          json_object_clear (s->claims);
+          s->journaled = false;
+        }
+      return 0;
+    }
   if (nrm_read_file (path, 1 << 20, &text, NULL, err) < 0)
     return -1;
   cleanup_json json_t *j = json_loads (text, 0, &je);
@@ -171,6 +182,39 @@ fail:
   nrm_error_release (&e);
 }
 
+/* Whether this process may change pools: it holds the journal's lock.
+ * One that takes it over (nrm status held it a moment, or the last plugin
+ * ended) reads the journal again and sets each pool to its target. */
+static bool
+owner (struct nrm_ondemand *od)
+{
+  nrm_error_t e = NULL;
+  if (od->lock_fd >= 0)
+    return true;
+  cleanup_free char *path = xasprintf ("%s/.lock", od->dir);
+  if (nrm_mkdir_p (od->dir, 0700, &e) < 0)
+    {
+      nrm_error_release (&e);
+      return false;
+    }
+  cleanup_close int fd = open (path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (fd < 0 || flock (fd, LOCK_EX | LOCK_NB) < 0)
+    return false;
+  od->lock_fd = TAKE_FD (fd);
+  for (size_t i = 0; i < od->n; i++)
+    {
+      if (load (od, &od->slots[i], &e) < 0)
+        {
+          LOG (od, NRM_LOG_WARNING, "%s: %s", od->name, nrm_error_msg (e));
+          nrm_error_release (&e);
+          continue;
+        }
+      if (od->slots[i].journaled)
+        recover (od, &od->slots[i]);
+    }
+  return true;
+}
+
 static int
 parse_setting (const struct nrm_topology *t, json_t *setting, struct nrm_ondemand *od, nrm_error_t *err)
 {
@@ -219,6 +263,7 @@ nrm_ondemand_new (const struct nrm_driver_host *h, json_t *setting, struct nrm_o
   od->log = h->log;
   od->log_ctx = h->log_ctx;
   od->started = time (NULL);
+  od->lock_fd = -1;
   od->ready = xasprintf ("%s/hugepages-ready", h->name);
   od->failed = xasprintf ("%s/hugepages-failed", h->name);
   od->dir = h->state_dir ? xasprintf ("%s/%s.hugepages", h->state_dir, h->name) : NULL;
@@ -249,14 +294,13 @@ nrm_ondemand_new (const struct nrm_driver_host *h, json_t *setting, struct nrm_o
   bool on = false, journaled = false;
   for (size_t s = 0; s < od->n; s++)
     on |= od->slots[s].room > 0;
-  if (on && !sysfs)
-    /* A recorded machine has no pools to raise. */
-    for (size_t s = 0; s < od->n; s++)
-      od->slots[s].room = 0;
-  else if (on && od->dir == NULL)
+  /* A recorded machine has no pools to raise; without nrm's state (nrm
+   * run) there is no journal. */
+  if (on && (!sysfs || od->dir == NULL))
     {
-      nrm_ondemand_free (od);
-      return nrm_error_set (err, EINVAL, "key `memory.hugepagesOnDemand` needs a state folder for its journal");
+      for (size_t s = 0; s < od->n; s++)
+        od->slots[s].room = 0;
+      on = false;
     }
   /* A journal outlives the setting: pages raised before it was turned
    * off still go back. */
@@ -269,14 +313,12 @@ nrm_ondemand_new (const struct nrm_driver_host *h, json_t *setting, struct nrm_o
         }
       journaled |= od->slots[s].journaled;
     }
-  if (!journaled && !(on && sysfs))
+  if (!journaled && !on)
     {
       nrm_ondemand_free (od);
       return 0;
     }
-  for (size_t s = 0; s < od->n; s++)
-    if (od->slots[s].journaled)
-      recover (od, &od->slots[s]);
+  owner (od);
   *ret = od;
   return 0;
 }
@@ -289,6 +331,8 @@ nrm_ondemand_free (struct nrm_ondemand *od)
   for (size_t s = 0; s < od->n; s++)
     json_decref (od->slots[s].claims);
   free (od->slots);
+  if (od->lock_fd >= 0)
+    close (od->lock_fd);
   free (od->fsroot);
   free (od->dir);
   free (od->ready);
@@ -375,6 +419,15 @@ settle (struct nrm_ondemand *od, struct slot *s, nrm_error_t *err)
 void
 nrm_ondemand_give (struct nrm_ondemand *od, const char *uid)
 {
+  if (od && !nrm_ondemand_has (od, uid))
+    return;
+  if (od && !owner (od))
+    {
+      /* Its entry stays: the owner gives it back once it is stale. */
+      LOG (od, NRM_LOG_WARNING, "%s: claim %s: another nrm process holds %s: its huge pages stay for now", od->name,
+           uid, od->dir);
+      return;
+    }
   for (size_t i = 0; od && i < od->n; i++)
     {
       struct slot *s = &od->slots[i];
@@ -401,6 +454,8 @@ nrm_ondemand_take (struct nrm_ondemand *od, const char *uid, json_t *want, const
   char q1[32], q2[32];
   if (nrm_ondemand_has (od, uid))
     return 0;
+  if (!owner (od))
+    return nrm_error_set (err, EBUSY, "another nrm process holds the huge page journal %s", od->dir);
   /* First what every pool needs, against the node's memory: nothing is
    * touched when a raise cannot fit. */
   cleanup_free uint64_t *more = xcalloc (od->n + 1, sizeof (uint64_t));
@@ -489,6 +544,8 @@ undo:
 void
 nrm_ondemand_give_stale (struct nrm_ondemand *od, time_t now, bool (*held) (void *ctx, const char *uid), void *ctx)
 {
+  if (od == NULL || !owner (od))
+    return;
   for (size_t i = 0; od && i < od->n; i++)
     {
       const char *uid;
