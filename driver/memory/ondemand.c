@@ -456,6 +456,18 @@ nrm_ondemand_take (struct nrm_ondemand *od, const char *uid, json_t *want, const
     return 0;
   if (!owner (od))
     return nrm_error_set (err, EBUSY, "another nrm process holds the huge page journal %s", od->dir);
+  /* A pool nrm has not raised yet: its baseline is what the administrator
+   * set, also after nrm started. */
+  json_object_foreach (want, dev, v)
+  {
+    struct slot *s = find_slot (od, dev);
+    uint64_t now;
+    if (s == NULL || s->room == 0 || s->journaled)
+      continue;
+    if (nrm_hugepages_read (od->fsroot, s->node, s->size, &now, err) < 0)
+      return nrm_error_wrap (err, "NUMA node %u: %s huge pages", s->node, s->size_name);
+    s->baseline = s->target = now;
+  }
   /* First what every pool needs, against the node's memory: nothing is
    * touched when a raise cannot fit. */
   cleanup_free uint64_t *more = xcalloc (od->n + 1, sizeof (uint64_t));
