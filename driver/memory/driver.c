@@ -188,7 +188,7 @@ take_ondemand (struct memory_driver *d, const char *uid, json_t *bytes, nrm_erro
   json_t *v;
   bool any = false;
   json_object_foreach (bytes, name, v) any |= nrm_ondemand_device (d->od, name);
-  if (!any || nrm_ondemand_has (d->od, uid))
+  if (!any)
     return 0;
   cleanup_free uint64_t *unclaimed = xcalloc (d->t->n_numa + 1, sizeof (uint64_t));
   for (size_t i = 0; i < d->t->n_numa; i++)

@@ -446,16 +446,45 @@ nrm_ondemand_give (struct nrm_ondemand *od, const char *uid)
     }
 }
 
+/* A claim of the journal: its pools hold their targets (a crash in the
+ * middle of putting a short raise back leaves the entry, and the start
+ * could not raise the pool again), else the claim lets go of them. */
+static int
+verify (struct nrm_ondemand *od, const char *uid, nrm_error_t *err)
+{
+  for (size_t i = 0; i < od->n; i++)
+    {
+      struct slot *s = &od->slots[i];
+      uint64_t now = 0;
+      if (json_object_get (s->claims, uid) == NULL)
+        continue;
+      if (nrm_hugepages_read (od->fsroot, s->node, s->size, &now, err) < 0)
+        return nrm_error_wrap (err, "NUMA node %u: %s huge pages", s->node, s->size_name);
+      if (now < s->target && set_pool (od, s, s->target, &now, err) < 0)
+        return -1;
+      if (now < s->target)
+        {
+          nrm_error_set (err, ENOMEM,
+                         "NUMA node %u: %s huge pages: the pool holds %" PRIu64 " of the %" PRIu64
+                         " journaled (memory too fragmented)",
+                         s->node, s->size_name, now, s->target);
+          nrm_ondemand_give (od, uid);
+          return -1;
+        }
+    }
+  return 0;
+}
+
 int
 nrm_ondemand_take (struct nrm_ondemand *od, const char *uid, json_t *want, const uint64_t *unclaimed, nrm_error_t *err)
 {
   const char *dev;
   json_t *v;
   char q1[32], q2[32];
-  if (nrm_ondemand_has (od, uid))
-    return 0;
   if (!owner (od))
     return nrm_error_set (err, EBUSY, "another nrm process holds the huge page journal %s", od->dir);
+  if (nrm_ondemand_has (od, uid))
+    return verify (od, uid, err);
   /* A pool nrm has not raised yet: its baseline is what the administrator
    * set, also after nrm started. */
   json_object_foreach (want, dev, v)

@@ -415,6 +415,19 @@ kernel_thread (void *arg)
   return NULL;
 }
 
+/* The same, answering a read first (with `cap`). */
+static void *
+kernel_reads_then (void *arg)
+{
+  struct kernel *k = arg;
+  int fd = open (k->path, O_WRONLY);
+  if (fd < 0)
+    return NULL;
+  dprintf (fd, "%" PRIu64 "\n", k->cap);
+  close (fd);
+  return kernel_thread (arg);
+}
+
 static void
 test_kernel_gives_fewer (void **state)
 {
@@ -507,6 +520,33 @@ test_crash_recovery (void **state)
   od = new_od ("64Mi");
   assert_false (journal_exists (1));
   nrm_ondemand_free (od);
+
+  /* Crashed while putting a short raise back: the journal has the claim,
+   * the kernel fewer pages, and the start cannot raise it (the FIFO's
+   * kernel gives 3): the claim's next bind fails and lets go. */
+  put_journal (1, "{\"baseline\": 0, \"target\": 8, \"claims\": {\"uid-s\": {\"pages\": 8, \"since\": 1}}}");
+  struct kernel k = { .path = xasprintf ("%s/%s", root, POOL1), .cap = 3, .rounds = 0 };
+  fake_put (root, POOL1, "3\n");
+  od = new_od ("64Mi"); /* a plain file takes the 8: then the kernel holds 3 */
+  unlink (k.path);
+  assert_int_equal (mkfifo (k.path, 0600), 0);
+  pthread_t th;
+  k.rounds = 2; /* the raise of verify, the lowering of the give-back */
+  pthread_create (&th, NULL, kernel_reads_then, &k);
+  cleanup_json json_t *want = json_pack ("{s:I}", "numa1-hugepages-2mi", (json_int_t) (16 * MI));
+  uint64_t unclaimed[2] = { 1ULL << 34, 1ULL << 34 };
+  nrm_error_t e = NULL;
+  assert_int_equal (nrm_ondemand_take (od, "uid-s", want, unclaimed, &e), -1);
+  pthread_join (th, NULL);
+  if (strstr (nrm_error_msg (e), "the pool holds 3 of the 8 journaled") == NULL)
+    fail_msg ("%s", nrm_error_msg (e));
+  nrm_error_release (&e);
+  assert_false (nrm_ondemand_has (od, "uid-s"));
+  assert_int_equal (k.last, 0);
+  nrm_ondemand_free (od);
+  unlink (k.path);
+  free (k.path);
+  assert_false (journal_exists (1));
 
   /* The setting turned off with pages raised: they still go back. */
   fake_put (root, POOL1, "6\n");
