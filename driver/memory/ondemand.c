@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "driver/memory/ondemand.h"
@@ -85,7 +86,7 @@ save (const struct nrm_ondemand *od, struct slot *s, nrm_error_t *err)
                                       (json_int_t) s->target, "claims", s->claims);
   cleanup_free char *text = json_dumps (j, JSON_SORT_KEYS);
   cleanup_free char *path = journal_path (od, s);
-  if (nrm_mkdir_p (od->dir, 0700, err) < 0 || nrm_write_atomic (path, text, strlen (text), 0600, err) < 0)
+  if (nrm_write_atomic (path, text, strlen (text), 0600, err) < 0)
     return nrm_error_wrap (err, "journal of the %s huge pages of NUMA node %u", s->size_name, s->node);
   s->journaled = true;
   return 0;
@@ -186,17 +187,16 @@ fail:
  * One that takes it over (nrm status held it a moment, or the last plugin
  * ended) reads the journal again and sets each pool to its target. */
 static bool
-owner (struct nrm_ondemand *od)
+owner (struct nrm_ondemand *od, bool create)
 {
   nrm_error_t e = NULL;
   if (od->lock_fd >= 0)
     return true;
   cleanup_free char *path = xasprintf ("%s/.lock", od->dir);
-  if (nrm_mkdir_p (od->dir, 0700, &e) < 0)
-    {
-      nrm_error_release (&e);
-      return false;
-    }
+  /* Only a change makes the folder (in the state folder, which the plugin
+   * checked): nrm slices and nrm status leave no trace. */
+  if (access (od->dir, F_OK) < 0 && (!create || (mkdir (od->dir, 0700) < 0 && errno != EEXIST)))
+    return false;
   cleanup_close int fd = open (path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
   if (fd < 0 || flock (fd, LOCK_EX | LOCK_NB) < 0)
     return false;
@@ -318,7 +318,7 @@ nrm_ondemand_new (const struct nrm_driver_host *h, json_t *setting, struct nrm_o
       nrm_ondemand_free (od);
       return 0;
     }
-  owner (od);
+  owner (od, false);
   *ret = od;
   return 0;
 }
@@ -421,7 +421,7 @@ nrm_ondemand_give (struct nrm_ondemand *od, const char *uid)
 {
   if (od && !nrm_ondemand_has (od, uid))
     return;
-  if (od && !owner (od))
+  if (od && !owner (od, false))
     {
       /* Its entry stays: the owner gives it back once it is stale. */
       LOG (od, NRM_LOG_WARNING, "%s: claim %s: another nrm process holds %s: its huge pages stay for now", od->name,
@@ -481,7 +481,7 @@ nrm_ondemand_take (struct nrm_ondemand *od, const char *uid, json_t *want, const
   const char *dev;
   json_t *v;
   char q1[32], q2[32];
-  if (!owner (od))
+  if (!owner (od, true))
     return nrm_error_set (err, EBUSY, "another nrm process holds the huge page journal %s", od->dir);
   if (nrm_ondemand_has (od, uid))
     return verify (od, uid, err);
@@ -585,7 +585,7 @@ undo:
 void
 nrm_ondemand_give_stale (struct nrm_ondemand *od, time_t now, bool (*held) (void *ctx, const char *uid), void *ctx)
 {
-  if (od == NULL || !owner (od))
+  if (od == NULL || !owner (od, false))
     return;
   for (size_t i = 0; od && i < od->n; i++)
     {

@@ -225,6 +225,9 @@ test_published (void **state)
   assert_string_equal (json_string_value (json_array_get (json_object_get (dev, "bindingFailureConditions"), 0)),
                        "memory.nrm.io/hugepages-failed");
   json_decref (dev);
+  /* Publishing leaves no trace in the state folder (nrm slices, nrm status). */
+  cleanup_free char *dir = xasprintf ("%s/memory.nrm.io.hugepages", state_dir);
+  assert_int_equal (access (dir, F_OK), -1);
   nrm_memory_driver.free (d);
 }
 
