@@ -408,10 +408,19 @@ load_key (struct nrm_config *c, const char *key, json_t *v, nrm_error_t *err)
       }
     else if (strcmp (key, "memory") == 0)
       {
-        static const char *const keys[] = { "granularity", "driverName", NULL };
+        static const char *const keys[] = { "granularity", "driverName", "hugepagesOnDemand", NULL };
         json_t *g = json_object_get (v, "granularity"), *name = json_object_get (v, "driverName");
+        json_t *od = json_object_get (v, "hugepagesOnDemand");
         if (load_section (v, key, keys, err) < 0)
           return -1;
+        /* The memory driver's own setting: it checks it when it starts. */
+        if (od)
+          {
+            json_t *mine = json_object_get (c->driver_settings, "memory");
+            if (mine == NULL)
+              json_object_set_new (c->driver_settings, "memory", mine = json_object ());
+            json_object_set (mine, "hugepagesOnDemand", od);
+          }
         if (g)
           {
             uint64_t bytes;

@@ -4,6 +4,7 @@
 #include "config.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +14,7 @@
 #include "driver/kit.h"
 #include "driver/memory/memory.h"
 #include "memory/policy.h"
+#include "driver/memory/ondemand.h"
 #include "nrm/base/cleanup.h"
 #include "nrm/base/xalloc.h"
 
@@ -32,6 +34,8 @@ struct memory_driver
   json_t *names;   /* device names in pool order */
   json_t *used;    /* device -> bytes in use */
   struct claim_entry *claims;
+  struct nrm_ondemand *od; /* huge pages raised on demand, or NULL */
+  pthread_mutex_t lock;    /* bind() runs beside the others */
 };
 
 static struct claim_entry *
@@ -170,6 +174,118 @@ attr (json_t *dev, const char *name, const char *type)
   return json_object_get (json_object_get (json_object_get (dev, "attributes"), name), type);
 }
 
+/* The devices again, after a pool was raised or lowered: the memory left
+ * outside the huge page pools changed. */
+static void
+reindex (struct memory_driver *d)
+{
+  struct nrm_pool pool = { 0 };
+  json_t *devices = NULL, *names = NULL;
+  nrm_error_t e = NULL;
+  if (nrm_memory_pool (d->t, &d->o, d->name, d->od, &pool, &e) == 0
+      && nrm_kit_index_pool (&pool, &devices, &names, &e) == 0)
+    {
+      json_decref (d->devices);
+      json_decref (d->names);
+      d->devices = devices;
+      d->names = names;
+    }
+  nrm_error_release (&e);
+  nrm_pool_done (&pool);
+}
+
+/* Raises the pools the claim's on-demand huge pages (bytes: device ->
+ * bytes) lack; a raise must fit in the memory of the node that no claim
+ * holds. */
+static int
+take_ondemand (struct memory_driver *d, const char *uid, json_t *bytes, nrm_error_t *err)
+{
+  const char *name;
+  json_t *v;
+  bool any = false;
+  json_object_foreach (bytes, name, v) any |= nrm_ondemand_device (d->od, name);
+  if (!any)
+    return 0;
+  cleanup_free uint64_t *unclaimed = xcalloc (d->t->n_numa + 1, sizeof (uint64_t));
+  for (size_t i = 0; i < d->t->n_numa; i++)
+    {
+      char dev[32];
+      const char *key;
+      nrm_quantity_t cap;
+      snprintf (dev, sizeof (dev), "numa%u", d->t->numa[i].os_index);
+      json_t *x = json_object_get (d->devices, dev);
+      json_int_t used = json_integer_value (json_object_get (d->used, dev));
+      if (x && device_capacity (x, &key, &cap) == 0 && (json_int_t) (cap / NRM_QUANTITY_ONE) > used)
+        unclaimed[i] = (uint64_t) ((json_int_t) (cap / NRM_QUANTITY_ONE) - used);
+    }
+  int r = nrm_ondemand_take (d->od, uid, bytes, unclaimed, err);
+  reindex (d);
+  return r;
+}
+
+/* Binding conditions of the on-demand huge-page devices: True once their
+ * pools hold the claim's pages, or the failure condition with why not. */
+static int
+mem_bind (void *self, const struct nrm_claim_view *c, json_t **ret, nrm_error_t *err)
+{
+  struct memory_driver *d = self;
+  cleanup_json json_t *bytes = json_object ();
+  nrm_error_t e = NULL;
+  for (size_t i = 0; i < c->n_results; i++)
+    {
+      const struct nrm_alloc_result *r = &c->results[i];
+      json_t *dev = json_object_get (d->devices, r->device);
+      const char *key;
+      nrm_quantity_t cap, q;
+      if (!nrm_ondemand_device (d->od, r->device) || dev == NULL || device_capacity (dev, &key, &cap) < 0)
+        continue;
+      if (nrm_kit_consumed_checked (r, dev, key, &q, err) < 0)
+        return -1;
+      json_object_set_new (
+          bytes, r->device,
+          json_integer (json_integer_value (json_object_get (bytes, r->device)) + (json_int_t) (q / NRM_QUANTITY_ONE)));
+    }
+  /* Another process holds the journal for a moment: the binder tries again. */
+  if (take_ondemand (d, c->uid, bytes, &e) < 0 && e->status == EBUSY)
+    {
+      *err = e;
+      return -1;
+    }
+  json_t *out = json_array ();
+  for (size_t i = 0; i < c->n_results; i++)
+    {
+      const struct nrm_alloc_result *r = &c->results[i];
+      if (json_object_get (bytes, r->device) == NULL)
+        continue;
+      char msg[1024];
+      snprintf (msg, sizeof (msg), "%s", e ? nrm_error_msg (e) : "the node's huge page pool holds the claim's pages");
+      json_t *cond = json_pack ("{s:s, s:s, s:s, s:s}", "type", nrm_ondemand_condition (d->od, e != NULL), "status",
+                                "True", "reason", e ? "NotEnoughHugePages" : "Ready", "message", msg);
+      json_t *st = json_pack ("{s:s, s:s, s:s, s:[o]}", "driver", d->name, "pool", r->pool, "device", r->device,
+                              "conditions", cond);
+      if (r->share_id)
+        json_object_set_new (st, "shareID", json_string (r->share_id));
+      json_array_append_new (out, st);
+    }
+  nrm_error_release (&e);
+  *ret = out;
+  return 0;
+}
+
+/* The memory driver's own settings (memory.hugepagesOnDemand). */
+static int
+check_settings (const struct nrm_driver_host *h, struct nrm_ondemand **od, nrm_error_t *err)
+{
+  const char *key;
+  json_t *v;
+  json_object_foreach (h->settings, key, v)
+  {
+    if (strcmp (key, "hugepagesOnDemand") != 0)
+      return nrm_error_set (err, EINVAL, "unknown key `memory.%.64s` (known: granularity, hugepagesOnDemand)", key);
+  }
+  return nrm_ondemand_new (h, json_object_get (h->settings, "hugepagesOnDemand"), od, err);
+}
+
 static int
 mem_prepare (void *self, const struct nrm_claim_view *c, struct nrm_prepared *out, nrm_error_t *err)
 {
@@ -263,6 +379,10 @@ mem_prepare (void *self, const struct nrm_claim_view *c, struct nrm_prepared *ou
     if (nrm_env_add (env, NRM_ENV_HUGETLB, name, c->uid, num, err) < 0)
       return -1;
   }
+  /* On demand: the pools hold the claim's pages before it does (bind()
+   * raised them already, unless binding conditions were not used). */
+  if (take_ondemand (d, c->uid, add, err) < 0)
+    return -1;
   if (hold_memory (d, c->uid, add, err) < 0)
     return -1;
   /* A container reads each device's attributes (node, kind, page size)
@@ -300,8 +420,14 @@ mem_restore (void *self, const char *uid, json_t *state, nrm_error_t *err)
 static void
 mem_unprepare (void *self, const char *uid, json_t *state)
 {
+  struct memory_driver *d = self;
   (void) state;
-  drop_claim (self, uid);
+  drop_claim (d, uid);
+  if (nrm_ondemand_has (d->od, uid))
+    {
+      nrm_ondemand_give (d->od, uid);
+      reindex (d);
+    }
 }
 
 static json_t *
@@ -329,12 +455,23 @@ mem_describe (void *self, const char *uid, json_t *state)
   return out;
 }
 
+static bool
+is_held (void *ctx, const char *uid)
+{
+  return find_claim (ctx, uid) != NULL;
+}
+
 static int
 mem_pool (void *self, json_t *held, struct nrm_pool *ret, nrm_error_t *err)
 {
   struct memory_driver *d = self;
   (void) held;
-  return nrm_memory_pool (d->t, &d->o, d->name, ret, err);
+  if (d->od)
+    {
+      nrm_ondemand_give_stale (d->od, time (NULL), is_held, d);
+      reindex (d);
+    }
+  return nrm_memory_pool (d->t, &d->o, d->name, d->od, ret, err);
 }
 
 static void
@@ -344,6 +481,8 @@ mem_free (void *self)
   if (d == NULL)
     return;
   mem_reset (d);
+  nrm_ondemand_free (d->od);
+  pthread_mutex_destroy (&d->lock);
   json_decref (d->devices);
   json_decref (d->names);
   json_decref (d->used);
@@ -360,7 +499,8 @@ mem_new (const struct nrm_driver_host *h, void **ret, nrm_error_t *err)
   d->o = *h->node;
   d->name = xstrdup (h->name);
   d->used = json_object ();
-  if (nrm_memory_pool (d->t, &d->o, d->name, &pool, err) < 0
+  pthread_mutex_init (&d->lock, NULL);
+  if (check_settings (h, &d->od, err) < 0 || nrm_memory_pool (d->t, &d->o, d->name, d->od, &pool, err) < 0
       || nrm_kit_index_pool (&pool, &d->devices, &d->names, err) < 0)
     {
       nrm_pool_done (&pool);
@@ -372,6 +512,75 @@ mem_new (const struct nrm_driver_host *h, void **ret, nrm_error_t *err)
   return 0;
 }
 
+/* Each operation under the driver's lock. */
+static int
+locked_pool (void *self, json_t *held, struct nrm_pool *ret, nrm_error_t *err)
+{
+  struct memory_driver *d = self;
+  pthread_mutex_lock (&d->lock);
+  int r = mem_pool (self, held, ret, err);
+  pthread_mutex_unlock (&d->lock);
+  return r;
+}
+
+static void
+locked_reset (void *self)
+{
+  struct memory_driver *d = self;
+  pthread_mutex_lock (&d->lock);
+  mem_reset (self);
+  pthread_mutex_unlock (&d->lock);
+}
+
+static int
+locked_prepare (void *self, const struct nrm_claim_view *c, struct nrm_prepared *out, nrm_error_t *err)
+{
+  struct memory_driver *d = self;
+  pthread_mutex_lock (&d->lock);
+  int r = mem_prepare (self, c, out, err);
+  pthread_mutex_unlock (&d->lock);
+  return r;
+}
+
+static int
+locked_restore (void *self, const char *uid, json_t *state, nrm_error_t *err)
+{
+  struct memory_driver *d = self;
+  pthread_mutex_lock (&d->lock);
+  int r = mem_restore (self, uid, state, err);
+  pthread_mutex_unlock (&d->lock);
+  return r;
+}
+
+static void
+locked_unprepare (void *self, const char *uid, json_t *state)
+{
+  struct memory_driver *d = self;
+  pthread_mutex_lock (&d->lock);
+  mem_unprepare (self, uid, state);
+  pthread_mutex_unlock (&d->lock);
+}
+
+static int
+locked_bind (void *self, const struct nrm_claim_view *c, json_t **ret, nrm_error_t *err)
+{
+  struct memory_driver *d = self;
+  pthread_mutex_lock (&d->lock);
+  int r = mem_bind (self, c, ret, err);
+  pthread_mutex_unlock (&d->lock);
+  return r;
+}
+
+static json_t *
+locked_describe (void *self, const char *uid, json_t *state)
+{
+  struct memory_driver *d = self;
+  pthread_mutex_lock (&d->lock);
+  json_t *r = mem_describe (self, uid, state);
+  pthread_mutex_unlock (&d->lock);
+  return r;
+}
+
 const struct nrm_driver_ops nrm_memory_driver = {
   .abi = NRM_DRIVER_ABI,
   .id = "memory",
@@ -379,10 +588,11 @@ const struct nrm_driver_ops nrm_memory_driver = {
   .summary = "memory and huge pages by NUMA node, bound through cpuset.mems, memory.* and hugetlb.*",
   .new = mem_new,
   .free = mem_free,
-  .pool = mem_pool,
-  .reset = mem_reset,
-  .prepare = mem_prepare,
-  .restore = mem_restore,
-  .unprepare = mem_unprepare,
-  .describe = mem_describe,
+  .pool = locked_pool,
+  .reset = locked_reset,
+  .prepare = locked_prepare,
+  .restore = locked_restore,
+  .unprepare = locked_unprepare,
+  .bind = locked_bind,
+  .describe = locked_describe,
 };

@@ -4,8 +4,11 @@
 
 #include "driver/devices.h"
 
-/* The memory driver's pool: memory and huge pages of every NUMA node. */
+struct nrm_ondemand;
+
+/* The memory driver's pool: memory and huge pages of every NUMA node; od
+ * (or NULL) the pools raised on demand (driver/memory/ondemand.h). */
 int nrm_memory_pool (const struct nrm_topology *t, const struct nrm_publish_options *o, const char *driver,
-                     struct nrm_pool *ret, nrm_error_t *err);
+                     const struct nrm_ondemand *od, struct nrm_pool *ret, nrm_error_t *err);
 
 #endif

@@ -8,6 +8,7 @@
 
 #include "driver/devices.h"
 #include "driver/memory/memory.h"
+#include "driver/memory/ondemand.h"
 #include "driver/jsonattr.h"
 #include "nrm/base/quantity.h"
 #include "nrm/base/cleanup.h"
@@ -69,9 +70,27 @@ cmp_memory_order (const void *a, const void *b, void *arg)
   return (x[1] > y[1]) - (x[1] < y[1]);
 }
 
+/* The node's memory outside its huge page pools, less its reservation:
+ * with pools raised on demand, what they hold now (the topology's counts
+ * are those of the start). */
+static uint64_t
+allocatable (const struct nrm_topology *t, const struct nrm_ondemand *od, size_t i)
+{
+  const struct nrm_numa_node *n = &t->numa[i];
+  uint64_t huge = 0, baseline, target, room;
+  if (od == NULL)
+    return nrm_topology_node_allocatable_memory (t, i);
+  for (size_t k = 0; k < n->n_hugepages; k++)
+    huge += (nrm_ondemand_slot (od, i, k, &baseline, &target, &room) ? target : n->hugepages[k].count)
+            * n->hugepages[k].size;
+  if (!n->allowed || huge + n->reserved_memory >= n->memory)
+    return 0;
+  return n->memory - huge - n->reserved_memory;
+}
+
 int
 nrm_memory_pool (const struct nrm_topology *t, const struct nrm_publish_options *o, const char *driver,
-                 struct nrm_pool *ret, nrm_error_t *err)
+                 const struct nrm_ondemand *od, struct nrm_pool *ret, nrm_error_t *err)
 {
   cleanup_free size_t *pref = nrm_numa_preference (t);
   cleanup_free size_t *order = xcalloc (2 * (t->n_numa ? t->n_numa : 1), sizeof (size_t));
@@ -90,7 +109,7 @@ nrm_memory_pool (const struct nrm_topology *t, const struct nrm_publish_options 
     {
       size_t i = order[2 * k];
       const struct nrm_numa_node *n = &t->numa[i];
-      uint64_t avail = nrm_topology_node_allocatable_memory (t, i);
+      uint64_t avail = allocatable (t, od, i);
       json_t *cap = consumable (avail - avail % o->memory_granularity, o->memory_granularity);
       char name[32];
       if (cap == NULL)
@@ -121,8 +140,11 @@ nrm_memory_pool (const struct nrm_topology *t, const struct nrm_publish_options 
         continue;
       for (size_t h = 0; h < n->n_hugepages; h++)
         {
-          uint64_t size = n->hugepages[h].size, total = n->hugepages[h].count * size;
-          json_t *cap = consumable (total - n->reserved_hugepages[h], size);
+          uint64_t size = n->hugepages[h].size, total = n->hugepages[h].count * size, baseline, target, room = 0;
+          /* On demand: the baseline and the room, whatever is raised now. */
+          if (nrm_ondemand_slot (od, i, h, &baseline, &target, &room))
+            total = (baseline + room) * size;
+          json_t *cap = total > n->reserved_hugepages[h] ? consumable (total - n->reserved_hugepages[h], size) : NULL;
           cleanup_free char *ps = nrm_pagesize_name (size);
           char name[64], lower[32], resource[48];
           if (cap == NULL)
@@ -142,6 +164,14 @@ nrm_memory_pool (const struct nrm_topology *t, const struct nrm_publish_options 
           if (o->node_allocatable)
             json_object_set_new (dev, "nodeAllocatableResourceMappings",
                                  json_pack ("{s:{s:s}}", resource, "capacityKey", "hugepages"));
+          if (room > 0)
+            {
+              /* The pod binds once the pool holds its pages (bind()). */
+              json_object_set_new (dev, "bindsToNode", json_true ());
+              json_object_set_new (dev, "bindingConditions", json_pack ("[s]", nrm_ondemand_condition (od, false)));
+              json_object_set_new (dev, "bindingFailureConditions",
+                                   json_pack ("[s]", nrm_ondemand_condition (od, true)));
+            }
           json_array_append_new (p.devices, dev);
         }
     }
