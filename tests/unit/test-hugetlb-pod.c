@@ -262,7 +262,7 @@ test_reconcile_restores (void **state)
   struct nrm_reconcile_stats rs;
   char *first = NULL;
   assert_int_equal (nrm_cgroupfs_open (root, &fs, &err), 0);
-  if (nrm_reconcile (fs, state_dir, "0-3", &rs, &first, &err) < 0)
+  if (nrm_reconcile (fs, state_dir, "0-3", NULL, NULL, &rs, &first, &err) < 0)
     fail_msg ("%s", nrm_error_msg (err));
   assert_null (first);
   nrm_cgroupfs_close (fs);
@@ -337,7 +337,7 @@ test_failures_change_nothing (void **state)
   put ("sys/fs/cgroup/" POD "/hugetlb.2MB.max", "0");
 
   /* A malformed per-claim variable. */
-  container ("c3", 103, "\"NRM_HUGETLB_2MB=1\",\"NRM_HUGETLB_2MB_a-b=1\"");
+  container ("c3", 103, "\"NRM_HUGETLB_2MB=2097152\",\"NRM_HUGETLB_2MB_a-b=2097152\"");
   assert_int_equal (hook ("c3", 103, &err), -1);
   assert_non_null (strstr (nrm_error_msg (err), "NRM_HUGETLB_2MB_a-b"));
   nrm_error_release (&err);
