@@ -408,10 +408,19 @@ load_key (struct nrm_config *c, const char *key, json_t *v, nrm_error_t *err)
       }
     else if (strcmp (key, "memory") == 0)
       {
-        static const char *const keys[] = { "granularity", "driverName", NULL };
+        static const char *const keys[] = { "granularity", "driverName", "health", NULL };
         json_t *g = json_object_get (v, "granularity"), *name = json_object_get (v, "driverName");
+        json_t *health = json_object_get (v, "health");
         if (load_section (v, key, keys, err) < 0)
           return -1;
+        if (health)
+          {
+            /* The driver checks it when it starts (its errors name the key). */
+            json_t *mine = json_object_get (c->driver_settings, "memory");
+            if (mine == NULL)
+              json_object_set_new (c->driver_settings, "memory", mine = json_object ());
+            json_object_set (mine, "health", health);
+          }
         if (g)
           {
             uint64_t bytes;

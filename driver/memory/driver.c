@@ -4,6 +4,7 @@
 #include "config.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +12,7 @@
 #include "cpuset/env.h"
 #include "driver/driver.h"
 #include "driver/kit.h"
+#include "driver/memory/health.h"
 #include "driver/memory/memory.h"
 #include "nrm/base/cleanup.h"
 #include "nrm/base/xalloc.h"
@@ -27,9 +29,11 @@ struct memory_driver
   const struct nrm_topology *t;
   struct nrm_publish_options o;
   char *name;
-  json_t *devices; /* name -> Device, as published */
-  json_t *names;   /* device names in pool order */
-  json_t *used;    /* device -> bytes in use */
+  json_t *devices; /* name -> Device, as published; replaced under lock */
+  json_t *names;   /* device names in pool order, at the start */
+  pthread_mutex_t lock;
+  struct nrm_memory_health *health;
+  json_t *used; /* device -> bytes in use */
   struct claim_entry *claims;
 };
 
@@ -148,6 +152,16 @@ hugetlb_name (const char *page_size, char *buf, size_t len)
   snprintf (buf, len, "%.*sB", (int) strcspn (page_size, "i"), page_size);
 }
 
+/* The devices as last published (a new reference). */
+static json_t *
+published (struct memory_driver *d)
+{
+  pthread_mutex_lock (&d->lock);
+  json_t *devices = json_incref (d->devices);
+  pthread_mutex_unlock (&d->lock);
+  return devices;
+}
+
 static json_t *
 attr (json_t *dev, const char *name, const char *type)
 {
@@ -158,6 +172,7 @@ static int
 mem_prepare (void *self, const struct nrm_claim_view *c, struct nrm_prepared *out, nrm_error_t *err)
 {
   struct memory_driver *d = self;
+  cleanup_json json_t *devices = published (d);
   cleanup_json json_t *add = json_object ();
   cleanup_json json_t *hugetlb = json_object (); /* kernel size name -> bytes */
   cleanup_json json_t *env = json_array ();
@@ -181,7 +196,7 @@ mem_prepare (void *self, const struct nrm_claim_view *c, struct nrm_prepared *ou
   for (size_t i = 0; i < c->n_results; i++)
     {
       const struct nrm_alloc_result *r = &c->results[i];
-      json_t *dev = json_object_get (d->devices, r->device);
+      json_t *dev = json_object_get (devices, r->device);
       const char *key;
       nrm_quantity_t cap, q;
       if (dev == NULL)
@@ -243,7 +258,7 @@ mem_prepare (void *self, const struct nrm_claim_view *c, struct nrm_prepared *ou
   json_t *meta = c->metadata ? json_object () : NULL;
   json_object_foreach (meta ? add : NULL, name, v)
   {
-    json_t *attrs = json_deep_copy (json_object_get (json_object_get (d->devices, name), "attributes"));
+    json_t *attrs = json_deep_copy (json_object_get (json_object_get (devices, name), "attributes"));
     if (attrs == NULL)
       continue;
     json_object_set_new (attrs, "bytes", json_pack ("{s:O}", "int", v));
@@ -280,6 +295,7 @@ mem_describe (void *self, const char *uid, json_t *state)
 {
   struct memory_driver *d = self;
   (void) uid;
+  cleanup_json json_t *devices = published (d);
   json_t *out = json_object (), *devs = json_object ();
   const char *name;
   json_t *v;
@@ -289,7 +305,7 @@ mem_describe (void *self, const char *uid, json_t *state)
   {
     const char *key;
     nrm_quantity_t cap;
-    json_t *dev = json_object_get (d->devices, name);
+    json_t *dev = json_object_get (devices, name);
     if (dev && json_is_integer (v) && device_capacity (dev, &key, &cap) == 0)
       json_object_set_new (devs, name, json_pack ("{s:O}", key, v));
   }
@@ -297,12 +313,49 @@ mem_describe (void *self, const char *uid, json_t *state)
   return out;
 }
 
+/* Memory offlined or added since the start changes numaN's capacity:
+ * prepare checks claims against the pool last published. A claim that
+ * holds more than the smaller capacity keeps what it holds. */
 static int
 mem_pool (void *self, json_t *held, struct nrm_pool *ret, nrm_error_t *err)
 {
   struct memory_driver *d = self;
   (void) held;
-  return nrm_memory_pool (d->t, &d->o, d->name, ret, err);
+  cleanup_free int64_t *change = xcalloc (d->t->n_numa + 1, sizeof (*change));
+  json_t *devices, *names;
+  nrm_memory_health_online_change (d->health, change);
+  if (nrm_memory_pool_online (d->t, &d->o, d->name, change, ret, err) < 0)
+    return -1;
+  if (nrm_kit_index_pool (ret, &devices, &names, err) < 0)
+    {
+      nrm_pool_done (ret);
+      return -1;
+    }
+  json_decref (names);
+  pthread_mutex_lock (&d->lock);
+  json_decref (d->devices);
+  d->devices = devices;
+  pthread_mutex_unlock (&d->lock);
+  return 0;
+}
+
+static int
+mem_health (void *self, struct nrm_health_report *ret, nrm_error_t *err)
+{
+  struct memory_driver *d = self;
+  return nrm_memory_health_report (d->health, d->names, ret, err);
+}
+
+static int
+mem_health_fd (void *self)
+{
+  return nrm_memory_health_fd (((struct memory_driver *) self)->health);
+}
+
+static void
+mem_health_event (void *self)
+{
+  nrm_memory_health_drain (((struct memory_driver *) self)->health);
 }
 
 static void
@@ -312,6 +365,8 @@ mem_free (void *self)
   if (d == NULL)
     return;
   mem_reset (d);
+  nrm_memory_health_free (d->health);
+  pthread_mutex_destroy (&d->lock);
   json_decref (d->devices);
   json_decref (d->names);
   json_decref (d->used);
@@ -328,6 +383,12 @@ mem_new (const struct nrm_driver_host *h, void **ret, nrm_error_t *err)
   d->o = *h->node;
   d->name = xstrdup (h->name);
   d->used = json_object ();
+  pthread_mutex_init (&d->lock, NULL);
+  if (nrm_memory_health_new (h, &d->health, err) < 0)
+    {
+      mem_free (d);
+      return -1;
+    }
   if (nrm_memory_pool (d->t, &d->o, d->name, &pool, err) < 0
       || nrm_kit_index_pool (&pool, &d->devices, &d->names, err) < 0)
     {
@@ -353,4 +414,7 @@ const struct nrm_driver_ops nrm_memory_driver = {
   .restore = mem_restore,
   .unprepare = mem_unprepare,
   .describe = mem_describe,
+  .health = mem_health,
+  .health_fd = mem_health_fd,
+  .health_event = mem_health_event,
 };

@@ -7,5 +7,9 @@
 /* The memory driver's pool: memory and huge pages of every NUMA node. */
 int nrm_memory_pool (const struct nrm_topology *t, const struct nrm_publish_options *o, const char *driver,
                      struct nrm_pool *ret, nrm_error_t *err);
+/* The same with change[i] bytes online more (or less) on the node at
+ * topology position i than the topology says; change may be NULL. */
+int nrm_memory_pool_online (const struct nrm_topology *t, const struct nrm_publish_options *o, const char *driver,
+                            const int64_t *change, struct nrm_pool *ret, nrm_error_t *err);
 
 #endif
