@@ -292,6 +292,35 @@ test_blocks (void **state)
   remove_tree ();
 }
 
+/* More memory offline than the node had at the start by the topology's
+ * count: the device leaves the pool instead of wrapping around. */
+static void
+test_node_offline (void **state)
+{
+  (void) state;
+  struct fixture f;
+  struct nrm_health_report r = { 0 };
+  make_root ();
+  for (unsigned b = 0; b < 4; b++)
+    block (b, b / 3, "online\n");
+  fake_put (root, "sys/devices/system/memory/block_size_bytes", "200000000\n"); /* 8Gi */
+  start (&f, NULL);
+  assert_true (capacity (&f, "numa0") > 0);
+  for (unsigned b = 0; b < 3; b++)
+    {
+      char rel[64];
+      snprintf (rel, sizeof (rel), "sys/devices/system/memory/memory%u/state", b);
+      fake_put (root, rel, "offline\n");
+    }
+  assert_int_equal (capacity (&f, "numa0"), 0);
+  assert_true (capacity (&f, "numa1") > 0);
+  health (&f, &r);
+  expect (&r, "numa0", "memory-offline", NRM_TAINT_NONE, "24Gi of memory blocks offline, 24Gi less online");
+  nrm_health_report_done (&r);
+  stop (&f);
+  remove_tree ();
+}
+
 static void
 test_no_edac (void **state)
 {
@@ -382,10 +411,8 @@ int
 main (void)
 {
   const struct CMUnitTest tests[] = {
-    cmocka_unit_test (test_edac_counters),
-    cmocka_unit_test (test_blocks),
-    cmocka_unit_test (test_no_edac),
-    cmocka_unit_test (test_bad_input),
+    cmocka_unit_test (test_edac_counters), cmocka_unit_test (test_blocks),    cmocka_unit_test (test_node_offline),
+    cmocka_unit_test (test_no_edac),       cmocka_unit_test (test_bad_input),
   };
   return cmocka_run_group_tests_name ("memhealth", tests, NULL, NULL);
 }
