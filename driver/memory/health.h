@@ -12,7 +12,7 @@
 #include "driver/driver.h"
 
 #define NRM_MEMORY_HEALTH_THRESHOLD 100 /* corrected errors before NoSchedule */
-#define NRM_MEMORY_HEALTH_POLL_S 60
+#define NRM_MEMORY_HEALTH_POLL_S 5
 
 struct nrm_memory_health;
 
