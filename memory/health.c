@@ -2,6 +2,7 @@
 #include "config.h"
 
 #include <dirent.h>
+#include <stdio.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <stdlib.h>
@@ -158,4 +159,66 @@ nrm_memory_blocks_read (const char *fsroot, unsigned node, uint64_t *online, uin
     }
   closedir (d);
   return r;
+}
+
+/* The number after a zoneinfo keyword ("pages free 3840", "min 8"). */
+static int
+zone_value (const char *path, unsigned line, const char *text, uint64_t *ret, nrm_error_t *err)
+{
+  char *end = NULL;
+  text += strspn (text, " \t");
+  errno = 0;
+  unsigned long long v = strtoull (text, &end, 10);
+  if (end == text || errno || (*end && *end != '\n') || text[0] == '-')
+    return nrm_error_set (err, EINVAL, "`%s` line %u: `%.20s` is not a number", path, line, text);
+  *ret = v;
+  return 0;
+}
+
+int
+nrm_zones_low_read (const char *fsroot, unsigned node, struct nrm_zone_low *ret, size_t max, nrm_error_t *err)
+{
+  cleanup_free char *path = xasprintf ("%s/proc/zoneinfo", fsroot);
+  cleanup_fclose FILE *f = fopen (path, "re");
+  cleanup_free char *line = NULL;
+  size_t cap = 0, n = 0;
+  unsigned number = 0;
+  bool mine = false;
+  struct nrm_zone_low z = { 0 };
+  if (f == NULL)
+    return 0;
+  while (getline (&line, &cap, f) > 0)
+    {
+      unsigned nd;
+      char zone[16];
+      number++;
+      if (sscanf (line, "Node %u, zone %15s", &nd, zone) == 2)
+        {
+          mine = nd == node;
+          memset (&z, 0, sizeof (z));
+          snprintf (z.zone, sizeof (z.zone), "%s", zone);
+          continue;
+        }
+      if (!mine)
+        continue;
+      const char *t = line + strspn (line, " \t");
+      if (strncmp (t, "pages free ", 11) == 0)
+        {
+          if (zone_value (path, number, t + 11, &z.free, err) < 0)
+            return -1;
+        }
+      else if (strncmp (t, "min ", 4) == 0)
+        {
+          if (zone_value (path, number, t + 4, &z.min, err) < 0)
+            return -1;
+        }
+      else if (strncmp (t, "low ", 4) == 0)
+        {
+          if (zone_value (path, number, t + 4, &z.low, err) < 0)
+            return -1;
+          if (z.free < z.low && n < max)
+            ret[n++] = z;
+        }
+    }
+  return (int) n;
 }

@@ -33,4 +33,19 @@ int nrm_edac_read (const char *fsroot, struct nrm_edac_mc **ret, size_t *n, nrm_
  * counted, -1 on a block whose state or size cannot be read. */
 int nrm_memory_blocks_read (const char *fsroot, unsigned node, uint64_t *online, uint64_t *offline, nrm_error_t *err);
 
+/* A zone of a NUMA node whose free pages are below its low watermark: the
+ * kernel's kswapd reclaims there (below min, allocations reclaim
+ * themselves). From /proc/zoneinfo, the only per-node pressure the kernel
+ * reports: PSI (/proc/pressure/memory) is system-wide or per cgroup. */
+struct nrm_zone_low
+{
+  char zone[16];
+  uint64_t free, min, low; /* pages */
+};
+
+/* The zones of node `node` below their low watermark, at most max into
+ * ret; returns how many (0 when none or no /proc/zoneinfo), -1 on a line
+ * that names the node's zone but no number. */
+int nrm_zones_low_read (const char *fsroot, unsigned node, struct nrm_zone_low *ret, size_t max, nrm_error_t *err);
+
 #endif

@@ -267,6 +267,21 @@ nrm_memory_health_report (struct nrm_memory_health *mh, json_t *names, struct nr
       if (read_blocks (mh, change, offline, err) < 0)
         return nrm_error_wrap (err, "memory health");
     }
+  struct
+  {
+    struct nrm_zone_low zones[4];
+    size_t n;
+  } *low = xcalloc (n, sizeof (*low));
+  for (size_t i = 0; mh->sysfs && i < t->n_numa; i++)
+    {
+      int k = nrm_zones_low_read (mh->fsroot, t->numa[i].os_index, low[i].zones, 4, err);
+      if (k < 0)
+        {
+          free (low);
+          return nrm_error_wrap (err, "memory health");
+        }
+      low[i].n = (size_t) k;
+    }
   /* Per node: its controllers' names and counts, and the unmapped ones. */
   char **lists = xcalloc (n + 1, sizeof (*lists));
   int64_t *ce = xcalloc (n + 1, sizeof (*ce)), *ue = xcalloc (n + 1, sizeof (*ue));
@@ -301,6 +316,16 @@ nrm_memory_health_report (struct nrm_memory_health *mh, json_t *names, struct nr
       struct verdict v = { 0 };
       errors_of (&v, lists[i], ce[i], ue[i], mh->threshold, false);
       errors_of (&v, lists[n], ce[n], ue[n], mh->threshold, true);
+      /* Pressure comes and goes: a note, never a reason to move. */
+      for (size_t z = 0; ordinary && z < low[i].n; z++)
+        {
+          char line[160];
+          const struct nrm_zone_low *zl = &low[i].zones[z];
+          snprintf (line, sizeof (line), "zone %s: %" PRIu64 " pages free, below the low watermark %" PRIu64 "%s",
+                    zl->zone, zl->free, zl->low,
+                    zl->free < zl->min ? " and min: allocations reclaim" : ": the kernel reclaims");
+          note (&v, NRM_TAINT_NONE, "memory-pressure", line);
+        }
       if (ordinary && (offline[i] || change[i] < 0))
         {
           char line[160], a[32], b[32];
@@ -322,6 +347,7 @@ nrm_memory_health_report (struct nrm_memory_health *mh, json_t *names, struct nr
   for (size_t i = 0; i <= n; i++)
     free (lists[i]);
   free (lists);
+  free (low);
   free (ce);
   free (ue);
   return 0;

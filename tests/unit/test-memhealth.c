@@ -321,6 +321,87 @@ test_node_offline (void **state)
   remove_tree ();
 }
 
+/* /proc/zoneinfo as the kernel writes it (mm/vmstat.c), shortened. */
+static void
+zoneinfo (const char *normal0_free)
+{
+  cleanup_free char *text = xasprintf ("Node 0, zone      DMA\n"
+                                       "  per-node stats\n"
+                                       "      nr_inactive_anon 4242\n"
+                                       "  pages free     3840\n"
+                                       "        boost    0\n"
+                                       "        min      8\n"
+                                       "        low      11\n"
+                                       "        high     14\n"
+                                       "        managed  3840\n"
+                                       "        protection: (0, 1800, 15000, 15000, 15000)\n"
+                                       "Node 0, zone   Normal\n"
+                                       "  pages free     %s\n"
+                                       "        boost    0\n"
+                                       "        min      100\n"
+                                       "        low      150\n"
+                                       "        high     200\n"
+                                       "  pagesets\n"
+                                       "    cpu: 0\n"
+                                       "              count: 12\n"
+                                       "Node 0, zone  Movable\n"
+                                       "  pages free     0\n"
+                                       "        min      0\n"
+                                       "        low      0\n"
+                                       "Node 1, zone   Normal\n"
+                                       "  pages free     90\n"
+                                       "        min      100\n"
+                                       "        low      150\n",
+                                       normal0_free);
+  fake_put (root, "proc/zoneinfo", text);
+}
+
+static void
+test_pressure (void **state)
+{
+  (void) state;
+  struct fixture f;
+  struct nrm_health_report r = { 0 };
+  make_root ();
+  zoneinfo ("5000");
+  start (&f, NULL);
+  health (&f, &r);
+  expect (&r, "numa0", NULL, 0, NULL);
+  expect (&r, "numa1", "memory-pressure", NRM_TAINT_NONE,
+          "zone Normal: 90 pages free, below the low watermark 150 and min: allocations reclaim");
+
+  /* Node 0's Normal zone under its low watermark: kswapd's work. */
+  zoneinfo ("120");
+  health (&f, &r);
+  expect (&r, "numa0", "memory-pressure", NRM_TAINT_NONE,
+          "zone Normal: 120 pages free, below the low watermark 150: the kernel reclaims");
+  zoneinfo ("150");
+  health (&f, &r);
+  expect (&r, "numa0", NULL, 0, NULL);
+
+  /* A line of the node's zone without its number: named. */
+  zoneinfo ("lots");
+  nrm_error_t err = NULL;
+  nrm_health_report_done (&r);
+  memset (&r, 0, sizeof (r));
+  assert_int_equal (nrm_memory_driver.health (f.d, &r, &err), -1);
+  if (strstr (nrm_error_msg (err), "proc/zoneinfo` line 12: `lots") == NULL)
+    fail_msg ("%s", nrm_error_msg (err));
+  nrm_error_release (&err);
+  const char *bad[] = { "12x", "-5", "99999999999999999999999" };
+  for (size_t i = 0; i < sizeof (bad) / sizeof (bad[0]); i++)
+    {
+      zoneinfo (bad[i]);
+      assert_int_equal (nrm_memory_driver.health (f.d, &r, &err), -1);
+      assert_non_null (strstr (nrm_error_msg (err), "is not a number"));
+      nrm_error_release (&err);
+    }
+
+  nrm_health_report_done (&r);
+  stop (&f);
+  remove_tree ();
+}
+
 static void
 test_no_edac (void **state)
 {
@@ -411,8 +492,8 @@ int
 main (void)
 {
   const struct CMUnitTest tests[] = {
-    cmocka_unit_test (test_edac_counters), cmocka_unit_test (test_blocks),    cmocka_unit_test (test_node_offline),
-    cmocka_unit_test (test_no_edac),       cmocka_unit_test (test_bad_input),
+    cmocka_unit_test (test_edac_counters), cmocka_unit_test (test_blocks),  cmocka_unit_test (test_node_offline),
+    cmocka_unit_test (test_pressure),      cmocka_unit_test (test_no_edac), cmocka_unit_test (test_bad_input),
   };
   return cmocka_run_group_tests_name ("memhealth", tests, NULL, NULL);
 }
