@@ -241,6 +241,34 @@ capacity (struct fixture *f, const char *device)
   return bytes;
 }
 
+/* Prepares a claim of bytes of a memory device: 0, or the errno. */
+static int
+prepare (struct fixture *f, const char *uid, const char *device, uint64_t bytes)
+{
+  char q[32];
+  snprintf (q, sizeof (q), "%llu", (unsigned long long) bytes);
+  cleanup_json json_t *consumed = json_pack ("{s:s}", "memory", q);
+  cleanup_json json_t *config = json_array ();
+  struct nrm_alloc_result res
+      = { .driver = "memory.nrm.io", .request = "mem", .pool = "n", .device = device, .consumed = consumed };
+  struct nrm_claim_view c = {
+    .uid = uid, .ns = "default", .name = uid, .results = &res, .n_results = 1, .all = &res, .n_all = 1, .config = config
+  };
+  struct nrm_prepared out = { 0 };
+  nrm_error_t err = NULL;
+  int r = nrm_memory_driver.prepare (f->d, &c, &out, &err);
+  if (r < 0)
+    {
+      r = strstr (nrm_error_msg (err), "free") ? 28 /* ENOSPC */ : -1;
+      if (r < 0)
+        fail_msg ("%s", nrm_error_msg (err));
+      nrm_error_release (&err);
+      return r;
+    }
+  nrm_prepared_done (&out);
+  return 0;
+}
+
 static void
 test_blocks (void **state)
 {
@@ -261,6 +289,11 @@ test_blocks (void **state)
   block (2, 0, "going-offline\n");
   assert_int_equal (capacity (&f, "numa0"), n0 - 2 * BLOCK);
   assert_int_equal (capacity (&f, "numa1"), n1);
+  /* Prepare checks against the smaller capacity; a claim holding more
+   * than what is left keeps it. */
+  assert_int_equal (prepare (&f, "a", "numa0", n0 - 3 * BLOCK), 0);
+  assert_int_equal (prepare (&f, "b", "numa0", 2 * BLOCK), 28);
+  assert_int_equal (prepare (&f, "b", "numa0", BLOCK), 0);
   health (&f, &r);
   expect (&r, "numa0", "memory-offline", NRM_TAINT_NONE, "256Mi of memory blocks offline, 256Mi less online");
   expect (&r, "numa1", NULL, 0, NULL);
@@ -271,6 +304,8 @@ test_blocks (void **state)
   block (8, 1, "online\n");
   assert_int_equal (capacity (&f, "numa0"), n0);
   assert_int_equal (capacity (&f, "numa1"), n1 + BLOCK);
+  /* The added block can be claimed. */
+  assert_int_equal (prepare (&f, "c", "numa1", n1 + BLOCK), 0);
   health (&f, &r);
   expect (&r, "numa0", NULL, 0, NULL);
   expect (&r, "numa1", NULL, 0, NULL);
