@@ -158,7 +158,8 @@ test_edac_counters (void **state)
   make_root ();
   mc (0, "Skylake Socket#0 IMC#0\n", "0\n", "0\n");
   mc (1, "Skylake Socket#1 IMC#0\n", "0\n", "0\n");
-  start (&f, json_pack ("{s:{s:i}}", "health", "correctedErrorThreshold", 10));
+  cleanup_json json_t *settings = json_pack ("{s:{s:i}}", "health", "correctedErrorThreshold", 10);
+  start (&f, settings);
   assert_true (nrm_memory_driver.health_fd (f.d) >= 0);
 
   health (&f, &r);
