@@ -52,11 +52,14 @@ count (struct memory_driver *d, json_t *bytes, json_int_t sign)
 {
   const char *name;
   json_t *v;
+  /* The health pass reads what is in use. */
+  pthread_mutex_lock (&d->lock);
   json_object_foreach (bytes, name, v)
   {
     json_int_t cur = json_integer_value (json_object_get (d->used, name));
     json_object_set_new (d->used, name, json_integer (cur + sign * json_integer_value (v)));
   }
+  pthread_mutex_unlock (&d->lock);
 }
 
 /* Records that a claim holds these bytes (device -> bytes) of memory devices. */
@@ -94,7 +97,9 @@ mem_reset (void *self)
   struct memory_driver *d = self;
   while (d->claims)
     drop_claim (d, d->claims->uid);
+  pthread_mutex_lock (&d->lock);
   json_object_clear (d->used);
+  pthread_mutex_unlock (&d->lock);
 }
 
 static int
@@ -339,11 +344,35 @@ mem_pool (void *self, json_t *held, struct nrm_pool *ret, nrm_error_t *err)
   return 0;
 }
 
+/* The health report, with a note on each device whose claims hold more
+ * than its capacity now (memory went offline under them). */
 static int
 mem_health (void *self, struct nrm_health_report *ret, nrm_error_t *err)
 {
   struct memory_driver *d = self;
-  return nrm_memory_health_report (d->health, d->names, ret, err);
+  if (nrm_memory_health_report (d->health, d->names, ret, err) < 0)
+    return -1;
+  pthread_mutex_lock (&d->lock);
+  for (size_t i = 0; i < ret->n; i++)
+    {
+      struct nrm_device_health *h = &ret->devices[i];
+      json_int_t used = json_integer_value (json_object_get (d->used, h->device));
+      json_t *dev = json_object_get (d->devices, h->device);
+      const char *key;
+      nrm_quantity_t cap = 0;
+      if (used <= 0 || (dev && device_capacity (dev, &key, &cap) < 0))
+        continue;
+      json_int_t have = (json_int_t) (cap / NRM_QUANTITY_ONE);
+      if (used <= have)
+        continue;
+      char *msg = xasprintf ("%s%sclaims hold %" JSON_INTEGER_FORMAT " bytes, more than the %" JSON_INTEGER_FORMAT
+                             " published: they keep them",
+                             h->message ? h->message : "", h->message ? "; " : "", used, have);
+      free (h->message);
+      h->message = msg;
+    }
+  pthread_mutex_unlock (&d->lock);
+  return 0;
 }
 
 static int

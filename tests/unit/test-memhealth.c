@@ -295,6 +295,17 @@ test_blocks (void **state)
   assert_int_equal (prepare (&f, "a", "numa0", n0 - 3 * BLOCK), 0);
   assert_int_equal (prepare (&f, "b", "numa0", 2 * BLOCK), 28);
   assert_int_equal (prepare (&f, "b", "numa0", BLOCK), 0);
+  block (3, 0, "offline\n");
+  assert_int_equal (capacity (&f, "numa0"), n0 - 3 * BLOCK);
+  health (&f, &r);
+  char says[160];
+  snprintf (says, sizeof (says), "claims hold %llu bytes, more than the %llu published: they keep them",
+            (unsigned long long) (n0 - 2 * BLOCK), (unsigned long long) (n0 - 3 * BLOCK));
+  expect (&r, "numa0", "memory-offline", NRM_TAINT_NONE, says);
+  assert_int_equal (prepare (&f, "d", "numa0", 1 << 20), 28);
+  block (3, 0, "online\n");
+  nrm_memory_driver.unprepare (f.d, "a", NULL);
+  nrm_memory_driver.unprepare (f.d, "b", NULL);
   health (&f, &r);
   expect (&r, "numa0", "memory-offline", NRM_TAINT_NONE, "256Mi of memory blocks offline, 256Mi less online");
   expect (&r, "numa1", NULL, 0, NULL);
