@@ -408,18 +408,22 @@ load_key (struct nrm_config *c, const char *key, json_t *v, nrm_error_t *err)
       }
     else if (strcmp (key, "memory") == 0)
       {
-        static const char *const keys[] = { "granularity", "driverName", "hugepagesOnDemand", NULL };
+        static const char *const keys[] = { "granularity", "driverName", "hugepagesOnDemand", "health", NULL };
         json_t *g = json_object_get (v, "granularity"), *name = json_object_get (v, "driverName");
-        json_t *od = json_object_get (v, "hugepagesOnDemand");
         if (load_section (v, key, keys, err) < 0)
           return -1;
-        /* The memory driver's own setting: it checks it when it starts. */
-        if (od)
+        /* The memory driver's own settings: it checks them when it starts
+         * (its errors name the key). */
+        static const char *const own[] = { "hugepagesOnDemand", "health" };
+        for (size_t k = 0; k < 2; k++)
           {
+            json_t *x = json_object_get (v, own[k]);
+            if (x == NULL)
+              continue;
             json_t *mine = json_object_get (c->driver_settings, "memory");
             if (mine == NULL)
               json_object_set_new (c->driver_settings, "memory", mine = json_object ());
-            json_object_set (mine, "hugepagesOnDemand", od);
+            json_object_set (mine, own[k], x);
           }
         if (g)
           {

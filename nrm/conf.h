@@ -20,7 +20,7 @@ struct nrm_config
   char *drivers;           /* enabled driver ids, "cpu,memory"; NULL: every registered one */
   char *driver_dir;        /* shared-object drivers to load, or NULL */
   json_t *driver_names;    /* driver id -> name (cpu.driverName, memory.driverName) */
-  json_t *driver_settings; /* driver id -> its settings (pci, driverSettings.<id>) */
+  json_t *driver_settings; /* driver id -> its settings (pci, memory.health, driverSettings.<id>) */
 
   unsigned cpu_options;    /* node-wide placement options (enum nrm_cpu_option) */
   long min_shared_cpus;    /* allocatable CPUs kept shared (1) */

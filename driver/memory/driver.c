@@ -12,6 +12,7 @@
 #include "cpuset/env.h"
 #include "driver/driver.h"
 #include "driver/kit.h"
+#include "driver/memory/health.h"
 #include "driver/memory/memory.h"
 #include "memory/policy.h"
 #include "driver/memory/ondemand.h"
@@ -30,12 +31,15 @@ struct memory_driver
   const struct nrm_topology *t;
   struct nrm_publish_options o;
   char *name;
-  json_t *devices; /* name -> Device, as published */
-  json_t *names;   /* device names in pool order */
-  json_t *used;    /* device -> bytes in use */
+  json_t *devices; /* name -> Device, as last published */
+  json_t *names;   /* device names in pool order, at the start */
+  struct nrm_memory_health *health;
+  json_t *used; /* device -> bytes in use */
   struct claim_entry *claims;
   struct nrm_ondemand *od; /* huge pages raised on demand, or NULL */
-  pthread_mutex_t lock;    /* bind() runs beside the others */
+  /* Every operation holds it: bind() and the health pass run beside the
+   * kubelet's calls. */
+  pthread_mutex_t lock;
 };
 
 static struct claim_entry *
@@ -168,10 +172,28 @@ hugetlb_name (const char *page_size, char *buf, size_t len)
   snprintf (buf, len, "%.*sB", (int) strcspn (page_size, "i"), page_size);
 }
 
+/* The devices as last published (a new reference). */
+static json_t *
+published (struct memory_driver *d)
+{
+  return json_incref (d->devices);
+}
+
 static json_t *
 attr (json_t *dev, const char *name, const char *type)
 {
   return json_object_get (json_object_get (json_object_get (dev, "attributes"), name), type);
+}
+
+/* The pool as it is now: memory offlined or added since the start
+ * (health), and the pools raised on demand. */
+static int
+build_pool (struct memory_driver *d, struct nrm_pool *ret, nrm_error_t *err)
+{
+  cleanup_free int64_t *change = xcalloc (d->t->n_numa + 1, sizeof (*change));
+  if (d->health)
+    nrm_memory_health_online_change (d->health, change);
+  return nrm_memory_pool_online (d->t, &d->o, d->name, d->od, change, ret, err);
 }
 
 /* The devices again, after a pool was raised or lowered: the memory left
@@ -182,13 +204,11 @@ reindex (struct memory_driver *d)
   struct nrm_pool pool = { 0 };
   json_t *devices = NULL, *names = NULL;
   nrm_error_t e = NULL;
-  if (nrm_memory_pool (d->t, &d->o, d->name, d->od, &pool, &e) == 0
-      && nrm_kit_index_pool (&pool, &devices, &names, &e) == 0)
+  if (build_pool (d, &pool, &e) == 0 && nrm_kit_index_pool (&pool, &devices, &names, &e) == 0)
     {
       json_decref (d->devices);
-      json_decref (d->names);
+      json_decref (names);
       d->devices = devices;
-      d->names = names;
     }
   nrm_error_release (&e);
   nrm_pool_done (&pool);
@@ -290,6 +310,7 @@ static int
 mem_prepare (void *self, const struct nrm_claim_view *c, struct nrm_prepared *out, nrm_error_t *err)
 {
   struct memory_driver *d = self;
+  cleanup_json json_t *devices = published (d);
   cleanup_json json_t *add = json_object ();
   cleanup_json json_t *hugetlb = json_object (); /* kernel size name -> bytes */
   cleanup_json json_t *env = json_array ();
@@ -315,7 +336,7 @@ mem_prepare (void *self, const struct nrm_claim_view *c, struct nrm_prepared *ou
   for (size_t i = 0; i < c->n_results; i++)
     {
       const struct nrm_alloc_result *r = &c->results[i];
-      json_t *dev = json_object_get (d->devices, r->device);
+      json_t *dev = json_object_get (devices, r->device);
       const char *key;
       nrm_quantity_t cap, q;
       if (dev == NULL)
@@ -390,7 +411,7 @@ mem_prepare (void *self, const struct nrm_claim_view *c, struct nrm_prepared *ou
   json_t *meta = c->metadata ? json_object () : NULL;
   json_object_foreach (meta ? add : NULL, name, v)
   {
-    json_t *attrs = json_deep_copy (json_object_get (json_object_get (d->devices, name), "attributes"));
+    json_t *attrs = json_deep_copy (json_object_get (json_object_get (devices, name), "attributes"));
     if (attrs == NULL)
       continue;
     json_object_set_new (attrs, "bytes", json_pack ("{s:O}", "int", v));
@@ -435,6 +456,7 @@ mem_describe (void *self, const char *uid, json_t *state)
 {
   struct memory_driver *d = self;
   (void) uid;
+  cleanup_json json_t *devices = published (d);
   json_t *out = json_object (), *devs = json_object ();
   const char *name;
   json_t *v;
@@ -447,7 +469,7 @@ mem_describe (void *self, const char *uid, json_t *state)
   {
     const char *key;
     nrm_quantity_t cap;
-    json_t *dev = json_object_get (d->devices, name);
+    json_t *dev = json_object_get (devices, name);
     if (dev && json_is_integer (v) && device_capacity (dev, &key, &cap) == 0)
       json_object_set_new (devs, name, json_pack ("{s:O}", key, v));
   }
@@ -461,17 +483,69 @@ is_held (void *ctx, const char *uid)
   return find_claim (ctx, uid) != NULL;
 }
 
+/* Memory offlined or added since the start changes numaN's capacity:
+ * prepare checks claims against the pool last published. A claim that
+ * holds more than the smaller capacity keeps what it holds. */
 static int
 mem_pool (void *self, json_t *held, struct nrm_pool *ret, nrm_error_t *err)
 {
   struct memory_driver *d = self;
   (void) held;
   if (d->od)
+    nrm_ondemand_give_stale (d->od, time (NULL), is_held, d);
+  if (build_pool (d, ret, err) < 0)
+    return -1;
+  json_t *devices, *names;
+  if (nrm_kit_index_pool (ret, &devices, &names, err) < 0)
     {
-      nrm_ondemand_give_stale (d->od, time (NULL), is_held, d);
-      reindex (d);
+      nrm_pool_done (ret);
+      return -1;
     }
-  return nrm_memory_pool (d->t, &d->o, d->name, d->od, ret, err);
+  json_decref (names);
+  json_decref (d->devices);
+  d->devices = devices;
+  return 0;
+}
+
+/* The health report, with a note on each device whose claims hold more
+ * than its capacity now (memory went offline under them). */
+static int
+mem_health (void *self, struct nrm_health_report *ret, nrm_error_t *err)
+{
+  struct memory_driver *d = self;
+  if (nrm_memory_health_report (d->health, d->names, ret, err) < 0)
+    return -1;
+  for (size_t i = 0; i < ret->n; i++)
+    {
+      struct nrm_device_health *h = &ret->devices[i];
+      json_int_t used = json_integer_value (json_object_get (d->used, h->device));
+      json_t *dev = json_object_get (d->devices, h->device);
+      const char *key;
+      nrm_quantity_t cap = 0;
+      if (used <= 0 || (dev && device_capacity (dev, &key, &cap) < 0))
+        continue;
+      json_int_t have = (json_int_t) (cap / NRM_QUANTITY_ONE);
+      if (used <= have)
+        continue;
+      char *msg = xasprintf ("%s%sclaims hold %" JSON_INTEGER_FORMAT " bytes, more than the %" JSON_INTEGER_FORMAT
+                             " published: they keep them",
+                             h->message ? h->message : "", h->message ? "; " : "", used, have);
+      free (h->message);
+      h->message = msg;
+    }
+  return 0;
+}
+
+static int
+mem_health_fd (void *self)
+{
+  return nrm_memory_health_fd (((struct memory_driver *) self)->health);
+}
+
+static void
+mem_health_event (void *self)
+{
+  nrm_memory_health_drain (((struct memory_driver *) self)->health);
 }
 
 static void
@@ -482,6 +556,7 @@ mem_free (void *self)
     return;
   mem_reset (d);
   nrm_ondemand_free (d->od);
+  nrm_memory_health_free (d->health);
   pthread_mutex_destroy (&d->lock);
   json_decref (d->devices);
   json_decref (d->names);
@@ -500,8 +575,12 @@ mem_new (const struct nrm_driver_host *h, void **ret, nrm_error_t *err)
   d->name = xstrdup (h->name);
   d->used = json_object ();
   pthread_mutex_init (&d->lock, NULL);
-  if (check_settings (h, &d->od, err) < 0 || nrm_memory_pool (d->t, &d->o, d->name, d->od, &pool, err) < 0
-      || nrm_kit_index_pool (&pool, &d->devices, &d->names, err) < 0)
+  if (check_settings (h, &d->od, err) < 0 || nrm_memory_health_new (h, &d->health, err) < 0)
+    {
+      mem_free (d);
+      return -1;
+    }
+  if (build_pool (d, &pool, err) < 0 || nrm_kit_index_pool (&pool, &d->devices, &d->names, err) < 0)
     {
       nrm_pool_done (&pool);
       mem_free (d);
@@ -513,6 +592,25 @@ mem_new (const struct nrm_driver_host *h, void **ret, nrm_error_t *err)
 }
 
 /* Each operation under the driver's lock. */
+static int
+locked_health (void *self, struct nrm_health_report *ret, nrm_error_t *err)
+{
+  struct memory_driver *d = self;
+  pthread_mutex_lock (&d->lock);
+  int r = mem_health (self, ret, err);
+  pthread_mutex_unlock (&d->lock);
+  return r;
+}
+
+static void
+locked_health_event (void *self)
+{
+  struct memory_driver *d = self;
+  pthread_mutex_lock (&d->lock);
+  mem_health_event (self);
+  pthread_mutex_unlock (&d->lock);
+}
+
 static int
 locked_pool (void *self, json_t *held, struct nrm_pool *ret, nrm_error_t *err)
 {
@@ -595,4 +693,7 @@ const struct nrm_driver_ops nrm_memory_driver = {
   .unprepare = locked_unprepare,
   .bind = locked_bind,
   .describe = locked_describe,
+  .health = locked_health,
+  .health_fd = mem_health_fd,
+  .health_event = locked_health_event,
 };

@@ -92,6 +92,13 @@ int
 nrm_memory_pool (const struct nrm_topology *t, const struct nrm_publish_options *o, const char *driver,
                  const struct nrm_ondemand *od, struct nrm_pool *ret, nrm_error_t *err)
 {
+  return nrm_memory_pool_online (t, o, driver, od, NULL, ret, err);
+}
+
+int
+nrm_memory_pool_online (const struct nrm_topology *t, const struct nrm_publish_options *o, const char *driver,
+                        const struct nrm_ondemand *od, const int64_t *change, struct nrm_pool *ret, nrm_error_t *err)
+{
   cleanup_free size_t *pref = nrm_numa_preference (t);
   cleanup_free size_t *order = xcalloc (2 * (t->n_numa ? t->n_numa : 1), sizeof (size_t));
   struct nrm_pool p = { .driver = xstrdup (driver), .devices = json_array (), .counter_sets = json_array () };
@@ -110,6 +117,11 @@ nrm_memory_pool (const struct nrm_topology *t, const struct nrm_publish_options 
       size_t i = order[2 * k];
       const struct nrm_numa_node *n = &t->numa[i];
       uint64_t avail = allocatable (t, od, i);
+      /* Memory offlined or added since the start (driver/memory/health.c). */
+      if (change && change[i] < 0)
+        avail = (uint64_t) -change[i] < avail ? avail - (uint64_t) -change[i] : 0;
+      else if (change)
+        avail += (uint64_t) change[i];
       json_t *cap = consumable (avail - avail % o->memory_granularity, o->memory_granularity);
       char name[32];
       if (cap == NULL)

@@ -42,7 +42,8 @@ test_good_file (void **state)
       "{\"nodeName\": \"worker-1\", \"reservedCPUs\": \"0-1\", \"isolatedCPUs\": \"6-7\","
       " \"reservedMemory\": [{\"numaNode\": 0, \"limits\": {\"memory\": \"1Gi\", \"hugepages-2Mi\": \"4Mi\"}}],"
       " \"cpu\": {\"mode\": \"partitioned\", \"driverName\": \"cpu.example.com\"},"
-      " \"memory\": {\"granularity\": \"4Mi\", \"hugepagesOnDemand\": {\"2Mi\": \"64Mi\"}},"
+      " \"memory\": {\"granularity\": \"4Mi\", \"hugepagesOnDemand\": {\"2Mi\": \"64Mi\"}, \"health\": "
+      "{\"pollSeconds\": 7}},"
       " \"featureGates\": {\"DRAListTypeAttributes\": true}}");
   (void) state;
   nrm_config_init (&c);
@@ -58,6 +59,9 @@ test_good_file (void **state)
       json_string_value (json_object_get (
           json_object_get (json_object_get (c.driver_settings, "memory"), "hugepagesOnDemand"), "2Mi")),
       "64Mi");
+  /* The memory driver checks its health settings itself. */
+  json_t *health = json_object_get (json_object_get (c.driver_settings, "memory"), "health");
+  assert_int_equal (json_integer_value (json_object_get (health, "pollSeconds")), 7);
   assert_true (c.publish.list_attributes);
   assert_false (c.publish.node_allocatable);
   assert_int_equal (hwloc_bitmap_weight (c.node.reserved_cpus), 2);

@@ -1,0 +1,36 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#ifndef NRM_DRIVER_MEMORY_HEALTH_H
+#define NRM_DRIVER_MEMORY_HEALTH_H
+
+/* The memory driver's health: EDAC error counters mapped to NUMA nodes,
+ * memory blocks offlined or added since the start (the capacity of numaN
+ * follows), polled by a timer: sysfs sends no event for either. */
+
+#include <jansson.h>
+#include <stdint.h>
+
+#include "driver/driver.h"
+
+#define NRM_MEMORY_HEALTH_THRESHOLD 100 /* corrected errors before NoSchedule */
+#define NRM_MEMORY_HEALTH_POLL_S 5
+
+struct nrm_memory_health;
+
+/* Reads the settings (h->settings: {"health": {correctedErrorThreshold,
+ * pollSeconds}}) and the memory blocks online at the start. */
+int nrm_memory_health_new (const struct nrm_driver_host *h, struct nrm_memory_health **ret, nrm_error_t *err);
+void nrm_memory_health_free (struct nrm_memory_health *mh);
+
+/* Bytes of memory online now less those at the start, for each NUMA node
+ * (topology order) into change; 0 where nothing is known. */
+void nrm_memory_health_online_change (struct nrm_memory_health *mh, int64_t *change);
+
+/* The health of the devices named (numaN, numaN-hugepages-SIZE). */
+int nrm_memory_health_report (struct nrm_memory_health *mh, json_t *names, struct nrm_health_report *ret,
+                              nrm_error_t *err);
+
+/* The timer: readable every pollSeconds; -1 without sysfs. */
+int nrm_memory_health_fd (struct nrm_memory_health *mh);
+void nrm_memory_health_drain (struct nrm_memory_health *mh);
+
+#endif

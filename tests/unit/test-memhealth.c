@@ -1,0 +1,546 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Memory health over fake sysfs trees: EDAC counters that change between
+ * passes, memory blocks going offline and online (the published capacity
+ * follows), no EDAC at all, and bad files named. On a recorded machine
+ * with two sockets and two NUMA nodes. */
+#include "config.h"
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "driver/driver.h"
+#include "driver/memory/health.h"
+#include "memory/health.h"
+#include "nrm/base/cleanup.h"
+#include "nrm/base/quantity.h"
+#include "nrm/base/xalloc.h"
+#include "tests/unit/fakefs.h"
+#include "topology/topology.h"
+
+extern const struct nrm_driver_ops nrm_memory_driver;
+
+#define TOPO_2N "24em64t-2n6c2t-pci.xml"
+#define BLOCK (128ull << 20)
+
+static char root[64];
+
+static struct nrm_topology *
+load_2n (void)
+{
+  struct nrm_topology *t = NULL;
+  nrm_error_t err = NULL;
+  const char *dir = getenv ("NRM_TOPOLOGIES");
+  cleanup_free char *path = xasprintf ("%s/%s", dir ? dir : "tests/topologies", TOPO_2N);
+  if (nrm_topology_load (path, &t, &err) < 0)
+    fail_msg ("%s", nrm_error_msg (err));
+  return t;
+}
+
+static void
+make_root (void)
+{
+  snprintf (root, sizeof (root), "/tmp/nrm-memhealth-XXXXXX");
+  assert_non_null (mkdtemp (root));
+}
+
+static void
+remove_tree (void)
+{
+  cleanup_free char *cmd = xasprintf ("rm -rf '%s'", root);
+  assert_int_equal (system (cmd), 0);
+}
+
+static void
+mc (unsigned i, const char *name, const char *ce, const char *ue)
+{
+  char rel[128];
+  snprintf (rel, sizeof (rel), "sys/devices/system/edac/mc/mc%u/mc_name", i);
+  if (name)
+    fake_put (root, rel, name);
+  snprintf (rel, sizeof (rel), "sys/devices/system/edac/mc/mc%u/ce_count", i);
+  fake_put (root, rel, ce);
+  snprintf (rel, sizeof (rel), "sys/devices/system/edac/mc/mc%u/ue_count", i);
+  fake_put (root, rel, ue);
+}
+
+/* Memory block b of node n, in the given state, linked from the node. */
+static void
+block (unsigned b, unsigned n, const char *state)
+{
+  char rel[128], target[64];
+  fake_put (root, "sys/devices/system/memory/block_size_bytes", "8000000\n");
+  snprintf (rel, sizeof (rel), "sys/devices/system/memory/memory%u/state", b);
+  fake_put (root, rel, state);
+  snprintf (rel, sizeof (rel), "sys/devices/system/node/node%u/memory%u", n, b);
+  snprintf (target, sizeof (target), "../../memory/memory%u", b);
+  fake_link (root, rel, target);
+}
+
+struct fixture
+{
+  struct nrm_topology *t;
+  struct nrm_publish_options o;
+  void *d;
+};
+
+static void
+start (struct fixture *f, json_t *settings)
+{
+  nrm_error_t err = NULL;
+  f->t = load_2n ();
+  nrm_publish_options_init (&f->o);
+  struct nrm_driver_host h
+      = { .topo = f->t, .node = &f->o, .name = "memory.nrm.io", .fsroot = root, .settings = settings };
+  if (nrm_memory_driver.new(&h, &f->d, &err) < 0)
+    fail_msg ("%s", nrm_error_msg (err));
+}
+
+static void
+stop (struct fixture *f)
+{
+  nrm_memory_driver.free (f->d);
+  nrm_topology_free (f->t);
+}
+
+static const struct nrm_device_health *
+find (const struct nrm_health_report *r, const char *device)
+{
+  for (size_t i = 0; i < r->n; i++)
+    if (strcmp (r->devices[i].device, device) == 0)
+      return &r->devices[i];
+  fail_msg ("no health for %s", device);
+  return NULL;
+}
+
+static void
+health (struct fixture *f, struct nrm_health_report *r)
+{
+  nrm_error_t err = NULL;
+  nrm_health_report_done (r);
+  memset (r, 0, sizeof (*r));
+  if (nrm_memory_driver.health (f->d, r, &err) < 0)
+    fail_msg ("%s", nrm_error_msg (err));
+}
+
+static void
+expect (const struct nrm_health_report *r, const char *device, const char *taint, enum nrm_taint_effect effect,
+        const char *says)
+{
+  const struct nrm_device_health *h = find (r, device);
+  if (taint == NULL)
+    {
+      assert_null (h->taint);
+      assert_int_equal (h->health, NRM_HEALTH_HEALTHY);
+      return;
+    }
+  assert_non_null (h->taint);
+  assert_string_equal (h->taint, taint);
+  assert_int_equal (h->effect, effect);
+  assert_int_equal (h->health, effect == NRM_TAINT_NO_EXECUTE ? NRM_HEALTH_UNHEALTHY : NRM_HEALTH_HEALTHY);
+  if (says && (h->message == NULL || strstr (h->message, says) == NULL))
+    fail_msg ("%s: message `%s` lacks `%s`", device, h->message ? h->message : "(none)", says);
+}
+
+static void
+test_edac_counters (void **state)
+{
+  (void) state;
+  struct fixture f;
+  struct nrm_health_report r = { 0 };
+  make_root ();
+  mc (0, "Skylake Socket#0 IMC#0\n", "0\n", "0\n");
+  mc (1, "Skylake Socket#1 IMC#0\n", "0\n", "0\n");
+  cleanup_json json_t *settings = json_pack ("{s:{s:i}}", "health", "correctedErrorThreshold", 10);
+  start (&f, settings);
+  assert_true (nrm_memory_driver.health_fd (f.d) >= 0);
+
+  health (&f, &r);
+  assert_int_equal (r.n, 2);
+  expect (&r, "numa0", NULL, 0, NULL);
+  expect (&r, "numa1", NULL, 0, NULL);
+
+  /* Corrected errors at the threshold: a note on socket 0's node only. */
+  mc (0, NULL, "10\n", "0\n");
+  health (&f, &r);
+  expect (&r, "numa0", "memory-corrected", NRM_TAINT_NONE, "mc0: 10 corrected memory errors (threshold 10)");
+  expect (&r, "numa1", NULL, 0, NULL);
+
+  /* Above it: no new pods there. */
+  mc (0, NULL, "11\n", "0\n");
+  health (&f, &r);
+  expect (&r, "numa0", "memory-corrected", NRM_TAINT_NO_SCHEDULE, "11 corrected");
+
+  /* An uncorrected error on socket 1: its pods leave. */
+  mc (1, NULL, "0\n", "1\n");
+  health (&f, &r);
+  expect (&r, "numa1", "memory-uncorrected", NRM_TAINT_NO_EXECUTE, "mc1: 1 uncorrected memory errors");
+  expect (&r, "numa0", "memory-corrected", NRM_TAINT_NO_SCHEDULE, NULL);
+
+  /* Counters reset (reset_counters): healthy again. */
+  mc (0, NULL, "0\n", "0\n");
+  mc (1, NULL, "0\n", "0\n");
+  health (&f, &r);
+  expect (&r, "numa0", NULL, 0, NULL);
+  expect (&r, "numa1", NULL, 0, NULL);
+
+  /* A controller whose name gives no socket: a note on every node. */
+  mc (2, "ghes_edac\n", "3\n", "1\n");
+  health (&f, &r);
+  expect (&r, "numa0", "memory-errors-unmapped", NRM_TAINT_NONE,
+          "mc2 (NUMA node not known): 3 corrected, 1 uncorrected");
+  expect (&r, "numa1", "memory-errors-unmapped", NRM_TAINT_NONE, NULL);
+
+  /* Huge-page devices of a node share its errors. */
+  mc (0, NULL, "0\n", "2\n");
+  struct nrm_memory_health *mh = NULL;
+  nrm_error_t err = NULL;
+  struct nrm_publish_options o;
+  nrm_publish_options_init (&o);
+  struct nrm_driver_host h = { .topo = f.t, .node = &o, .name = "memory.nrm.io", .fsroot = root };
+  assert_int_equal (nrm_memory_health_new (&h, &mh, &err), 0);
+  cleanup_json json_t *names = json_pack ("[s, s, s]", "numa0-hugepages-2mi", "numa1-hugepages-1gi", "numa7");
+  struct nrm_health_report hr = { 0 };
+  assert_int_equal (nrm_memory_health_report (mh, names, &hr, &err), 0);
+  assert_int_equal (hr.n, 2); /* no node 7 on this machine */
+  expect (&hr, "numa0-hugepages-2mi", "memory-uncorrected", NRM_TAINT_NO_EXECUTE, "mc0: 2 uncorrected");
+  expect (&hr, "numa1-hugepages-1gi", "memory-errors-unmapped", NRM_TAINT_NONE, NULL);
+  nrm_health_report_done (&hr);
+  nrm_memory_health_free (mh);
+
+  nrm_health_report_done (&r);
+  stop (&f);
+  remove_tree ();
+}
+
+static uint64_t
+capacity (struct fixture *f, const char *device)
+{
+  struct nrm_pool p = { 0 };
+  nrm_error_t err = NULL;
+  uint64_t bytes = 0;
+  size_t i;
+  json_t *dev;
+  if (nrm_memory_driver.pool (f->d, NULL, &p, &err) < 0)
+    fail_msg ("%s", nrm_error_msg (err));
+  json_array_foreach (p.devices, i, dev)
+  {
+    if (strcmp (json_string_value (json_object_get (dev, "name")), device))
+      continue;
+    const char *v
+        = json_string_value (json_object_get (json_object_get (json_object_get (dev, "capacity"), "memory"), "value"));
+    assert_int_equal (nrm_quantity_parse_bytes (v, &bytes, &err), 0);
+  }
+  nrm_pool_done (&p);
+  return bytes;
+}
+
+/* Prepares a claim of bytes of a memory device: 0, or the errno. */
+static int
+prepare (struct fixture *f, const char *uid, const char *device, uint64_t bytes)
+{
+  char q[32];
+  snprintf (q, sizeof (q), "%llu", (unsigned long long) bytes);
+  cleanup_json json_t *consumed = json_pack ("{s:s}", "memory", q);
+  cleanup_json json_t *config = json_array ();
+  struct nrm_alloc_result res
+      = { .driver = "memory.nrm.io", .request = "mem", .pool = "n", .device = device, .consumed = consumed };
+  struct nrm_claim_view c = {
+    .uid = uid, .ns = "default", .name = uid, .results = &res, .n_results = 1, .all = &res, .n_all = 1, .config = config
+  };
+  struct nrm_prepared out = { 0 };
+  nrm_error_t err = NULL;
+  int r = nrm_memory_driver.prepare (f->d, &c, &out, &err);
+  if (r < 0)
+    {
+      r = strstr (nrm_error_msg (err), "free") ? 28 /* ENOSPC */ : -1;
+      if (r < 0)
+        fail_msg ("%s", nrm_error_msg (err));
+      nrm_error_release (&err);
+      return r;
+    }
+  nrm_prepared_done (&out);
+  return 0;
+}
+
+static void
+test_blocks (void **state)
+{
+  (void) state;
+  struct fixture f;
+  struct nrm_health_report r = { 0 };
+  make_root ();
+  for (unsigned b = 0; b < 8; b++)
+    block (b, b / 4, "online\n");
+  start (&f, NULL);
+  uint64_t n0 = capacity (&f, "numa0"), n1 = capacity (&f, "numa1");
+  assert_true (n0 > 2 * BLOCK);
+  health (&f, &r);
+  expect (&r, "numa0", NULL, 0, NULL);
+
+  /* Two blocks of node 0 go offline: its capacity shrinks by them. */
+  block (1, 0, "offline\n");
+  block (2, 0, "going-offline\n");
+  assert_int_equal (capacity (&f, "numa0"), n0 - 2 * BLOCK);
+  assert_int_equal (capacity (&f, "numa1"), n1);
+  /* Prepare checks against the smaller capacity; a claim holding more
+   * than what is left keeps it. */
+  assert_int_equal (prepare (&f, "a", "numa0", n0 - 3 * BLOCK), 0);
+  assert_int_equal (prepare (&f, "b", "numa0", 2 * BLOCK), 28);
+  assert_int_equal (prepare (&f, "b", "numa0", BLOCK), 0);
+  block (3, 0, "offline\n");
+  assert_int_equal (capacity (&f, "numa0"), n0 - 3 * BLOCK);
+  health (&f, &r);
+  char says[160];
+  snprintf (says, sizeof (says), "claims hold %llu bytes, more than the %llu published: they keep them",
+            (unsigned long long) (n0 - 2 * BLOCK), (unsigned long long) (n0 - 3 * BLOCK));
+  expect (&r, "numa0", "memory-offline", NRM_TAINT_NONE, says);
+  assert_int_equal (prepare (&f, "d", "numa0", 1 << 20), 28);
+  block (3, 0, "online\n");
+  nrm_memory_driver.unprepare (f.d, "a", NULL);
+  nrm_memory_driver.unprepare (f.d, "b", NULL);
+  health (&f, &r);
+  expect (&r, "numa0", "memory-offline", NRM_TAINT_NONE, "256Mi of memory blocks offline, 256Mi less online");
+  expect (&r, "numa1", NULL, 0, NULL);
+
+  /* Online again; a block added to node 1: it grows. */
+  block (1, 0, "online\n");
+  block (2, 0, "online\n");
+  block (8, 1, "online\n");
+  assert_int_equal (capacity (&f, "numa0"), n0);
+  assert_int_equal (capacity (&f, "numa1"), n1 + BLOCK);
+  /* The added block can be claimed. */
+  assert_int_equal (prepare (&f, "c", "numa1", n1 + BLOCK), 0);
+  health (&f, &r);
+  expect (&r, "numa0", NULL, 0, NULL);
+  expect (&r, "numa1", NULL, 0, NULL);
+
+  /* A block whose state is garbage: an error naming it; the capacity
+   * keeps the last good reading. */
+  block (8, 1, "sideways\n");
+  nrm_error_t err = NULL;
+  nrm_health_report_done (&r);
+  memset (&r, 0, sizeof (r));
+  assert_int_equal (nrm_memory_driver.health (f.d, &r, &err), -1);
+  assert_non_null (strstr (nrm_error_msg (err), "memory8/state"));
+  assert_non_null (strstr (nrm_error_msg (err), "sideways"));
+  nrm_error_release (&err);
+  assert_int_equal (capacity (&f, "numa1"), n1 + BLOCK);
+
+  nrm_health_report_done (&r);
+  stop (&f);
+  remove_tree ();
+}
+
+/* More memory offline than the node had at the start by the topology's
+ * count: the device leaves the pool instead of wrapping around. */
+static void
+test_node_offline (void **state)
+{
+  (void) state;
+  struct fixture f;
+  struct nrm_health_report r = { 0 };
+  make_root ();
+  for (unsigned b = 0; b < 4; b++)
+    block (b, b / 3, "online\n");
+  fake_put (root, "sys/devices/system/memory/block_size_bytes", "200000000\n"); /* 8Gi */
+  start (&f, NULL);
+  assert_true (capacity (&f, "numa0") > 0);
+  for (unsigned b = 0; b < 3; b++)
+    {
+      char rel[64];
+      snprintf (rel, sizeof (rel), "sys/devices/system/memory/memory%u/state", b);
+      fake_put (root, rel, "offline\n");
+    }
+  assert_int_equal (capacity (&f, "numa0"), 0);
+  assert_true (capacity (&f, "numa1") > 0);
+  health (&f, &r);
+  expect (&r, "numa0", "memory-offline", NRM_TAINT_NONE, "24Gi of memory blocks offline, 24Gi less online");
+  nrm_health_report_done (&r);
+  stop (&f);
+  remove_tree ();
+}
+
+/* /proc/zoneinfo as the kernel writes it (mm/vmstat.c), shortened. */
+static void
+zoneinfo (const char *normal0_free)
+{
+  cleanup_free char *text = xasprintf ("Node 0, zone      DMA\n"
+                                       "  per-node stats\n"
+                                       "      nr_inactive_anon 4242\n"
+                                       "  pages free     3840\n"
+                                       "        boost    0\n"
+                                       "        min      8\n"
+                                       "        low      11\n"
+                                       "        high     14\n"
+                                       "        managed  3840\n"
+                                       "        protection: (0, 1800, 15000, 15000, 15000)\n"
+                                       "Node 0, zone   Normal\n"
+                                       "  pages free     %s\n"
+                                       "        boost    0\n"
+                                       "        min      100\n"
+                                       "        low      150\n"
+                                       "        high     200\n"
+                                       "  pagesets\n"
+                                       "    cpu: 0\n"
+                                       "              count: 12\n"
+                                       "Node 0, zone  Movable\n"
+                                       "  pages free     0\n"
+                                       "        min      0\n"
+                                       "        low      0\n"
+                                       "Node 1, zone   Normal\n"
+                                       "  pages free     90\n"
+                                       "        min      100\n"
+                                       "        low      150\n",
+                                       normal0_free);
+  fake_put (root, "proc/zoneinfo", text);
+}
+
+static void
+test_pressure (void **state)
+{
+  (void) state;
+  struct fixture f;
+  struct nrm_health_report r = { 0 };
+  make_root ();
+  zoneinfo ("5000");
+  start (&f, NULL);
+  health (&f, &r);
+  expect (&r, "numa0", NULL, 0, NULL);
+  expect (&r, "numa1", "memory-pressure", NRM_TAINT_NONE,
+          "zone Normal: 90 pages free, below the low watermark 150 and min: allocations reclaim");
+
+  /* Node 0's Normal zone under its low watermark: kswapd's work. */
+  zoneinfo ("120");
+  health (&f, &r);
+  expect (&r, "numa0", "memory-pressure", NRM_TAINT_NONE,
+          "zone Normal: 120 pages free, below the low watermark 150: the kernel reclaims");
+  zoneinfo ("150");
+  health (&f, &r);
+  expect (&r, "numa0", NULL, 0, NULL);
+
+  /* A line of the node's zone without its number: named. */
+  zoneinfo ("lots");
+  nrm_error_t err = NULL;
+  nrm_health_report_done (&r);
+  memset (&r, 0, sizeof (r));
+  assert_int_equal (nrm_memory_driver.health (f.d, &r, &err), -1);
+  if (strstr (nrm_error_msg (err), "proc/zoneinfo` line 12: `lots") == NULL)
+    fail_msg ("%s", nrm_error_msg (err));
+  nrm_error_release (&err);
+  const char *bad[] = { "12x", "-5", "99999999999999999999999" };
+  for (size_t i = 0; i < sizeof (bad) / sizeof (bad[0]); i++)
+    {
+      zoneinfo (bad[i]);
+      assert_int_equal (nrm_memory_driver.health (f.d, &r, &err), -1);
+      assert_non_null (strstr (nrm_error_msg (err), "is not a number"));
+      nrm_error_release (&err);
+    }
+
+  nrm_health_report_done (&r);
+  stop (&f);
+  remove_tree ();
+}
+
+static void
+test_no_edac (void **state)
+{
+  (void) state;
+  struct fixture f;
+  struct nrm_health_report r = { 0 };
+  make_root ();
+  start (&f, NULL);
+  uint64_t n0 = capacity (&f, "numa0");
+  health (&f, &r);
+  assert_int_equal (r.n, 2);
+  expect (&r, "numa0", NULL, 0, NULL);
+  expect (&r, "numa1", NULL, 0, NULL);
+  assert_null (find (&r, "numa0")->message);
+  assert_int_equal (capacity (&f, "numa0"), n0);
+  nrm_health_report_done (&r);
+  stop (&f);
+
+  /* A recorded machine without a fake tree reads nothing, polls nothing. */
+  struct nrm_topology *t = load_2n ();
+  struct nrm_publish_options o;
+  nrm_publish_options_init (&o);
+  struct nrm_driver_host h = { .topo = t, .node = &o, .name = "memory.nrm.io", .fsroot = "/" };
+  void *d = NULL;
+  nrm_error_t err = NULL;
+  assert_int_equal (nrm_memory_driver.new(&h, &d, &err), 0);
+  assert_int_equal (nrm_memory_driver.health_fd (d), -1);
+  nrm_memory_driver.free (d);
+  nrm_topology_free (t);
+  remove_tree ();
+}
+
+static void
+test_bad_input (void **state)
+{
+  (void) state;
+  nrm_error_t err = NULL;
+  struct nrm_edac_mc *mcs = NULL;
+  size_t n = 0;
+  make_root ();
+  mc (0, NULL, "12abc\n", "0\n");
+  assert_int_equal (nrm_edac_read (root, &mcs, &n, &err), -1);
+  assert_non_null (strstr (nrm_error_msg (err), "mc0/ce_count"));
+  assert_non_null (strstr (nrm_error_msg (err), "not a number"));
+  nrm_error_release (&err);
+  mc (0, NULL, "-1\n", "0\n");
+  assert_int_equal (nrm_edac_read (root, &mcs, &n, &err), -1);
+  nrm_error_release (&err);
+  mc (0, "Intel_10nm Socket#3 IMC#1\n", "7\n", "0\n");
+  mc (10, "Ivy Bridge SrcID#1_Ha#0\n", "0\n", "2\n");
+  mc (2, "F19h\n", "0\n", "0\n");
+  assert_int_equal (nrm_edac_read (root, &mcs, &n, &err), 0);
+  assert_int_equal (n, 3);
+  assert_string_equal (mcs[0].name, "mc0");
+  assert_int_equal (mcs[0].socket, 3);
+  assert_int_equal (mcs[0].ce, 7);
+  assert_string_equal (mcs[1].name, "mc2");
+  assert_int_equal (mcs[1].socket, -1);
+  assert_string_equal (mcs[2].name, "mc10");
+  assert_int_equal (mcs[2].socket, 1);
+  assert_int_equal (mcs[2].ue, 2);
+  free (mcs);
+
+  /* Settings: each bad one names its key; nothing starts. */
+  struct nrm_topology *t = load_2n ();
+  struct nrm_publish_options o;
+  nrm_publish_options_init (&o);
+  const char *bad[] = { "{\"health\": {\"correctedErrorThreshold\": -1}}", "{\"health\": {\"pollSeconds\": 0}}",
+                        "{\"health\": {\"pollSecond\": 5}}", "{\"health\": 5}", "{\"healthy\": {}}" };
+  const char *says[] = { "memory.health.correctedErrorThreshold", "memory.health.pollSeconds",
+                         "unknown key `memory.health.pollSecond`", "`memory.health` must be an object",
+                         "unknown key `memory.healthy`" };
+  for (size_t i = 0; i < sizeof (bad) / sizeof (bad[0]); i++)
+    {
+      cleanup_json json_t *s = json_loads (bad[i], 0, NULL);
+      struct nrm_driver_host h = { .topo = t, .node = &o, .name = "memory.nrm.io", .fsroot = root, .settings = s };
+      void *d = NULL;
+      assert_int_equal (nrm_memory_driver.new(&h, &d, &err), -1);
+      if (strstr (nrm_error_msg (err), says[i]) == NULL)
+        fail_msg ("`%s`: `%s` lacks `%s`", bad[i], nrm_error_msg (err), says[i]);
+      nrm_error_release (&err);
+    }
+  nrm_topology_free (t);
+  remove_tree ();
+}
+
+int
+main (void)
+{
+  const struct CMUnitTest tests[] = {
+    cmocka_unit_test (test_edac_counters), cmocka_unit_test (test_blocks),  cmocka_unit_test (test_node_offline),
+    cmocka_unit_test (test_pressure),      cmocka_unit_test (test_no_edac), cmocka_unit_test (test_bad_input),
+  };
+  return cmocka_run_group_tests_name ("memhealth", tests, NULL, NULL);
+}
