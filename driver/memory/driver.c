@@ -292,7 +292,8 @@ mem_bind (void *self, const struct nrm_claim_view *c, json_t **ret, nrm_error_t 
   return 0;
 }
 
-/* The memory driver's own settings (memory.hugepagesOnDemand). */
+/* The memory driver's own settings (memory.hugepagesOnDemand and
+ * memory.health, which health.c reads). */
 static int
 check_settings (const struct nrm_driver_host *h, struct nrm_ondemand **od, nrm_error_t *err)
 {
@@ -300,8 +301,9 @@ check_settings (const struct nrm_driver_host *h, struct nrm_ondemand **od, nrm_e
   json_t *v;
   json_object_foreach (h->settings, key, v)
   {
-    if (strcmp (key, "hugepagesOnDemand") != 0)
-      return nrm_error_set (err, EINVAL, "unknown key `memory.%.64s` (known: granularity, hugepagesOnDemand)", key);
+    if (strcmp (key, "hugepagesOnDemand") != 0 && strcmp (key, "health") != 0)
+      return nrm_error_set (
+          err, EINVAL, "unknown key `memory.%.64s` (known: granularity, driverName, hugepagesOnDemand, health)", key);
   }
   return nrm_ondemand_new (h, json_object_get (h->settings, "hugepagesOnDemand"), od, err);
 }

@@ -37,8 +37,9 @@ settings (struct nrm_memory_health *mh, json_t *s, nrm_error_t *err)
   json_t *v;
   json_object_foreach (s, key, v)
   {
+    /* The driver checks its other keys (check_settings). */
     if (strcmp (key, "health") != 0)
-      return nrm_error_set (err, EINVAL, "unknown key `memory.%s` (known: granularity, driverName, health)", key);
+      continue;
     if (!json_is_object (v))
       return nrm_error_set (err, EINVAL, "key `memory.health` must be an object");
     const char *k;
