@@ -1809,6 +1809,12 @@ nrm_plugin_dra_socket (struct nrm_plugin *p)
 }
 
 const char *
+nrm_plugin_instance_lock (struct nrm_plugin *p)
+{
+  return p->instance_lock;
+}
+
+const char *
 nrm_plugin_registration_socket (struct nrm_plugin *p)
 {
   return p->reg_sock;
