@@ -4,8 +4,9 @@
 mode, --instance-uid) on one state directory and one API server (fakeapi.py)
 whose settings differ (cpu.mode numa, then partitioned): the newer instance
 takes over the node's slices at its start and the older stops writing them,
-so the slices change once and stay; when the newer stops (cleanly, or
-killed with -9), the older still running takes them back."""
+so the slices change once and stay, and the older leaves the shared pool's
+cpusets alone; when the newer stops (cleanly, or killed with -9), the older
+still running takes both back."""
 
 import os
 import signal
@@ -33,13 +34,30 @@ kubeconfig = os.path.join(work, "kubeconfig")
 api.write_kubeconfig(kubeconfig, token_file=token)
 
 
-def start(uid, mode):
+# A fake cgroupfs with one container on the shared pool. Only the first
+# instance runs a reconciler: any write to it is the first's.
+fsroot = os.path.join(work, "fsroot")
+shared = os.path.join(fsroot, "sys/fs/cgroup/kubepods/besteffort/pod88/s2")
+os.makedirs(shared)
+for name, text in (("cgroup.controllers", "cpuset cpu memory"),):
+    with open(os.path.join(fsroot, "sys/fs/cgroup", name), "w") as fh:
+        fh.write(text)
+for name in ("cpuset.cpus", "cpuset.mems", "cgroup.procs"):
+    open(os.path.join(shared, name), "w").close()
+
+
+def cpus():
+    with open(os.path.join(shared, "cpuset.cpus")) as fh:
+        return fh.read().strip()
+
+
+def start(uid, mode, *extra):
     log = os.path.join(work, "plugin-%s.log" % uid)
     p = subprocess.Popen(
         [NRM, "plugin", "-t", TOPO, "--node-name", NODE, "--drivers", "cpu", "--cpu-mode", mode,
          "--instance-uid", uid, "--kubelet-dir", os.path.join(work, "kubelet"),
          "--cdi-dir", os.path.join(work, "cdi"), "--state-dir", os.path.join(work, "state"),
-         "--create-state-dir", "--reconcile-interval", "0", "--kubeconfig", kubeconfig, "--log-level", "debug"],
+         "--create-state-dir", "--kubeconfig", kubeconfig, "--log-level", "debug"] + list(extra),
         stdout=open(log, "w"), stderr=subprocess.STDOUT)
     return p, log
 
@@ -75,15 +93,17 @@ def text(log):
         return fh.read()
 
 
-a, log_a = start("pod-a", "numa")
+a, log_a = start("pod-a", "numa", "--fsroot", fsroot, "--reconcile-interval", "1")
 b = None
 try:
     check(wait_for(numa), "the first instance publishes numa devices: %s" % sorted(devices()))
+    check(wait_for(lambda: cpus() != ""), "and keeps the shared pool: %s" % cpus())
+    pool = cpus()
     time.sleep(1)
     api.clear_requests()
 
     # Rolling update: the new pod starts beside the old one, other settings.
-    b, log_b = start("pod-b", "partitioned")
+    b, log_b = start("pod-b", "partitioned", "--reconcile-interval", "0")
     check(wait_for(partitioned), "the second instance's partitioned devices replace them: %s" % sorted(devices()))
     back = watch_for(SETTLE_S, lambda: not partitioned())
     n = len(slice_writes())
@@ -94,6 +114,10 @@ try:
     time.sleep(2)
     check(not slice_writes(), "and then stop: %d more writes in 2 s" % len(slice_writes()))
     check("publishes now" in text(log_a), "the first instance says that it stands by")
+    with open(os.path.join(shared, "cpuset.cpus"), "w") as fh:
+        fh.write("0")
+    check(watch_for(3, lambda: cpus() != "0") == 0, "and leaves the shared pool's cpusets alone (drift stays "
+          "for 3 s at a 1 s interval): %s" % cpus())
 
     # The new pod stops (a failed rollout is undone): the old one takes back.
     b.send_signal(signal.SIGTERM)
@@ -101,9 +125,10 @@ try:
     b = None
     check(wait_for(numa, 10), "the first instance publishes its numa devices again: %s" % sorted(devices()))
     check("publishes again" in text(log_a), "and says so")
+    check(wait_for(lambda: cpus() == pool, 5), "and keeps the shared pool again: %s" % cpus())
 
     # The newer dies without releasing: the kernel frees its lock.
-    b, log_b = start("pod-c", "partitioned")
+    b, log_b = start("pod-c", "partitioned", "--reconcile-interval", "0")
     check(wait_for(partitioned), "a third instance takes over: %s" % sorted(devices()))
     check(watch_for(2, lambda: not partitioned()) == 0, "and keeps the slices")
     b.send_signal(signal.SIGKILL)
