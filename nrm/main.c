@@ -789,7 +789,7 @@ struct reconciler
   struct nrm_cgroupfs *fs;
   int wake; /* eventfd: a claim changed, or stop */
   bool stop;
-  bool starved; /* every node's memory was claimed at the last pass */
+  bool starved;                    /* every node's memory was claimed at the last pass */
   struct nrm_handover **handovers; /* one a driver: write only while all are ours */
   pthread_t thread;
 };
