@@ -137,6 +137,23 @@ try:
     t0 = time.time()
     check(wait_for(numa, 10), "killed with -9, the first instance takes back within %.1f s: %s"
           % (time.time() - t0, sorted(devices())))
+
+    # Its sockets stay (a pod UID never comes back): the next instance to
+    # start removes them, and leaves those of the live one alone.
+    kdir = os.path.join(work, "kubelet")
+
+    def sockets(uid):
+        return [p for p in (os.path.join(kdir, "plugins/cpu.nrm.io/dra-%s.sock" % uid),
+                            os.path.join(kdir, "plugins_registry/cpu.nrm.io-%s-reg.sock" % uid),
+                            os.path.join(work, "state/cpu.nrm.io-%s.instance.lock" % uid)) if os.path.exists(p)]
+    check(len(sockets("pod-c")) == 3, "the killed instance left its sockets: %s" % sockets("pod-c"))
+    b, log_b = start("pod-d", "numa", "--reconcile-interval", "0")
+    check(wait_for(lambda: "publishes now" in text(log_a) and text(log_a).count("publishes now") == 3),
+          "a fourth instance takes over")
+    check(not sockets("pod-c") and len(sockets("pod-a")) == 3,
+          "and removed the dead one's sockets and lock, not the live one's: %s %s"
+          % (sockets("pod-c"), sockets("pod-a")))
+    check("removed the sockets of instance pod-c, which is gone" in text(log_b), "and says so")
 finally:
     if b is not None:
         b.kill()
