@@ -8,6 +8,7 @@ so the slices change once and stay, and the older leaves the shared pool's
 cpusets alone; when the newer stops (cleanly, or killed with -9), the older
 still running takes both back."""
 
+import json
 import os
 import signal
 import subprocess
@@ -88,6 +89,14 @@ def watch_for(seconds, bad):
     return seen
 
 
+def settings_mode():
+    try:
+        with open(os.path.join(work, "state", "settings.json")) as fh:
+            return json.load(fh).get("cpuMode")
+    except (OSError, ValueError):
+        return None
+
+
 def text(log):
     with open(log) as fh:
         return fh.read()
@@ -114,6 +123,7 @@ try:
     time.sleep(2)
     check(not slice_writes(), "and then stop: %d more writes in 2 s" % len(slice_writes()))
     check("publishes now" in text(log_a), "the first instance says that it stands by")
+    check(settings_mode() == "partitioned", "settings.json (for nrm status) is the second's: %s" % settings_mode())
     with open(os.path.join(shared, "cpuset.cpus"), "w") as fh:
         fh.write("0")
     check(watch_for(3, lambda: cpus() != "0") == 0, "and leaves the shared pool's cpusets alone (drift stays "
@@ -126,6 +136,7 @@ try:
     check(wait_for(numa, 10), "the first instance publishes its numa devices again: %s" % sorted(devices()))
     check("publishes again" in text(log_a), "and says so")
     check(wait_for(lambda: cpus() == pool, 5), "and keeps the shared pool again: %s" % cpus())
+    check(settings_mode() == "numa", "and settings.json is the first's again: %s" % settings_mode())
 
     # The newer dies without releasing: the kernel frees its lock.
     b, log_b = start("pod-c", "partitioned", "--reconcile-interval", "0")
