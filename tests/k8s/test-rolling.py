@@ -10,11 +10,13 @@ still running takes both back."""
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from apitest import NRM, TOPOLOGIES, check, finish, stop_plugin, wait_for  # noqa: E402
@@ -102,12 +104,23 @@ def text(log):
         return fh.read()
 
 
-a, log_a = start("pod-a", "numa", "--fsroot", fsroot, "--reconcile-interval", "1")
+def standby(log):
+    """nrm_slices_standby of the cpu driver on the instance's /metrics."""
+    m = re.search(r"/metrics on port (\d+)", text(log))
+    if not m:
+        return None
+    with urllib.request.urlopen("http://127.0.0.1:%s/metrics" % m.group(1), timeout=5) as r:
+        m = re.search(r'^nrm_slices_standby\{driver="cpu.nrm.io"\} (\d)$', r.read().decode(), re.M)
+    return int(m.group(1)) if m else None
+
+
+a, log_a = start("pod-a", "numa", "--fsroot", fsroot, "--reconcile-interval", "1", "--http-address", "127.0.0.1:0")
 b = None
 try:
     check(wait_for(numa), "the first instance publishes numa devices: %s" % sorted(devices()))
     check(wait_for(lambda: cpus() != ""), "and keeps the shared pool: %s" % cpus())
     pool = cpus()
+    check(wait_for(lambda: standby(log_a) == 0), "its /metrics: nrm_slices_standby 0")
     time.sleep(1)
     api.clear_requests()
 
@@ -123,6 +136,7 @@ try:
     time.sleep(2)
     check(not slice_writes(), "and then stop: %d more writes in 2 s" % len(slice_writes()))
     check("publishes now" in text(log_a), "the first instance says that it stands by")
+    check(standby(log_a) == 1, "its /metrics: nrm_slices_standby 1")
     check(settings_mode() == "partitioned", "settings.json (for nrm status) is the second's: %s" % settings_mode())
     with open(os.path.join(shared, "cpuset.cpus"), "w") as fh:
         fh.write("0")
@@ -137,6 +151,7 @@ try:
     check("publishes again" in text(log_a), "and says so")
     check(wait_for(lambda: cpus() == pool, 5), "and keeps the shared pool again: %s" % cpus())
     check(settings_mode() == "numa", "and settings.json is the first's again: %s" % settings_mode())
+    check(standby(log_a) == 0, "and nrm_slices_standby 0")
 
     # The newer dies without releasing: the kernel frees its lock.
     b, log_b = start("pod-c", "partitioned", "--reconcile-interval", "0")
