@@ -1567,19 +1567,70 @@ nrm_plugin_health_changed (struct nrm_plugin *p)
 static int
 lock_file (const char *path, int how, int *ret, nrm_error_t *err)
 {
-  int fd = open (path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
-  if (fd < 0)
-    return nrm_error_errno (err, errno, "cannot open lock file `%s`", path);
-  if (how && flock (fd, how) < 0)
+  for (;;)
     {
-      int e = errno;
-      close (fd);
-      if (e == EWOULDBLOCK)
-        return nrm_error_set (err, EBUSY, "another nrm instance holds `%s`", path);
-      return nrm_error_errno (err, e, "cannot lock `%s`", path);
+      int fd = open (path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+      if (fd < 0)
+        return nrm_error_errno (err, errno, "cannot open lock file `%s`", path);
+      if (how && flock (fd, how) < 0)
+        {
+          int e = errno;
+          close (fd);
+          if (e == EWOULDBLOCK)
+            return nrm_error_set (err, EBUSY, "another nrm instance holds `%s`", path);
+          return nrm_error_errno (err, e, "cannot lock `%s`", path);
+        }
+      /* An instance lock that a newer instance removed meanwhile (its
+       * instance was gone: remove_dead_twins) locks nothing: again. */
+      struct stat a, b;
+      if ((how & LOCK_EX)
+          && (fstat (fd, &a) < 0 || stat (path, &b) < 0 || a.st_ino != b.st_ino || a.st_dev != b.st_dev))
+        {
+          close (fd);
+          continue;
+        }
+      *ret = fd;
+      return 0;
     }
-  *ret = fd;
-  return 0;
+}
+
+/* Sockets that instances with other UIDs left when they died (killed, or
+ * the node went down): a pod UID never comes back, so nothing else would
+ * remove them, and the kubelet would try to register them again and again.
+ * An instance lock that can be taken proves that its instance is gone; it
+ * is removed last, while held. */
+static void
+remove_dead_twins (struct nrm_plugin *p, const char *reg_dir)
+{
+  DIR *d = opendir (p->state_dir);
+  if (d == NULL)
+    return;
+  static const char suffix[] = ".instance.lock";
+  const char *own = strrchr (p->instance_lock, '/') + 1;
+  size_t pl = strlen (p->driver), sl = sizeof (suffix) - 1;
+  struct dirent *e;
+  while ((e = readdir (d)) != NULL)
+    {
+      size_t n = strlen (e->d_name);
+      if (n <= pl + 1 + sl || strncmp (e->d_name, p->driver, pl) != 0 || e->d_name[pl] != '-'
+          || strcmp (e->d_name + n - sl, suffix) != 0 || strcmp (e->d_name, own) == 0)
+        continue;
+      cleanup_free char *uid = xstrndup (e->d_name + pl + 1, n - pl - 1 - sl);
+      if (!nrm_is_dns_label (uid))
+        continue;
+      cleanup_free char *path = xasprintf ("%s/%s", p->state_dir, e->d_name);
+      cleanup_close int fd = open (path, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+      if (fd < 0 || flock (fd, LOCK_EX | LOCK_NB) < 0)
+        continue;
+      cleanup_free char *dra = xasprintf ("%s/dra-%s.sock", p->plugin_dir, uid);
+      cleanup_free char *reg = xasprintf ("%s/%s-%s-reg.sock", reg_dir, p->driver, uid);
+      bool left = unlink (dra) == 0;
+      left |= unlink (reg) == 0;
+      unlink (path);
+      if (left)
+        LOG (p, NRM_LOG_INFO, "%s: removed the sockets of instance %s, which is gone", p->driver, uid);
+    }
+  closedir (d);
 }
 
 static void
@@ -1715,6 +1766,7 @@ nrm_plugin_start (const struct nrm_plugin_config *cfg, const struct nrm_driver_o
    * nobody else serves them. */
   unlink (p->dra_sock);
   unlink (p->reg_sock);
+  remove_dead_twins (p, reg_dir);
   if (nrm_grpc_server_start (p->dra_sock, dra, sizeof (dra) / sizeof (dra[0]), cfg->threads, &p->dra, err) < 0)
     {
       plugin_free (p);
@@ -1806,6 +1858,12 @@ const char *
 nrm_plugin_dra_socket (struct nrm_plugin *p)
 {
   return p->dra_sock;
+}
+
+const char *
+nrm_plugin_instance_lock (struct nrm_plugin *p)
+{
+  return p->instance_lock;
 }
 
 const char *

@@ -122,6 +122,9 @@ void nrm_plugin_metrics (struct nrm_plugin *p, struct nrm_plugin_metrics *out);
 
 /* Paths the plugin serves on, for tests and logs. */
 const char *nrm_plugin_dra_socket (struct nrm_plugin *p);
+
+/* The instance lock file, held (flock) for the life of the plugin. */
+const char *nrm_plugin_instance_lock (struct nrm_plugin *p);
 const char *nrm_plugin_registration_socket (struct nrm_plugin *p);
 
 #endif

@@ -32,6 +32,8 @@ struct nrm_publisher
   int resync_s;
   nrm_log_fn log;
   void *log_ctx;
+  bool (*may_write) (void *ctx);
+  void *may_write_ctx;
   pthread_t thread;
   int wake; /* eventfd: new desired slices, or stop */
 
@@ -671,6 +673,22 @@ thread_main (void *arg)
   while (wait_wake (p, 0))
     {
       nrm_error_t err = NULL;
+      bool standby = p->may_write && !p->may_write (p->may_write_ctx);
+      pthread_mutex_lock (&p->lock);
+      p->st.standby = standby;
+      if (standby)
+        p->st.synced = false;
+      pthread_mutex_unlock (&p->lock);
+      if (standby)
+        {
+          /* Not even a watch: its events would only make work. The cache
+           * is listed afresh when the role comes back. */
+          nrm_kube_watch_close (w);
+          w = NULL;
+          p->need_list = true;
+          wait_wake (p, 1000);
+          continue;
+        }
       if (now_ms () >= next_list)
         p->need_list = true;
       if (p->need_list)
@@ -812,6 +830,8 @@ nrm_publisher_start (const struct nrm_publisher_config *cfg, json_t *slices, str
   p->resync_s = cfg->resync_s > 0 ? cfg->resync_s : 600;
   p->log = cfg->log;
   p->log_ctx = cfg->log_ctx;
+  p->may_write = cfg->may_write;
+  p->may_write_ctx = cfg->may_write_ctx;
   p->driver = xstrdup (cfg->driver);
   p->node = xstrdup (cfg->node_name);
   p->cache = json_object ();

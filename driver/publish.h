@@ -26,6 +26,11 @@ struct nrm_publisher_config
   int resync_s; /* a full relist at least this often (600) */
   nrm_log_fn log;
   void *log_ctx;
+  /* Asked before each pass that may write, and every second meanwhile:
+   * false while another instance publishes (nrm_handover_active). May be
+   * NULL: always. */
+  bool (*may_write) (void *ctx);
+  void *may_write_ctx;
 };
 
 struct nrm_publisher;
@@ -43,6 +48,7 @@ struct nrm_publisher_status
 {
   bool synced;          /* the API server holds the desired slices */
   bool connected;       /* the last request to the API server got an answer */
+  bool standby;         /* another instance publishes (may_write said no) */
   long long generation; /* of the published pool, 0 before the first */
   long long writes;     /* creates, updates and deletes so far */
   char *error;          /* the last problem, or NULL; malloc'd */

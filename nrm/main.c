@@ -25,6 +25,7 @@
 #include "driver/devices.h"
 #include "nrm/base/quantity.h"
 #include "driver/binding.h"
+#include "driver/handover.h"
 #include "driver/nodeview.h"
 #include "driver/registry.h"
 #include "driver/kube.h"
@@ -132,7 +133,8 @@ static const char usage_text[]
       "      --hook-path PATH       the nrm-hook executable the CDI specs' hook runs (the one\n"
       "                             beside this nrm; \"\" for no hook)\n"
       "      --instance-uid UID     rolling-update mode: UID in the socket names, so two\n"
-      "                             instances can serve side by side\n"
+      "                             instances can serve side by side; the one that started\n"
+      "                             last writes the slices and cpusets\n"
       "      --log-level LEVEL      error, warning, info (default) or debug\n"
       "      --log-format FORMAT    plain (default) or json\n"
       "\n"
@@ -788,9 +790,21 @@ struct reconciler
   struct nrm_cgroupfs *fs;
   int wake; /* eventfd: a claim changed, or stop */
   bool stop;
-  bool starved; /* every node's memory was claimed at the last pass */
+  bool starved;                    /* every node's memory was claimed at the last pass */
+  struct nrm_handover **handovers; /* one a driver: write only while all are ours */
   pthread_t thread;
 };
+
+/* Whether this instance writes the node's slices and cpusets: not while a
+ * newer one of a rolling update does (driver/handover.h). */
+static bool
+publishing (struct nrm_handover **h, size_t n)
+{
+  bool all = true;
+  for (size_t i = 0; h && i < n; i++)
+    all &= h[i] == NULL || nrm_handover_active (h[i]);
+  return all;
+}
 
 static void
 reconcile_kick (void *arg)
@@ -804,6 +818,8 @@ reconcile_kick (void *arg)
 static void
 reconcile_pass (struct reconciler *r)
 {
+  if (!publishing (r->handovers, r->drivers->n))
+    return;
   cleanup_bitmap hwloc_bitmap_t taken = nrm_status_claimed_cpus (r->cfg, r->drivers);
   cleanup_bitmap hwloc_bitmap_t shared = nrm_status_shared_cpus (r->cfg, r->t, taken);
   cleanup_free char *list = nrm_cpulist_format (shared), *first = NULL;
@@ -852,7 +868,8 @@ reconcile_thread (void *arg)
   /* A checkpoint replaced by another process (an nrm run, a rolling-update
    * twin) changes the claimed CPUs too. */
   cleanup_close int state_fd = inotify_init1 (IN_NONBLOCK | IN_CLOEXEC);
-  if (state_fd >= 0 && inotify_add_watch (state_fd, r->cfg->state_dir, IN_MOVED_TO | IN_CLOSE_WRITE) < 0)
+  /* The publisher records too: a twin that stops removes its own. */
+  if (state_fd >= 0 && inotify_add_watch (state_fd, r->cfg->state_dir, IN_MOVED_TO | IN_CLOSE_WRITE | IN_DELETE) < 0)
     {
       nrm_log (NULL, NRM_LOG_WARNING, "shared pool: cannot watch `%s` (%s); runs are seen at the periodic pass",
                r->cfg->state_dir, strerror (errno));
@@ -864,7 +881,9 @@ reconcile_thread (void *arg)
       reconcile_pass (r);
       struct pollfd fds[3]
           = { { r->wake, POLLIN, 0 }, { w ? nrm_kubepods_watch_fd (w) : -1, POLLIN, 0 }, { state_fd, POLLIN, 0 } };
-      int n = poll (fds, 3, (int) r->cfg->reconcile_interval * 1000);
+      /* A standby looks every second for a twin that died. */
+      int ms = publishing (r->handovers, r->drivers->n) ? (int) r->cfg->reconcile_interval * 1000 : 1000;
+      int n = poll (fds, 3, ms);
       if (n > 0 && (fds[2].revents & POLLIN))
         {
           char buf[4096];
@@ -1194,10 +1213,49 @@ held_claims (const struct nrm_config *c, const struct nrm_drivers *d)
   return held;
 }
 
+static bool
+may_write (void *ctx)
+{
+  return nrm_handover_active (ctx);
+}
+
+/* What a driver's instance does when the role comes back to it. */
+struct takeback
+{
+  const char *state_dir;
+  json_t *settings; /* the record nrm status compares with */
+  struct reconciler *rec;
+};
+
+static void
+took_back (void *ctx)
+{
+  struct takeback *tb = ctx;
+  nrm_error_t err = NULL;
+  if (nrm_settings_write (tb->state_dir, tb->settings, &err) < 0)
+    {
+      nrm_log (NULL, NRM_LOG_WARNING, "settings record: %s", nrm_error_msg (err));
+      nrm_error_release (&err);
+    }
+  reconcile_kick (tb->rec);
+}
+
+/* A short digest of the settings record, for the publisher records: two
+ * instances can say whether their devices differ. */
+static char *
+settings_digest (json_t *settings)
+{
+  cleanup_free char *text = json_dumps (settings, JSON_SORT_KEYS | JSON_COMPACT);
+  uint64_t h = 1469598103934665603ULL;
+  for (const char *p = text ? text : ""; *p; p++)
+    h = (h ^ (unsigned char) *p) * 1099511628211ULL;
+  return xasprintf ("%016llx", (unsigned long long) h);
+}
+
 /* One publisher a driver, each with the driver's slices of `nrm slices`. */
 static int
 start_publishers (struct nrm_config *c, const struct nrm_drivers *d, struct nrm_kube *kube, struct nrm_publisher **pubs,
-                  nrm_error_t *err)
+                  struct nrm_handover **handovers, nrm_error_t *err)
 {
   cleanup_json json_t *list = NULL;
   if (nrm_drivers_slices (d, &c->publish, NULL, NULL, &list, err) < 0)
@@ -1209,7 +1267,9 @@ start_publishers (struct nrm_config *c, const struct nrm_drivers *d, struct nrm_
                                          .driver = d->slots[i].name,
                                          .node_name = c->node_name,
                                          .log = publisher_log,
-                                         .log_ctx = d->slots[i].name };
+                                         .log_ctx = d->slots[i].name,
+                                         .may_write = handovers[i] ? may_write : NULL,
+                                         .may_write_ctx = handovers[i] };
       if (nrm_publisher_start (&pc, mine, &pubs[i], err) < 0)
         return nrm_error_wrap (err, "%s", d->slots[i].name);
     }
@@ -1417,6 +1477,10 @@ cmd_plugin (struct cli *cli, nrm_error_t *err)
   struct nrm_drivers d = { 0 };
   cleanup_free struct nrm_plugin **plugins = NULL;
   cleanup_free struct nrm_publisher **pubs = NULL;
+  cleanup_free struct nrm_handover **handovers = NULL;
+  cleanup_json json_t *settings = NULL;
+  cleanup_free char *digest = NULL;
+  struct takeback takeback = { 0 };
   cleanup_free const char **names = NULL;
   struct nrm_claims_dir *claims_dir = NULL;
   struct nrm_kube *kube = NULL;
@@ -1481,6 +1545,7 @@ cmd_plugin (struct cli *cli, nrm_error_t *err)
     }
   plugins = xcalloc (d.n, sizeof (*plugins));
   pubs = xcalloc (d.n, sizeof (*pubs));
+  handovers = xcalloc (d.n, sizeof (*handovers));
   names = xcalloc (d.n, sizeof (*names));
   if (c->hook_path[0])
     hook = json_pack ("{s:s, s:s, s:[s, s, s, s, s]}", "hookName", "createRuntime", "path", c->hook_path, "args",
@@ -1488,11 +1553,11 @@ cmd_plugin (struct cli *cli, nrm_error_t *err)
   /* What shapes the devices, for nrm status to compare its own settings
    * with; before the drivers start, whose recovery removes what an
    * interrupted write of it left. */
-  {
-    cleanup_json json_t *settings = nrm_settings_record (c, t, &d);
-    if (nrm_mkdir_p (c->state_dir, 0700, err) < 0 || nrm_settings_write (c->state_dir, settings, err) < 0)
-      goto out;
-  }
+  settings = nrm_settings_record (c, t, &d);
+  digest = settings_digest (settings);
+  takeback = (struct takeback){ .state_dir = c->state_dir, .settings = settings, .rec = &rec };
+  if (nrm_mkdir_p (c->state_dir, 0700, err) < 0 || nrm_settings_write (c->state_dir, settings, err) < 0)
+    goto out;
   for (size_t i = 0; i < d.n; i++)
     {
       struct nrm_plugin_config pc;
@@ -1517,10 +1582,24 @@ cmd_plugin (struct cli *cli, nrm_error_t *err)
         goto out;
       nrm_log (NULL, NRM_LOG_INFO, "%s: serving %s, registering at %s", pc.driver, nrm_plugin_dra_socket (plugins[i]),
                nrm_plugin_registration_socket (plugins[i]));
+      /* The newest instance writes the slices and cpusets; an older one
+       * still running (a rolling update) sees this and stops. */
+      struct nrm_handover_config hc = { .state_dir = c->state_dir,
+                                        .driver = d.slots[i].name,
+                                        .instance_lock = nrm_plugin_instance_lock (plugins[i]),
+                                        .instance_uid = c->instance_uid,
+                                        .settings = digest,
+                                        .log = publisher_log,
+                                        .log_ctx = (void *) d.slots[i].name,
+                                        .became_active = took_back,
+                                        .ctx = &takeback };
+      if (nrm_handover_claim (&hc, &handovers[i], err) < 0)
+        goto out;
     }
+  rec.handovers = handovers;
   if (api && !c->no_publish)
     {
-      if (start_publishers (c, &d, kube, pubs, err) < 0)
+      if (start_publishers (c, &d, kube, pubs, handovers, err) < 0)
         goto out;
       refresher.cfg = c;
       refresher.drivers = &d;
@@ -1623,6 +1702,9 @@ out:
     close (refresher.wake);
   for (size_t i = d.n; pubs && i-- > 0;)
     nrm_publisher_stop (pubs[i]);
+  /* Nothing of this instance writes any more: a twin may take over now. */
+  for (size_t i = d.n; handovers && i-- > 0;)
+    nrm_handover_release (handovers[i]);
   for (size_t i = d.n; plugins && i-- > 0;)
     nrm_plugin_stop (plugins[i]);
   nrm_claims_dir_free (claims_dir);

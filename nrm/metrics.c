@@ -208,6 +208,10 @@ nrm_metrics_render (struct nrm_metrics_sources *s)
       header (f, "nrm_slices_synced", "gauge", "1 when the API server holds the desired ResourceSlices.");
       for (size_t i = 0; i < n; i++)
         fprintf (f, "nrm_slices_synced{driver=\"%s\"} %d\n", s->names[i], ps[i].synced);
+      header (f, "nrm_slices_standby", "gauge",
+              "1 while another instance of the driver (rolling update) publishes the node's ResourceSlices.");
+      for (size_t i = 0; i < n; i++)
+        fprintf (f, "nrm_slices_standby{driver=\"%s\"} %d\n", s->names[i], ps[i].standby);
       header (f, "nrm_slices_pool_generation", "gauge", "Generation of the published pool.");
       for (size_t i = 0; i < n; i++)
         fprintf (f, "nrm_slices_pool_generation{driver=\"%s\"} %lld\n", s->names[i], ps[i].generation);
@@ -256,7 +260,8 @@ nrm_metrics_ready (struct nrm_metrics_sources *s, char **why)
         {
           struct nrm_publisher_status ps;
           nrm_publisher_status (s->publishers[i], &ps);
-          bool ok = ps.synced;
+          /* A standby serves its claims; the other instance publishes. */
+          bool ok = ps.synced || ps.standby;
           if (!ok)
             *why = xasprintf ("%s: ResourceSlices not in sync%s%s", s->names[i], ps.error ? ": " : "",
                               ps.error ? ps.error : "");

@@ -85,6 +85,11 @@ c = pod["containers"][0]
 args = c["args"]
 check(args[args.index("--drivers") + 1] == "cpu,memory,pci", "default drivers: --drivers cpu,memory,pci")
 check(c["image"] == "nrm:latest" and c["imagePullPolicy"] == "IfNotPresent", "default image nrm:latest")
+env = {e["name"]: e for e in c.get("env", [])}
+check(ds["spec"]["updateStrategy"]["rollingUpdate"] == {"maxUnavailable": 0, "maxSurge": 1}
+      and args[args.index("--instance-uid") + 1] == "$(POD_UID)"
+      and env.get("POD_UID", {}).get("valueFrom") == {"fieldRef": {"fieldPath": "metadata.uid"}},
+      "rolling update with the new pod beside the old: maxSurge 1, --instance-uid the pod UID")
 cm = by(d, "ConfigMap", "nrm-config")
 cfg = json.loads(cm["data"]["config.json"])
 check(cfg == yaml.safe_load(open(os.path.join(chart, "values.yaml")))["config"],
