@@ -155,7 +155,19 @@ nrm_memory_pool_online (const struct nrm_topology *t, const struct nrm_publish_o
           uint64_t size = n->hugepages[h].size, total = n->hugepages[h].count * size, baseline, target, room = 0;
           /* On demand: the baseline and the room, whatever is raised now. */
           if (nrm_ondemand_slot (od, i, h, &baseline, &target, &room))
-            total = (baseline + room) * size;
+            {
+              /* Never more than the node's memory can hold beside its
+               * other pools and its reservation: the scheduler would place
+               * claims that bind() can only refuse. */
+              uint64_t other = n->reserved_memory, fit;
+              for (size_t h2 = 0; h2 < n->n_hugepages; h2++)
+                if (h2 != h)
+                  other += n->hugepages[h2].count * n->hugepages[h2].size;
+              fit = n->memory > other ? (n->memory - other) / size : 0;
+              if (n->memory > 0 && baseline + room > fit)
+                room = fit > baseline ? fit - baseline : 0;
+              total = (baseline + room) * size;
+            }
           json_t *cap = total > n->reserved_hugepages[h] ? consumable (total - n->reserved_hugepages[h], size) : NULL;
           cleanup_free char *ps = nrm_pagesize_name (size);
           char name[64], lower[32], resource[48];

@@ -48,6 +48,11 @@ LLVMFuzzerInitialize (int *argc, char ***argv)
       put (rel, "");
     }
   put ("proc/1/cgroup", "0::/kubepods/pod1/c1\n");
+  /* The machine the memory bounds are checked against: two nodes. */
+  put ("sys/devices/system/node/node0/meminfo", "Node 0 MemTotal:        1048576 kB\n");
+  put ("sys/devices/system/node/node1/meminfo", "Node 1 MemTotal:        1048576 kB\n");
+  put ("sys/devices/system/node/node0/hugepages/hugepages-2048kB/nr_hugepages", "4\n");
+  put ("sys/devices/system/node/node1/hugepages/hugepages-2048kB/nr_hugepages", "4\n");
   put ("state/shared-cpus", "0-3");
   return 0;
 }

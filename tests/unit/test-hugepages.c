@@ -225,6 +225,19 @@ test_published (void **state)
   assert_string_equal (json_string_value (json_array_get (json_object_get (dev, "bindingFailureConditions"), 0)),
                        "memory.nrm.io/hugepages-failed");
   json_decref (dev);
+  /* Room past the node's memory: the capacity stops at what it can hold,
+   * so the scheduler never places a claim bind() can only refuse. */
+  void *big = new_driver ("64Ti");
+  json_t *huge = device (big, "numa1-hugepages-2mi"), *mem1 = device (big, "numa1");
+  uint64_t hp = 0, mb = 0;
+  nrm_error_t qerr = NULL;
+  assert_int_equal (nrm_quantity_parse_bytes (capacity (huge, "hugepages"), &hp, &qerr), 0);
+  assert_int_equal (nrm_quantity_parse_bytes (capacity (mem1, "memory"), &mb, &qerr), 0);
+  if (hp > mb + 2 * MI || hp < mb / 2)
+    fail_msg ("2Mi pages of %" PRIu64 " bytes beside %" PRIu64 " bytes of memory", hp, mb);
+  json_decref (huge);
+  json_decref (mem1);
+  nrm_memory_driver.free (big);
   /* Publishing leaves no trace in the state folder (nrm slices, nrm status). */
   cleanup_free char *dir = xasprintf ("%s/memory.nrm.io.hugepages", state_dir);
   assert_int_equal (access (dir, F_OK), -1);

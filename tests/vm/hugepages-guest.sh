@@ -9,8 +9,6 @@
 #   2. a claim node 1 cannot hold (more than its free memory) refused at
 #      prepare with a message naming the node, the pool unchanged.
 #   hugepages-guest.sh BUILDDIR SRCDIR
-# Not yet run in a VM: written beside the fake-tree tests
-# (tests/unit/test-hugepages, tests/k8s/test-hugepages-api.py).
 set -u
 B=$1
 NRM=$B/nrm/nrm HOOK=$B/nrm/nrm-hook CLIENT=$B/tests/plugin/dra-client
@@ -32,10 +30,13 @@ same "the baseline" 2 "$(pages)"
 printf 'memory:\n  hugepagesOnDemand:\n    2Mi: 64Gi\n' >$W/nrm.yaml
 
 start_plugin () {
+  # The sockets of a plugin killed with -9 are still there: wait for the new
+  # one to say it serves.
+  _served=$(grep -c 'memory.nrm.io: serving' $W/plugin.log 2>/dev/null || true)
   "$NRM" plugin --node-name vm --drivers cpu,memory -c $W/nrm.yaml --kubelet-dir $W/k --cdi-dir $W/cdi \
     --state-dir $W/state --claims-dir $W/claims --hook-path "$HOOK" 2>>$W/plugin.log &
   plugin=$!
-  wait_for 150 [ -S $W/k/plugins_registry/memory.nrm.io-reg.sock ]
+  wait_for 150 [ "$(grep -c 'memory.nrm.io: serving' $W/plugin.log 2>/dev/null)" -gt "${_served:-0}" ]
 }
 sock=$W/k/plugins/memory.nrm.io/dra.sock
 claim () { # claim NAME UID AMOUNT
@@ -46,7 +47,7 @@ claim () { # claim NAME UID AMOUNT
     >$W/claims/default_$1.json
 }
 
-"$NRM" slices --node-name vm --drivers memory -c $W/nrm.yaml --state-dir $W/state >$W/slices.json 2>$W/slices.err
+"$NRM" slices --node-name vm --drivers memory -c $W/nrm.yaml >$W/slices.json 2>$W/slices.err
 check "nrm slices publishes numa1-hugepages-2mi with its binding condition" \
   grep -q 'memory.nrm.io/hugepages-ready' $W/slices.json
 
