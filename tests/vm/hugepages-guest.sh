@@ -70,11 +70,27 @@ check "the journal is gone" [ ! -e $JOURNAL ]
 rm -f $W/claims/default_hp.json
 
 # --- 2. more than node 1 has free -----------------------------------------
+# The whole published capacity (the node's memory, less what its other
+# pools hold): within the device, but more than its MemFree.
+cap=$(python3 -c '
+import json, sys
+for s in json.load(open(sys.argv[1]))["items"]:
+    for d in s["spec"].get("devices", []):
+        if d["name"] == "numa1-hugepages-2mi":
+            print(d["capacity"]["hugepages"]["value"])' $W/slices.json)
+check "a capacity for numa1-hugepages-2mi ($cap)" [ -n "$cap" ]
 uid2=00000000-0000-4000-8000-0000000000d2
-claim big $uid2 32Gi
+claim big $uid2 "$cap"
 "$CLIENT" prepare $sock default big $uid2 >/dev/null 2>$W/err
 rc=$?
-check "prepare of 32Gi fails, naming node 1: $(cat $W/err)" sh -c "[ $rc -ne 0 ] && grep -q 'NUMA node 1: 2Mi huge pages' $W/err"
+check "prepare of $cap fails, naming node 1: $(cat $W/err)" sh -c "[ $rc -ne 0 ] && grep -q 'NUMA node 1: 2Mi huge pages' $W/err"
+# And past the device: refused by the capacity check, naming the device.
+uid3=00000000-0000-4000-8000-0000000000d3
+claim huge $uid3 32Gi
+"$CLIENT" prepare $sock default huge $uid3 >/dev/null 2>$W/err
+rc=$?
+check "prepare of 32Gi fails, naming the device: $(cat $W/err)" \
+  sh -c "[ $rc -ne 0 ] && grep -q 'numa1-hugepages-2mi: consumedCapacity' $W/err"
 same "node 1's nr_hugepages unchanged" 2 "$(pages)"
 check "no journal" [ ! -e $JOURNAL ]
 
