@@ -3,8 +3,7 @@
 # tests/vm/hugepages-guest.sh runs `nrm plugin` with
 # memory.hugepagesOnDemand: node 1's 2Mi pool raised for a claim and given
 # back to the baseline (also across a kill -9), and a claim the node cannot
-# hold refused. Not in vm_tests yet: run it by hand
-# (NRM=build/nrm/nrm tests/vm/hugepages.sh).
+# hold refused (NRM=build/nrm/nrm tests/vm/hugepages.sh; in make check).
 # Exit 0: passed, 1: failed, 77: skipped (no qemu or kernel).
 set -u
 here=$(cd "$(dirname "$0")" && pwd -P)
