@@ -122,12 +122,19 @@ rc=$?
 "$NRM" status --state-dir "$S" >"$TMP/out" 2>&1
 grep -q "^claims: 0" "$TMP/out" && [ -z "$(ls "$S/runs" 2>/dev/null)" ] && ok || fail "held after both: $(cat "$TMP/out")"
 
-# Refusals: 125, naming the pid, nothing taken.
+# Refusals: 125, naming the pid, nothing taken. Through timeout(1): an
+# attach that should have been refused would otherwise hold until its
+# process exits (and SIGTERM puts that process back).
+REAL=$NRM
+printf '#!/bin/sh\nexec timeout 20 "%s" "$@"\n' "$REAL" >"$TMP/nrm-t"
+chmod +x "$TMP/nrm-t"
+NRM=$TMP/nrm-t
+RUN="$NRM run --state-dir $S --create-state-dir --min-shared-cpus 0"
 exit_of () { "$NRM" "$@" >/dev/null 2>&1; echo $?; }
 expect_error "PID 1" "--pid 1: PID 1 (init)" -- run --state-dir "$S" --pid 1 --cpus 1
 [ "$(exit_of run --state-dir "$S" --pid 1 --cpus 1)" = 125 ] && ok || fail "--pid 1 is not 125"
 # Its own: sh execs nrm under the same pid.
-sh -c 'exec "$0" run --state-dir "$1" --pid $$ --cpus 1' "$NRM" "$S" >"$TMP/out" 2>"$TMP/err"
+timeout 20 sh -c 'exec "$0" run --state-dir "$1" --pid $$ --cpus 1' "$REAL" "$S" >"$TMP/out" 2>"$TMP/err"
 rc=$?
 [ $rc = 125 ] && grep -q "that is this nrm run" "$TMP/err" && ok || fail "nrm's own pid: $rc $(cat "$TMP/err")"
 true &
@@ -162,12 +169,12 @@ if [ "$(id -u)" = 0 ] && command -v setpriv >/dev/null; then
   mkdir "$TMP/nobody"
   chown 65534 "$TMP/nobody"
   chmod 0711 "$TMP"
-  AS="setpriv --reuid=65534 --regid=65534 --clear-groups"
-  $AS "$NRM" run --dry-run --pid $p --cpus 1 >"$TMP/out" 2>"$TMP/err"
+  AS="timeout 20 setpriv --reuid=65534 --regid=65534 --clear-groups"
+  $AS "$REAL" run --dry-run --pid $p --cpus 1 >"$TMP/out" 2>"$TMP/err"
   rc=$?
   [ $rc = 125 ] && grep -q "^nrm: --pid $p ($(cat /proc/$p/comm)): not permitted to change its CPUs" "$TMP/err" && ok \
     || fail "EPERM dry run: $rc $(cat "$TMP/err")"
-  $AS "$NRM" run --state-dir "$TMP/nobody" --min-shared-cpus 0 --pid $p --cpus 1 >"$TMP/out" 2>"$TMP/err"
+  $AS "$REAL" run --state-dir "$TMP/nobody" --min-shared-cpus 0 --pid $p --cpus 1 >"$TMP/out" 2>"$TMP/err"
   rc=$?
   [ $rc = 125 ] && grep -q "not permitted to change its CPUs" "$TMP/err" && [ -z "$(ls "$TMP/nobody/runs" 2>/dev/null)" ] \
     && ! grep -q nrm-run "$TMP/nobody"/*.json 2>/dev/null && ok || fail "EPERM run: $rc $(cat "$TMP/err")"
