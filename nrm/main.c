@@ -176,7 +176,8 @@ static const char usage_text[]
       "Exit status: 0 on success, 1 when the machine or a setting is unusable, 2 for bad usage.\n"
       "nrm run, as timeout(1) and env(1): the command's own status (128 + N when signal N\n"
       "killed it); 125 when nrm fails before the command starts (bad usage, no room); 126\n"
-      "when the command cannot be executed; 127 when it is not found.\n";
+      "when the command cannot be executed; 127 when it is not found. nrm run --pid: 0 when\n"
+      "the process exits, 128 + N when signal N ends nrm run (the process is put back).\n";
 
 enum
 {
