@@ -61,6 +61,7 @@ static const char usage_text[]
       "  run        run a command on CPUs (and memory) picked as for a claim, then release them:\n"
       "             nrm run {--cpus N | -C LIST} [-N NODES] [--membind NODES] [--memory SIZE]\n"
       "             [--dry-run [--json] [-t FILE]] -- COMMAND...\n"
+      "             nrm run --pid PID {--cpus N | -C LIST} ...: move a running process onto them\n"
       "  controller the cluster's one binding-conditions controller (a Deployment beside the\n"
       "             DaemonSet): labels each claim that waits for binding conditions on an nrm\n"
       "             device with its node, so that each node watches only its own claims\n"
@@ -165,6 +166,9 @@ static const char usage_text[]
       "                             machine (holding nothing unless --state-dir is given)\n"
       "      --isolated             isolated CPUs (see --isolated-cpus) instead of allocatable ones\n"
       "      --option NAME          a CPU placement option for this run (repeatable)\n"
+      "      --pid PID              no command: move running process PID (every thread) onto the\n"
+      "                             CPUs, its pages onto their memory nodes, and hold them until\n"
+      "                             it exits (as taskset -a -p); SIGINT or SIGTERM puts it back\n"
       "  The command runs in a transient cgroup v2 (nrm.slice/run-<pid>), or, without a\n"
       "  cgroup v2 cpuset, pinned with sched_setaffinity and set_mempolicy. The CPUs come from\n"
       "  the same state as nrm plugin's, so both can run side by side.\n"
@@ -174,7 +178,8 @@ static const char usage_text[]
       "Exit status: 0 on success, 1 when the machine or a setting is unusable, 2 for bad usage.\n"
       "nrm run, as timeout(1) and env(1): the command's own status (128 + N when signal N\n"
       "killed it); 125 when nrm fails before the command starts (bad usage, no room); 126\n"
-      "when the command cannot be executed; 127 when it is not found.\n";
+      "when the command cannot be executed; 127 when it is not found. nrm run --pid: 0 when\n"
+      "the process exits, 128 + N when signal N ends nrm run (the process is put back).\n";
 
 enum
 {
@@ -219,6 +224,7 @@ enum
   OPT_CREATE_STATE_DIR,
   OPT_ALLOW_NO_CPUSET,
   OPT_DRY_RUN,
+  OPT_PID,
 };
 
 /* The commands, as bits: an option names those that take it, and any
@@ -279,6 +285,7 @@ static const struct cli_option cli_options[] = {
   { "numa-node", required_argument, OPT_NUMA_NODE, CMD_RUN },
   { "option", required_argument, OPT_OPTION, CMD_RUN },
   { "dry-run", no_argument, OPT_DRY_RUN, CMD_RUN },
+  { "pid", required_argument, OPT_PID, CMD_RUN },
   /* numactl's names and letters. */
   { "physcpubind", required_argument, 'C', CMD_RUN },
   { "cpunodebind", required_argument, 'N', CMD_RUN },
@@ -523,6 +530,16 @@ parse_options (struct cli *cli, const char *cmd, int argc, char **argv, nrm_erro
           break;
         case OPT_DRY_RUN:
           cli->run.dry_run = true;
+          break;
+        case OPT_PID:
+          {
+            char *end = NULL;
+            errno = 0;
+            long v = strtol (optarg, &end, 10);
+            if (*optarg == '\0' || *end || errno || v <= 0 || v > 4194304)
+              return nrm_error_set (err, EINVAL, "run: `--pid` needs a process id, not `%.40s`", optarg);
+            cli->run.attach_pid = (int) v;
+          }
           break;
         case OPT_MEMORY_KIND:
           if (*optarg == '\0' || strlen (optarg) > 32
@@ -1007,8 +1024,15 @@ cmd_run (struct cli *cli, nrm_error_t *err)
                           "run: the command runs on this machine; --topology is only for --dry-run (a preview)");
   if (cli->json && !rq->dry_run)
     return nrm_error_set (err, EINVAL, "run: --json is only for --dry-run");
-  if (rq->argv == NULL && !rq->dry_run)
-    return nrm_error_set (err, EINVAL, "run: no command given (nrm run --cpus N -- COMMAND...)");
+  if (rq->attach_pid && rq->argv)
+    return nrm_error_set (err, EINVAL, "run: `--pid %d` and a command `%s`: give one or the other", rq->attach_pid,
+                          rq->argv[0]);
+  if (rq->attach_pid && cli->cfg.topology)
+    return nrm_error_set (err, EINVAL, "run: `--pid %d` names a process on this machine, not on --topology",
+                          rq->attach_pid);
+  if (rq->argv == NULL && !rq->dry_run && !rq->attach_pid)
+    return nrm_error_set (err, EINVAL,
+                          "run: no command given (nrm run --cpus N -- COMMAND..., or --pid PID for a running one)");
   if (rq->cpu_list)
     {
       unsigned n = (unsigned) hwloc_bitmap_weight (rq->cpu_list);

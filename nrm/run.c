@@ -27,6 +27,7 @@
 #include "driver/cpu/cpu.h"
 #include "driver/plugin.h"
 #include "driver/registry.h"
+#include "nrm/attach.h"
 #include "nrm/base/cleanup.h"
 #include "nrm/base/quantity.h"
 #include "nrm/base/xalloc.h"
@@ -119,23 +120,30 @@ record_path (const char *state_dir, const char *uid)
 }
 
 /* The run's own record, written before its claims exist: only nrm writes
- * in the state directory, so no claim can pose as a run. */
+ * in the state directory, so no claim can pose as a run. A run attached to
+ * a process (--pid) names it too: the run is over when either is gone. */
 static int
 write_record (const char *state_dir, const char *uid, const char *name, pid_t pid, unsigned long long st,
-              nrm_error_t *err)
+              const struct nrm_attach *att, nrm_error_t *err)
 {
   cleanup_free char *dir = record_dir (state_dir), *path = record_path (state_dir, uid);
   cleanup_free char *ns = pid_namespace (), *boot = boot_id (), *text = NULL;
   cleanup_json json_t *rec = json_pack ("{s:s, s:s, s:i, s:I, s:s, s:s}", "uid", uid, "name", name, "pid", (int) pid,
                                         "startTime", (json_int_t) st, "pidNamespace", ns, "bootId", boot);
+  if (att)
+    {
+      json_object_set_new (rec, "attachedPid", json_integer ((json_int_t) att->pid));
+      json_object_set_new (rec, "attachedStartTime", json_integer ((json_int_t) att->start));
+    }
   text = json_dumps (rec, JSON_COMPACT);
   if (nrm_mkdir_p (dir, 0700, err) < 0 || nrm_write_atomic (path, text, strlen (text), 0600, err) < 0)
     return nrm_error_wrap (err, "run record");
   return 0;
 }
 
-/* Whether the run of this record is gone: 1 gone, 0 alive, -1 not known
- * here (another PID namespace, or an unreadable record). */
+/* Whether the run of this record is gone: 1 gone, 2 the process it was
+ * attached to is gone, 0 alive, -1 not known here (another PID namespace,
+ * or an unreadable record). */
 static int
 record_gone (json_t *rec, const char *uid, const char *ns, const char *boot)
 {
@@ -153,7 +161,15 @@ record_gone (json_t *rec, const char *uid, const char *ns, const char *boot)
   json_int_t p = json_integer_value (pid);
   if (p <= 0 || p > 4194304)
     return -1;
-  return start_time ((pid_t) p) == (unsigned long long) json_integer_value (st) ? 0 : 1;
+  if (start_time ((pid_t) p) != (unsigned long long) json_integer_value (st))
+    return 1;
+  json_t *apid = json_object_get (rec, "attachedPid"), *ast = json_object_get (rec, "attachedStartTime");
+  if (apid == NULL)
+    return 0;
+  json_int_t ap = json_integer_value (apid);
+  if (!json_is_integer (apid) || !json_is_integer (ast) || ap <= 0 || ap > 4194304)
+    return -1;
+  return start_time ((pid_t) ap) == (unsigned long long) json_integer_value (ast) ? 0 : 2;
 }
 
 void
@@ -178,10 +194,12 @@ nrm_run_release_stale (const char *state_dir, struct nrm_plugin *const *pl, size
           continue;
         }
       cleanup_json json_t *rec = json_loads (text, 0, NULL);
-      if (record_gone (rec, uid, ns, boot) != 1)
+      int gone = record_gone (rec, uid, ns, boot);
+      if (gone < 1)
         continue;
       const char *name = json_string_value (json_object_get (rec, "name"));
-      nrm_log (NULL, NRM_LOG_INFO, "releasing the claim of run %s (its nrm process is gone)", name ? name : uid);
+      nrm_log (NULL, NRM_LOG_INFO, "releasing the claim of run %s (%s is gone)", name ? name : uid,
+               gone == 1 ? "its nrm process" : "the process it was attached to");
       bool all = true;
       for (size_t i = 0; i < n; i++)
         if (pl[i] && nrm_plugin_unprepare (pl[i], uid, &err) < 0)
@@ -580,9 +598,16 @@ print_explanation (FILE *f, json_t *x, char **argv)
   json_t *v;
   fprintf (f, "would take CPUs %s (%d) for", json_string_value (json_object_get (x, "cpus")),
            (int) json_integer_value (json_object_get (x, "count")));
+  json_t *att = json_object_get (x, "attach");
   for (size_t k = 0; argv && argv[k]; k++)
     fprintf (f, " %s", argv[k]);
-  fprintf (f, "%s\n", argv ? "" : " a command");
+  if (att)
+    fprintf (f, " process %d (%s, %d thread%s)\n", (int) json_integer_value (json_object_get (att, "pid")),
+             json_string_value (json_object_get (att, "command")),
+             (int) json_integer_value (json_object_get (att, "threads")),
+             json_integer_value (json_object_get (att, "threads")) == 1 ? "" : "s");
+  else
+    fprintf (f, "%s\n", argv ? "" : " a command");
   fprintf (f, "  whole cores: %s; cores shared with other CPUs: %s (cores by their first CPU)\n",
            dash (json_string_value (json_object_get (x, "wholeCores"))),
            dash (json_string_value (json_object_get (x, "partialCores"))));
@@ -682,6 +707,115 @@ spread (const struct nrm_topology *t, const bool *candidate, const uint64_t *fre
   return left == 0 ? n : 0;
 }
 
+/* The cgroup v2 a process is in ("" for the root), from /proc/PID/cgroup's
+ * "0::" line, or NULL. */
+static char *
+cgroup_of (pid_t pid)
+{
+  char path[64], line[4096];
+  char *found = NULL;
+  snprintf (path, sizeof (path), "/proc/%d/cgroup", (int) pid);
+  FILE *f = fopen (path, "re");
+  while (f && found == NULL && fgets (line, sizeof (line), f))
+    if (strncmp (line, "0::/", 4) == 0)
+      {
+        line[strcspn (line, "\n")] = '\0';
+        found = xstrdup (line + 4);
+      }
+  if (f)
+    fclose (f);
+  return found;
+}
+
+/* Back as it was: into its old cgroup first (its old affinity may lie
+ * outside the run's cpuset), then each thread's affinity. */
+static void
+put_back (struct nrm_cgroupfs *fs, struct nrm_attach *a)
+{
+  if (fs && a->old_cgroup)
+    {
+      char pidtext[32];
+      nrm_error_t ignored = NULL;
+      snprintf (pidtext, sizeof (pidtext), "%d", (int) a->pid);
+      if (nrm_cgroup_write (fs, a->old_cgroup, "cgroup.procs", pidtext, &ignored) < 0 && nrm_attach_alive (a))
+        nrm_log (NULL, NRM_LOG_WARNING, "process %d: cannot move it back to cgroup /%s: %s", (int) a->pid,
+                 a->old_cgroup, nrm_error_msg (ignored));
+      nrm_error_release (&ignored);
+    }
+  nrm_attach_restore (a);
+}
+
+/* nrm run --pid: the process moved onto the run's CPUs and memory nodes,
+ * held until it exits (*ret_status 0) or nrm run gets SIGINT, SIGTERM,
+ * SIGHUP or SIGQUIT (the process is put back as it was; 128 + N). */
+static int
+attach_and_hold (struct nrm_cgroupfs *fs, const char *cgname, const char *name, const char *cpus, const char *mems,
+                 struct nrm_attach *a, int *ret_status, nrm_error_t *err)
+{
+  size_t threads = 0;
+  long left = 0;
+  int sig = 0;
+  sigset_t set;
+  sigemptyset (&set);
+  sigaddset (&set, SIGINT);
+  sigaddset (&set, SIGTERM);
+  sigaddset (&set, SIGHUP);
+  sigaddset (&set, SIGQUIT);
+  /* A signal during the move waits for it to end, then puts it back. */
+  sigprocmask (SIG_BLOCK, &set, NULL);
+  if (fs)
+    {
+      char pidtext[32];
+      cleanup_free char *rel = xasprintf ("nrm.slice/%s", cgname);
+      snprintf (pidtext, sizeof (pidtext), "%d", (int) a->pid);
+      if ((a->old_cgroup = cgroup_of (a->pid)) == NULL)
+        return nrm_error_set (err, EINVAL, "--pid %d (%s): not in a cgroup v2 (no `0::` line in /proc/%d/cgroup)",
+                              (int) a->pid, a->comm, (int) a->pid);
+      /* cgroup.procs moves every thread. */
+      if (nrm_cgroup_write (fs, rel, "cgroup.procs", pidtext, err) < 0)
+        {
+          free (a->old_cgroup);
+          a->old_cgroup = NULL;
+          return nrm_error_wrap (err, "--pid %d (%s)", (int) a->pid, a->comm);
+        }
+    }
+  /* Also each thread's affinity: one narrower than the cpuset (an earlier
+   * taskset) would keep it off some of the run's CPUs. */
+  if (nrm_attach_pin (a, cpus, &threads, err) < 0 || nrm_attach_migrate (a, mems, &left, err) < 0)
+    {
+      put_back (fs, a);
+      return -1;
+    }
+  nrm_log (NULL, NRM_LOG_INFO,
+           "run %s: process %d (%s): %zu thread%s moved onto CPUs %s%s%s, its pages onto memory nodes %s%s; %s; "
+           "held until it exits",
+           name, (int) a->pid, a->comm, threads, threads == 1 ? "" : "s", cpus, fs ? " in cgroup nrm.slice/" : "",
+           fs ? cgname : "", mems, left > 0 ? " (some pages could not be moved)" : "",
+           fs ? "cpuset.mems binds its future allocations"
+              : "its memory policy for future allocations stays its own (only a process can set its own)");
+  if (left > 0)
+    nrm_log (NULL, NRM_LOG_WARNING, "run %s: process %d: %ld pages could not be moved to memory nodes %s", name,
+             (int) a->pid, left, mems);
+  if (nrm_attach_wait (a, &sig, err) < 0)
+    {
+      put_back (fs, a);
+      return -1;
+    }
+  if (sig)
+    {
+      put_back (fs, a);
+      nrm_log (NULL, NRM_LOG_INFO, "run %s: %s: process %d put back on its old CPUs, its claim released", name,
+               strsignal (sig), (int) a->pid);
+      *ret_status = 128 + sig;
+    }
+  else
+    {
+      nrm_log (NULL, NRM_LOG_INFO, "run %s: process %d exited: its claim is released", name, (int) a->pid);
+      *ret_status = 0;
+    }
+  return 0;
+}
+
 int
 nrm_cmd_run (struct nrm_config *c, struct nrm_topology *t, const struct nrm_run_request *rq, FILE *out, int *ret_status,
              nrm_error_t *err)
@@ -706,10 +840,27 @@ nrm_cmd_run (struct nrm_config *c, struct nrm_topology *t, const struct nrm_run_
   struct nrm_env_binding mem_eb = { 0 }; /* the memory driver's limits, from its environment */
   int r = -1;
   const char *state = c->state_dir;
+  struct nrm_attach att = { .pidfd = -1 };
 
   pid_t self = getpid ();
   unsigned long long st = start_time (self);
-  name = xasprintf ("run-%d-%llu", (int) self, st);
+  /* --pid: the process is checked before anything is taken. */
+  if (rq->attach_pid)
+    {
+      if (rq->policy == NRM_RUN_MEM_INTERLEAVE || rq->policy == NRM_RUN_MEM_PREFERRED
+          || rq->policy == NRM_RUN_MEM_LOCAL)
+        {
+          nrm_error_set (err, EINVAL,
+                         "--pid with %s: only a process itself can set its memory policy (set_mempolicy); "
+                         "--membind NODES moves its pages there",
+                         policy_flags[rq->policy]);
+          goto out;
+        }
+      if (nrm_attach_open (rq->attach_pid, &att, err) < 0)
+        goto out;
+    }
+  name = rq->attach_pid ? xasprintf ("run-%d-%llu-pid-%d", (int) self, st, (int) rq->attach_pid)
+                        : xasprintf ("run-%d-%llu", (int) self, st);
   uid = xasprintf ("%08x-0000-4000-8000-%012llx", (unsigned) self, st & 0xffffffffffffULL);
   cgname = xasprintf ("run-%d", (int) self);
   if (check_nodes (t, rq->cpu_nodes, "--cpunodebind (--numa-node)", true, err) < 0
@@ -771,7 +922,7 @@ nrm_cmd_run (struct nrm_config *c, struct nrm_topology *t, const struct nrm_run_
   /* Runs whose nrm process is gone (killed with -9) still hold their
    * claims, CPUs and memory: released first. */
   nrm_run_release_stale (state, pl, 2);
-  if (write_record (state, uid, name, self, st, err) < 0)
+  if (write_record (state, uid, name, self, st, rq->attach_pid ? &att : NULL, err) < 0)
     goto out;
   recorded = true;
 
@@ -1008,6 +1159,10 @@ nrm_cmd_run (struct nrm_config *c, struct nrm_topology *t, const struct nrm_run_
       rq->dry_run
           ? (state == scratch && c->topology && strcmp (c->state_dir, NRM_DEFAULT_STATE_DIR) == 0 ? NULL : c->state_dir)
           : NULL);
+  if (rq->attach_pid)
+    json_object_set_new (
+        why, "attach",
+        json_pack ("{s:i, s:s, s:i}", "pid", (int) att.pid, "command", att.comm, "threads", (int) att.n_threads));
   if (rq->dry_run)
     {
       if (rq->json)
@@ -1048,13 +1203,25 @@ nrm_cmd_run (struct nrm_config *c, struct nrm_topology *t, const struct nrm_run_
           || nrm_cgroup_apply (fs, rel, &b, err) < 0)
         goto out;
     }
+  else if (rq->attach_pid)
+    nrm_log (NULL, NRM_LOG_INFO,
+             "no cgroup v2 cpuset here: pinning every thread of process %d with sched_setaffinity, its pages "
+             "moved with migrate_pages",
+             (int) att.pid);
   else
+    nrm_log (NULL, NRM_LOG_INFO, "no cgroup v2 cpuset here: pinning with sched_setaffinity and set_mempolicy");
+  if (!cgroup)
     {
-      nrm_log (NULL, NRM_LOG_INFO, "no cgroup v2 cpuset here: pinning with sched_setaffinity and set_mempolicy");
       if (mem_eb.memory_max || mem_eb.n_hugetlb)
         nrm_log (NULL, NRM_LOG_INFO,
                  "without cgroup v2 the memory and huge pages are held for this run but not "
                  "enforced as limits");
+    }
+
+  if (rq->attach_pid)
+    {
+      r = attach_and_hold (fs, cgname, name, cpus, mems, &att, ret_status, err);
+      goto out;
     }
 
   int go[2];
@@ -1196,6 +1363,7 @@ out:
       cleanup_free char *path = record_path (c->state_dir, uid);
       unlink (path);
     }
+  nrm_attach_close (&att);
   nrm_drivers_close (&drivers);
   nrm_registry_free (reg);
   for (size_t i = 0; i < n_parts; i++)

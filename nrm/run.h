@@ -44,10 +44,13 @@ struct nrm_run_request
   bool isolated;              /* isolated CPUs (numa<N>-isolated devices) */
   const char *const *options; /* CPU options, NULL-terminated, or NULL */
   char **argv;                /* the command (NULL: none, for a dry run) */
+  int attach_pid;             /* --pid: attach this running process instead of a command (0: none) */
 };
 
 /* Allocates, runs the command pinned, waits for it and releases; *ret_status
- * is the command's exit status (128 + signal when killed). A request that
+ * is the command's exit status (128 + signal when killed). With attach_pid,
+ * moves that process instead and holds until it exits (0) or nrm run gets
+ * a signal (128 + N; the process is put back as it was). A request that
  * cannot be met fails before the command starts. A dry run prepares in a
  * scratch copy of the state directory, prints what it got and why to out,
  * and takes nothing. */

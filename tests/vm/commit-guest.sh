@@ -270,6 +270,40 @@ check "a run goes to the fullest node with room, node $last ($(cat "$W/fit.out")
 kill $holder
 wait $holder 2>/dev/null
 
+# nrm run --pid: a running process moved into nrm.slice/run-<pid> (its
+# cgroup.procs) and onto the CPU taken; SIGTERM of nrm run puts it back in
+# its old cgroup and on its old CPUs (143); its exit releases (0) and the
+# cgroup goes.
+sleep 600 &
+att=$!
+att_cg=$(sed -n 's/^0:://p' /proc/$att/cgroup)
+att_cpus=$(status_list $att Cpus_allowed_list)
+"$NRM" run --pid $att --cpus 1 --min-shared-cpus 0 --state-dir "$W/state" 2>"$W/att.err" &
+attr=$!
+for _ in $(seq 50); do grep -q "held until it exits" "$W/att.err" && break; sleep 0.1; done
+check "nrm run --pid moves the process into nrm.slice/run-$attr: $(cat /proc/$att/cgroup)" \
+  grep -qx "0::/nrm.slice/run-$attr" /proc/$att/cgroup
+got=$(status_list $att Cpus_allowed_list)
+check "the attached process is on the one CPU taken ($got), the cgroup's cpuset.cpus" \
+  sh -c "[ '$got' = \"\$(cat $CG/nrm.slice/run-$attr/cpuset.cpus)\" ] && ! echo '$got' | grep -q '[,-]'"
+kill -TERM $attr
+wait $attr
+attrc=$?
+check "SIGTERM of nrm run --pid exits 143 ($attrc)" [ $attrc -eq 143 ]
+check "the process is back in its cgroup ($att_cg) and on its CPUs ($att_cpus)" \
+  sh -c "[ \"\$(sed -n 's/^0:://p' /proc/$att/cgroup)\" = '$att_cg' ] && [ \"\$(sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' /proc/$att/status)\" = '$att_cpus' ]"
+check "the attach's cgroup is removed after SIGTERM" [ ! -d "$CG/nrm.slice/run-$attr" ]
+"$NRM" run --pid $att --cpus 1 --min-shared-cpus 0 --state-dir "$W/state" 2>"$W/att.err" &
+attr=$!
+for _ in $(seq 50); do grep -q "held until it exits" "$W/att.err" && break; sleep 0.1; done
+kill $att
+wait $att 2>/dev/null
+wait $attr
+attrc=$?
+check "nrm run --pid exits 0 when the process does: $(tail -1 "$W/att.err")" [ $attrc -eq 0 ]
+check "the attach's cgroup is removed after the process exits" [ ! -d "$CG/nrm.slice/run-$attr" ]
+check "the attach's claim is released" sh -c "! grep -q '\"nrm-run\"' '$W/state/cpu.nrm.io.checkpoint.json'"
+
 kill -TERM $plugin
 wait $plugin
 check "the plugin stops cleanly on SIGTERM" [ $? -eq 0 ]
