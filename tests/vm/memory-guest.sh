@@ -40,8 +40,6 @@ numa_of () {
                                                if ($i ~ /^N1=/) { split($i, a, "="); n1 = a[2] } }
                    print n0, n1, $2; exit } }' "/proc/$1/numa_maps"
 }
-# On a failure, the mapping lines of numa_maps help.
-show_maps () { grep -E 'anon=[0-9]{4,}' "/proc/$1/numa_maps" | head -n 3; }
 wait_file () { for _ in $(seq 300); do [ -s "$1" ] && return 0; sleep 0.1; done; return 1; }
 
 # A kubepods tree as the kubelet's cgroupfs driver makes it.
@@ -143,41 +141,27 @@ kill -TERM $plugin
 wait $plugin
 
 # nrm run's own policies, as the kernel records them per mapping.
-"$NRM" run --cpus 1 --interleave 0-1 --min-shared-cpus 0 --state-dir "$W/state" -- python3 "$W/alloc.py" "$W/i.pid" \
-  2>"$W/run-i.err" &
-runner=$!
-if wait_file "$W/i.pid"; then
-  read -r n0 n1 pol <<<"$(numa_of "$(cat "$W/i.pid")")"
-  check "--interleave 0-1: policy $pol, N0=$n0 N1=$n1" \
-    sh -c "[ '$pol' = interleave:0-1 ] && [ '${n0:-0}' -ge 6000 ] && [ '${n1:-0}' -ge 6000 ]"
-  kill "$(cat "$W/i.pid")"
-else
-  bad "nrm run --interleave did not start: $(cat "$W/run-i.err")"
-fi
-wait $runner 2>/dev/null
-"$NRM" run --cpus 1 -N 0 --preferred 1 --min-shared-cpus 0 --state-dir "$W/state" -- python3 "$W/alloc.py" "$W/p.pid" \
-  2>"$W/run-p.err" &
-runner=$!
-if wait_file "$W/p.pid"; then
-  read -r n0 n1 pol <<<"$(numa_of "$(cat "$W/p.pid")")"
-  check "--preferred 1 with CPUs on node 0: policy $pol, N0=$n0 N1=$n1" \
-    sh -c "[ '$pol' = prefer:1 ] && [ '${n1:-0}' -ge 16000 ]"
-  kill "$(cat "$W/p.pid")"
-else
-  bad "nrm run --preferred did not start: $(cat "$W/run-p.err")"
-fi
-wait $runner 2>/dev/null
-"$NRM" run --cpus 1 -N 0 --membind 1 --min-shared-cpus 0 --state-dir "$W/state" -- python3 "$W/alloc.py" "$W/b.pid" \
-  2>"$W/run-b.err" &
-runner=$!
-if wait_file "$W/b.pid"; then
-  read -r n0 n1 pol <<<"$(numa_of "$(cat "$W/b.pid")")"
-  check "--membind 1 with CPUs on node 0: N0=$n0 N1=$n1 ($pol)" sh -c "[ '${n1:-0}' -ge 16000 ] && [ '${n0:-1}' -eq 0 ]"
-  kill "$(cat "$W/b.pid")"
-else
-  bad "nrm run --membind did not start: $(cat "$W/run-b.err")"
-fi
-wait $runner 2>/dev/null
+# run_policy NAME CHECK RUN-OPTIONS...: CHECK is evaluated with n0, n1 and pol
+# set from the run's 64 MiB mapping.
+run_policy () {
+  local name=$1 cond=$2
+  shift 2
+  rm -f "$W/$name.pid"
+  "$NRM" run --cpus 1 --min-shared-cpus 0 --state-dir "$W/state" "$@" -- python3 "$W/alloc.py" "$W/$name.pid" \
+    2>"$W/run-$name.err" &
+  local runner=$!
+  if wait_file "$W/$name.pid"; then
+    read -r n0 n1 pol <<<"$(numa_of "$(cat "$W/$name.pid")")"
+    check "$* : policy $pol, N0=$n0 N1=$n1" sh -c "n0=${n0:-0} n1=${n1:-0} pol='$pol'; $cond"
+    kill "$(cat "$W/$name.pid")"
+  else
+    bad "nrm run $* did not start: $(cat "$W/run-$name.err")"
+  fi
+  wait $runner 2>/dev/null
+}
+run_policy i '[ "$pol" = interleave:0-1 ] && [ $n0 -ge 6000 ] && [ $n1 -ge 6000 ]' --interleave 0-1
+run_policy p '[ "$pol" = prefer:1 ] && [ $n1 -ge 16000 ]' -N 0 --preferred 1
+run_policy b '[ "$pol" = bind:1 ] && [ $n1 -ge 16000 ] && [ $n0 -eq 0 ]' -N 0 --membind 1
 
 kill $shared_pid 2>/dev/null
 if [ "$fail" -ne 0 ]; then
