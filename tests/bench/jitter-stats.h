@@ -10,8 +10,8 @@
 #include <stdlib.h>
 
 /* The nearest rank (1-based) of the quantile ppm / 1e6 of n samples:
- * ceil(n * ppm / 1e6), in integers, since in doubles 0.9999 * 10000 is
- * 9999.000000000002 and its ceiling one rank too high. */
+ * ceil(n * ppm / 1e6), in integers, so that it is exact for every count
+ * with no question of rounding. */
 static inline size_t
 jitter_rank (size_t n, uint32_t ppm)
 {

@@ -23,8 +23,8 @@ ramp (size_t n)
   return v;
 }
 
-/* 1..10000: p99 is 9900, p99.99 is 9999 (rank 9999, not 10000 as the
- * ceiling of 0.9999 * 10000 in doubles would give), the max 10000. */
+/* 1..10000: p99 is 9900, p99.99 is 9999 (rank 9999, the last but one),
+ * the max 10000. */
 static void
 test_ramp (void **state)
 {
@@ -38,7 +38,8 @@ test_ramp (void **state)
   free (v);
 }
 
-/* Ranks round up: 15000 samples put p99.99 at rank 14999 (14998.5 up). */
+/* Ranks round up, never down: 15000 samples put p99.99 at rank 14999
+ * (14998.5 up). */
 static void
 test_round_up (void **state)
 {
