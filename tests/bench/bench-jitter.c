@@ -253,7 +253,7 @@ struct opts
   double seconds;
   int rounds, neighbours, fifo;
   long interval_ns;
-  bool spin;
+  bool spin, keep_awake, c_states;
 };
 
 /* One process per CPU of the bench, each on MASK (NULL: unpinned): a loop
@@ -293,6 +293,40 @@ neighbours_stop (const struct opts *o, pid_t *pids)
   for (int i = 0; i < o->neighbours; i++)
     if (pids[i] > 0)
       waitpid (pids[i], NULL, 0);
+}
+
+/* With --keep-awake: a SCHED_IDLE loop on every CPU, in every scenario
+ * alike, so that no CPU goes idle. It yields at once to the probe; what it
+ * takes away is the CPU's way out of idle (a halted vCPU that the
+ * hypervisor must schedule again, a deep C-state). */
+static void
+keep_awake_start (const cpu_set_t *all, pid_t *pids)
+{
+  int k = 0;
+  for (int c = 0; c < CPU_SETSIZE; c++)
+    {
+      if (!CPU_ISSET (c, all))
+        continue;
+      pid_t p = fork ();
+      if (p < 0)
+        {
+          perror ("bench-jitter: fork");
+          exit (1);
+        }
+      if (p == 0)
+        {
+          cpu_set_t one;
+          CPU_ZERO (&one);
+          CPU_SET (c, &one);
+          struct sched_param sp = { 0 };
+          (void) prctl (PR_SET_PDEATHSIG, SIGKILL);
+          if (sched_setaffinity (0, sizeof (one), &one) < 0 || sched_setscheduler (0, SCHED_IDLE, &sp) < 0)
+            _exit (1);
+          for (volatile uint64_t n = 0;; n++)
+            ;
+        }
+      pids[k++] = p;
+    }
 }
 
 /* --- the isolated partition ----------------------------------------------- */
@@ -618,6 +652,8 @@ usage (void)
                    "  --neighbours N    neighbour processes (default: one per CPU of the bench)\n"
                    "  --fifo PRIO       the probe under SCHED_FIFO PRIO (default SCHED_OTHER, as a pod gets)\n"
                    "  --nrm PATH        the nrm executable for scenario (c); without it (c) is skipped\n"
+                   "  --keep-awake      a SCHED_IDLE loop on every CPU in every scenario: no CPU goes idle\n"
+                   "  --c-states        leave /dev/cpu_dma_latency alone (default: held at 0, as cyclictest does)\n"
                    "  --state-dir DIR   nrm run's state directory (default: a temporary one)\n"
                    "  --nrm-arg ARG     one more option for nrm run (up to 8), e.g. --nrm-arg --reserved-cpus=0\n");
   exit (2);
@@ -645,6 +681,11 @@ main (int argc, char **argv)
   for (int i = 1; i < argc; i++)
     {
       const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+      if (strcmp (a, "--keep-awake") == 0 || strcmp (a, "--c-states") == 0)
+        {
+          *(a[2] == 'k' ? &o.keep_awake : &o.c_states) = true;
+          continue;
+        }
       if (v == NULL)
         {
           fprintf (stderr, "bench-jitter: `%s` needs a value (or is not an option)\n", a);
@@ -706,6 +747,26 @@ main (int argc, char **argv)
   printf ("  machine: %d CPUs (%s), Linux %s; neighbour: %d %s\n", CPU_COUNT (&all), all_s, u.release, o.neighbours,
           o.spin ? "busy loops" : "loops over 32 MiB each");
 
+  /* As cyclictest: the CPUs stay out of deep idle states while the file is
+   * open with 0 in it. */
+  char cstates[256] = "left alone (--c-states)";
+  int dma = -1;
+  if (!o.c_states)
+    {
+      int32_t zero = 0;
+      dma = open ("/dev/cpu_dma_latency", O_WRONLY | O_CLOEXEC);
+      if (dma >= 0 && write (dma, &zero, sizeof (zero)) == sizeof (zero))
+        snprintf (cstates, sizeof (cstates), "/dev/cpu_dma_latency held at 0 us, as cyclictest does");
+      else
+        snprintf (cstates, sizeof (cstates), "not held: /dev/cpu_dma_latency: %s", strerror (errno));
+    }
+  printf ("  idle states: %s; %s\n", cstates,
+          o.keep_awake ? "a SCHED_IDLE loop on every CPU (--keep-awake)" : "CPUs may go idle (no --keep-awake)");
+  pid_t awake[CPU_SETSIZE] = { 0 };
+  if (o.keep_awake)
+    keep_awake_start (&all, awake);
+  fflush (stdout);
+
   /* Round by round: (c) first, so that (b) and (d) take the CPU nrm run
    * took in the same round. */
   const enum scenario order[] = { FLOOR, NRM_RUN, UNPINNED, TASKSET, PARTITION };
@@ -720,6 +781,15 @@ main (int argc, char **argv)
             measure (&o, s, &cpu, &all, run++);
         }
     }
+
+  for (int c = 0; c < CPU_SETSIZE; c++)
+    if (awake[c] > 0)
+      {
+        kill (awake[c], SIGKILL);
+        waitpid (awake[c], NULL, 0);
+      }
+  if (dma >= 0)
+    close (dma);
 
   struct figures f[N_SCENARIOS];
   for (int s = 0; s < N_SCENARIOS; s++)
