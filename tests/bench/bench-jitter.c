@@ -833,6 +833,8 @@ main (int argc, char **argv)
         printf ("%-44s %7zu %7.1f %8.1f %10.1f %9.1f %12.2fx %8.2fx %9.0f  %s\n", names[s], series[s].n, f[s].p50,
                 f[s].p99, f[s].p9999, f[s].max, f[s].p9999 / fl, f[s].max / flmax, series[s].steal_ms,
                 series[s].rounds);
+      if (series[s].n && series[s].skip[0])
+        printf ("  %s: stopped before the last round: %s\n", names[s], series[s].skip);
     }
   if (series[NRM_RUN].n && series[TASKSET].n)
     {
