@@ -61,6 +61,7 @@ struct series
 static struct series series[N_SCENARIOS];
 static char tmp[64] = "/tmp/nrm-bench-jitter-XXXXXX";
 static char self[PATH_MAX];
+static char nrm_said[4096]; /* nrm run's log of the first run measured */
 
 static double
 now_s (void)
@@ -456,7 +457,7 @@ measure (const struct opts *o, enum scenario s, int *cpu, const cpu_set_t *all, 
         }
       if (s == NRM_RUN)
         {
-          int fd = open (log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+          int fd = open (log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
           if (fd >= 0)
             dup2 (fd, 2);
           const char *av[40];
@@ -500,9 +501,11 @@ measure (const struct opts *o, enum scenario s, int *cpu, const cpu_set_t *all, 
     }
   if (exited)
     {
-      char msg[400] = "";
+      /* nrm run's last line says why. */
+      char msg[4096] = "";
       if (s == NRM_RUN && read_file (log, msg, sizeof (msg)) == 0 && strrchr (msg, '\n'))
         memmove (msg, strrchr (msg, '\n') + 1, strlen (strrchr (msg, '\n')));
+      msg[400] = '\0';
       snprintf (se->skip, sizeof (se->skip), "the probe%s did not start (status %d)%s%s",
                 s == NRM_RUN ? " under nrm run" : "", WIFEXITED (status) ? WEXITSTATUS (status) : -1,
                 msg[0] ? ": " : "", msg);
@@ -546,6 +549,8 @@ measure (const struct opts *o, enum scenario s, int *cpu, const cpu_set_t *all, 
       for (int c = 0; c < CPU_SETSIZE; c++)
         if (CPU_ISSET (c, &probe_cpus))
           *cpu = c;
+      if (nrm_said[0] == '\0')
+        (void) read_file (log, nrm_said, sizeof (nrm_said));
     }
   /* What nrm's reconciler does for the shared containers: off the claimed
    * CPU. This bench does it for the neighbour, which is no container. */
@@ -802,18 +807,13 @@ main (int argc, char **argv)
   if (series[NRM_RUN].n)
     {
       /* What nrm run said of where the probe runs, once. */
-      char logp[PATH_MAX], text[4096];
-      snprintf (logp, sizeof (logp), "%s/nrm-run.log", tmp);
-      if (read_file (logp, text, sizeof (text)) == 0)
+      char *save = NULL;
+      int shown = 0;
+      for (char *l = strtok_r (nrm_said, "\n", &save); l && shown < 2; l = strtok_r (NULL, "\n", &save))
         {
-          char *save = NULL;
-          int shown = 0;
-          for (char *l = strtok_r (text, "\n", &save); l && shown < 2; l = strtok_r (NULL, "\n", &save))
-            {
-              char *m = strstr (l, "info ");
-              printf ("  nrm run: %s\n", m ? m + 5 + strspn (m + 5, " ") : l);
-              shown++;
-            }
+          char *m = strstr (l, "info ");
+          printf ("  nrm run: %s\n", m ? m + 5 + strspn (m + 5, " ") : l);
+          shown++;
         }
       printf ("  (c): the neighbour is pinned by this bench to the CPUs nrm run left (what nrm's reconciler does for "
               "shared containers; the neighbour is no container)\n");
