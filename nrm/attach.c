@@ -30,6 +30,7 @@ struct nrm_attach_thread
 {
   pid_t tid;
   cpu_set_t *mask;
+  bool pinned; /* set to the run's CPUs (not only saved) */
 };
 
 /* Fields of /proc/PID/stat: the state (3), the flags (9), the start time
@@ -164,6 +165,49 @@ saved_has (const struct nrm_attach *a, pid_t tid)
   return false;
 }
 
+/* The saved record of a thread, or NULL. */
+static struct nrm_attach_thread *
+saved_find (struct nrm_attach *a, pid_t tid)
+{
+  for (size_t i = 0; i < a->n_saved; i++)
+    if (a->saved[i].tid == tid)
+      return &a->saved[i];
+  return NULL;
+}
+
+/* Records a thread's affinity now; NULL when it has exited. */
+static struct nrm_attach_thread *
+save_thread (struct nrm_attach *a, pid_t tid)
+{
+  cpu_set_t *old = mask_alloc ();
+  if (sched_getaffinity (tid, CPU_ALLOC_SIZE (MAX_CPUS), old) < 0)
+    {
+      CPU_FREE (old);
+      return NULL;
+    }
+  a->saved = xrealloc (a->saved, (a->n_saved + 1) * sizeof (*a->saved));
+  a->saved[a->n_saved] = (struct nrm_attach_thread){ tid, old, false };
+  return &a->saved[a->n_saved++];
+}
+
+void
+nrm_attach_save (struct nrm_attach *a)
+{
+  char path[64];
+  snprintf (path, sizeof (path), "/proc/%d/task", (int) a->pid);
+  DIR *d = opendir (path);
+  struct dirent *de;
+  while (d && (de = readdir (d)) != NULL)
+    {
+      char *end = NULL;
+      long tid = strtol (de->d_name, &end, 10);
+      if (de->d_name[0] != '.' && *end == '\0' && tid > 0 && saved_find (a, (pid_t) tid) == NULL)
+        save_thread (a, (pid_t) tid);
+    }
+  if (d)
+    closedir (d);
+}
+
 int
 nrm_attach_pin (struct nrm_attach *a, const char *cpus, size_t *ret_threads, nrm_error_t *err)
 {
@@ -203,16 +247,14 @@ nrm_attach_pin (struct nrm_attach *a, const char *cpus, size_t *ret_threads, nrm
         {
           char *end = NULL;
           long tid = strtol (de->d_name, &end, 10);
-          if (de->d_name[0] == '.' || *end || tid <= 0 || saved_has (a, (pid_t) tid))
+          if (de->d_name[0] == '.' || *end || tid <= 0)
             continue;
-          cpu_set_t *old = mask_alloc ();
-          if (sched_getaffinity ((pid_t) tid, size, old) < 0)
-            {
-              CPU_FREE (old);
-              continue; /* the thread has exited */
-            }
-          a->saved = xrealloc (a->saved, (a->n_saved + 1) * sizeof (*a->saved));
-          a->saved[a->n_saved++] = (struct nrm_attach_thread){ (pid_t) tid, old };
+          struct nrm_attach_thread *t = saved_find (a, (pid_t) tid);
+          if (t && t->pinned)
+            continue;
+          if (t == NULL && (t = save_thread (a, (pid_t) tid)) == NULL)
+            continue; /* the thread has exited */
+          t->pinned = true;
           moved = 1;
           if (sched_setaffinity ((pid_t) tid, size, want) < 0 && errno != ESRCH)
             {

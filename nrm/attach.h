@@ -31,6 +31,10 @@ int nrm_attach_open (pid_t pid, struct nrm_attach *a, nrm_error_t *err);
 /* Whether the process still runs (its pidfd, else its start time). */
 bool nrm_attach_alive (const struct nrm_attach *a);
 
+/* Saves every thread's affinity as it is now, for nrm_attach_restore: before
+ * a move into a cgroup, which changes it. */
+void nrm_attach_save (struct nrm_attach *a);
+
 /* Sets the affinity of every thread to cpus (a CPU list), until a pass
  * over /proc/PID/task finds no thread left to move; the old affinities are
  * saved. All or nothing: on failure the threads moved are put back. */

@@ -771,6 +771,9 @@ attach_and_hold (struct nrm_cgroupfs *fs, const char *cgname, const char *name, 
       if ((a->old_cgroup = cgroup_of (a->pid)) == NULL)
         return nrm_error_set (err, EINVAL, "--pid %d (%s): not in a cgroup v2 (no `0::` line in /proc/%d/cgroup)",
                               (int) a->pid, a->comm, (int) a->pid);
+      /* The affinities to put back are those before the move: joining
+       * the run's cgroup narrows them to its cpuset. */
+      nrm_attach_save (a);
       /* cgroup.procs moves every thread. */
       if (nrm_cgroup_write (fs, rel, "cgroup.procs", pidtext, err) < 0)
         {

@@ -290,7 +290,7 @@ kill -TERM $attr
 wait $attr
 attrc=$?
 check "SIGTERM of nrm run --pid exits 143 ($attrc)" [ $attrc -eq 143 ]
-check "the process is back in its cgroup ($att_cg) and on its CPUs ($att_cpus)" \
+check "the process is back in its cgroup ($att_cg: $(sed -n 's/^0:://p' /proc/$att/cgroup)) and on its CPUs ($att_cpus: $(status_list $att Cpus_allowed_list))" \
   sh -c "[ \"\$(sed -n 's/^0:://p' /proc/$att/cgroup)\" = '$att_cg' ] && [ \"\$(sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' /proc/$att/status)\" = '$att_cpus' ]"
 check "the attach's cgroup is removed after SIGTERM" [ ! -d "$CG/nrm.slice/run-$attr" ]
 "$NRM" run --pid $att --cpus 1 --min-shared-cpus 0 --state-dir "$W/state" 2>"$W/att.err" &
