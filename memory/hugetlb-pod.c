@@ -414,7 +414,8 @@ nrm_hugetlb_pod_raise (struct nrm_cgroupfs *fs, const char *state_dir, const cha
       u->prev = prev;
       prev = NULL;
       u->n = n;
-      memcpy (u->steps, st, n * sizeof (*st));
+      if (n > 0)
+        memcpy (u->steps, st, n * sizeof (*st));
       n = 0;
       *ret_undo = u;
     }

@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 #include "config.h"
 
+#include <dirent.h>
+
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
@@ -68,13 +70,39 @@ nh_spawn (struct nh *h, const char *const *extra)
   return pid;
 }
 
+/* Whether every driver that took its instance lock has written its
+ * publisher record: the plugin's start is over (the registration sockets
+ * answer before the last drivers are set up). */
+static bool
+records_written (struct nh *h)
+{
+  DIR *d = opendir (h->state_dir);
+  struct dirent *de;
+  bool all = d != NULL;
+  while (all && (de = readdir (d)) != NULL)
+    {
+      size_t n = strlen (de->d_name), k = strlen (".instance.lock");
+      char path[1200];
+      if (n <= k || strcmp (de->d_name + n - k, ".instance.lock") != 0)
+        continue;
+      snprintf (path, sizeof (path), "%s/%.*s.publisher.json", h->state_dir, (int) (n - k), de->d_name);
+      /* This instance's, not one a killed instance left. */
+      json_t *rec = json_load_file (path, 0, NULL);
+      all = json_integer_value (json_object_get (rec, "pid")) == (json_int_t) h->pid;
+      json_decref (rec);
+    }
+  if (d)
+    closedir (d);
+  return all;
+}
+
 bool
 nh_start (struct nh *h, const char *const *extra)
 {
   h->pid = nh_spawn (h, extra);
   for (int i = 0; i < 150; i++)
     {
-      if (kc_answers (h->cpu_reg) && kc_answers (h->mem_reg))
+      if (kc_answers (h->cpu_reg) && kc_answers (h->mem_reg) && records_written (h))
         return true;
       if (kc_wait_exit (h->pid, 100) >= 0)
         {
