@@ -2811,8 +2811,11 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         split = urllib.parse.urlsplit(self.path)
         path = split.path
         query = dict(urllib.parse.parse_qsl(split.query, keep_blank_values=True))
+        # user: who the token authenticated as, as an audit log names the client (a fleet's
+        # nodes each have their own); t: when the request arrived.
+        self._user = ""
         record = {"method": self.command, "path": path, "query": query, "status": None,
-                  "user_agent": self.headers.get("User-Agent", "")}
+                  "user_agent": self.headers.get("User-Agent", ""), "t": time.monotonic(), "user": ""}
         try:
             try:
                 body = self._read_body()
@@ -2827,6 +2830,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             api.internal_errors.append(traceback.format_exc())
             traceback.print_exc()
             result = (500, APIError(500, "fakeapi internal error: %r" % e).status(), [])
+        record["user"] = self._user
         if isinstance(result, _Stream):
             record["status"] = 200
             api._record(record)
@@ -2873,6 +2877,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             api._authenticate(self.headers.get("Authorization"), public=False)
             raise APIError(404, "the server could not find the requested resource", details={})
         ident = api._authenticate(self.headers.get("Authorization"), public=name in _PUBLIC)
+        self._user = ident.user if ident is not None else "system:anonymous"
         if method not in methods:
             raise APIError(405, "the server does not allow this method on the requested resource", details={})
         args = [urllib.parse.unquote(g) for g in m.groups()]
@@ -3094,6 +3099,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                     self._chunk(_event_line("BOOKMARK", {"kind": s.watch.kind, "apiVersion": s.watch.api_version,
                                                          "metadata": meta}))
                 elif item[0] == "end":
+                    return True
+                elif item[0] == "expired":
+                    self._chunk(_event_line("ERROR", APIError(410, item[1], reason="Expired").status()))
                     return True
                 else:  # "close": the server is going away
                     return False
@@ -3429,6 +3437,14 @@ class FakeAPI:
         from any resourceVersion handed out before this call gets 410 Expired, as does a continue token."""
         self._store.expire()
 
+    def expire_watches(self):
+        """Expires the history (as expire() does) and ends every open watch with an ERROR event
+        410 Expired, as an API server whose watch cache fell behind does: every watcher must list again."""
+        self._store.expire()
+        with self._store.lock:
+            floor = self._store.floor
+        self._store.tell_watches(("expired", "too old resource version: %d" % floor))
+
     def bookmark(self):
         """Sends a BOOKMARK at the current resourceVersion to every watch that allows bookmarks."""
         self._store.tell_watches(("bookmark",), only_bookmarks=True)
@@ -3442,7 +3458,8 @@ class FakeAPI:
 
     @property
     def requests(self):
-        """Every request answered so far: {method, path, query, status, user_agent}."""
+        """Every request answered so far: {method, path, query, status, user_agent, t, user}
+        (t: time.monotonic() when it arrived; user: whom its token authenticated, "" for none)."""
         with self._store.lock:
             return copy.deepcopy(self._requests)
 
@@ -4274,6 +4291,15 @@ def _test_watch(t, api, c):
     api.bookmark()
     api.end_watches()
     t("no bookmark without allowWatchBookmarks", w.next() == "END")
+    w.send("watch=true&fieldSelector=spec.nodeName%3Dnode-w&resourceVersion=" + api.resource_version)
+    api.expire_watches()
+    e = w.next()
+    t("expire_watches: an ERROR event 410 Expired, then a clean end", isinstance(e, dict) and e["type"] == "ERROR"
+      and e["object"]["code"] == 410 and e["object"]["reason"] == "Expired" and w.next() == "END", e)
+    w.send("watch=true&fieldSelector=spec.nodeName%3Dnode-w&resourceVersion=" + rv)
+    e = w.next()
+    t("expire_watches: resuming from before it is 410", isinstance(e, dict) and e["type"] == "ERROR"
+      and e["object"]["code"] == 410, e)
     w.close()
 
     c.req("POST", _SLICE_PATH, _slice_body(name="w2", node="node-w"))
@@ -4926,8 +4952,12 @@ def _test_kubeconfig(t, api, c):
 
 def _test_log(t, api, c):
     log = api.requests
-    t("request log", log and all(set(r) == {"method", "path", "query", "status", "user_agent"} for r in log)
+    t("request log", log and all(set(r) == {"method", "path", "query", "status", "user_agent", "t", "user"}
+                                 for r in log)
       and any(r["user_agent"] == "selftest/1.0" for r in log) and any(r["status"] == 401 for r in log))
+    t("request log names the user and the time of arrival", any(r["user"] == "system:admin" for r in log)
+      and all(r["user"] == "" for r in log if r["status"] == 401)
+      and all(isinstance(r["t"], float) and r["t"] <= time.monotonic() for r in log))
     t("request log never holds a token", "Bearer" not in repr(log) and "'t0'" not in repr(log)
       and "'t1'" not in repr(log))
     t("writes() holds only writes", api.writes() and all(r["method"] in ("POST", "PUT", "PATCH", "DELETE")
