@@ -2741,6 +2741,7 @@ class _Stream:
 
     def __init__(self, watch, expired, timeout):
         self.watch, self.expired, self.timeout = watch, expired, timeout
+        self.how = "error"  # how it ended, for FakeAPI.watch_ends
 
 
 class _Server(http.server.ThreadingHTTPServer):
@@ -3036,6 +3037,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         clean = self._pump(api, s)
         if s.watch:
             api._store.close_watch(s.watch)
+        split = urllib.parse.urlsplit(self.path)
+        api._watch_ended({"user": self._user, "path": split.path, "how": s.how, "t": time.monotonic(),
+                          "query": dict(urllib.parse.parse_qsl(split.query, keep_blank_values=True))})
         if clean:
             try:
                 self.wfile.write(b"0\r\n\r\n")
@@ -3054,6 +3058,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             if s.expired:
                 status = APIError(410, s.expired, reason="Expired").status()
                 self._chunk(_event_line("ERROR", status))
+                s.how = "expired"
                 return True
             deadline = time.monotonic() + s.timeout if s.timeout > 0 else None
             while True:
@@ -3061,6 +3066,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                 if deadline is not None:
                     left = deadline - time.monotonic()
                     if left <= 0:
+                        s.how = "timeout"
                         return True
                     wait = min(wait, left)
                 try:
@@ -3069,6 +3075,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                     # A client that hung up makes the socket readable; nothing
                     # else is ever sent on a watch connection.
                     if select.select([self.connection], [], [], 0)[0]:
+                        s.how = "hangup"
                         return False
                     continue
                 if item[0] == "data":
@@ -3099,11 +3106,14 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                     self._chunk(_event_line("BOOKMARK", {"kind": s.watch.kind, "apiVersion": s.watch.api_version,
                                                          "metadata": meta}))
                 elif item[0] == "end":
+                    s.how = "end"
                     return True
                 elif item[0] == "expired":
                     self._chunk(_event_line("ERROR", APIError(410, item[1], reason="Expired").status()))
+                    s.how = "expired"
                     return True
                 else:  # "close": the server is going away
+                    s.how = "close"
                     return False
         except (OSError, ValueError):
             return False
@@ -3172,6 +3182,7 @@ class FakeAPI:
         self._thread = None
         self.port = None
         self.internal_errors = []  # tracebacks of bugs in the fake, for tests to assert on
+        self._watch_ends = []
 
     # -- lifecycle ---------------------------------------------------------------
 
@@ -3463,6 +3474,14 @@ class FakeAPI:
         with self._store.lock:
             return copy.deepcopy(self._requests)
 
+    @property
+    def watch_ends(self):
+        """Every watch ended so far: {user, path, query, how, t}; how: "expired" (an ERROR
+        410 was its last event), "end" (end_watches), "timeout" (timeoutSeconds), "close" (the
+        server stopped), "hangup" (the client left) or "error" (the connection broke)."""
+        with self._store.lock:
+            return copy.deepcopy(self._watch_ends)
+
     def writes(self):
         return [r for r in self.requests if r["method"] in ("POST", "PUT", "PATCH", "DELETE")]
 
@@ -3486,6 +3505,10 @@ class FakeAPI:
     def _connection(self, conn, add):
         with self._store.lock:
             (self._conns.add if add else self._conns.discard)(conn)
+
+    def _watch_ended(self, record):
+        with self._store.lock:
+            self._watch_ends.append(record)
 
     def _record(self, record):
         if DEBUG:
@@ -4301,6 +4324,8 @@ def _test_watch(t, api, c):
     t("expire_watches: resuming from before it is 410", isinstance(e, dict) and e["type"] == "ERROR"
       and e["object"]["code"] == 410, e)
     w.close()
+    ends = [x["how"] for x in api.watch_ends if x["query"].get("fieldSelector") == "spec.nodeName=node-w"]
+    t("watch_ends: how each watch ended, in order", ends[-4:] == ["end", "end", "expired", "expired"], ends)
 
     c.req("POST", _SLICE_PATH, _slice_body(name="w2", node="node-w"))
     c.req("POST", _SLICE_PATH, _slice_body(name="w3", node="node-w"))
