@@ -2741,7 +2741,7 @@ class _Stream:
 
     def __init__(self, watch, expired, timeout):
         self.watch, self.expired, self.timeout = watch, expired, timeout
-        self.how = "error"  # how it ended, for FakeAPI.watch_ends
+        self.how, self.ended = "error", None  # how and when it ended, for FakeAPI.watch_ends
 
 
 class _Server(http.server.ThreadingHTTPServer):
@@ -3038,7 +3038,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         if s.watch:
             api._store.close_watch(s.watch)
         split = urllib.parse.urlsplit(self.path)
-        api._watch_ended({"user": self._user, "path": split.path, "how": s.how, "t": time.monotonic(),
+        api._watch_ended({"user": self._user, "path": split.path, "how": s.how, "t": s.ended or time.monotonic(),
                           "query": dict(urllib.parse.parse_qsl(split.query, keep_blank_values=True))})
         if clean:
             try:
@@ -3057,8 +3057,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         try:
             if s.expired:
                 status = APIError(410, s.expired, reason="Expired").status()
+                s.how, s.ended = "expired", time.monotonic()
                 self._chunk(_event_line("ERROR", status))
-                s.how = "expired"
                 return True
             deadline = time.monotonic() + s.timeout if s.timeout > 0 else None
             while True:
@@ -3066,7 +3066,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                 if deadline is not None:
                     left = deadline - time.monotonic()
                     if left <= 0:
-                        s.how = "timeout"
+                        s.how, s.ended = "timeout", time.monotonic()
                         return True
                     wait = min(wait, left)
                 try:
@@ -3075,7 +3075,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                     # A client that hung up makes the socket readable; nothing
                     # else is ever sent on a watch connection.
                     if select.select([self.connection], [], [], 0)[0]:
-                        s.how = "hangup"
+                        s.how, s.ended = "hangup", time.monotonic()
                         return False
                     continue
                 if item[0] == "data":
@@ -3106,14 +3106,14 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                     self._chunk(_event_line("BOOKMARK", {"kind": s.watch.kind, "apiVersion": s.watch.api_version,
                                                          "metadata": meta}))
                 elif item[0] == "end":
-                    s.how = "end"
+                    s.how, s.ended = "end", time.monotonic()
                     return True
                 elif item[0] == "expired":
+                    s.how, s.ended = "expired", time.monotonic()
                     self._chunk(_event_line("ERROR", APIError(410, item[1], reason="Expired").status()))
-                    s.how = "expired"
                     return True
                 else:  # "close": the server is going away
-                    s.how = "close"
+                    s.how, s.ended = "close", time.monotonic()
                     return False
         except (OSError, ValueError):
             return False
@@ -3476,7 +3476,8 @@ class FakeAPI:
 
     @property
     def watch_ends(self):
-        """Every watch ended so far: {user, path, query, how, t}; how: "expired" (an ERROR
+        """Every watch ended so far: {user, path, query, how, t}; t: when the server decided to
+        end it (before it sent the last event or closed); how: "expired" (an ERROR
         410 was its last event), "end" (end_watches), "timeout" (timeoutSeconds), "close" (the
         server stopped), "hangup" (the client left) or "error" (the connection broke)."""
         with self._store.lock:
