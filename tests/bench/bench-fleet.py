@@ -219,14 +219,14 @@ def main(argv=None):
         kinds = {}
         for i in range(n):
             for key in streams.get(user(i), ()):
-                kinds[stream_name(key).replace("node-%03d" % i, "<node>")] = \
-                    kinds.get(stream_name(key).replace("node-%03d" % i, "<node>"), 0) + 1
+                label = stream_name(key).replace("node-%03d" % i, "<node>")
+                kinds[label] = kinds.get(label, 0) + 1
         print("bench-fleet: %d plugins (node-000..node-%03d, %d recorded machines in turn, claims from the API), "
               "one loopback API server, %d CPUs here" % (n, n - 1, len(glob.glob(os.path.join(TOPOLOGIES, "*.xml"))),
                                                          os.cpu_count()))
         print("  what the plugins list and watch (plugins each):")
         for k in sorted(kinds):
-            print("    %-100s %d" % (k, kinds[k]))
+            print("    %-72s %d" % (k, kinds[k]))
         print("  streams per plugin: median %g, max %d; every plugin watching all it listed, and quiet, "
               "after %.1f s" % (statistics.median(nst), max(nst), t_pub))
         print("  counts per plugin, median/max; list: a collection GET, watch: watch=true, get: one object, "
@@ -260,19 +260,26 @@ def main(argv=None):
         print("  %-8s %s   (extrapolated from %.0f s)" % ("per hour", summary(hourly), args.rest))
         pubs = statistics.median(sum(1 for k in streams.get(user(i), ()) if "spec.driver=" in k[1])
                                  for i in range(n))
-        # What the timers do that a short rest may miss (docs/kubernetes-api.md): every
-        # watch is re-opened after its timeoutSeconds (300-599 s, mean 450); each publisher
-        # lists again every 600 s, with a Node GET; the binder lists again every 60 s.
-        print("  %-8s watch %.0f  list %.0f  get %.0f   (from the timers alone: %g watches re-opened every "
-              "300-599 s; %g publishers list again, with a Node GET, every 600 s; the binder lists every 60 s)"
-              % ("timers/h", statistics.median(nst) * 3600 / 450, pubs * 3600 / 600 + 60, pubs * 3600 / 600,
-                 statistics.median(nst), pubs))
+        # What the timers do in an hour, which a short rest may miss (docs/kubernetes-api.md):
+        # a watch ends after its timeoutSeconds (300-599 s, mean 450) and is opened again; a
+        # publisher lists again every 600 s (a new watch follows, and a Node GET); the binder
+        # lists again every 60 s (a new watch follows).
+        binder = statistics.median(sum(1 for k in streams.get(user(i), ()) if k[0].endswith("/resourceclaims"))
+                                   for i in range(n))
+        others = statistics.median(nst) - pubs - binder
+        print("  %-8s watch %.0f  list %.0f  get %.0f   (expected from the timers: %g publishers list every 600 s, "
+              "%g binder every 60 s, each list and each watch timeout (300-599 s) opens a watch, for %g more streams "
+              "too)" % ("timers/h", pubs * 12 + others * 8 + binder * 60, pubs * 6 + binder * 60, pubs * 6,
+                        pubs, binder, others))
         results.append(("rest: no writes", sum(c_rest["write"]) == 0, "%d writes" % sum(c_rest["write"])))
         open_w = fleet.api.open_watches()
         results.append(("rest: one watch per stream", len(open_w) == sum(nst),
                         "%d watches open for %d streams" % (len(open_w), sum(nst))))
-        results.append(("rest: no lists (a %.0f s window)" % args.rest, sum(c_rest["list"]) == 0,
-                        "%d lists, %.0f per plugin and hour" % (sum(c_rest["list"]), statistics.median(hourly["list"]))))
+        timer_lists = pubs * 6 + binder * 60
+        results.append(("rest: no lists in an hour (measured and timers)",
+                        sum(c_rest["list"]) == 0 and timer_lists == 0,
+                        "%d lists in %.0f s, %.0f per plugin and hour extrapolated; %.0f from the timers"
+                        % (sum(c_rest["list"]), args.rest, statistics.median(hourly["list"]), timer_lists)))
 
         # -- storms
         for name, act, how in (("expire", fleet.api.expire_watches, ("expired",)),
@@ -305,11 +312,13 @@ def main(argv=None):
                       "%d of %d under 0.2 s" % (w[0], statistics.median(w), w[-1], soon, len(w)))
                 # In step or not: a stream that lists within 0.2 s of its watch's end did not wait
                 # (the server's queueing can only add to the wait, never take from it).
-                results.append(("%s: every stream waits before it lists" % name, soon == 0,
+                results.append(("%s: no list within 0.2 s of its watch's end" % name, soon == 0,
                                 "%d of %d lists within 0.2 s; min %.3f s" % (soon, len(w), w[0])))
+        print("(the waits include the server's own queueing, which grows with the fleet: with 100 plugins on 2 cores "
+              "it is seconds, and hides a random wait of 0.25-0.75 s; tests/k8s/test-expiry.py measures one plugin)")
         print("goals:")
         for what, ok, fig in results:
-            print("  %-44s %-8s (%s)" % (what, verdict(ok), fig))
+            print("  %-48s %-8s (%s)" % (what, verdict(ok), fig))
     finally:
         if fleet:
             fleet.stop()
