@@ -4323,7 +4323,7 @@ def _test_watch(t, api, c):
     w.send("watch=true&fieldSelector=spec.nodeName%3Dnode-w&resourceVersion=" + rv)
     e = w.next()
     t("expire_watches: resuming from before it is 410", isinstance(e, dict) and e["type"] == "ERROR"
-      and e["object"]["code"] == 410, e)
+      and e["object"]["code"] == 410 and w.next() == "END", e)
     w.close()
     ends = [x["how"] for x in api.watch_ends if x["query"].get("fieldSelector") == "spec.nodeName=node-w"]
     t("watch_ends: how each watch ended, in order", ends[-4:] == ["end", "end", "expired", "expired"], ends)
