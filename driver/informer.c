@@ -72,6 +72,16 @@ failed (struct nrm_informer *i, nrm_error_t *err)
   i->backoff_ms = i->backoff_ms * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : i->backoff_ms * 2;
 }
 
+/* An expired watch is no error, but when the API server restarts or falls
+ * behind every node's watches expire together: a random wait of 0.25-0.75 s
+ * before the list keeps a fleet from listing in step (client-go's reflector
+ * waits 0.8-1.6 s). */
+static bool
+expired_wait (struct nrm_informer *i)
+{
+  return wait_wake (i, BACKOFF_MIN_MS / 2 + random_below (BACKOFF_MIN_MS));
+}
+
 static void
 set_rv (struct nrm_informer *i, const char *rv)
 {
@@ -186,13 +196,19 @@ thread_main (void *arg)
         {
           json_decref (body);
           if (err == NULL) /* stopped by an ERROR event: need_list is set */
-            continue;
+            {
+              expired_wait (i);
+              continue;
+            }
           i->need_list = true;
           failed (i, &err);
           continue;
         }
       if (status == 410)
-        i->need_list = true;
+        {
+          i->need_list = true;
+          expired_wait (i);
+        }
       else if (status != 200)
         {
           i->need_list = true;

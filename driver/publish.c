@@ -661,6 +661,19 @@ failed (struct nrm_publisher *p, nrm_error_t *err)
   wait_wake (p, ms);
 }
 
+/* An expired watch is no error, but when the API server restarts or falls
+ * behind every node's watches expire together: a random wait of 0.25-0.75 s
+ * before the list keeps a fleet from listing in step (client-go's reflector
+ * waits 0.8-1.6 s). */
+static void
+expired_wait (struct nrm_publisher *p)
+{
+  unsigned r = 0;
+  if (getrandom (&r, sizeof (r), GRND_NONBLOCK) != sizeof (r))
+    r = 0;
+  wait_wake (p, BACKOFF_MIN_MS / 2 + (int) (r % BACKOFF_MIN_MS));
+}
+
 static void *
 thread_main (void *arg)
 {
@@ -744,14 +757,20 @@ thread_main (void *arg)
         {
           json_decref (body);
           if (err == NULL) /* stopped by an ERROR event: need_list is set */
-            continue;
+            {
+              expired_wait (p);
+              continue;
+            }
           set_status (p, -1, 0, NULL);
           p->need_list = true;
           failed (p, &err);
           continue;
         }
       if (status == 410)
-        p->need_list = true;
+        {
+          p->need_list = true;
+          expired_wait (p);
+        }
       else if (status != 200)
         {
           set_status (p, -1, status != 401 && status != 403, NULL);

@@ -2741,6 +2741,7 @@ class _Stream:
 
     def __init__(self, watch, expired, timeout):
         self.watch, self.expired, self.timeout = watch, expired, timeout
+        self.how, self.ended = "error", None  # how and when it ended, for FakeAPI.watch_ends
 
 
 class _Server(http.server.ThreadingHTTPServer):
@@ -2811,8 +2812,11 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         split = urllib.parse.urlsplit(self.path)
         path = split.path
         query = dict(urllib.parse.parse_qsl(split.query, keep_blank_values=True))
+        # user: who the token authenticated as, as an audit log names the client (a fleet's
+        # nodes each have their own); t: when the request arrived.
+        self._user = ""
         record = {"method": self.command, "path": path, "query": query, "status": None,
-                  "user_agent": self.headers.get("User-Agent", "")}
+                  "user_agent": self.headers.get("User-Agent", ""), "t": time.monotonic(), "user": ""}
         try:
             try:
                 body = self._read_body()
@@ -2827,6 +2831,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             api.internal_errors.append(traceback.format_exc())
             traceback.print_exc()
             result = (500, APIError(500, "fakeapi internal error: %r" % e).status(), [])
+        record["user"] = self._user
         if isinstance(result, _Stream):
             record["status"] = 200
             api._record(record)
@@ -2873,6 +2878,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             api._authenticate(self.headers.get("Authorization"), public=False)
             raise APIError(404, "the server could not find the requested resource", details={})
         ident = api._authenticate(self.headers.get("Authorization"), public=name in _PUBLIC)
+        self._user = ident.user if ident is not None else "system:anonymous"
         if method not in methods:
             raise APIError(405, "the server does not allow this method on the requested resource", details={})
         args = [urllib.parse.unquote(g) for g in m.groups()]
@@ -3031,6 +3037,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         clean = self._pump(api, s)
         if s.watch:
             api._store.close_watch(s.watch)
+        split = urllib.parse.urlsplit(self.path)
+        api._watch_ended({"user": self._user, "path": split.path, "how": s.how, "t": s.ended or time.monotonic(),
+                          "query": dict(urllib.parse.parse_qsl(split.query, keep_blank_values=True))})
         if clean:
             try:
                 self.wfile.write(b"0\r\n\r\n")
@@ -3048,6 +3057,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         try:
             if s.expired:
                 status = APIError(410, s.expired, reason="Expired").status()
+                s.how, s.ended = "expired", time.monotonic()
                 self._chunk(_event_line("ERROR", status))
                 return True
             deadline = time.monotonic() + s.timeout if s.timeout > 0 else None
@@ -3056,6 +3066,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                 if deadline is not None:
                     left = deadline - time.monotonic()
                     if left <= 0:
+                        s.how, s.ended = "timeout", time.monotonic()
                         return True
                     wait = min(wait, left)
                 try:
@@ -3064,6 +3075,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                     # A client that hung up makes the socket readable; nothing
                     # else is ever sent on a watch connection.
                     if select.select([self.connection], [], [], 0)[0]:
+                        s.how, s.ended = "hangup", time.monotonic()
                         return False
                     continue
                 if item[0] == "data":
@@ -3094,8 +3106,14 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                     self._chunk(_event_line("BOOKMARK", {"kind": s.watch.kind, "apiVersion": s.watch.api_version,
                                                          "metadata": meta}))
                 elif item[0] == "end":
+                    s.how, s.ended = "end", time.monotonic()
+                    return True
+                elif item[0] == "expired":
+                    s.how, s.ended = "expired", time.monotonic()
+                    self._chunk(_event_line("ERROR", APIError(410, item[1], reason="Expired").status()))
                     return True
                 else:  # "close": the server is going away
+                    s.how, s.ended = "close", time.monotonic()
                     return False
         except (OSError, ValueError):
             return False
@@ -3164,6 +3182,7 @@ class FakeAPI:
         self._thread = None
         self.port = None
         self.internal_errors = []  # tracebacks of bugs in the fake, for tests to assert on
+        self._watch_ends = []
 
     # -- lifecycle ---------------------------------------------------------------
 
@@ -3429,6 +3448,14 @@ class FakeAPI:
         from any resourceVersion handed out before this call gets 410 Expired, as does a continue token."""
         self._store.expire()
 
+    def expire_watches(self):
+        """Expires the history (as expire() does) and ends every open watch with an ERROR event
+        410 Expired, as an API server whose watch cache fell behind does: every watcher must list again."""
+        self._store.expire()
+        with self._store.lock:
+            floor = self._store.floor
+        self._store.tell_watches(("expired", "too old resource version: %d" % floor))
+
     def bookmark(self):
         """Sends a BOOKMARK at the current resourceVersion to every watch that allows bookmarks."""
         self._store.tell_watches(("bookmark",), only_bookmarks=True)
@@ -3442,9 +3469,19 @@ class FakeAPI:
 
     @property
     def requests(self):
-        """Every request answered so far: {method, path, query, status, user_agent}."""
+        """Every request answered so far: {method, path, query, status, user_agent, t, user}
+        (t: time.monotonic() when it arrived; user: whom its token authenticated, "" for none)."""
         with self._store.lock:
             return copy.deepcopy(self._requests)
+
+    @property
+    def watch_ends(self):
+        """Every watch ended so far: {user, path, query, how, t}; t: when the server decided to
+        end it (before it sent the last event or closed); how: "expired" (an ERROR
+        410 was its last event), "end" (end_watches), "timeout" (timeoutSeconds), "close" (the
+        server stopped), "hangup" (the client left) or "error" (the connection broke)."""
+        with self._store.lock:
+            return copy.deepcopy(self._watch_ends)
 
     def writes(self):
         return [r for r in self.requests if r["method"] in ("POST", "PUT", "PATCH", "DELETE")]
@@ -3469,6 +3506,10 @@ class FakeAPI:
     def _connection(self, conn, add):
         with self._store.lock:
             (self._conns.add if add else self._conns.discard)(conn)
+
+    def _watch_ended(self, record):
+        with self._store.lock:
+            self._watch_ends.append(record)
 
     def _record(self, record):
         if DEBUG:
@@ -4274,7 +4315,18 @@ def _test_watch(t, api, c):
     api.bookmark()
     api.end_watches()
     t("no bookmark without allowWatchBookmarks", w.next() == "END")
+    w.send("watch=true&fieldSelector=spec.nodeName%3Dnode-w&resourceVersion=" + api.resource_version)
+    api.expire_watches()
+    e = w.next()
+    t("expire_watches: an ERROR event 410 Expired, then a clean end", isinstance(e, dict) and e["type"] == "ERROR"
+      and e["object"]["code"] == 410 and e["object"]["reason"] == "Expired" and w.next() == "END", e)
+    w.send("watch=true&fieldSelector=spec.nodeName%3Dnode-w&resourceVersion=" + rv)
+    e = w.next()
+    t("expire_watches: resuming from before it is 410", isinstance(e, dict) and e["type"] == "ERROR"
+      and e["object"]["code"] == 410 and w.next() == "END", e)
     w.close()
+    ends = [x["how"] for x in api.watch_ends if x["query"].get("fieldSelector") == "spec.nodeName=node-w"]
+    t("watch_ends: how each watch ended, in order", ends[-4:] == ["end", "end", "expired", "expired"], ends)
 
     c.req("POST", _SLICE_PATH, _slice_body(name="w2", node="node-w"))
     c.req("POST", _SLICE_PATH, _slice_body(name="w3", node="node-w"))
@@ -4926,8 +4978,12 @@ def _test_kubeconfig(t, api, c):
 
 def _test_log(t, api, c):
     log = api.requests
-    t("request log", log and all(set(r) == {"method", "path", "query", "status", "user_agent"} for r in log)
+    t("request log", log and all(set(r) == {"method", "path", "query", "status", "user_agent", "t", "user"}
+                                 for r in log)
       and any(r["user_agent"] == "selftest/1.0" for r in log) and any(r["status"] == 401 for r in log))
+    t("request log names the user and the time of arrival", any(r["user"] == "system:admin" for r in log)
+      and all(r["user"] == "" for r in log if r["status"] == 401)
+      and all(isinstance(r["t"], float) and r["t"] <= time.monotonic() for r in log))
     t("request log never holds a token", "Bearer" not in repr(log) and "'t0'" not in repr(log)
       and "'t1'" not in repr(log))
     t("writes() holds only writes", api.writes() and all(r["method"] in ("POST", "PUT", "PATCH", "DELETE")
