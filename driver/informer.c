@@ -27,7 +27,8 @@ struct nrm_informer
   char *path, *query, *what;
   char *rv;
   bool need_list, synced, stop;
-  double listed_at;
+  double listed_at; /* the last list, or the last replay of the store */
+  json_t *store;    /* "namespace/name" -> the object as the watch last had it */
   int wake;
   long backoff_ms;
   pthread_t thread;
@@ -89,6 +90,23 @@ set_rv (struct nrm_informer *i, const char *rv)
   i->rv = xstrdup (rv);
 }
 
+/* The store follows what is handed out, so that a resync replays it
+ * instead of listing again (client-go's resync, which sends no request). */
+static void
+store_update (json_t *store, const char *type, json_t *obj)
+{
+  json_t *meta = json_object_get (obj, "metadata");
+  const char *ns = json_string_value (json_object_get (meta, "namespace"));
+  const char *name = json_string_value (json_object_get (meta, "name"));
+  if (name == NULL)
+    return;
+  cleanup_free char *key = xasprintf ("%s/%s", ns ? ns : "", name);
+  if (strcmp (type, "DELETED") == 0)
+    json_object_del (store, key);
+  else
+    json_object_set (store, key, obj);
+}
+
 static int
 list (struct nrm_informer *i, nrm_error_t *err)
 {
@@ -105,7 +123,13 @@ list (struct nrm_informer *i, nrm_error_t *err)
         return nrm_error_set (err, EIO, "listing: HTTP %d: %s", code, nrm_kube_status_message (l, code));
       size_t k;
       json_t *o;
-      json_array_foreach (json_object_get (l, "items"), k, o) { i->cfg.event (i->cfg.ctx, "SYNC", o); }
+      if (cont == NULL)
+        json_object_clear (i->store); /* a list from the start replaces it */
+      json_array_foreach (json_object_get (l, "items"), k, o)
+      {
+        store_update (i->store, "SYNC", o);
+        i->cfg.event (i->cfg.ctx, "SYNC", o);
+      }
       json_t *meta = json_object_get (l, "metadata");
       const char *c = json_string_value (json_object_get (meta, "continue"));
       const char *r = json_string_value (json_object_get (meta, "resourceVersion"));
@@ -141,7 +165,10 @@ on_event (void *ctx, const char *type, json_t *obj)
   if (rv && *rv)
     set_rv (i, rv);
   if (strcmp (type, "BOOKMARK") != 0)
-    i->cfg.event (i->cfg.ctx, type, obj);
+    {
+      store_update (i->store, type, obj);
+      i->cfg.event (i->cfg.ctx, type, obj);
+    }
   return 0;
 }
 
@@ -155,8 +182,16 @@ thread_main (void *arg)
   while (wait_wake (i, 0))
     {
       nrm_error_t err = NULL;
-      if (i->cfg.resync_s > 0 && nrm_mono_s () - i->listed_at >= i->cfg.resync_s)
-        i->need_list = true;
+      if (i->cfg.resync_s > 0 && !i->need_list && nrm_mono_s () - i->listed_at >= i->cfg.resync_s)
+        {
+          /* Every object again, from the store: no request. A copy, as
+           * the handler may take its time. */
+          cleanup_json json_t *all = json_copy (i->store);
+          const char *key;
+          json_t *o;
+          json_object_foreach (all, key, o) { i->cfg.event (i->cfg.ctx, "SYNC", o); }
+          i->listed_at = nrm_mono_s ();
+        }
       if (i->need_list)
         {
           nrm_kube_watch_close (w);
@@ -233,6 +268,7 @@ informer_free (struct nrm_informer *i)
   free (i->query);
   free (i->what);
   free (i->rv);
+  json_decref (i->store);
   free (i);
 }
 
@@ -245,6 +281,7 @@ nrm_informer_start (const struct nrm_informer_config *cfg, struct nrm_informer *
   i->query = cfg->query ? xstrdup (cfg->query) : NULL;
   i->what = xstrdup (cfg->what ? cfg->what : cfg->path);
   i->wake = eventfd (0, EFD_CLOEXEC | EFD_NONBLOCK);
+  i->store = json_object ();
   if (i->wake < 0)
     {
       int e = errno;

@@ -14,8 +14,9 @@
  * expired or broken watch lists again; errors back off 0.5 s to 30 s with
  * jitter. Runs in a thread of its own and hands every object to event:
  * "SYNC" for each object of a list, "ADDED", "MODIFIED", "DELETED" for the
- * watch's events; every resync_s a list again hands out every object
- * ("SYNC"), so that what failed is tried again. */
+ * watch's events; every resync_s every object is handed out again
+ * ("SYNC") from what the list and the watch last said, without a request,
+ * so that what failed is tried again. */
 struct nrm_informer_config
 {
   struct nrm_kube *kube;
@@ -23,7 +24,7 @@ struct nrm_informer_config
   const char *query; /* more of the query ("labelSelector=..."), escaped, or NULL */
   const char *what;  /* for messages: "ResourceClaims" */
   void (*event) (void *ctx, const char *type, json_t *object);
-  int resync_s; /* list again this often (0: only when the watch needs it) */
+  int resync_s; /* hand every object out again this often (0: never) */
   void *ctx;
   nrm_log_fn log;
   void *log_ctx;
