@@ -41,7 +41,14 @@ bool
 nrm_partition_supported (struct nrm_cgroupfs *fs, char **ret_reason)
 {
   static const char *const first[] = { "kubepods.slice", "kubepods" };
-  cleanup_free char *probe = NULL;
+  cleanup_free char *probe = NULL, *ctl = NULL;
+  nrm_error_t ce = NULL;
+  if (nrm_cgroup_read (fs, "", "cgroup.controllers", &ctl, &ce) < 0)
+    {
+      nrm_error_release (&ce);
+      *ret_reason = xasprintf ("%s is not cgroup v2 (no cgroup.controllers)", nrm_cgroupfs_root (fs));
+      return false;
+    }
   for (size_t i = 0; i < 2 && probe == NULL; i++)
     {
       cleanup_free char *v = NULL;
