@@ -444,6 +444,16 @@ nrm_reconcile (struct nrm_cgroupfs *fs, const char *state_dir, const char *share
 
   if (nrm_kubepods_walk (fs, visit, &p, err) < 0)
     goto out;
+  /* Exclusive CPUs that partitions now gone left above them: a later
+   * partition of those CPUs elsewhere needs them back. */
+  for (int i = 0; i < 2; i++)
+    {
+      size_t trimmed = 0;
+      nrm_error_t e = NULL;
+      if (nrm_partition_trim (fs, i ? "kubepods" : "kubepods.slice", &trimmed, &e) < 0)
+        note_error (&p, &e);
+      st->updated += trimmed;
+    }
   /* The pods' huge page limits of claims whose containers are gone. */
   {
     struct nrm_hugetlb_pod_stats hs;

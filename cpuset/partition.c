@@ -234,3 +234,70 @@ out:
   free (u);
   return r;
 }
+
+/* The exclusive CPUs cgroup needs (its own as a partition root, else its
+ * children's), written when its file says more; into need. */
+static int
+trim (struct nrm_cgroupfs *fs, const char *cgroup, int depth, hwloc_bitmap_t need, size_t *n, nrm_error_t *err)
+{
+  cleanup_free char *ex = NULL, *part = NULL;
+  nrm_error_t e = NULL;
+  if (nrm_cgroup_read (fs, cgroup, "cpuset.cpus.exclusive", &ex, &e) < 0)
+    {
+      nrm_error_release (&e); /* vanished, or no cpuset here: needs nothing */
+      return 0;
+    }
+  hwloc_bitmap_t have = NULL;
+  if (nrm_cpulist_parse (ex, &have, err) < 0)
+    return nrm_error_wrap (err, "cgroup `%s`: cpuset.cpus.exclusive", cgroup);
+  if (nrm_cgroup_read (fs, cgroup, "cpuset.cpus.partition", &part, &e) == 0 && strncmp (part, "member", 6) != 0)
+    {
+      /* A partition root, valid or not: what it holds stays. */
+      hwloc_bitmap_or (need, need, have);
+      hwloc_bitmap_free (have);
+      return 0;
+    }
+  nrm_error_release (&e);
+  hwloc_bitmap_t mine = xbitmap_alloc ();
+  int r = 0;
+  if (depth < 5 && !hwloc_bitmap_iszero (have))
+    {
+      cleanup_free char *full = xasprintf ("%s/%s", nrm_cgroupfs_root (fs), cgroup);
+      DIR *d = opendir (full);
+      struct dirent *de;
+      while (r == 0 && d && (de = readdir (d)) != NULL)
+        {
+          if (de->d_name[0] == '.' || de->d_type != DT_DIR)
+            continue;
+          cleanup_free char *child = xasprintf ("%s/%s", cgroup, de->d_name);
+          r = trim (fs, child, depth + 1, mine, n, err);
+        }
+      if (d)
+        closedir (d);
+    }
+  else
+    hwloc_bitmap_copy (mine, have); /* too deep to look: left as it is */
+  if (r == 0 && !hwloc_bitmap_isequal (mine, have))
+    {
+      cleanup_free char *text = nrm_cpulist_format (mine);
+      if (nrm_cgroup_write (fs, cgroup, "cpuset.cpus.exclusive", *text ? text : "\n", err) < 0)
+        r = -1;
+      else
+        ++*n;
+    }
+  if (r == 0)
+    hwloc_bitmap_or (need, need, mine);
+  hwloc_bitmap_free (mine);
+  hwloc_bitmap_free (have);
+  return r;
+}
+
+int
+nrm_partition_trim (struct nrm_cgroupfs *fs, const char *top, size_t *ret_trimmed, nrm_error_t *err)
+{
+  hwloc_bitmap_t need = xbitmap_alloc ();
+  *ret_trimmed = 0;
+  int r = trim (fs, top, 0, need, ret_trimmed, err);
+  hwloc_bitmap_free (need);
+  return r;
+}

@@ -40,6 +40,13 @@ bool nrm_partition_supported (struct nrm_cgroupfs *fs, char **ret_reason);
 int nrm_partition_make (struct nrm_cgroupfs *fs, const char *cgroup, const char *cpus, enum nrm_partition_mode mode,
                         char **ret_effective, nrm_error_t *err);
 
+/* Gives back what partitions that are gone left in cpuset.cpus.exclusive
+ * of the cgroups above them: below top (kubepods), every cgroup that is no
+ * partition root gets the union of its children's, bottom up (a partition
+ * root keeps its own). Nothing is read beyond top's file when that is
+ * empty or absent. *ret_trimmed counts the files written. */
+int nrm_partition_trim (struct nrm_cgroupfs *fs, const char *top, size_t *ret_trimmed, nrm_error_t *err);
+
 /* Checks what the kernel reports of a partition: partition is
  * cpuset.cpus.partition as read ("root", "isolated", "member" or
  * "root invalid (reason)"), effective its cpuset.cpus.effective. */

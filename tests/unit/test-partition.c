@@ -360,6 +360,50 @@ test_hook_bad (void **state)
   assert_untouched ();
 }
 
+/* What partitions that are gone left in the ancestors goes back, by the
+ * reconciler's pass; a live partition keeps its CPUs there. */
+static void
+test_trim (void **state)
+{
+  (void) state;
+  nrm_error_t err = NULL;
+  size_t n = 0;
+  tree (true, true, "2-3");
+  put (KP, "cpuset.cpus.exclusive", "2-3,6");
+  put (QOS, "cpuset.cpus.exclusive", "2-3");
+  put (POD, "cpuset.cpus.exclusive", "2-3");
+  put (CT, "cpuset.cpus.exclusive", "2-3");
+  put (CT, "cpuset.cpus.partition", "isolated");
+  /* A besteffort pod whose partition is gone (its container cgroup too). */
+  put (KP "/kubepods-besteffort.slice", "cpuset.cpus.exclusive", "6");
+  put (KP "/kubepods-besteffort.slice", "cpuset.cpus.partition", "member");
+  put (KP "/kubepods-besteffort.slice/kubepods-besteffort-pod9.slice", "cpuset.cpus.exclusive", "6");
+  struct nrm_cgroupfs *fs = open_fs ();
+  if (nrm_partition_trim (fs, KP, &n, &err) < 0)
+    fail_msg ("%s", nrm_error_msg (err));
+  assert_int_equal (n, 3);
+  ASSERT_FILE (KP, "cpuset.cpus.exclusive", "2-3");
+  ASSERT_FILE (QOS, "cpuset.cpus.exclusive", "2-3");
+  ASSERT_FILE (POD, "cpuset.cpus.exclusive", "2-3");
+  ASSERT_FILE (CT, "cpuset.cpus.exclusive", "2-3");
+  ASSERT_FILE (KP "/kubepods-besteffort.slice", "cpuset.cpus.exclusive", "");
+  ASSERT_FILE (KP "/kubepods-besteffort.slice/kubepods-besteffort-pod9.slice", "cpuset.cpus.exclusive", "");
+  /* Again: nothing to do. */
+  assert_int_equal (nrm_partition_trim (fs, KP, &n, &err), 0);
+  assert_int_equal (n, 0);
+  /* The partition's container is gone: the reconciler's pass gives its
+   * CPUs back all the way up. */
+  cleanup_free char *cmd = xasprintf ("rm -rf '%s/sys/fs/cgroup/%s'", root, CT);
+  assert_int_equal (system (cmd), 0);
+  struct nrm_reconcile_stats st;
+  if (nrm_reconcile (fs, state_dir, "0-7", NULL, NULL, &st, NULL, &err) < 0)
+    fail_msg ("%s", nrm_error_msg (err));
+  assert_int_equal (st.updated, 3);
+  ASSERT_FILE (KP, "cpuset.cpus.exclusive", "");
+  ASSERT_FILE (POD, "cpuset.cpus.exclusive", "");
+  nrm_cgroupfs_close (fs);
+}
+
 int
 main (void)
 {
@@ -374,6 +418,7 @@ main (void)
     cmocka_unit_test_setup_teardown (test_hook_partition, setup, teardown),
     cmocka_unit_test_setup_teardown (test_hook_fallback, setup, teardown),
     cmocka_unit_test_setup_teardown (test_hook_bad, setup, teardown),
+    cmocka_unit_test_setup_teardown (test_trim, setup, teardown),
   };
   return cmocka_run_group_tests (tests, NULL, NULL);
 }
