@@ -37,7 +37,7 @@ done
 C1=$POD/cri-containerd-c1.scope SIDE=$POD/cri-containerd-side.scope C2=$POD2/cri-containerd-c2.scope
 C3=$POD2/cri-containerd-c3.scope OTHER=other.slice
 mkdir -p "$CG/$C1" "$CG/$SIDE" "$CG/$C2" "$CG/$C3" "$CG/$OTHER"
-start_in () { sleep 600 & echo $! >"$CG/$1/cgroup.procs"; echo $!; }
+start_in () { sleep 600 >/dev/null 2>&1 & echo $! >"$CG/$1/cgroup.procs"; echo $!; }
 side_pid=$(start_in $SIDE) other_pid=$(start_in $OTHER)
 
 # The claim's CPUs: the last two of the last node.
