@@ -190,8 +190,8 @@ nrm_partition_make (struct nrm_cgroupfs *fs, const char *cgroup, const char *cpu
       cleanup_free char *want = self ? xstrdup (cpus) : cpus_union (old, cpus);
       if (want == NULL)
         {
-          free (old);
           nrm_error_set (err, EINVAL, "cgroup `%s`: cpuset.cpus.exclusive reads `%s`, not a CPU list", path, old);
+          free (old);
           goto fail;
         }
       if (strcmp (old, want) == 0)

@@ -225,6 +225,23 @@ test_make_refused (void **state)
   nrm_cgroupfs_close (fs);
 }
 
+/* A file that is no CPU list: refused by name, the ancestors above put back. */
+static void
+test_make_garbage (void **state)
+{
+  (void) state;
+  nrm_error_t err = NULL;
+  tree (true, true, "2-3");
+  put (POD, "cpuset.cpus.exclusive", "lots");
+  struct nrm_cgroupfs *fs = open_fs ();
+  assert_int_equal (nrm_partition_make (fs, CT, "2-3", NRM_PARTITION_ROOT, NULL, &err), -1);
+  assert_non_null (strstr (nrm_error_msg (err), "cpuset.cpus.exclusive reads `lots`, not a CPU list"));
+  nrm_error_release (&err);
+  ASSERT_FILE (KP, "cpuset.cpus.exclusive", "6");
+  ASSERT_FILE (QOS, "cpuset.cpus.exclusive", "");
+  nrm_cgroupfs_close (fs);
+}
+
 /* A write refused half way down (the pod's file cannot be written): the
  * ancestors above get their old values back. */
 static void
@@ -414,6 +431,7 @@ main (void)
     cmocka_unit_test_setup_teardown (test_make, setup, teardown),
     cmocka_unit_test_setup_teardown (test_make_refused, setup, teardown),
     cmocka_unit_test_setup_teardown (test_make_write_fails, setup, teardown),
+    cmocka_unit_test_setup_teardown (test_make_garbage, setup, teardown),
     cmocka_unit_test_setup_teardown (test_make_local_only, setup, teardown),
     cmocka_unit_test_setup_teardown (test_hook_partition, setup, teardown),
     cmocka_unit_test_setup_teardown (test_hook_fallback, setup, teardown),
