@@ -15,6 +15,7 @@
 
 #include "cpuset/commit.h"
 #include "cpuset/kubepods.h"
+#include "cpuset/partition.h"
 #include "memory/hugetlb-pod.h"
 #include "nrm/base/cleanup.h"
 #include "nrm/base/xalloc.h"
@@ -151,6 +152,21 @@ nrm_hook_run (const char *fsroot, const char *state, size_t len, const char *sta
       return 0;
     }
 
+  /* A partition: asked for, checked before anything is written. A mixed
+   * claim's CPUs are shared, so it cannot have one. */
+  enum nrm_partition_mode pmode = NRM_PARTITION_OFF;
+  cleanup_free char *punavail = NULL;
+  if (eb.partition && nrm_partition_mode_parse (eb.partition, nrm_env_name[NRM_ENV_PARTITION], &pmode, err) < 0)
+    return nrm_error_wrap (err, "container %s", id);
+  if (pmode != NRM_PARTITION_OFF && (cpus == NULL || eb.shared_cpus))
+    {
+      const char *why = cpus ? "a claim with sharedCPUs shares its CPUs" : "no exclusive CPUs (NRM_CPUS)";
+      if (eb.partition_required)
+        return nrm_error_set (err, EINVAL, "container %s: no cpuset partition can be made: %s", id, why);
+      punavail = xstrdup (why);
+      pmode = NRM_PARTITION_OFF;
+    }
+
   /* Amounts the machine cannot have are refused before anything is
    * recorded or written. */
   b.memory.mems = mems;
@@ -207,6 +223,36 @@ nrm_hook_run (const char *fsroot, const char *state, size_t len, const char *sta
       unlink (rec);
       goto fail;
     }
+  /* The partition after the cpuset: the kernel wants cpuset.cpus first. */
+  if (pmode != NRM_PARTITION_OFF)
+    {
+      nrm_error_t pe = NULL;
+      if (nrm_partition_make (fs, cgroup, cpus, pmode, NULL, eb.partition_required ? err : &pe) < 0)
+        {
+          if (eb.partition_required)
+            {
+              nrm_error_wrap (err, "the claim asks for a cpuset partition");
+              nrm_hugetlb_pod_undo (fs, hp);
+              unlink (rec);
+              goto fail;
+            }
+          punavail = xstrdup (nrm_error_msg (pe));
+          nrm_error_release (&pe);
+        }
+    }
+  if (punavail || pmode != NRM_PARTITION_OFF)
+    {
+      /* What the container got, for `nrm status` and whoever reads the
+       * record; rewritten only when there is a partition to tell of. */
+      cleanup_free char *note
+          = punavail ? xasprintf ("unavailable (%s)", punavail) : xstrdup (nrm_partition_mode_name (pmode));
+      json_object_set_new (doc, "partition", json_string (note));
+      free (text);
+      text = json_dumps (doc, JSON_COMPACT);
+      nrm_error_t we = NULL;
+      if (nrm_write_unsynced (rec, text, strlen (text), 0600, &we) < 0)
+        nrm_error_release (&we); /* the binding stands; only the note is lost */
+    }
   nrm_hugetlb_pod_keep (hp);
   r = 0;
   goto out;
@@ -217,7 +263,10 @@ out:
   if (r < 0)
     return -1;
   if (ret_summary)
-    *ret_summary = xasprintf ("container %s in %s: cpus %s, mems %s", id, cgroup, cpus ? cpus : "-", mems ? mems : "-");
+    *ret_summary = xasprintf ("container %s in %s: cpus %s, mems %s%s%s%s%s", id, cgroup, cpus ? cpus : "-",
+                              mems ? mems : "-", punavail || pmode ? "; partition: " : "",
+                              punavail ? "unavailable (" : (pmode ? nrm_partition_mode_name (pmode) : ""),
+                              punavail ? punavail : "", punavail ? ")" : "");
   return 0;
 }
 
@@ -395,6 +444,16 @@ nrm_reconcile (struct nrm_cgroupfs *fs, const char *state_dir, const char *share
 
   if (nrm_kubepods_walk (fs, visit, &p, err) < 0)
     goto out;
+  /* Exclusive CPUs that partitions now gone left above them: a later
+   * partition of those CPUs elsewhere needs them back. */
+  for (int i = 0; i < 2; i++)
+    {
+      size_t trimmed = 0;
+      nrm_error_t e = NULL;
+      if (nrm_partition_trim (fs, i ? "kubepods" : "kubepods.slice", &trimmed, &e) < 0)
+        note_error (&p, &e);
+      st->updated += trimmed;
+    }
   /* The pods' huge page limits of claims whose containers are gone. */
   {
     struct nrm_hugetlb_pod_stats hs;

@@ -22,6 +22,8 @@ const char *const nrm_env_name[NRM_ENV_COUNT] = {
   [NRM_ENV_MEMORY_MIN] = "NRM_MEMORY_MIN",
   [NRM_ENV_HUGETLB] = "NRM_HUGETLB_",
   [NRM_ENV_MEMORY_POLICY] = "NRM_MEMORY_POLICY",
+  [NRM_ENV_PARTITION] = "NRM_PARTITION",
+  [NRM_ENV_PARTITION_REQUIRED] = "NRM_PARTITION_REQUIRED",
 };
 
 static bool
@@ -91,6 +93,10 @@ nrm_env_binding_parse (json_t *env, const char *what, struct nrm_env_binding *eb
       eb->cpu_nodes = v;
     else if ((v = value_of (kv, NRM_ENV_SHARED_CPUS)))
       eb->shared_cpus = strcmp (v, "true") == 0;
+    else if ((v = value_of (kv, NRM_ENV_PARTITION)))
+      eb->partition = v;
+    else if ((v = value_of (kv, NRM_ENV_PARTITION_REQUIRED)))
+      eb->partition_required = strcmp (v, "true") == 0;
     else if ((v = value_of (kv, NRM_ENV_MEMORY_MAX)))
       eb->memory_max = v;
     else if ((v = value_of (kv, NRM_ENV_MEMORY_MIN)))

@@ -15,14 +15,16 @@
  * nrm run read them back): one list for producer and consumer. */
 enum nrm_env_var
 {
-  NRM_ENV_CPUS,          /* exclusive CPUs: cpuset.cpus */
-  NRM_ENV_CPU_NODES,     /* the NUMA nodes of those CPUs: cpuset.mems without a memory claim */
-  NRM_ENV_SHARED_CPUS,   /* "true": the shared pool is added to the exclusive CPUs */
-  NRM_ENV_MEMS,          /* memory nodes: cpuset.mems */
-  NRM_ENV_MEMORY_MAX,    /* bytes: memory.max */
-  NRM_ENV_MEMORY_MIN,    /* bytes: memory.min */
-  NRM_ENV_HUGETLB,       /* a prefix: NRM_HUGETLB_<kernel size name>=bytes: hugetlb.<size>.max */
-  NRM_ENV_MEMORY_POLICY, /* the claim's memory policy, for the workload (the hook ignores it) */
+  NRM_ENV_CPUS,               /* exclusive CPUs: cpuset.cpus */
+  NRM_ENV_CPU_NODES,          /* the NUMA nodes of those CPUs: cpuset.mems without a memory claim */
+  NRM_ENV_SHARED_CPUS,        /* "true": the shared pool is added to the exclusive CPUs */
+  NRM_ENV_MEMS,               /* memory nodes: cpuset.mems */
+  NRM_ENV_MEMORY_MAX,         /* bytes: memory.max */
+  NRM_ENV_MEMORY_MIN,         /* bytes: memory.min */
+  NRM_ENV_HUGETLB,            /* a prefix: NRM_HUGETLB_<kernel size name>=bytes: hugetlb.<size>.max */
+  NRM_ENV_MEMORY_POLICY,      /* the claim's memory policy, for the workload (the hook ignores it) */
+  NRM_ENV_PARTITION,          /* "root" or "isolated": the container becomes a cpuset partition of NRM_CPUS */
+  NRM_ENV_PARTITION_REQUIRED, /* "true": the claim asked for the partition, so no container without it */
   NRM_ENV_COUNT
 };
 
@@ -40,7 +42,8 @@ int nrm_env_add (json_t *env, enum nrm_env_var v, const char *size, const char *
 struct nrm_env_binding
 {
   const char *cpus, *mems, *cpu_nodes, *memory_max, *memory_min;
-  bool shared_cpus;
+  const char *partition;
+  bool shared_cpus, partition_required;
   size_t n_hugetlb;
   struct
   {

@@ -36,6 +36,9 @@ struct nrm_publish_options
   /* API server feature gates the output may rely on (alpha in 1.36, off by default). */
   bool list_attributes;  /* DRAListTypeAttributes */
   bool node_allocatable; /* DRANodeAllocatableResources (KEP-5517) */
+  /* cpu.partition: exclusive claims' containers made cpuset partitions
+   * (enum nrm_partition_mode of cpuset/partition.h; 0 off). */
+  unsigned cpu_partition;
 };
 
 /* The devices of one driver's pool on this node, in preference order, and

@@ -9,6 +9,7 @@
 #include <sys/utsname.h>
 #include <unistd.h>
 
+#include "cpuset/partition.h"
 #include "cpuset/placement.h"
 #include "driver/names.h"
 #include "nrm/base/quantity.h"
@@ -369,7 +370,15 @@ load_key (struct nrm_config *c, const char *key, json_t *v, nrm_error_t *err)
       }
     else if (strcmp (key, "cpu") == 0)
       {
-        static const char *const keys[] = { "mode", "driverName", "options", "minSharedCPUs", NULL };
+        static const char *const keys[] = { "mode", "driverName", "options", "minSharedCPUs", "partition", NULL };
+        json_t *part = json_object_get (v, "partition");
+        if (part)
+          {
+            enum nrm_partition_mode m;
+            if (nrm_partition_mode_parse (json_string_value (part), "key `cpu.partition`", &m, err) < 0)
+              return -1;
+            c->cpu_partition = m;
+          }
         json_t *min = json_object_get (v, "minSharedCPUs");
         if (min && (!json_is_integer (min) || json_integer_value (min) < 0 || json_integer_value (min) > 100000))
           return nrm_error_set (err, EINVAL, "key `cpu.minSharedCPUs` must be a non-negative integer");
@@ -773,6 +782,7 @@ nrm_config_apply_node_entry (struct nrm_config *c, size_t index, nrm_error_t *er
   /* What nrm_config_finish() handed on. */
   c->publish.cpu_options = c->cpu_options;
   c->publish.min_shared_cpus = (size_t) c->min_shared_cpus;
+  c->publish.cpu_partition = c->cpu_partition;
   return 0;
 }
 
@@ -1057,6 +1067,7 @@ nrm_config_finish (struct nrm_config *c, nrm_error_t *err)
   c->publish.node_name = c->node_name;
   c->publish.cpu_options = c->cpu_options;
   c->publish.min_shared_cpus = (size_t) c->min_shared_cpus;
+  c->publish.cpu_partition = c->cpu_partition;
   const struct
   {
     char **field;

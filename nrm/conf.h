@@ -24,6 +24,7 @@ struct nrm_config
 
   unsigned cpu_options;    /* node-wide placement options (enum nrm_cpu_option) */
   long min_shared_cpus;    /* allocatable CPUs kept shared (1) */
+  unsigned cpu_partition;  /* cpu.partition: enum nrm_partition_mode (off) */
   long reconcile_interval; /* seconds between shared-pool passes (5); 0: off */
   char *hook_path;         /* nrm executable for the CDI hook; "": no hook */
 

@@ -18,7 +18,9 @@ static const char usage[] = "Usage: nrm-hook [--fsroot DIR] [--state-dir DIR] < 
                             "\n"
                             "Binds a new container to the CPUs and memory nodes of its nrm claims, from the\n"
                             "NRM_CPUS / NRM_MEMS / NRM_CPU_NODES variables in its bundle's config.json;\n"
-                            "for NRM_HUGETLB_<size>, also raises the pod's (and kubepods') hugetlb limits.\n"
+                            "for NRM_HUGETLB_<size>, also raises the pod's (and kubepods') hugetlb limits;\n"
+                            "for NRM_PARTITION (root, isolated), makes it a cpuset partition where the\n"
+                            "kernel can (Linux 6.7+), or says on stderr why not.\n"
                             "The runtime runs it as a createRuntime hook from the claim's CDI spec.\n"
                             "\n"
                             "  --fsroot DIR      prefix of /proc and /sys/fs/cgroup (default /)\n"
@@ -64,11 +66,16 @@ main (int argc, char **argv)
       return 1;
     }
   nrm_error_t err = NULL;
-  if (nrm_hook_run (fsroot, buf, len, state_dir, NULL, &err) < 0)
+  cleanup_free char *summary = NULL;
+  if (nrm_hook_run (fsroot, buf, len, state_dir, &summary, &err) < 0)
     {
       fprintf (stderr, "nrm-hook: %s\n", nrm_error_msg (err));
       nrm_error_release (&err);
       return 1;
     }
+  /* A partition asked for by the node's setting and not had: the container
+   * runs, and the runtime's log says why it has no partition. */
+  if (strstr (summary, "; partition: unavailable"))
+    fprintf (stderr, "nrm-hook: %s\n", summary);
   return 0;
 }

@@ -20,6 +20,7 @@
 #include "nrm/base/fs.h"
 #include "nrm/settings.h"
 #include "nrm/status.h"
+#include "cpuset/partition.h"
 
 /* One pool: devices with their capacity and what claims hold of them. */
 static nrm_quantity_t
@@ -503,6 +504,7 @@ settings_view (const struct nrm_config *c, const struct nrm_topology *t, const s
     { "cpu.mode", "cpuMode" },
     { "cpu.options", "cpuOptions" },
     { "cpu.minSharedCPUs", NULL },
+    { "cpu.partition", NULL },
     { "memory.granularity", "memoryGranularity" },
     { "pci", NULL },
   };
@@ -518,6 +520,8 @@ settings_view (const struct nrm_config *c, const struct nrm_topology *t, const s
           json_t *pci = json_object_get (c->driver_settings, "pci");
           v = pci ? json_dumps (pci, JSON_COMPACT | JSON_SORT_KEYS) : xstrdup ("");
         }
+      else if (strcmp (keys[i].key, "cpu.partition") == 0)
+        v = xstrdup (nrm_partition_mode_name ((enum nrm_partition_mode) c->cpu_partition));
       else
         v = xasprintf ("%ld", c->min_shared_cpus);
       json_object_set_new (values, keys[i].key,
@@ -656,6 +660,24 @@ nrm_status (struct nrm_config *c, const struct nrm_topology *t, const struct nrm
     }
 
   json_object_set_new (doc, "settings", settings_view (c, t, drivers));
+  /* Whether exclusive containers can be cpuset partitions here. */
+  cleanup_free char *pwhy = NULL;
+  {
+    struct nrm_cgroupfs *fs = NULL;
+    nrm_error_t fe = NULL;
+    if (nrm_cgroupfs_open (c->fsroot, &fs, &fe) < 0)
+      {
+        pwhy = xstrdup (nrm_error_msg (fe));
+        nrm_error_release (&fe);
+      }
+    else
+      nrm_partition_supported (fs, &pwhy);
+    nrm_cgroupfs_close (fs);
+    json_object_set_new (doc, "partition",
+                         json_pack ("{s:s, s:b, s:s?}", "setting",
+                                    nrm_partition_mode_name ((enum nrm_partition_mode) c->cpu_partition), "available",
+                                    pwhy == NULL, "unavailable", pwhy));
+  }
   if (as_json)
     {
       if (json_dumpf (doc, out, JSON_INDENT (2)) < 0)
@@ -750,6 +772,8 @@ nrm_status (struct nrm_config *c, const struct nrm_topology *t, const struct nrm
         fprintf (out, " CPU nodes %s", json_string_value (json_object_get (d, "cpuNodes")));
       if (json_object_get (d, "memoryNodes"))
         fprintf (out, " memory nodes %s", json_string_value (json_object_get (d, "memoryNodes")));
+      if (json_object_get (d, "partition"))
+        fprintf (out, " partition %s", json_string_value (json_object_get (d, "partition")));
     }
     fputc ('\n', out);
   }
@@ -771,6 +795,9 @@ nrm_status (struct nrm_config *c, const struct nrm_topology *t, const struct nrm
       fprintf (out, "; isolated free %s", fi);
     fputc ('\n', out);
   }
+  fprintf (out, "CPU partitions: %s; %s%s%s\n", nrm_partition_mode_name ((enum nrm_partition_mode) c->cpu_partition),
+           pwhy ? "unavailable (" : "the kernel has remote partitions (cpuset.cpus.exclusive)", pwhy ? pwhy : "",
+           pwhy ? ")" : "");
   {
     json_t *st = json_object_get (doc, "settings");
     const char *key;

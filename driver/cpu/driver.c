@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "cpuset/env.h"
+#include "cpuset/partition.h"
 #include "cpuset/placement.h"
 #include "driver/cpu/cpu.h"
 #include "driver/driver.h"
@@ -39,6 +40,8 @@ struct cpu_driver
   struct claim_entry *claims;
   char *online_path; /* NULL: no health check */
   char *fsroot;
+  nrm_log_fn log;
+  void *log_ctx;
   bool sysfs; /* PCI localities from sysfs under fsroot (a live machine or a fake tree) */
   pthread_mutex_t foreign_lock;
   json_t *foreign; /* other drivers' devices on the node: driver -> {device -> bus id} */
@@ -304,8 +307,9 @@ struct cpu_settings
 {
   unsigned options;
   char cpu_kind[16];
-  bool shared; /* sharedCPUs: the container runs on the shared pool too */
-  char *cpus;  /* cpus: exactly these CPUs (a list), or NULL */
+  bool shared;   /* sharedCPUs: the container runs on the shared pool too */
+  int partition; /* partition: an enum nrm_partition_mode, or -1 when not set */
+  char *cpus;    /* cpus: exactly these CPUs (a list), or NULL */
 };
 
 static int
@@ -316,6 +320,7 @@ cpu_settings (struct cpu_driver *d, json_t *config, const char *request, struct 
   free (cs->cpus);
   memset (cs, 0, sizeof (*cs));
   cs->options = d->o.cpu_options;
+  cs->partition = -1;
   json_array_foreach (config, i, entry)
   {
     json_t *params, *v;
@@ -357,6 +362,13 @@ cpu_settings (struct cpu_driver *d, json_t *config, const char *request, struct 
             return nrm_error_set (err, EINVAL, "opaque configuration %zu: `sharedCPUs` must be a boolean", i);
           cs->shared = json_is_true (v);
         }
+      else if (strcmp (key, "partition") == 0)
+        {
+          enum nrm_partition_mode m;
+          if (nrm_partition_mode_parse (json_string_value (v), "`partition`", &m, err) < 0)
+            return nrm_error_wrap (err, "opaque configuration %zu", i);
+          cs->partition = (int) m;
+        }
       else if (strcmp (key, "cpus") == 0)
         {
           cleanup_bitmap hwloc_bitmap_t set = NULL;
@@ -379,7 +391,7 @@ cpu_settings (struct cpu_driver *d, json_t *config, const char *request, struct 
 /* The CPUs of one allocated device for this claim, added to claim. */
 static int
 take_device (struct cpu_driver *d, const struct nrm_alloc_result *r, json_t *config, hwloc_const_bitmap_t near,
-             hwloc_bitmap_t claim, bool *shared, bool *placed_near, nrm_error_t *err)
+             hwloc_bitmap_t claim, bool *shared, int *partition, bool *placed_near, nrm_error_t *err)
 {
   json_t *dev = json_object_get (d->devices, r->device);
   struct cpu_settings cs = { 0 };
@@ -391,6 +403,8 @@ take_device (struct cpu_driver *d, const struct nrm_alloc_result *r, json_t *con
   if (sr < 0)
     return -1;
   *shared |= cs.shared;
+  if (cs.partition >= 0)
+    *partition = cs.partition;
   cleanup_bitmap hwloc_bitmap_t cpus = nrm_cpu_device_cpus (d->t, r->device);
   if (!json_is_true (json_object_get (dev, "allowMultipleAllocations")))
     {
@@ -473,7 +487,7 @@ objects_meeting (hwloc_const_bitmap_t cpus, size_t n, const void *objs, size_t s
  * nodes the claim holds of it. */
 static json_t *
 cpu_metadata (struct cpu_driver *d, const struct nrm_claim_view *c, hwloc_const_bitmap_t claim,
-              const struct near_set *ns, const bool *placed_near)
+              const struct near_set *ns, const bool *placed_near, const char *partition)
 {
   json_t *out = json_object ();
   for (size_t i = 0; i < c->n_results; i++)
@@ -504,6 +518,8 @@ cpu_metadata (struct cpu_driver *d, const struct nrm_claim_view *c, hwloc_const_
       cleanup_free char *near = placed_near[i] ? near_list (ns, on) : NULL;
       if (near)
         json_object_set_new (attrs, "nearDevices", json_pack ("{s:s}", "string", near));
+      if (partition)
+        json_object_set_new (attrs, "partition", json_pack ("{s:s}", "string", partition));
       json_object_set_new (out, name, attrs);
     }
   return out;
@@ -515,6 +531,7 @@ cpu_prepare (void *self, const struct nrm_claim_view *c, struct nrm_prepared *ou
   struct cpu_driver *d = self;
   cleanup_bitmap hwloc_bitmap_t claim = xbitmap_alloc ();
   bool shared = false;
+  int asked = -1;
   if (find_claim (d, c->uid))
     return nrm_error_set (err, EEXIST, "claim %s is already prepared", c->uid);
   /* The claim's PCI functions: its CPUs go near them where there is a
@@ -523,7 +540,7 @@ cpu_prepare (void *self, const struct nrm_claim_view *c, struct nrm_prepared *ou
   near_devices (d, c, &ns);
   cleanup_free bool *placed_near = xcalloc (c->n_results + 1, sizeof (bool));
   for (size_t i = 0; i < c->n_results; i++)
-    if (take_device (d, &c->results[i], c->config, ns.all, claim, &shared, &placed_near[i], err) < 0)
+    if (take_device (d, &c->results[i], c->config, ns.all, claim, &shared, &asked, &placed_near[i], err) < 0)
       return -1;
   /* Never hand out the last shared CPUs: every other pod runs there. */
   if (d->o.min_shared_cpus > 0)
@@ -537,6 +554,40 @@ cpu_prepare (void *self, const struct nrm_claim_view *c, struct nrm_prepared *ou
         return nrm_error_set (err, ENOSPC, "this claim would leave %d shared CPU%s, fewer than the minimum of %zu", w,
                               w == 1 ? "" : "s", d->o.min_shared_cpus);
     }
+  /* A cpuset partition: the claim's setting, else the node's. Asked for
+   * by the claim, one that cannot be had refuses the claim; by the node,
+   * the container runs without it and the claim's metadata says why. */
+  enum nrm_partition_mode pm = asked >= 0 ? (enum nrm_partition_mode) asked : d->o.cpu_partition;
+  cleanup_free char *pnote = NULL;
+  if (pm != NRM_PARTITION_OFF)
+    {
+      cleanup_free char *why = NULL;
+      if (shared)
+        why = xstrdup ("a claim with sharedCPUs shares its CPUs");
+      else
+        {
+          struct nrm_cgroupfs *fs = NULL;
+          nrm_error_t fe = NULL;
+          if (nrm_cgroupfs_open (d->fsroot, &fs, &fe) < 0)
+            {
+              why = xstrdup (nrm_error_msg (fe));
+              nrm_error_release (&fe);
+            }
+          else
+            nrm_partition_supported (fs, &why);
+          nrm_cgroupfs_close (fs);
+        }
+      if (why && asked > 0)
+        return nrm_error_set (err, ENOTSUP,
+                              "the claim asks for a cpuset partition (%s), which this node cannot give: %s",
+                              nrm_partition_mode_name (pm), why);
+      pnote = why ? xasprintf ("unavailable (%s)", why) : xstrdup (nrm_partition_mode_name (pm));
+      if (why)
+        NRM_LOG_TO (d->log, d->log_ctx, NRM_LOG_WARNING,
+                    "claim %s: partition: unavailable (%s); its containers keep other tasks off their CPUs through "
+                    "cpuset.cpus only",
+                    c->uid, why);
+    }
   cleanup_free char *list = nrm_cpulist_format (claim), *mems = mems_of (d->t, claim);
   cleanup_json json_t *state = json_pack ("{s:s, s:s}", "cpus", list, "mems", mems);
   cleanup_json json_t *env = json_array ();
@@ -549,12 +600,19 @@ cpu_prepare (void *self, const struct nrm_claim_view *c, struct nrm_prepared *ou
    * container's cpuset; NRM_CPUS stays the exclusive part. */
   if (shared && nrm_env_add (env, NRM_ENV_SHARED_CPUS, NULL, c->uid, "true", err) < 0)
     return -1;
+  /* The hook tries even where prepare found no way: it says per container. */
+  if (pm != NRM_PARTITION_OFF
+      && (nrm_env_add (env, NRM_ENV_PARTITION, NULL, c->uid, nrm_partition_mode_name (pm), err) < 0
+          || (asked > 0 && nrm_env_add (env, NRM_ENV_PARTITION_REQUIRED, NULL, c->uid, "true", err) < 0)))
+    return -1;
+  if (pnote)
+    json_object_set_new (state, "partition", json_string (pnote));
   if (add_claim (d, c->uid, claim, err) < 0)
     return -1;
   out->state = TAKE_PTR (state);
   out->edits.env = TAKE_PTR (env);
   out->edits.commit_hook = true;
-  out->metadata = c->metadata ? cpu_metadata (d, c, claim, &ns, placed_near) : NULL;
+  out->metadata = c->metadata ? cpu_metadata (d, c, claim, &ns, placed_near, pnote) : NULL;
   return 0;
 }
 
@@ -640,6 +698,8 @@ cpu_describe (void *self, const char *uid, json_t *state)
     json_object_set (out, "cpus", json_object_get (state, "cpus"));
   if (json_object_get (state, "mems"))
     json_object_set (out, "cpuNodes", json_object_get (state, "mems"));
+  if (json_object_get (state, "partition"))
+    json_object_set (out, "partition", json_object_get (state, "partition"));
   if (list == NULL || nrm_cpulist_parse (list, &held, &e) < 0)
     {
       nrm_error_release (&e);
@@ -768,6 +828,8 @@ cpu_new (const struct nrm_driver_host *h, void **ret, nrm_error_t *err)
   if (h->live || !root)
     d->online_path = xasprintf ("%s/sys/devices/system/cpu/online", root ? "" : h->fsroot);
   d->fsroot = xstrdup (h->fsroot);
+  d->log = h->log;
+  d->log_ctx = h->log_ctx;
   d->sysfs = h->live || !root;
   if (nrm_cpu_pool (d->t, &d->o, d->name, &pool, err) < 0
       || nrm_kit_index_pool (&pool, &d->devices, &d->names, err) < 0)

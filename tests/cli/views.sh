@@ -133,4 +133,22 @@ if [ "$(nproc)" -lt 200 ]; then
   expect_error "claims on CPUs the machine does not have" "hold CPUs 8-15,200-207, which this machine (live) does not have" \
     -- status --node-name n1 --drivers cpu --cpu-mode partitioned --state-dir "$S"
 fi
+
+# What the kernel offers for cpuset partitions, on fake cgroupfs trees: 6.1
+# (partitions, no cpuset.cpus.exclusive) and 6.7+.
+P=$TMP/pfs
+mkdir -p "$P/sys/fs/cgroup/kubepods.slice" "$TMP/pst"
+echo "cpuset cpu memory" >"$P/sys/fs/cgroup/cgroup.controllers"
+echo 0-23 >"$P/sys/fs/cgroup/kubepods.slice/cpuset.cpus"
+echo member >"$P/sys/fs/cgroup/kubepods.slice/cpuset.cpus.partition"
+printf 'cpu:\n  partition: isolated\n' >"$TMP/part.yaml"
+"$NRM" status -c "$TMP/part.yaml" --fsroot "$P" -t "$NRM_TOPOLOGIES/24em64t-2n6c2t-pci.xml" --state-dir "$TMP/pst" \
+  >"$TMP/ps" 2>&1
+grep -qF 'CPU partitions: isolated; unavailable (this kernel has only local partitions (no cpuset.cpus.exclusive' \
+  "$TMP/ps" && ok || fail "status on 6.1: $(grep -i partition "$TMP/ps")"
+grep -qE '^  cpu.partition +isolated \(top level\)$' "$TMP/ps" && ok || fail "status: the setting: $(grep -i partition "$TMP/ps")"
+: >"$P/sys/fs/cgroup/kubepods.slice/cpuset.cpus.exclusive"
+"$NRM" status --fsroot "$P" -t "$NRM_TOPOLOGIES/24em64t-2n6c2t-pci.xml" --state-dir "$TMP/pst" >"$TMP/ps" 2>&1
+grep -qxF 'CPU partitions: off; the kernel has remote partitions (cpuset.cpus.exclusive)' "$TMP/ps" && ok \
+  || fail "status on 6.7+: $(grep -i partition "$TMP/ps")"
 finish

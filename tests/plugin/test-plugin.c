@@ -45,8 +45,9 @@ typedef K8s__Io__Kubelet__Pkg__Apis__Dra__V1__NodeUnprepareResourcesResponse Unp
 static char root[256], kubelet_dir[300], cdi_dir[300], state_dir[300], claims_dir[300], log_path[300];
 static char cpu_sock[512], cpu_reg[512], mem_sock[512];
 static pid_t plugin_pid = -1;
-static char fsroot[400];       /* --fsroot for the next start, or "" */
-static const char *start_flag; /* one more flag for the next start, or NULL */
+static char fsroot[400];        /* --fsroot for the next start, or "" */
+static const char *start_flag;  /* one more flag for the next start, or NULL */
+static const char *start_flag2; /* and another */
 static grpc_channel *cpu_ch, *mem_ch;
 static const char *claim_ns = "default"; /* the namespace of the claims written and prepared */
 
@@ -96,6 +97,8 @@ spawn_plugin (const char *extra)
         }
       if (start_flag)
         args[n++] = start_flag;
+      if (start_flag2)
+        args[n++] = start_flag2;
       args[n] = NULL;
       execv (nrm, (char *const *) args);
       _exit (127);
@@ -786,6 +789,101 @@ test_health_offline (void **state)
   start_plugin ();
 }
 
+/* cpu.partition on a node whose kernel (a fake 6.1 cgroupfs: partitions,
+ * no cpuset.cpus.exclusive) cannot make a container one: the node's
+ * setting lets the claim run and says why in the log, the state and the
+ * metadata; a claim that asks for one itself is refused. */
+static void
+test_partition (void **state)
+{
+  (void) state;
+  char path[700], cmd[4096], conf[600], flag[700];
+  stop_plugin (SIGTERM);
+  snprintf (fsroot, sizeof (fsroot), "%s/fsroot-part", root);
+  snprintf (cmd, sizeof (cmd),
+            "mkdir -p '%1$s/sys/devices/system/cpu' '%1$s/sys/fs/cgroup/kubepods.slice' && echo 0-23 > "
+            "'%1$s/sys/devices/system/cpu/online' && echo cpuset cpu memory > '%1$s/sys/fs/cgroup/cgroup.controllers' "
+            "&& echo 0-23 > '%1$s/sys/fs/cgroup/kubepods.slice/cpuset.cpus' && echo member > "
+            "'%1$s/sys/fs/cgroup/kubepods.slice/cpuset.cpus.partition'",
+            fsroot);
+  assert_int_equal (system (cmd), 0);
+  snprintf (conf, sizeof (conf), "%s/partition.yaml", root);
+  FILE *f = fopen (conf, "w");
+  fputs ("cpu:\n  partition: root\n", f);
+  fclose (f);
+  snprintf (flag, sizeof (flag), "--config=%s", conf);
+  start_flag = flag;
+  start_flag2 = "--device-metadata";
+  start_plugin ();
+  struct
+  {
+    const char *name, *uid, *partition, *want_error, *want_env;
+  } cases[] = {
+    { "pnode", "00000000-0000-4000-8000-0000000000f1", NULL, NULL, "\"NRM_PARTITION=root\"" },
+    { "pclaim", "00000000-0000-4000-8000-0000000000f2", "isolated",
+      "the claim asks for a cpuset partition (isolated), which this node cannot give: this kernel has only local "
+      "partitions",
+      NULL },
+    { "poff", "00000000-0000-4000-8000-0000000000f3", "off", NULL, NULL },
+    { "pbad", "00000000-0000-4000-8000-0000000000f4", "member", "`partition` must be off, root or isolated", NULL },
+  };
+  for (size_t i = 0; i < sizeof (cases) / sizeof (cases[0]); i++)
+    {
+      char text[4096], params[300] = "";
+      if (cases[i].partition)
+        snprintf (
+            params, sizeof (params),
+            ",\"config\":[{\"source\":\"FromClaim\",\"opaque\":{\"driver\":\"" CPU_DRIVER "\","
+            "\"parameters\":{\"apiVersion\":\"cpu.nrm.io/v1alpha1\",\"kind\":\"CPUConfig\",\"partition\":\"%s\"}}}]",
+            cases[i].partition);
+      snprintf (path, sizeof (path), "%s/%s.json", claims_dir, cases[i].name);
+      snprintf (text, sizeof (text),
+                "{\"metadata\":{\"name\":\"%s\",\"namespace\":\"default\",\"uid\":\"%s\"},\"status\":{"
+                "\"allocation\":{\"devices\":{\"results\":[{\"request\":\"cpus\",\"driver\":\"" CPU_DRIVER "\","
+                "\"pool\":\"" NODE "\",\"device\":\"numa1\",\"consumedCapacity\":{\"cpus\":\"1\"}}]%s}}}}",
+                cases[i].name, cases[i].uid, params);
+      f = fopen (path, "w");
+      fputs (text, f);
+      fclose (f);
+      const char *names[] = { cases[i].name }, *uids[] = { cases[i].uid };
+      PrepareResponse *resp = prepare (cpu_ch, PREPARE, names, uids, 1);
+      PrepareClaimResponse *e = entry (resp, uids[0]);
+      if (cases[i].want_error == NULL)
+        assert_string_equal (e->error, "");
+      else if (strstr (e->error, cases[i].want_error) == NULL)
+        fail_msg ("claim %s: error `%s` lacks `%s`", cases[i].name, e->error, cases[i].want_error);
+      k8s__io__kubelet__pkg__apis__dra__v1__node_prepare_resources_response__free_unpacked (resp, NULL);
+      if (cases[i].want_error)
+        continue;
+      snprintf (path, sizeof (path), "%s/" CPU_DRIVER "-%s.json", cdi_dir, cases[i].uid);
+      char *spec = kc_slurp (path);
+      assert_non_null (spec);
+      if (cases[i].want_env)
+        assert_non_null (strstr (spec, cases[i].want_env));
+      else
+        assert_null (strstr (spec, "NRM_PARTITION"));
+      assert_null (strstr (spec, "NRM_PARTITION_REQUIRED"));
+      free (spec);
+    }
+  /* The node's setting: the metadata and the log say why not. */
+  snprintf (path, sizeof (path), "%s/plugins/" CPU_DRIVER "/dra-device-metadata/default_pnode/cpus/metadata.json",
+            kubelet_dir);
+  char *body = kc_slurp (path);
+  assert_non_null (body);
+  if (strstr (body, "\"partition\"") == NULL
+      || strstr (body, "unavailable (this kernel has only local partitions") == NULL)
+    fail_msg ("metadata without the partition's note: %s", body);
+  free (body);
+  assert_true (log_contains ("claim 00000000-0000-4000-8000-0000000000f1: partition: unavailable (this kernel has "
+                             "only local partitions"));
+  const char *u[] = { "00000000-0000-4000-8000-0000000000f1", "00000000-0000-4000-8000-0000000000f3" };
+  unprepare (cpu_ch, u, 2);
+  stop_plugin (SIGTERM);
+  fsroot[0] = '\0';
+  start_flag = start_flag2 = NULL;
+  start_plugin ();
+}
+
 struct worker
 {
   int id;
@@ -1451,23 +1549,15 @@ int
 main (void)
 {
   const struct CMUnitTest tests[] = {
-    cmocka_unit_test (test_registration),
-    cmocka_unit_test (test_prepare_mixed),
-    cmocka_unit_test (test_opaque_config),
-    cmocka_unit_test (test_memory_and_beta),
-    cmocka_unit_test (test_memory_config),
-    cmocka_unit_test (test_memory_policy),
-    cmocka_unit_test (test_health),
-    cmocka_unit_test (test_health_offline),
-    cmocka_unit_test (test_concurrent),
-    cmocka_unit_test (test_restart),
-    cmocka_unit_test (test_device_metadata),
-    cmocka_unit_test (test_pod_group),
-    cmocka_unit_test (test_memory_restart),
-    cmocka_unit_test (test_refusals),
-    cmocka_unit_test (test_rolling_update),
-    cmocka_unit_test (test_run_lookalike),
-    cmocka_unit_test (test_sigterm_idle_clients),
+    cmocka_unit_test (test_registration),  cmocka_unit_test (test_prepare_mixed),
+    cmocka_unit_test (test_opaque_config), cmocka_unit_test (test_memory_and_beta),
+    cmocka_unit_test (test_memory_config), cmocka_unit_test (test_memory_policy),
+    cmocka_unit_test (test_health),        cmocka_unit_test (test_health_offline),
+    cmocka_unit_test (test_partition),     cmocka_unit_test (test_concurrent),
+    cmocka_unit_test (test_restart),       cmocka_unit_test (test_device_metadata),
+    cmocka_unit_test (test_pod_group),     cmocka_unit_test (test_memory_restart),
+    cmocka_unit_test (test_refusals),      cmocka_unit_test (test_rolling_update),
+    cmocka_unit_test (test_run_lookalike), cmocka_unit_test (test_sigterm_idle_clients),
   };
   return cmocka_run_group_tests_name ("plugin protocol", tests, setup, teardown);
 }

@@ -15,6 +15,7 @@
 
 #include "nrm/base/cleanup.h"
 #include "tests/unit/util.h"
+#include "cpuset/partition.h"
 #include "cpuset/placement.h"
 #include "nrm/conf.h"
 
@@ -41,7 +42,7 @@ test_good_file (void **state)
   cleanup_free char *path = write_tmp (
       "{\"nodeName\": \"worker-1\", \"reservedCPUs\": \"0-1\", \"isolatedCPUs\": \"6-7\","
       " \"reservedMemory\": [{\"numaNode\": 0, \"limits\": {\"memory\": \"1Gi\", \"hugepages-2Mi\": \"4Mi\"}}],"
-      " \"cpu\": {\"mode\": \"partitioned\", \"driverName\": \"cpu.example.com\"},"
+      " \"cpu\": {\"mode\": \"partitioned\", \"driverName\": \"cpu.example.com\", \"partition\": \"isolated\"},"
       " \"memory\": {\"granularity\": \"4Mi\", \"hugepagesOnDemand\": {\"2Mi\": \"64Mi\"}, \"health\": "
       "{\"pollSeconds\": 7}},"
       " \"featureGates\": {\"DRAListTypeAttributes\": true}}");
@@ -53,6 +54,7 @@ test_good_file (void **state)
   assert_string_equal (c.publish.node_name, "worker-1");
   assert_string_equal (json_string_value (json_object_get (c.driver_names, "cpu")), "cpu.example.com");
   assert_int_equal (c.publish.cpu_mode, NRM_CPU_MODE_PARTITIONED);
+  assert_int_equal (c.publish.cpu_partition, NRM_PARTITION_ISOLATED);
   assert_int_equal (c.publish.memory_granularity, 4 << 20);
   /* The memory driver's own setting reaches it (it checks it). */
   assert_string_equal (
@@ -82,6 +84,9 @@ test_bad_files (void **state)
   expect_load_error ("{\"reservedCPUs\": \"0-\"}", "reservedCPUs");
   expect_load_error ("{\"cpu\": {\"mode\": \"fast\"}}", "unknown CPU device mode `fast`");
   expect_load_error ("{\"cpu\": {\"colour\": 1}}", "unknown key `cpu.colour`");
+  expect_load_error ("{\"cpu\": {\"partition\": \"yes\"}}",
+                     "key `cpu.partition` must be off, root or isolated, not `yes`");
+  expect_load_error ("{\"cpu\": {\"partition\": true}}", "key `cpu.partition` must be off, root or isolated");
   expect_load_error ("{\"memory\": {\"granularity\": \"0\"}}", "must be positive");
   expect_load_error ("{\"featureGates\": {\"DRAListTypeAttributes\": \"yes\"}}", "must be a boolean");
   expect_load_error ("{\"featureGates\": {\"Nope\": true}}", "unknown feature gate `Nope`");
