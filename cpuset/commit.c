@@ -42,17 +42,7 @@ static int
 lock_records (const char *state_dir, nrm_error_t *err)
 {
   cleanup_free char *path = xasprintf ("%s/containers.lock", state_dir);
-  int fd = open (path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
-  if (fd < 0)
-    return nrm_error_errno (err, errno, "cannot open `%s`", path);
-  while (flock (fd, LOCK_EX) < 0)
-    if (errno != EINTR)
-      {
-        int e = errno;
-        close (fd);
-        return nrm_error_errno (err, e, "cannot lock `%s`", path);
-      }
-  return fd;
+  return nrm_lock_file (path, err);
 }
 
 static char *

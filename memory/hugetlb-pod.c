@@ -48,17 +48,7 @@ static int
 lock_journal (const char *state_dir, nrm_error_t *err)
 {
   cleanup_free char *path = xasprintf ("%s/hugetlb-pods.lock", state_dir);
-  int fd = open (path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
-  if (fd < 0)
-    return nrm_error_errno (err, errno, "cannot open `%s`", path);
-  while (flock (fd, LOCK_EX) < 0)
-    if (errno != EINTR)
-      {
-        int e = errno;
-        close (fd);
-        return nrm_error_errno (err, e, "cannot lock `%s`", path);
-      }
-  return fd;
+  return nrm_lock_file (path, err);
 }
 
 /* The journal, or an empty one when there is none; *ret_text (may be NULL)

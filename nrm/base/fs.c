@@ -241,3 +241,19 @@ nrm_mkdir_p (const char *path, mode_t mode, nrm_error_t *err)
     return nrm_error_set (err, ENOTDIR, "`%s` is not a directory", path);
   return 0;
 }
+
+int
+nrm_lock_file (const char *path, nrm_error_t *err)
+{
+  int fd = open (path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (fd < 0)
+    return nrm_error_errno (err, errno, "cannot open `%s`", path);
+  while (flock (fd, LOCK_EX) < 0)
+    if (errno != EINTR)
+      {
+        int e = errno;
+        close (fd);
+        return nrm_error_errno (err, e, "cannot lock `%s`", path);
+      }
+  return fd;
+}

@@ -44,4 +44,9 @@ DIR *nrm_opendir_at (int dfd);
 /* mkdir -p with the mode for each created directory. */
 int nrm_mkdir_p (const char *path, mode_t mode, nrm_error_t *err);
 
+/* Opens (creating it, mode 0600, never through a link) and locks a lock
+ * file exclusively, waiting for other holders; the descriptor holds the
+ * lock until it is closed. */
+int nrm_lock_file (const char *path, nrm_error_t *err);
+
 #endif
