@@ -26,7 +26,9 @@
 # loaded), NRM_VM_CPU (the qemu CPU model), NRM_VM_APPEND (more kernel
 # arguments), NRM_VM_KERNEL_DEB (a linux-image .deb to use instead of
 # fetching one), NRM_VM_DEBUG=1 (print the qemu command, the timings and the
-# guest's kernel log, and keep the temporary directory).
+# guest's kernel log, and keep the temporary directory), NRM_VM_LOCK (the
+# lock file that lets one VM boot at a time, default
+# $TMPDIR/nrm-vm-boot.lock).
 set -u
 
 prog=vm.sh
@@ -510,6 +512,11 @@ boot_timeout=${NRM_VM_BOOT_TIMEOUT:-60}
 isnum "$boot_timeout" || die "NRM_VM_BOOT_TIMEOUT must be a number"
 debug "booting $kdir ($accel): $cpus CPUs ($sockets sockets, $cores cores, $threads threads), $nodes nodes of ${node_mem} MiB"
 debug "$qemu ${args[*]}"
+# One VM at a time on this machine (make -j runs VM tests side by side):
+# under TCG two guests share the host's cores and each runs past its
+# timeout. The timeout counts from here, once the machine is ours.
+exec 9>"${NRM_VM_LOCK:-${TMPDIR:-/tmp}/nrm-vm-boot.lock}"
+flock 9
 SECONDS=0
 attempt=0
 while :; do
