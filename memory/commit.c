@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "memory/commit.h"
+#include "memory/hugepages.h"
 #include "nrm/base/cleanup.h"
 #include "nrm/base/fs.h"
 #include "nrm/base/quantity.h"
@@ -45,8 +46,8 @@ prefix (const char *fsroot)
   return fsroot == NULL || strcmp (fsroot, "/") == 0 ? "" : fsroot;
 }
 
-/* A number from a sysfs file; false when the file is missing or says
- * something else (then nothing is checked against it). */
+/* The number after key in a sysfs file; false when the file is missing or
+ * says something else (then nothing is checked against it). */
 static bool
 read_u64 (const char *path, const char *key, uint64_t *ret)
 {
@@ -57,9 +58,9 @@ read_u64 (const char *path, const char *key, uint64_t *ret)
       nrm_error_release (&e);
       return false;
     }
-  const char *p = key ? strstr (text, key) : text;
+  const char *p = strstr (text, key);
   unsigned long long v;
-  if (p == NULL || sscanf (p + (key ? strlen (key) : 0), " %llu", &v) != 1)
+  if (p == NULL || sscanf (p + strlen (key), " %llu", &v) != 1)
     return false;
   *ret = (uint64_t) v;
   return true;
@@ -150,13 +151,13 @@ nrm_memory_binding_check (const char *fsroot, const struct nrm_memory_binding *m
                               m->hugetlb[h].size, v, m->hugetlb[h].size);
       hwloc_bitmap_foreach_begin (n, nodes)
       {
-        cleanup_free char *path
-            = xasprintf ("%s/node%d/hugepages/hugepages-%" PRIu64 "kB/nr_hugepages", dir, n, size >> 10);
         uint64_t c;
-        if (read_u64 (path, NULL, &c))
+        nrm_error_t unread = NULL;
+        if (nrm_hugepages_read (fsroot, (unsigned) n, size, &c, &unread) == 0)
           pages += c;
         else
           have = false;
+        nrm_error_release (&unread);
       }
       hwloc_bitmap_foreach_end ();
       if (have && v / size > pages)
