@@ -35,6 +35,7 @@
 #include "nrm/log.h"
 #include "nrm/run.h"
 #include "memory/place.h"
+#include "memory/policy.h"
 #include "nrm/status.h"
 
 #define RUN_NAMESPACE "nrm-run"
@@ -414,7 +415,10 @@ is_all (hwloc_const_bitmap_t set)
   return hwloc_bitmap_last (set) == -1 && !hwloc_bitmap_iszero (set);
 }
 
-static const char *const policy_names[] = { "bind", "bind", "interleave", "preferred", "local" };
+/* A run's policy in the words a claim's MemoryConfig uses. */
+static const enum nrm_mempolicy run_mempolicy[] = { NRM_MEMPOLICY_BIND, NRM_MEMPOLICY_BIND, NRM_MEMPOLICY_INTERLEAVE,
+                                                    NRM_MEMPOLICY_PREFERRED, NRM_MEMPOLICY_LOCAL };
+#define policy_name(p) nrm_mempolicy_name[run_mempolicy[p]]
 static const char *const policy_flags[] = { "", "--membind", "--interleave", "--preferred", "--localalloc" };
 
 /* The holder of a CPU among the checkpoint's claims, "namespace/name
@@ -561,7 +565,7 @@ explain (const struct nrm_topology *t, hwloc_const_bitmap_t got, const struct pa
                                       json_string_value (json_object_get (e, "namespace")) ?: "", "name",
                                       json_string_value (json_object_get (e, "name")) ?: "", "uid", u, "cpus", list));
   }
-  json_t *mem = json_pack ("{s:s, s:s}", "policy", policy_names[rq->policy], "nodes", mems);
+  json_t *mem = json_pack ("{s:s, s:s}", "policy", policy_name (rq->policy), "nodes", mems);
   if (rq->memory_kind || rq->memory_tier >= 0)
     {
       int mi = nrm_topology_numa_index (t, (unsigned) mem_node);
@@ -1193,7 +1197,7 @@ nrm_cmd_run (struct nrm_config *c, struct nrm_topology *t, const struct nrm_run_
              name, cpus, dash (json_string_value (json_object_get (why, "wholeCores"))),
              dash (json_string_value (json_object_get (why, "partialCores"))),
              dash (json_string_value (json_object_get (why, "l3Groups"))),
-             dash (json_string_value (json_object_get (why, "numaNodes"))), mems, policy_names[rq->policy]);
+             dash (json_string_value (json_object_get (why, "numaNodes"))), mems, policy_name (rq->policy));
   }
 
   bool cgroup = have_cgroup_cpuset (c->fsroot);
@@ -1306,7 +1310,7 @@ nrm_cmd_run (struct nrm_config *c, struct nrm_topology *t, const struct nrm_run_
           /* Local allocation reads back as MPOL_LOCAL (4) on newer libnuma. */
           if (get_mempolicy (&mode, NULL, 0, NULL, 0) < 0 || (mode != want && !(want == MPOL_DEFAULT && mode == 4)))
             {
-              fprintf (stderr, "nrm run: cannot set the memory policy %s on nodes %s\n", policy_names[rq->policy],
+              fprintf (stderr, "nrm run: cannot set the memory policy %s on nodes %s\n", policy_name (rq->policy),
                        mems);
               _exit (NRM_RUN_EXIT_FAILED);
             }
