@@ -115,12 +115,9 @@ static int
 take (struct nrm_handover *h, bool always, json_t **other, nrm_error_t *err)
 {
   *other = NULL;
-  cleanup_close int fd = open (h->record_lock, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  cleanup_close int fd = nrm_lock_file (h->record_lock, err);
   if (fd < 0)
-    return nrm_error_errno (err, errno, "cannot open lock file `%s`", h->record_lock);
-  while (flock (fd, LOCK_EX) < 0)
-    if (errno != EINTR)
-      return nrm_error_errno (err, errno, "cannot lock `%s`", h->record_lock);
+    return -1;
   if (!always)
     {
       cleanup_json json_t *rec = read_record (h);
@@ -247,8 +244,10 @@ nrm_handover_release (struct nrm_handover *h)
 {
   if (h == NULL)
     return;
-  cleanup_close int fd = open (h->record_lock, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-  if (fd >= 0 && flock (fd, LOCK_EX) == 0)
+  nrm_error_t unlocked = NULL;
+  cleanup_close int fd = nrm_lock_file (h->record_lock, &unlocked);
+  nrm_error_release (&unlocked);
+  if (fd >= 0)
     {
       cleanup_json json_t *rec = read_record (h);
       if (rec && is_self (h, rec))
