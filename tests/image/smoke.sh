@@ -104,13 +104,26 @@ fi
 # --- nrm plugin in the container, the DaemonSet's way -------------------------------
 # Its arguments and config file, from deploy/kubernetes/nrm.yaml.
 # (read as YAML: the chart may quote a value)
+# $(VAR) in an argument is expanded from the container's env as the kubelet
+# does: fieldRefs from this pod's stand-ins, a reference to no env var kept.
+POD_UID_=$(cat /proc/sys/kernel/random/uuid)
 python3 -c '
-import sys, yaml
+import re, sys, yaml
+fields = {"metadata.uid": sys.argv[2], "spec.nodeName": sys.argv[3]}
 for doc in yaml.safe_load_all(open(sys.argv[1])):
     if doc and doc.get("kind") == "DaemonSet" and doc["metadata"]["name"] == "nrm":
         for c in doc["spec"]["template"]["spec"]["containers"]:
             if c["name"] == "nrm":
-                print("\n".join(c["args"]))' deploy/kubernetes/nrm.yaml >"$TMP/args"
+                env = {}
+                for e in c.get("env", []):
+                    if "value" in e:
+                        env[e["name"]] = e["value"]
+                    elif "fieldRef" in e.get("valueFrom", {}):
+                        env[e["name"]] = fields[e["valueFrom"]["fieldRef"]["fieldPath"]]
+                expand = lambda m: env.get(m.group(1), m.group(0))
+                print("\n".join(re.sub(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)", expand, a) for a in c["args"]))' \
+  deploy/kubernetes/nrm.yaml "$POD_UID_" "$NODE" >"$TMP/args"
+grep -q '\$(' "$TMP/args" && fail "an argument of the DaemonSet names no env var: $(grep '\$(' "$TMP/args")" || ok
 mkdir -p "$TMP/config"
 awk '/^  config.json: \|$/ {f = 1; next} f && /^    / {sub(/^    /, ""); print; next} f {exit}' \
   deploy/kubernetes/nrm.yaml >"$TMP/config/config.json"
@@ -137,7 +150,7 @@ done <"$TMP/args"
 if [ -z "${finish_early:-}" ]; then
   # The recorded machine stands in for the host (the plugin then leaves the
   # host's cgroups alone: no /sys/fs/cgroup, /sys or /dev mounts).
-  podman run -d --name "$CTR" --pull=never --network host -e NODE_NAME="$NODE" \
+  podman run -d --name "$CTR" --pull=never --network host -e NODE_NAME="$NODE" -e POD_UID="$POD_UID_" \
     -v "$TMP/config:/etc/nrm:ro" \
     -v "$TMP/kubelet:/var/lib/kubelet:ro" \
     -v "$TMP/kubelet/plugins:/var/lib/kubelet/plugins" \
@@ -149,14 +162,16 @@ if [ -z "${finish_early:-}" ]; then
     --entrypoint /usr/bin/nrm "$IMAGE" "$@" --kubeconfig /etc/nrm-api/kubeconfig --topology "/topologies/$TOPO" \
     >"$TMP/ctr" 2>&1 && ok || fail "podman run nrm plugin: $(cat "$TMP/ctr")"
 
-  sock="$TMP/kubelet/plugins/cpu.nrm.io/dra.sock"
+  # The DaemonSet runs with --instance-uid (rolling updates): the pod UID is in
+  # every socket's name.
+  sock="$TMP/kubelet/plugins/cpu.nrm.io/dra-$POD_UID_.sock"
   for _ in $(seq 300); do
-    [ -S "$sock" ] && [ -S "$TMP/kubelet/plugins_registry/cpu.nrm.io-reg.sock" ] && [ -s "$TMP/api/device" ] && break
+    [ -S "$sock" ] && [ -S "$TMP/kubelet/plugins_registry/cpu.nrm.io-$POD_UID_-reg.sock" ] && [ -s "$TMP/api/device" ] && break
     podman container exists "$CTR" || break
     sleep 0.1
   done
   [ -S "$sock" ] && ok || fail "no DRA socket $sock from the container: $(podman logs "$CTR" 2>&1 | tail -5)"
-  [ -S "$TMP/kubelet/plugins_registry/cpu.nrm.io-reg.sock" ] && [ -S "$TMP/kubelet/plugins_registry/memory.nrm.io-reg.sock" ] \
+  [ -S "$TMP/kubelet/plugins_registry/cpu.nrm.io-$POD_UID_-reg.sock" ] && [ -S "$TMP/kubelet/plugins_registry/memory.nrm.io-$POD_UID_-reg.sock" ] \
     && ok || fail "no registration sockets: $(ls "$TMP/kubelet/plugins_registry")"
   [ -s "$TMP/api/device" ] && ok || fail "no cpu.nrm.io slices published to the fake API server: $(tail -5 "$TMP/api.log")"
 
@@ -178,7 +193,7 @@ EOF
   podman stop -t 30 "$CTR" >/dev/null 2>&1
   rc=$(podman inspect --format '{{.State.ExitCode}}' "$CTR" 2>/dev/null)
   [ "$rc" = 0 ] && ok || fail "nrm plugin exited $rc on SIGTERM: $(podman logs "$CTR" 2>&1 | tail -5)"
-  [ ! -e "$sock" ] && [ ! -e "$TMP/kubelet/plugins_registry/cpu.nrm.io-reg.sock" ] && ok \
+  [ ! -e "$sock" ] && [ ! -e "$TMP/kubelet/plugins_registry/cpu.nrm.io-$POD_UID_-reg.sock" ] && ok \
     || fail "sockets left after SIGTERM: $(ls -R "$TMP/kubelet")"
   podman logs "$CTR" 2>&1 | grep -q '"level":"error"' && fail "errors in the plugin's log: $(podman logs "$CTR" 2>&1 | grep '"level":"error"' | head -3)" || ok
 fi
