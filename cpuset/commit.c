@@ -14,6 +14,7 @@
 #include <jansson.h>
 
 #include "cpuset/commit.h"
+#include "cpuset/host.h"
 #include "cpuset/kubepods.h"
 #include "cpuset/partition.h"
 #include "memory/hugetlb-pod.h"
@@ -207,7 +208,9 @@ nrm_hook_run (const char *fsroot, const char *state, size_t len, const char *sta
     with_shared = mixed_cpus (state_dir, cpus);
   b.cpus = with_shared ? with_shared : cpus;
   b.memory.mems = mems;
-  if (nrm_cgroup_apply (fs, cgroup, &b, err) < 0)
+  /* Below a host cgroup that nrm keeps on the shared pool (podman's
+   * machine.slice, say), the claim's CPUs are outside it until it widens. */
+  if (nrm_host_make_room (fs, state_dir, cgroup, b.cpus, mems, err) < 0 || nrm_cgroup_apply (fs, cgroup, &b, err) < 0)
     {
       nrm_hugetlb_pod_undo (fs, hp);
       unlink (rec);
@@ -378,9 +381,75 @@ visit (const struct nrm_container_cgroup *c, void *arg)
   return 0;
 }
 
+/* The host subtrees' view of the records: claimed containers by cgroup. */
+struct host_view
+{
+  struct pass *p;
+  json_t *by_cgroup; /* cgroup (no leading '/') -> id */
+};
+
+static bool
+host_is_claimed (const char *cgroup, void *arg)
+{
+  struct host_view *h = arg;
+  return json_object_get (h->by_cgroup, cgroup) != NULL;
+}
+
+static bool
+host_holds_claims (const char *cgroup, void *arg)
+{
+  struct host_view *h = arg;
+  size_t n = strlen (cgroup);
+  const char *cg;
+  json_t *v;
+  json_object_foreach (h->by_cgroup, cg, v)
+  {
+    if (strncmp (cg, cgroup, n) == 0 && (cg[n] == '\0' || cg[n] == '/'))
+      return true;
+  }
+  return false;
+}
+
+/* A claimed container in a host subtree: kept as one under kubepods. */
+static void
+host_keep (const char *cgroup, void *arg)
+{
+  struct host_view *h = arg;
+  struct nrm_container_cgroup c = { 0 };
+  snprintf (c.path, sizeof (c.path), "%s", cgroup);
+  snprintf (c.id, sizeof (c.id), "%s", json_string_value (json_object_get (h->by_cgroup, cgroup)));
+  visit (&c, h->p);
+}
+
+static void
+host_pass (struct pass *p, const char *const *host, size_t n_host)
+{
+  cleanup_json json_t *by_cgroup = json_object ();
+  const char *id;
+  json_t *rec;
+  json_object_foreach (p->records, id, rec)
+  {
+    const char *cg = json_string_value (json_object_get (rec, "cgroup"));
+    if (cg && strlen (cg) < sizeof (((struct nrm_container_cgroup *) 0)->path))
+      json_object_set_new (by_cgroup, cg[0] == '/' ? cg + 1 : cg, json_string (id));
+  }
+  struct host_view h = { p, by_cgroup };
+  struct nrm_host_claims claims = { host_is_claimed, host_holds_claims, host_keep, &h };
+  struct nrm_host_stats hs;
+  nrm_error_t e = NULL;
+  if (nrm_host_reconcile (p->fs, p->state_dir, host, n_host, &claims, p->shared_text, p->shared_mems, &hs,
+                          p->first_error, &e)
+      < 0)
+    note_error (p, &e);
+  p->st->updated += hs.updated;
+  p->st->failed += hs.failed;
+  p->st->host_confined = hs.confined;
+}
+
 int
 nrm_reconcile (struct nrm_cgroupfs *fs, const char *state_dir, const char *shared_cpus, const char *shared_mems,
-               const char *all_mems, struct nrm_reconcile_stats *st, char **ret_first_error, nrm_error_t *err)
+               const char *all_mems, const char *const *host, size_t n_host, struct nrm_reconcile_stats *st,
+               char **ret_first_error, nrm_error_t *err)
 {
   struct pass p = { fs, state_dir, NULL, shared_mems, all_mems, json_object (), json_object (), st, ret_first_error };
   cleanup_free char *dir = xasprintf ("%s/containers", state_dir);
@@ -434,6 +503,9 @@ nrm_reconcile (struct nrm_cgroupfs *fs, const char *state_dir, const char *share
 
   if (nrm_kubepods_walk (fs, visit, &p, err) < 0)
     goto out;
+  /* The host's own subtrees, where the setting names them; also when it
+   * names none, so that what an earlier setting confined is let go. */
+  host_pass (&p, host, n_host);
   /* Exclusive CPUs that partitions now gone left above them: a later
    * partition of those CPUs elsewhere needs them back. */
   for (int i = 0; i < 2; i++)

@@ -26,17 +26,20 @@ int nrm_hook_run (const char *fsroot, const char *state, size_t len, const char 
 struct nrm_reconcile_stats
 {
   size_t containers, exclusive, updated, failed, forgotten;
+  size_t host_confined; /* host cgroups holding the pool for their subtree */
 };
 
 /* One pass over the pod cgroups: containers recorded by the hook keep their
  * CPUs and memory nodes, every other one gets the shared pool; drift
  * written by anyone else is repaired; records of containers that are gone
- * are removed. shared_mems (or NULL to leave memory nodes alone) are the
+ * are removed. host[0..n_host) are the host's cgroup subtrees kept on the
+ * shared pool as well (cpuset/host.h). shared_mems (or NULL to leave memory nodes alone) are the
  * memory nodes of containers without their own; all_mems, what an empty
  * cpuset.mems inherits, so that such a file is left as it is when
  * shared_mems is all of it. A failure on one container is counted and the
  * pass goes on; *ret_first_error (may be NULL) keeps the first message. */
 int nrm_reconcile (struct nrm_cgroupfs *fs, const char *state_dir, const char *shared_cpus, const char *shared_mems,
-                   const char *all_mems, struct nrm_reconcile_stats *st, char **ret_first_error, nrm_error_t *err);
+                   const char *all_mems, const char *const *host, size_t n_host, struct nrm_reconcile_stats *st,
+                   char **ret_first_error, nrm_error_t *err);
 
 #endif

@@ -9,6 +9,7 @@
 #include <sys/utsname.h>
 #include <unistd.h>
 
+#include "cpuset/host.h"
 #include "cpuset/partition.h"
 #include "cpuset/placement.h"
 #include "driver/names.h"
@@ -32,6 +33,7 @@ nrm_config_init (struct nrm_config *c)
   c->driver_names = json_object ();
   c->driver_settings = json_object ();
   c->sources = json_object ();
+  c->shared_pool_cgroups = json_array ();
   c->node_entry = -1;
 }
 
@@ -57,6 +59,7 @@ nrm_config_done (struct nrm_config *c)
   json_decref (c->driver_settings);
   json_decref (c->nodes);
   json_decref (c->sources);
+  json_decref (c->shared_pool_cgroups);
   free (c->kubelet_config);
   free (c->kubelet_dir);
   free (c->cdi_dir);
@@ -341,6 +344,63 @@ string_key (struct nrm_config *c, const char *key)
 
 static int load_nodes (struct nrm_config *c, json_t *v, nrm_error_t *err);
 
+/* Subtrees of the host kept on the shared pool: each one checked, none
+ * inside another (one pass would undo the other's writes). */
+static int
+shared_pool_cgroups_set (struct nrm_config *c, json_t *list, const char *what, nrm_error_t *err)
+{
+  size_t i, j;
+  json_t *v, *w;
+  if (!json_is_array (list))
+    return nrm_error_set (err, EINVAL, "%s must be a list of cgroup paths", what);
+  json_array_foreach (list, i, v)
+  {
+    if (!json_is_string (v))
+      return nrm_error_set (err, EINVAL, "%s: item %zu is not a string", what, i);
+    if (nrm_host_subtree_check (json_string_value (v), err) < 0)
+      return nrm_error_wrap (err, "%s", what);
+    const char *a = json_string_value (v) + (json_string_value (v)[0] == '/');
+    json_array_foreach (list, j, w)
+    {
+      const char *b = json_string_value (w);
+      if (j >= i || !b)
+        continue;
+      b += b[0] == '/';
+      size_t na = strlen (a), nb = strlen (b);
+      if ((na <= nb && strncmp (a, b, na) == 0 && (b[na] == '/' || b[na] == '\0'))
+          || (nb < na && strncmp (a, b, nb) == 0 && a[nb] == '/'))
+        return nrm_error_set (err, EINVAL, "%s: `%s` and `%s` overlap: name each subtree once", what,
+                              json_string_value (w), json_string_value (v));
+    }
+  }
+  json_decref (c->shared_pool_cgroups);
+  c->shared_pool_cgroups = json_array ();
+  json_array_foreach (list, i, v)
+  {
+    json_array_append_new (c->shared_pool_cgroups,
+                           json_string (json_string_value (v) + (json_string_value (v)[0] == '/')));
+  }
+  return 0;
+}
+
+int
+nrm_config_set_shared_pool_cgroups (struct nrm_config *c, const char *list, nrm_error_t *err)
+{
+  cleanup_json json_t *a = json_array ();
+  cleanup_free char *copy = xstrdup (list);
+  char *save = NULL;
+  for (char *tok = strtok_r (copy, ",", &save); tok; tok = strtok_r (NULL, ",", &save))
+    {
+      if (nrm_host_subtree_check (tok, err) < 0)
+        return nrm_error_wrap (err, "--shared-pool-cgroups");
+      json_array_append_new (a, json_string (tok));
+    }
+  if (shared_pool_cgroups_set (c, a, "--shared-pool-cgroups", err) < 0)
+    return -1;
+  nrm_config_set_source (c, "cpu.sharedPoolCgroups", "flag");
+  return 0;
+}
+
 static int
 load_key (struct nrm_config *c, const char *key, json_t *v, nrm_error_t *err)
 {
@@ -370,8 +430,12 @@ load_key (struct nrm_config *c, const char *key, json_t *v, nrm_error_t *err)
       }
     else if (strcmp (key, "cpu") == 0)
       {
-        static const char *const keys[] = { "mode", "driverName", "options", "minSharedCPUs", "partition", NULL };
+        static const char *const keys[]
+            = { "mode", "driverName", "options", "minSharedCPUs", "partition", "sharedPoolCgroups", NULL };
         json_t *part = json_object_get (v, "partition");
+        json_t *spc = json_object_get (v, "sharedPoolCgroups");
+        if (spc && shared_pool_cgroups_set (c, spc, "key `cpu.sharedPoolCgroups`", err) < 0)
+          return -1;
         if (part)
           {
             enum nrm_partition_mode m;

@@ -22,11 +22,12 @@ struct nrm_config
   json_t *driver_names;    /* driver id -> name (cpu.driverName, memory.driverName) */
   json_t *driver_settings; /* driver id -> its settings (pci, memory.health, driverSettings.<id>) */
 
-  unsigned cpu_options;    /* node-wide placement options (enum nrm_cpu_option) */
-  long min_shared_cpus;    /* allocatable CPUs kept shared (1) */
-  unsigned cpu_partition;  /* cpu.partition: enum nrm_partition_mode (off) */
-  long reconcile_interval; /* seconds between shared-pool passes (5); 0: off */
-  char *hook_path;         /* nrm executable for the CDI hook; "": no hook */
+  unsigned cpu_options;        /* node-wide placement options (enum nrm_cpu_option) */
+  long min_shared_cpus;        /* allocatable CPUs kept shared (1) */
+  unsigned cpu_partition;      /* cpu.partition: enum nrm_partition_mode (off) */
+  json_t *shared_pool_cgroups; /* cpu.sharedPoolCgroups: host cgroup subtrees, strings ([]) */
+  long reconcile_interval;     /* seconds between shared-pool passes (5); 0: off */
+  char *hook_path;             /* nrm executable for the CDI hook; "": no hook */
 
   /* nrm plugin */
   char *kubelet_dir;     /* /var/lib/kubelet */
@@ -78,6 +79,9 @@ int nrm_config_set_cpu_mode (struct nrm_config *c, const char *mode, nrm_error_t
 /* "full-pcpus-only,distribute-cpus-across-numa": replaces the options. */
 int nrm_config_set_cpu_options (struct nrm_config *c, const char *list, nrm_error_t *err);
 int nrm_config_set_string (char **field, const char *value, nrm_error_t *err);
+/* "system.slice,user.slice": the host's cgroup subtrees the reconciler
+ * keeps on the shared pool besides kubepods (cpuset/host.h); "" for none. */
+int nrm_config_set_shared_pool_cgroups (struct nrm_config *c, const char *list, nrm_error_t *err);
 
 /* Per-node settings. The first nodes[] entry that matches this node (by
  * name, or by its labels, a JSON object: NULL when they are unknown, and

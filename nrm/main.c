@@ -131,6 +131,9 @@ static const char usage_text[]
       "      --min-shared-cpus N    allocatable CPUs that always stay shared (1)\n"
       "      --reconcile-interval S seconds between passes that keep every container on the\n"
       "                             shared pool or its claim's CPUs (5; 0 turns it off)\n"
+      "      --shared-pool-cgroups LIST  the host's cgroup subtrees kept on the shared pool\n"
+      "                             besides the pods, e.g. system.slice,user.slice,machine.slice\n"
+      "                             (bare metal: services, sessions, podman; \"\" for none)\n"
       "      --hook-path PATH       the nrm-hook executable the CDI specs' hook runs (the one\n"
       "                             beside this nrm; \"\" for no hook)\n"
       "      --instance-uid UID     rolling-update mode: UID in the socket names, so two\n"
@@ -202,6 +205,7 @@ enum
   OPT_LOG_FORMAT,
   OPT_MIN_SHARED,
   OPT_RECONCILE,
+  OPT_SHARED_POOL_CGROUPS,
   OPT_HOOK_PATH,
   OPT_CPUS,
   OPT_MEMORY,
@@ -274,6 +278,7 @@ static const struct cli_option cli_options[] = {
   { "log-format", required_argument, OPT_LOG_FORMAT, CMD_PLUGIN | CMD_CONTROLLER },
   { "min-shared-cpus", required_argument, OPT_MIN_SHARED, CMD_PLUGIN | CMD_RUN },
   { "reconcile-interval", required_argument, OPT_RECONCILE, CMD_PLUGIN },
+  { "shared-pool-cgroups", required_argument, OPT_SHARED_POOL_CGROUPS, CMD_PLUGIN },
   { "hook-path", required_argument, OPT_HOOK_PATH, CMD_PLUGIN },
   { "cpus", required_argument, OPT_CPUS, CMD_RUN },
   { "memory", required_argument, OPT_MEMORY, CMD_RUN },
@@ -524,6 +529,9 @@ parse_options (struct cli *cli, const char *cmd, int argc, char **argv, nrm_erro
             else
               cli->cfg.reconcile_interval = v;
           }
+          break;
+        case OPT_SHARED_POOL_CGROUPS:
+          r = nrm_config_set_shared_pool_cgroups (&cli->cfg, optarg, err);
           break;
         case OPT_ISOLATED:
           cli->run.isolated = true;
@@ -854,7 +862,13 @@ reconcile_pass (struct reconciler *r)
              starved ? "shared pool: claims hold the memory of every NUMA node; shared containers keep all of them"
                      : "shared pool: a NUMA node's memory is free again");
   r->starved = starved;
-  if (nrm_reconcile (r->fs, r->cfg->state_dir, list, *mem_list ? mem_list : NULL, all_list, &st, &first, &err) < 0)
+  size_t n_host = json_array_size (r->cfg->shared_pool_cgroups);
+  cleanup_free const char **host = xcalloc (n_host + 1, sizeof (char *));
+  for (size_t i = 0; i < n_host; i++)
+    host[i] = json_string_value (json_array_get (r->cfg->shared_pool_cgroups, i));
+  if (nrm_reconcile (r->fs, r->cfg->state_dir, list, *mem_list ? mem_list : NULL, all_list, host, n_host, &st, &first,
+                     &err)
+      < 0)
     {
       nrm_log (NULL, NRM_LOG_ERROR, "shared pool: %s", nrm_error_msg (err));
       nrm_error_release (&err);
@@ -864,8 +878,10 @@ reconcile_pass (struct reconciler *r)
     nrm_log (NULL, NRM_LOG_WARNING, "shared pool %s: %zu of %zu containers could not be updated; first: %s", list,
              st.failed, st.containers, first ? first : "?");
   if (st.updated || st.forgotten)
-    nrm_log (NULL, NRM_LOG_INFO, "shared pool %s, memory nodes %s: containers updated %zu, exclusive %zu, gone %zu",
-             list, mem_list, st.updated, st.exclusive, st.forgotten);
+    nrm_log (NULL, NRM_LOG_INFO,
+             "shared pool %s, memory nodes %s: containers updated %zu, exclusive %zu, gone %zu; host cgroups "
+             "holding it %zu",
+             list, mem_list, st.updated, st.exclusive, st.forgotten, st.host_confined);
 }
 
 /* A pass at start, then whenever a claim changes, a pod cgroup appears

@@ -505,6 +505,7 @@ settings_view (const struct nrm_config *c, const struct nrm_topology *t, const s
     { "cpu.options", "cpuOptions" },
     { "cpu.minSharedCPUs", NULL },
     { "cpu.partition", NULL },
+    { "cpu.sharedPoolCgroups", NULL },
     { "memory.granularity", "memoryGranularity" },
     { "pci", NULL },
   };
@@ -522,6 +523,18 @@ settings_view (const struct nrm_config *c, const struct nrm_topology *t, const s
         }
       else if (strcmp (keys[i].key, "cpu.partition") == 0)
         v = xstrdup (nrm_partition_mode_name ((enum nrm_partition_mode) c->cpu_partition));
+      else if (strcmp (keys[i].key, "cpu.sharedPoolCgroups") == 0)
+        {
+          v = xstrdup ("");
+          size_t k;
+          json_t *x;
+          json_array_foreach (c->shared_pool_cgroups, k, x)
+          {
+            char *w = xasprintf ("%s%s%s", v, k ? "," : "", json_string_value (x));
+            free (v);
+            v = w;
+          }
+        }
       else
         v = xasprintf ("%ld", c->min_shared_cpus);
       json_object_set_new (values, keys[i].key,
@@ -808,7 +821,7 @@ nrm_status (struct nrm_config *c, const struct nrm_topology *t, const struct nrm
     json_object_foreach (json_object_get (st, "values"), key, v)
     {
       const char *val = json_string_value (json_object_get (v, "value"));
-      fprintf (out, "  %-20s %s (%s)\n", key, *val ? val : "-", json_string_value (json_object_get (v, "from")));
+      fprintf (out, "  %-22s %s (%s)\n", key, *val ? val : "-", json_string_value (json_object_get (v, "from")));
     }
   }
   r = ferror (out) ? nrm_error_set (err, EIO, "cannot write the status") : 0;

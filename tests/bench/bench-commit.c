@@ -145,7 +145,7 @@ main (int argc, char **argv)
     return 1;
   struct nrm_reconcile_stats st;
   double t0 = now_ms ();
-  if (nrm_reconcile (fs, state_dir, "0-1,6-63", NULL, NULL, &st, NULL, &err) < 0)
+  if (nrm_reconcile (fs, state_dir, "0-1,6-63", NULL, NULL, NULL, 0, &st, NULL, &err) < 0)
     return 1;
   double first = now_ms () - t0;
   size_t updated = st.updated;
@@ -153,7 +153,7 @@ main (int argc, char **argv)
   for (int i = 0; i < RUNS; i++)
     {
       t0 = now_ms ();
-      nrm_reconcile (fs, state_dir, "0-1,6-63", NULL, NULL, &st, NULL, &err);
+      nrm_reconcile (fs, state_dir, "0-1,6-63", NULL, NULL, NULL, 0, &st, NULL, &err);
       steady[i] = now_ms () - t0;
     }
   qsort (steady, RUNS, sizeof (double), cmp);

@@ -41,4 +41,28 @@ fake_link (const char *root, const char *rel, const char *target)
   assert_int_equal (symlink (target, path), 0);
 }
 
+/* A cgroup v2 control file under <root>/sys/fs/cgroup ("" is the root). */
+static inline void
+fake_cg_put (const char *root, const char *cg, const char *file, const char *text)
+{
+  cleanup_free char *rel = xasprintf ("sys/fs/cgroup/%s%s%s", cg, *cg ? "/" : "", file);
+  fake_put (root, rel, text);
+}
+
+/* Its text without trailing newlines, or "(none)"; the caller frees. */
+static inline char *
+fake_cg_get (const char *root, const char *cg, const char *file)
+{
+  cleanup_free char *path = xasprintf ("%s/sys/fs/cgroup/%s%s%s", root, cg, *cg ? "/" : "", file);
+  char buf[4096] = { 0 };
+  FILE *f = fopen (path, "r");
+  if (f == NULL)
+    return xstrdup ("(none)");
+  size_t n = fread (buf, 1, sizeof (buf) - 1, f);
+  fclose (f);
+  while (n > 0 && buf[n - 1] == '\n')
+    buf[--n] = '\0';
+  return xstrdup (buf);
+}
+
 #endif

@@ -329,7 +329,7 @@ test_reconcile (void **state)
   /* c1 and c2 are exclusive (hooked above), s1 and s2 are shared. */
   container ("kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod77.slice/crio-s1.scope", "0-7");
   container ("kubepods/besteffort/pod88/s2", "");
-  assert_int_equal (nrm_reconcile (fs, state_dir, "0-1,5,7", NULL, NULL, &st, NULL, &err), 0);
+  assert_int_equal (nrm_reconcile (fs, state_dir, "0-1,5,7", NULL, NULL, NULL, 0, &st, NULL, &err), 0);
   cleanup_free char *s1
       = get ("sys/fs/cgroup/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod77.slice/crio-s1.scope/"
              "cpuset.cpus");
@@ -345,12 +345,12 @@ test_reconcile (void **state)
   /* Someone else moves an exclusive container: repaired. A second pass
    * with nothing to do writes nothing. */
   put ("sys/fs/cgroup/kubepods.slice/kubepods-pod11_22.slice/cri-containerd-c1.scope/cpuset.cpus", "0-7");
-  assert_int_equal (nrm_reconcile (fs, state_dir, "0-1,5,7", NULL, NULL, &st, NULL, &err), 0);
+  assert_int_equal (nrm_reconcile (fs, state_dir, "0-1,5,7", NULL, NULL, NULL, 0, &st, NULL, &err), 0);
   cleanup_free char *c1
       = get ("sys/fs/cgroup/kubepods.slice/kubepods-pod11_22.slice/cri-containerd-c1.scope/cpuset.cpus");
   assert_string_equal (c1, "2-3");
   assert_int_equal (st.updated, 1);
-  assert_int_equal (nrm_reconcile (fs, state_dir, "0-1,5,7", NULL, NULL, &st, NULL, &err), 0);
+  assert_int_equal (nrm_reconcile (fs, state_dir, "0-1,5,7", NULL, NULL, NULL, 0, &st, NULL, &err), 0);
   assert_int_equal (st.updated, 0);
 
   /* The pass leaves the shared pool for the hook. A mixed claim
@@ -366,7 +366,7 @@ test_reconcile (void **state)
     fail_msg ("%s", nrm_error_msg (err));
   cleanup_free char *c6 = get ("sys/fs/cgroup/kubepods/pod66/c6/cpuset.cpus");
   assert_string_equal (c6, "0-3,5,7");
-  assert_int_equal (nrm_reconcile (fs, state_dir, "0-1,5", NULL, NULL, &st, NULL, &err), 0);
+  assert_int_equal (nrm_reconcile (fs, state_dir, "0-1,5", NULL, NULL, NULL, 0, &st, NULL, &err), 0);
   cleanup_free char *c6b = get ("sys/fs/cgroup/kubepods/pod66/c6/cpuset.cpus");
   cleanup_free char *c1b
       = get ("sys/fs/cgroup/kubepods.slice/kubepods-pod11_22.slice/cri-containerd-c1.scope/cpuset.cpus");
@@ -379,19 +379,19 @@ test_reconcile (void **state)
   char cmd[512];
   snprintf (cmd, sizeof (cmd), "rm -rf '%s/sys/fs/cgroup/kubepods/burstable/pod33/c2'", root);
   assert_int_equal (system (cmd), 0);
-  assert_int_equal (nrm_reconcile (fs, state_dir, "0-1,5,7", NULL, NULL, &st, NULL, &err), 0);
+  assert_int_equal (nrm_reconcile (fs, state_dir, "0-1,5,7", NULL, NULL, NULL, 0, &st, NULL, &err), 0);
   assert_int_equal (st.forgotten, 1);
   cleanup_free char *rec = get ("state/containers/c2.json");
   assert_null (rec);
   /* A record a power cut emptied (records are not synced) is removed. */
   put ("state/containers/c9.json", "");
-  assert_int_equal (nrm_reconcile (fs, state_dir, "0-1,5,7", NULL, NULL, &st, NULL, &err), 0);
+  assert_int_equal (nrm_reconcile (fs, state_dir, "0-1,5,7", NULL, NULL, NULL, 0, &st, NULL, &err), 0);
   assert_int_equal (st.forgotten, 1);
   cleanup_free char *emptied = get ("state/containers/c9.json");
   assert_null (emptied);
 
   /* An empty shared pool is refused outright. */
-  assert_int_equal (nrm_reconcile (fs, state_dir, "", NULL, NULL, &st, NULL, &err), -1);
+  assert_int_equal (nrm_reconcile (fs, state_dir, "", NULL, NULL, NULL, 0, &st, NULL, &err), -1);
   nrm_error_release (&err);
   nrm_cgroupfs_close (fs);
 }
@@ -472,12 +472,12 @@ test_reconcile_mems (void **state)
   if (hook ("m2", 5151, NULL, &err) < 0 || hook ("m3", 5252, NULL, &err) < 0)
     fail_msg ("%s", nrm_error_msg (err));
   /* Nothing held in full: the shared container's empty file is the pool. */
-  assert_int_equal (nrm_reconcile (fs, state_dir, "0-1,5,7", "0-1", "0-1", &st, NULL, &err), 0);
+  assert_int_equal (nrm_reconcile (fs, state_dir, "0-1,5,7", "0-1", "0-1", NULL, 0, &st, NULL, &err), 0);
   cleanup_free char *m1 = get ("sys/fs/cgroup/kubepods/besteffort/podm1/m1/cpuset.mems");
   assert_string_equal (m1, "");
   /* Node 1 claimed in full: the shared container moves off it; the
    * memory claim's container and the CPU claim's keep their nodes. */
-  assert_int_equal (nrm_reconcile (fs, state_dir, "0-1,5,7", "0", "0-1", &st, NULL, &err), 0);
+  assert_int_equal (nrm_reconcile (fs, state_dir, "0-1,5,7", "0", "0-1", NULL, 0, &st, NULL, &err), 0);
   cleanup_free char *m1b = get ("sys/fs/cgroup/kubepods/besteffort/podm1/m1/cpuset.mems");
   cleanup_free char *m2 = get ("sys/fs/cgroup/kubepods/podm2/m2/cpuset.mems");
   cleanup_free char *m3 = get ("sys/fs/cgroup/kubepods/podm3/m3/cpuset.mems");
@@ -486,17 +486,17 @@ test_reconcile_mems (void **state)
   assert_string_equal (m3, "0");
   /* Someone widens the memory claim's container: repaired. */
   put ("sys/fs/cgroup/kubepods/podm2/m2/cpuset.mems", "0-1");
-  assert_int_equal (nrm_reconcile (fs, state_dir, "0-1,5,7", "0", "0-1", &st, NULL, &err), 0);
+  assert_int_equal (nrm_reconcile (fs, state_dir, "0-1,5,7", "0", "0-1", NULL, 0, &st, NULL, &err), 0);
   cleanup_free char *m2b = get ("sys/fs/cgroup/kubepods/podm2/m2/cpuset.mems");
   assert_string_equal (m2b, "1");
   assert_int_equal (st.updated, 1);
   /* Node 1 free again: the shared container gets it back. */
-  assert_int_equal (nrm_reconcile (fs, state_dir, "0-1,5,7", "0-1", "0-1", &st, NULL, &err), 0);
+  assert_int_equal (nrm_reconcile (fs, state_dir, "0-1,5,7", "0-1", "0-1", NULL, 0, &st, NULL, &err), 0);
   cleanup_free char *m1c = get ("sys/fs/cgroup/kubepods/besteffort/podm1/m1/cpuset.mems");
   assert_string_equal (m1c, "0-1");
   /* Without memory nodes to manage, nothing of theirs is written. */
   put ("sys/fs/cgroup/kubepods/besteffort/podm1/m1/cpuset.mems", "1");
-  assert_int_equal (nrm_reconcile (fs, state_dir, "0-1,5,7", NULL, NULL, &st, NULL, &err), 0);
+  assert_int_equal (nrm_reconcile (fs, state_dir, "0-1,5,7", NULL, NULL, NULL, 0, &st, NULL, &err), 0);
   cleanup_free char *m1d = get ("sys/fs/cgroup/kubepods/besteffort/podm1/m1/cpuset.mems");
   assert_string_equal (m1d, "1");
   nrm_cgroupfs_close (fs);

@@ -42,7 +42,8 @@ test_good_file (void **state)
   cleanup_free char *path = write_tmp (
       "{\"nodeName\": \"worker-1\", \"reservedCPUs\": \"0-1\", \"isolatedCPUs\": \"6-7\","
       " \"reservedMemory\": [{\"numaNode\": 0, \"limits\": {\"memory\": \"1Gi\", \"hugepages-2Mi\": \"4Mi\"}}],"
-      " \"cpu\": {\"mode\": \"partitioned\", \"driverName\": \"cpu.example.com\", \"partition\": \"isolated\"},"
+      " \"cpu\": {\"mode\": \"partitioned\", \"driverName\": \"cpu.example.com\", \"partition\": \"isolated\","
+      " \"sharedPoolCgroups\": [\"system.slice\", \"/machine.slice\"]},"
       " \"memory\": {\"granularity\": \"4Mi\", \"hugepagesOnDemand\": {\"2Mi\": \"64Mi\"}, \"health\": "
       "{\"pollSeconds\": 7}},"
       " \"featureGates\": {\"DRAListTypeAttributes\": true}}");
@@ -55,6 +56,9 @@ test_good_file (void **state)
   assert_string_equal (json_string_value (json_object_get (c.driver_names, "cpu")), "cpu.example.com");
   assert_int_equal (c.publish.cpu_mode, NRM_CPU_MODE_PARTITIONED);
   assert_int_equal (c.publish.cpu_partition, NRM_PARTITION_ISOLATED);
+  /* Kept without the leading '/', as the reconciler compares them. */
+  assert_int_equal (json_array_size (c.shared_pool_cgroups), 2);
+  assert_string_equal (json_string_value (json_array_get (c.shared_pool_cgroups, 1)), "machine.slice");
   assert_int_equal (c.publish.memory_granularity, 4 << 20);
   /* The memory driver's own setting reaches it (it checks it). */
   assert_string_equal (
@@ -87,6 +91,16 @@ test_bad_files (void **state)
   expect_load_error ("{\"cpu\": {\"partition\": \"yes\"}}",
                      "key `cpu.partition` must be off, root or isolated, not `yes`");
   expect_load_error ("{\"cpu\": {\"partition\": true}}", "key `cpu.partition` must be off, root or isolated");
+  expect_load_error ("{\"cpu\": {\"sharedPoolCgroups\": \"system.slice\"}}",
+                     "key `cpu.sharedPoolCgroups` must be a list of cgroup paths");
+  expect_load_error ("{\"cpu\": {\"sharedPoolCgroups\": [\"kubepods.slice/x\"]}}", "`kubepods.slice/x` is nrm's own");
+  expect_load_error ("{\"cpu\": {\"sharedPoolCgroups\": [\"nrm.slice\"]}}", "nrm run");
+  expect_load_error ("{\"cpu\": {\"sharedPoolCgroups\": [\"/\"]}}", "not a cgroup path below the root");
+  expect_load_error ("{\"cpu\": {\"sharedPoolCgroups\": [\"a/../b\"]}}", "not a cgroup path");
+  expect_load_error ("{\"cpu\": {\"sharedPoolCgroups\": [\"system.slice\", \"system.slice/x.service\"]}}",
+                     "`system.slice` and `system.slice/x.service` overlap");
+  expect_load_error ("{\"cpu\": {\"sharedPoolCgroups\": [\"user.slice\", \"/user.slice\"]}}", "overlap");
+  expect_load_error ("{\"cpu\": {\"sharedPoolCgroups\": [3]}}", "item 0 is not a string");
   expect_load_error ("{\"memory\": {\"granularity\": \"0\"}}", "must be positive");
   expect_load_error ("{\"featureGates\": {\"DRAListTypeAttributes\": \"yes\"}}", "must be a boolean");
   expect_load_error ("{\"featureGates\": {\"Nope\": true}}", "unknown feature gate `Nope`");

@@ -262,7 +262,7 @@ test_reconcile_restores (void **state)
   struct nrm_reconcile_stats rs;
   char *first = NULL;
   assert_int_equal (nrm_cgroupfs_open (root, &fs, &err), 0);
-  if (nrm_reconcile (fs, state_dir, "0-3", NULL, NULL, &rs, &first, &err) < 0)
+  if (nrm_reconcile (fs, state_dir, "0-3", NULL, NULL, NULL, 0, &rs, &first, &err) < 0)
     fail_msg ("%s", nrm_error_msg (err));
   assert_null (first);
   nrm_cgroupfs_close (fs);

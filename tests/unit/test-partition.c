@@ -413,7 +413,7 @@ test_trim (void **state)
   cleanup_free char *cmd = xasprintf ("rm -rf '%s/sys/fs/cgroup/%s'", root, CT);
   assert_int_equal (system (cmd), 0);
   struct nrm_reconcile_stats st;
-  if (nrm_reconcile (fs, state_dir, "0-7", NULL, NULL, &st, NULL, &err) < 0)
+  if (nrm_reconcile (fs, state_dir, "0-7", NULL, NULL, NULL, 0, &st, NULL, &err) < 0)
     fail_msg ("%s", nrm_error_msg (err));
   assert_int_equal (st.updated, 3);
   ASSERT_FILE (KP, "cpuset.cpus.exclusive", "");
