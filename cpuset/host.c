@@ -122,6 +122,29 @@ cpuset_value (struct nrm_cgroupfs *fs, const char *cgroup, const char *file, nrm
   return v;
 }
 
+/* cpuset handed down by cgroup to its children: systemd turns it on for a
+ * slice only when a unit below asks for CPUs, podman's runtime only for its
+ * own container. A cgroup without the file (not cgroupfs) is left. */
+static int
+hand_down_cpuset (struct nrm_cgroupfs *fs, const char *cgroup, bool *written, nrm_error_t *err)
+{
+  nrm_error_t e = NULL;
+  cleanup_free char *ctl = NULL;
+  if (nrm_cgroup_read (fs, cgroup, "cgroup.subtree_control", &ctl, &e) < 0)
+    {
+      nrm_error_release (&e);
+      return 0;
+    }
+  for (char *save = NULL, *tok = strtok_r (ctl, " ", &save); tok; tok = strtok_r (NULL, " ", &save))
+    if (strcmp (tok, "cpuset") == 0)
+      return 0;
+  if (nrm_cgroup_write (fs, cgroup, "cgroup.subtree_control", "+cpuset", err) < 0)
+    return -1;
+  if (written)
+    *written = true;
+  return 0;
+}
+
 /* --- one pass ------------------------------------------------------------------ */
 
 struct pass
@@ -143,9 +166,8 @@ failed (struct pass *p, nrm_error_t *e)
   nrm_error_release (e);
 }
 
-/* The cpuset files of cgroup, when its parent hands cpuset down: turned on
- * in the parent's subtree_control where it is not (systemd turns it on for
- * a slice only when a unit below asks for CPUs). */
+/* The cpuset files of cgroup, the parent made to hand them down where it
+ * does not. */
 static bool
 cpuset_on (struct pass *p, const char *parent, const char *cgroup)
 {
@@ -156,14 +178,16 @@ cpuset_on (struct pass *p, const char *parent, const char *cgroup)
   nrm_error_release (&e);
   if (!nrm_cgroup_exists (p->fs, cgroup))
     return false; /* gone meanwhile */
-  if (nrm_cgroup_write (p->fs, parent, "cgroup.subtree_control", "+cpuset", &e) < 0)
+  bool written = false;
+  if (hand_down_cpuset (p->fs, parent, &written, &e) < 0)
     {
       nrm_error_wrap (&e, "cgroup `%s` has no cpuset files", cgroup);
       failed (p, &e);
       return false;
     }
-  p->st->updated++;
-  return true;
+  if (written)
+    p->st->updated++;
+  return written;
 }
 
 static void
@@ -401,7 +425,8 @@ nrm_host_make_room (struct nrm_cgroupfs *fs, const char *state_dir, const char *
             continue;
           else if ((both = list_union (have, want[k])) == NULL)
             r = nrm_error_set (err, EINVAL, "`%s` of cgroup `%s` is not a list: `%s`", files[k], above[i], have);
-          else if (pin_siblings (fs, above[i], next, files[k], have, after, err) < 0
+          else if (hand_down_cpuset (fs, above[i], NULL, err) < 0
+                   || pin_siblings (fs, above[i], next, files[k], have, after, err) < 0
                    || nrm_cgroup_write (fs, above[i], files[k], both, err) < 0)
             r = nrm_error_wrap (err, "making room for `%s` in cgroup `%s`, which nrm keeps on the shared pool",
                                 cgroup, above[i]);

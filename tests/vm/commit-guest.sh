@@ -41,7 +41,8 @@ cat >"$W/claims/default_excl.json" <<EOF
   {"request":"mem","driver":"memory.nrm.io","pool":"vm","device":"numa$last","consumedCapacity":{"memory":"16Mi"}}]}}}}
 EOF
 "$NRM" plugin --node-name vm --kubelet-dir "$W/k" --cdi-dir "$W/cdi" --state-dir "$W/state" --claims-dir "$W/claims" \
-  --reconcile-interval 1 --hook-path "$HOOK" --device-metadata 2>"$W/plugin.log" &
+  --reconcile-interval 1 --hook-path "$HOOK" --device-metadata --shared-pool-cgroups system.slice,machine.slice \
+  2>"$W/plugin.log" &
 plugin=$!
 for _ in $(seq 100); do [ -S "$W/k/plugins_registry/memory.nrm.io-reg.sock" ] && break; sleep 0.1; done
 uid=00000000-0000-4000-8000-0000000000aa
@@ -173,6 +174,58 @@ check "a mixed claim's container runs on its CPUs and the shared pool ($cpus + $
   "$CLIENT" cpus-equal "$(status_list $excl3 Cpus_allowed_list)" "$cpus,$shared_now"
 kill $excl3
 
+# The host's own cgroups (cpu.sharedPoolCgroups): a service in system.slice
+# and a podman-like container in machine.slice, neither with cpuset turned
+# on for it, leave the claim's CPUs; a claimed container started below the
+# held machine.slice gets its CPUs without handing them to its neighbour.
+for d in system.slice/svc.service machine.slice/libpod-a.scope machine.slice/libpod-b.scope; do mkdir -p "$CG/$d"; done
+sleep 600 &
+svc=$!
+echo "$svc" >"$CG/system.slice/svc.service/cgroup.procs"
+sleep 600 &
+pa=$!
+echo "$pa" >"$CG/machine.slice/libpod-a.scope/cgroup.procs"
+for _ in $(seq 50); do
+  "$CLIENT" cpus-disjoint "$(status_list $svc Cpus_allowed_list)" "$cpus" \
+    && "$CLIENT" cpus-disjoint "$(status_list $pa Cpus_allowed_list)" "$cpus" && break
+  sleep 0.1
+done
+check "a system service is off the claim's CPUs ($(status_list $svc Cpus_allowed_list))" \
+  "$CLIENT" cpus-disjoint "$(status_list $svc Cpus_allowed_list)" "$cpus"
+check "a container in machine.slice is off them ($(status_list $pa Cpus_allowed_list))" \
+  "$CLIENT" cpus-disjoint "$(status_list $pa Cpus_allowed_list)" "$cpus"
+check "system.slice holds the shared pool itself; its service inherits" \
+  sh -c "[ -n \"\$(cat $CG/system.slice/cpuset.cpus)\" ] && [ ! -e $CG/system.slice/svc.service/cpuset.cpus ]"
+sleep 600 &
+pb=$!
+echo "$pb" >"$CG/machine.slice/libpod-b.scope/cgroup.procs"
+echo "{\"ociVersion\":\"1.0.2\",\"process\":{\"env\":[$env_json]}}" >"$W/bundle/config.json"
+echo "{\"id\":\"libpod-b\",\"pid\":$pb,\"bundle\":\"$W/bundle\"}" | "$hook_path" --fsroot / --state-dir "$W/state" 2>"$W/hookerr"
+check "the hook binds a claimed container below the held machine.slice $(head -c 200 "$W/hookerr")" [ $? -eq 0 ]
+check "its CPUs are the claim's" "$CLIENT" cpus-equal "$(status_list $pb Cpus_allowed_list)" "$cpus"
+check "and its neighbour stays off them" "$CLIENT" cpus-disjoint "$(status_list $pa Cpus_allowed_list)" "$cpus"
+for _ in $(seq 50); do [ -z "$(cat $CG/machine.slice/cpuset.cpus)" ] && break; sleep 0.1; done
+check "the next pass: machine.slice inherits, the branches beside the claim hold the pool" \
+  sh -c "[ -z \"\$(cat $CG/machine.slice/cpuset.cpus)\" ] && [ -n \"\$(cat $CG/machine.slice/libpod-a.scope/cpuset.cpus)\" ]"
+check "still: claimed $(status_list $pb Cpus_allowed_list), neighbour $(status_list $pa Cpus_allowed_list)" \
+  sh -c "'$CLIENT' cpus-equal '$(status_list $pb Cpus_allowed_list)' '$cpus' && '$CLIENT' cpus-disjoint '$(status_list $pa Cpus_allowed_list)' '$cpus'"
+# A process may not set its own affinity outside its cpuset.
+if taskset -p -c "$cpus" $svc >/dev/null 2>&1 && ! "$CLIENT" cpus-disjoint "$(status_list $svc Cpus_allowed_list)" "$cpus"; then
+  bad "a service reached the claim's CPUs through sched_setaffinity"
+else
+  ok "a service cannot set its affinity onto the claim's CPUs"
+fi
+# The claimed container goes: machine.slice holds the pool again, the
+# neighbour nrm held goes back to inheriting.
+kill $pb
+wait $pb 2>/dev/null
+rmdir "$CG/machine.slice/libpod-b.scope"
+for _ in $(seq 50); do [ -n "$(cat $CG/machine.slice/cpuset.cpus)" ] && break; sleep 0.1; done
+check "once it is gone, machine.slice holds the pool and its neighbour inherits again" \
+  sh -c "[ -n \"\$(cat $CG/machine.slice/cpuset.cpus)\" ] && [ -z \"\$(cat $CG/machine.slice/libpod-a.scope/cpuset.cpus)\" ]"
+check "nrm lists what it holds" grep -q '"system.slice"' "$W/state/host-cgroups.json"
+kill $pa
+
 # A huge-page claim in a pod whose own hugetlb limit the kubelet set to 0
 # (it requests no hugepages-2Mi), under kubepods at an allocatable below the
 # claim (pages added after the kubelet started) and an unbounded QoS level:
@@ -257,6 +310,9 @@ for _ in $(seq 50); do
 done
 check "the claim's CPUs are back in the shared pool" \
   "$CLIENT" cpus-within "$cpus" "$(status_list $shared_pid Cpus_allowed_list)"
+for _ in $(seq 50); do "$CLIENT" cpus-within "$cpus" "$(status_list $svc Cpus_allowed_list)" && break; sleep 0.1; done
+check "and the system service's" "$CLIENT" cpus-within "$cpus" "$(status_list $svc Cpus_allowed_list)"
+kill $svc
 
 # nrm run takes the fullest node with room (the order in which the slices
 # offer the nodes to the scheduler): with one CPU of the last node held, the
