@@ -38,7 +38,8 @@ nrm_host_subtree_check (const char *path, nrm_error_t *err)
   for (size_t i = 0; i < sizeof (own) / sizeof (own[0]); i++)
     if (strcmp (p, own[i]) == 0 || under (p, own[i]))
       return nrm_error_set (err, EINVAL, "`%s` is nrm's own: %s", path,
-                            i < 2 ? "pod containers are kept on the shared pool anyway" : "where nrm run's commands run");
+                            i < 2 ? "pod containers are kept on the shared pool anyway"
+                                  : "where nrm run's commands run");
   return 0;
 }
 
@@ -428,8 +429,8 @@ nrm_host_make_room (struct nrm_cgroupfs *fs, const char *state_dir, const char *
           else if (hand_down_cpuset (fs, above[i], NULL, err) < 0
                    || pin_siblings (fs, above[i], next, files[k], have, after, err) < 0
                    || nrm_cgroup_write (fs, above[i], files[k], both, err) < 0)
-            r = nrm_error_wrap (err, "making room for `%s` in cgroup `%s`, which nrm keeps on the shared pool",
-                                cgroup, above[i]);
+            r = nrm_error_wrap (err, "making room for `%s` in cgroup `%s`, which nrm keeps on the shared pool", cgroup,
+                                above[i]);
         }
     }
   /* The siblings pinned before a failure are nrm's too. */
