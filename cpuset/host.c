@@ -148,6 +148,14 @@ hand_down_cpuset (struct nrm_cgroupfs *fs, const char *cgroup, bool *written, nr
 
 /* --- one pass ------------------------------------------------------------------ */
 
+/* Shorter paths first: parents before their children. */
+static int
+by_length (const void *a, const void *b)
+{
+  size_t x = strlen (*(const char *const *) a), y = strlen (*(const char *const *) b);
+  return x < y ? -1 : x > y;
+}
+
 struct pass
 {
   struct nrm_cgroupfs *fs;
@@ -214,28 +222,43 @@ ensure (struct pass *p, const char *cgroup, const char *file, const char *want)
     p->st->updated++;
 }
 
-/* Back to inheriting: a cgroup whose subtree is held at a higher level, or
- * that now leads to claims. */
+static char *
+parent_of (const char *cgroup)
+{
+  const char *slash = strrchr (cgroup, '/');
+  return slash ? xstrndup (cgroup, (size_t) (slash - cgroup)) : xstrdup ("");
+}
+
+/* A cgroup nrm held that now leads to claims, or whose subtree is no longer
+ * named: it gets what its parent has, written out. It cannot go back to an
+ * empty (inherited) set: Linux refuses to empty a populated cpuset
+ * (ENOSPC, seen on 6.1). */
 static void
 release (struct pass *p, const char *cgroup)
 {
+  cleanup_free char *parent = parent_of (cgroup);
   for (int i = 0; i < (p->mems ? 2 : 1); i++)
     {
       const char *file = i ? "cpuset.mems" : "cpuset.cpus";
+      cleanup_free char *eff = xasprintf ("%s.effective", file), *has = NULL;
       nrm_error_t e = NULL;
-      cleanup_free char *raw = NULL;
-      if (nrm_cgroup_read (p->fs, cgroup, file, &raw, &e) < 0)
+      if (nrm_cgroup_read (p->fs, parent, eff, &has, &e) < 0 || *has == '\0')
         {
           nrm_error_release (&e); /* gone, or no cpuset any more */
           continue;
         }
-      if (*raw == '\0')
-        continue;
-      if (nrm_cgroup_write (p->fs, cgroup, file, "\n", &e) < 0)
-        failed (p, &e);
-      else
-        p->st->updated++;
+      ensure (p, cgroup, file, has);
     }
+}
+
+/* Holds cgroup on the pool, and keeps it listed. */
+static void
+hold (struct pass *p, const char *cgroup)
+{
+  ensure (p, cgroup, "cpuset.cpus", p->cpus);
+  if (p->mems)
+    ensure (p, cgroup, "cpuset.mems", p->mems);
+  json_object_set_new (p->now, cgroup, json_object ());
 }
 
 static void
@@ -251,22 +274,21 @@ confine (struct pass *p, const char *parent, const char *cgroup, int depth)
     return;
   if (!p->claims->holds_claims (cgroup, p->claims->arg) || depth > 32)
     {
-      /* The whole subtree on the pool, through this one cgroup. */
-      ensure (p, cgroup, "cpuset.cpus", p->cpus);
-      if (p->mems)
-        ensure (p, cgroup, "cpuset.mems", p->mems);
-      json_object_set_new (p->now, cgroup, json_object ());
+      /* The whole subtree on the pool, through this one cgroup; and those
+       * below it that nrm held before, which keep a set of their own. */
+      hold (p, cgroup);
       p->st->confined++;
       const char *c;
       json_t *v;
       json_object_foreach (p->old, c, v)
       {
-        if (under (c, cgroup))
-          release (p, c);
+        if (under (c, cgroup) && nrm_cgroup_exists (p->fs, c))
+          hold (p, c);
       }
       return;
     }
-  /* Claims below: every other branch first, then this one inherits. */
+  /* Claims below: every other branch first, then this one takes its
+   * parent's set again. */
   cleanup_free char *full = xasprintf ("%s/%s", nrm_cgroupfs_root (p->fs), cgroup);
   DIR *d = opendir (full);
   struct dirent *de;
@@ -301,7 +323,10 @@ nrm_host_reconcile (struct nrm_cgroupfs *fs, const char *state_dir, const char *
       cleanup_free char *parent = slash ? xstrndup (s, (size_t) (slash - s)) : xstrdup ("");
       confine (&p, parent, s, 0);
     }
-  /* Entries of subtrees no longer named, or whose cgroups are gone. */
+  /* Entries of subtrees no longer named, top down (each takes its
+   * parent's set); those of cgroups that are gone are dropped. */
+  size_t k = 0;
+  cleanup_free const char **gone = xcalloc (json_object_size (old) + 1, sizeof (char *));
   const char *c;
   json_t *v;
   json_object_foreach (old, c, v)
@@ -309,9 +334,12 @@ nrm_host_reconcile (struct nrm_cgroupfs *fs, const char *state_dir, const char *
     bool named = false;
     for (size_t i = 0; i < n && !named; i++)
       named = strcmp (c, strip (subtrees[i])) == 0 || under (c, strip (subtrees[i]));
-    if (!named && !json_object_get (now, c))
-      release (&p, c);
+    if (!named && !json_object_get (now, c) && nrm_cgroup_exists (fs, c))
+      gone[k++] = c;
   }
+  qsort (gone, k, sizeof (*gone), by_length);
+  for (size_t i = 0; i < k; i++)
+    release (&p, gone[i]);
   if (json_equal (old, now) || (json_object_size (old) == 0 && json_object_size (now) == 0))
     return 0;
   return confined_save (state_dir, now, err);
@@ -326,13 +354,6 @@ next_on_path (const char *ancestor, const char *cgroup)
   const char *rest = cgroup + strlen (ancestor) + 1;
   const char *slash = strchr (rest, '/');
   return xstrndup (cgroup, (size_t) ((slash ? slash : rest + strlen (rest)) - cgroup));
-}
-
-static int
-by_length (const void *a, const void *b)
-{
-  size_t x = strlen (*(const char *const *) a), y = strlen (*(const char *const *) b);
-  return x < y ? -1 : x > y;
 }
 
 /* raw ∩ have, or have where they do not meet: what a child's file

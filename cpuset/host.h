@@ -14,14 +14,15 @@
  * user slices, podman's machine.slice, docker's containers) that the
  * reconciler keeps on the shared CPUs and memory nodes too.
  *
- * A subtree without claimed containers is confined at its top, so that a
+ * A subtree without claimed containers is held at its top, so that a
  * service or container started in it later inherits the pool at once. One
  * that holds claimed containers is descended into: its other branches are
- * confined, the branches toward the claims inherit. The cgroups nrm
- * confined, and nothing else, are listed in <state_dir>/host-cgroups.json:
- * the hook widens them when a claimed container starts below one, and a
- * confined subtree's older entries go back to inheriting. Callers hold the
- * container records' lock. */
+ * held, the cgroups toward the claims get their parents' sets back. The
+ * cgroups nrm holds, and nothing else, are listed in
+ * <state_dir>/host-cgroups.json: the hook widens them when a claimed
+ * container starts below one, and those below another held cgroup follow
+ * the pool too (nrm never empties a cpuset file: Linux refuses that for a
+ * populated cgroup). Callers hold the container records' lock. */
 
 /* A subtree the setting may name: a valid cgroup path below the root, not
  * kubepods (the pods' own walk) or nrm.slice (nrm run) nor inside them. */

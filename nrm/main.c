@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "cpuset/commit.h"
+#include "cpuset/partition.h"
 #include "cpuset/watch.h"
 #include "cpuset/placement.h"
 #include "driver/devices.h"
@@ -168,6 +169,10 @@ static const char usage_text[]
       "                             nothing; with --json as JSON, with -t FILE on a recorded\n"
       "                             machine (holding nothing unless --state-dir is given)\n"
       "      --isolated             isolated CPUs (see --isolated-cpus) instead of allocatable ones\n"
+      "      --partition MODE       root or isolated: the run's cgroup becomes a cpuset partition\n"
+      "                             (Linux 6.7+), so no other task runs on its CPUs even if it\n"
+      "                             sets its own affinity; refused where the kernel cannot (off:\n"
+      "                             none; default: the node's cpu.partition, where it can)\n"
       "      --option NAME          a CPU placement option for this run (repeatable)\n"
       "      --pid PID              no command: move running process PID (every thread) onto the\n"
       "                             CPUs, its pages onto their memory nodes, and hold them until\n"
@@ -214,6 +219,7 @@ enum
   OPT_MEMORY_KIND,
   OPT_MEMORY_TIER,
   OPT_ISOLATED,
+  OPT_RUN_PARTITION,
   OPT_NUMA_NODE,
   OPT_OPTION,
   OPT_KUBECONFIG,
@@ -287,6 +293,7 @@ static const struct cli_option cli_options[] = {
   { "memory-kind", required_argument, OPT_MEMORY_KIND, CMD_RUN },
   { "memory-tier", required_argument, OPT_MEMORY_TIER, CMD_RUN },
   { "isolated", no_argument, OPT_ISOLATED, CMD_RUN },
+  { "partition", required_argument, OPT_RUN_PARTITION, CMD_RUN },
   { "numa-node", required_argument, OPT_NUMA_NODE, CMD_RUN },
   { "option", required_argument, OPT_OPTION, CMD_RUN },
   { "dry-run", no_argument, OPT_DRY_RUN, CMD_RUN },
@@ -535,6 +542,14 @@ parse_options (struct cli *cli, const char *cmd, int argc, char **argv, nrm_erro
           break;
         case OPT_ISOLATED:
           cli->run.isolated = true;
+          break;
+        case OPT_RUN_PARTITION:
+          {
+            enum nrm_partition_mode m;
+            if (nrm_partition_mode_parse (optarg, "run: `--partition`", &m, err) < 0)
+              return -1;
+            cli->run.partition = (int) m;
+          }
           break;
         case OPT_DRY_RUN:
           cli->run.dry_run = true;
@@ -1705,7 +1720,7 @@ cmd_plugin (struct cli *cli, nrm_error_t *err)
    * with -9 go back (a run releases them too, but runs may be rare). */
   for (;;)
     {
-      nrm_run_release_stale (c->state_dir, plugins, d.n);
+      nrm_run_release_stale (c->fsroot, c->state_dir, plugins, d.n);
       struct timespec minute = { .tv_sec = 60 };
       sig = sigtimedwait (&set, NULL, &minute);
       if (sig > 0)
@@ -1840,7 +1855,7 @@ int
 main (int argc, char **argv)
 {
   nrm_error_t err = NULL;
-  struct cli cli = { .json = false, .run.memory_tier = -1 };
+  struct cli cli = { .json = false, .run.memory_tier = -1, .run.partition = -1 };
   int r;
 
   nrm_json_abort_on_oom ();

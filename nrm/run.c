@@ -23,6 +23,7 @@
 
 #include "cpuset/cgroup.h"
 #include "cpuset/commit.h"
+#include "cpuset/partition.h"
 #include "driver/checkpoint.h"
 #include "driver/cpu/cpu.h"
 #include "driver/plugin.h"
@@ -173,8 +174,36 @@ record_gone (json_t *rec, const char *uid, const char *ns, const char *boot)
   return start_time ((pid_t) ap) == (unsigned long long) json_integer_value (ast) ? 0 : 2;
 }
 
+static bool have_cgroup_cpuset (const char *fsroot);
+
+/* A gone run's transient cgroup: no longer a partition (its CPUs would
+ * stay exclusive to it), then removed where it is empty, and the
+ * exclusive CPUs it left above given back. */
+static void
+remove_run_cgroup (const char *fsroot, json_int_t pid)
+{
+  struct nrm_cgroupfs *fs = NULL;
+  nrm_error_t e = NULL;
+  if (!have_cgroup_cpuset (fsroot) || nrm_cgroupfs_open (fsroot, &fs, &e) < 0)
+    {
+      nrm_error_release (&e);
+      return;
+    }
+  cleanup_free char *rel = xasprintf ("nrm.slice/run-%d", (int) pid);
+  cleanup_free char *dir = xasprintf ("%s/%s", nrm_cgroupfs_root (fs), rel), *part = NULL;
+  if (nrm_cgroup_read (fs, rel, "cpuset.cpus.partition", &part, &e) == 0 && strncmp (part, "member", 6) != 0
+      && nrm_cgroup_write (fs, rel, "cpuset.cpus.partition", "member", &e) == 0)
+    nrm_cgroup_write (fs, rel, "cpuset.cpus.exclusive", "\n", &e);
+  nrm_error_release (&e);
+  rmdir (dir);
+  size_t trimmed = 0;
+  nrm_partition_trim (fs, "nrm.slice", &trimmed, &e);
+  nrm_error_release (&e);
+  nrm_cgroupfs_close (fs);
+}
+
 void
-nrm_run_release_stale (const char *state_dir, struct nrm_plugin *const *pl, size_t n)
+nrm_run_release_stale (const char *fsroot, const char *state_dir, struct nrm_plugin *const *pl, size_t n)
 {
   cleanup_free char *dir = record_dir (state_dir), *ns = pid_namespace (), *boot = boot_id ();
   DIR *d = opendir (dir);
@@ -211,7 +240,11 @@ nrm_run_release_stale (const char *state_dir, struct nrm_plugin *const *pl, size
           }
       /* Kept until every driver has let go, to try again later. */
       if (all)
-        unlink (path);
+        {
+          if (gone == 1)
+            remove_run_cgroup (fsroot, json_integer_value (json_object_get (rec, "pid")));
+          unlink (path);
+        }
     }
   closedir (d);
 }
@@ -276,6 +309,64 @@ make_cgroup (struct nrm_cgroupfs *fs, const char *name, nrm_error_t *err)
   if (mkdir (child, 0755) < 0 && errno != EEXIST)
     return nrm_error_errno (err, errno, "cannot create `%s`", child);
   return 0;
+}
+
+/* The run's cgroup made a cpuset partition: asked for (--partition), one
+ * that cannot be had fails the run before the command starts; from the
+ * node's cpu.partition, the run goes on without one and says why. 1 when
+ * one was made. */
+static int
+make_partition (struct nrm_cgroupfs *fs, const char *rel, const char *name, const char *cpus, int asked,
+                enum nrm_partition_mode node, nrm_error_t *err)
+{
+  enum nrm_partition_mode m = asked >= 0 ? (enum nrm_partition_mode) asked : node;
+  if (m == NRM_PARTITION_OFF)
+    return 0;
+  nrm_error_t perr = NULL;
+  cleanup_free char *eff = NULL;
+  if (nrm_partition_make (fs, rel, cpus, m, &eff, &perr) < 0)
+    {
+      if (asked >= 0)
+        {
+          *err = perr;
+          return nrm_error_wrap (err, "--partition %s", nrm_partition_mode_name (m));
+        }
+      nrm_log (NULL, NRM_LOG_INFO, "run %s: no cpuset partition (cpu.partition %s): %s", name,
+               nrm_partition_mode_name (m), nrm_error_msg (perr));
+      nrm_error_release (&perr);
+      return 0;
+    }
+  nrm_log (NULL, NRM_LOG_INFO, "run %s: CPUs %s are a cpuset partition (%s): no task outside the run runs there%s",
+           name, eff, nrm_partition_mode_name (m),
+           m == NRM_PARTITION_ISOLATED ? ", and the scheduler balances no load onto them" : "");
+  return 1;
+}
+
+/* What a partition of the run would be: asked for or the node's, and
+ * whether this kernel can make one (not judged for a recorded machine). */
+static json_t *
+partition_view (const struct nrm_config *c, enum nrm_partition_mode m, bool asked)
+{
+  json_t *v
+      = json_pack ("{s:s, s:s}", "mode", nrm_partition_mode_name (m), "from", asked ? "--partition" : "cpu.partition");
+  if (c->topology)
+    {
+      json_object_set_new (v, "why", json_string ("not judged: a recorded machine"));
+      return v;
+    }
+  struct nrm_cgroupfs *fs = NULL;
+  nrm_error_t e = NULL;
+  cleanup_free char *reason = NULL;
+  bool can = have_cgroup_cpuset (c->fsroot) && nrm_cgroupfs_open (c->fsroot, &fs, &e) == 0
+             && nrm_partition_supported (fs, &reason);
+  if (!can && reason == NULL)
+    reason = xstrdup (e ? nrm_error_msg (e) : "no cgroup v2 cpuset here (cgroup v1?)");
+  nrm_error_release (&e);
+  nrm_cgroupfs_close (fs);
+  json_object_set_new (v, "available", json_boolean (can));
+  if (reason)
+    json_object_set_new (v, "why", json_string (reason));
+  return v;
 }
 
 /* A dry run prepares in a scratch copy of the state directory: the same
@@ -633,6 +724,18 @@ print_explanation (FILE *f, json_t *x, char **argv)
     }
     fputc ('\n', f);
   }
+  json_t *pv = json_object_get (x, "partition");
+  if (pv)
+    {
+      json_t *av = json_object_get (pv, "available");
+      const char *pwhy = json_string_value (json_object_get (pv, "why"));
+      fprintf (f, "  cpuset partition: %s (%s)%s%s%s\n", json_string_value (json_object_get (pv, "mode")),
+               json_string_value (json_object_get (pv, "from")),
+               json_is_true (av) ? ": this kernel can make one"
+               : av              ? ": unavailable here"
+                                 : "",
+               pwhy ? "; " : "", pwhy ? pwhy : "");
+    }
   json_t *m = json_object_get (x, "memory");
   fprintf (f, "  memory: policy %s, nodes %s", json_string_value (json_object_get (m, "policy")),
            json_string_value (json_object_get (m, "nodes")));
@@ -842,7 +945,7 @@ nrm_cmd_run (struct nrm_config *c, struct nrm_topology *t, const struct nrm_run_
   cleanup_bitmap hwloc_bitmap_t got = NULL;
   size_t n_parts = 0;
   bool use_mem = rq->memory != NULL || rq->hugepages_2mi != NULL || rq->hugepages_1gi != NULL;
-  bool prepared[2] = { false, false }, recorded = false, released = true;
+  bool prepared[2] = { false, false }, recorded = false, released = true, partitioned = false;
   cleanup_json json_t *mem_env = NULL, *cpu_claims = NULL, *held = NULL;
   struct nrm_env_binding mem_eb = { 0 }; /* the memory driver's limits, from its environment */
   int r = -1;
@@ -928,7 +1031,7 @@ nrm_cmd_run (struct nrm_config *c, struct nrm_topology *t, const struct nrm_run_
     }
   /* Runs whose nrm process is gone (killed with -9) still hold their
    * claims, CPUs and memory: released first. */
-  nrm_run_release_stale (state, pl, 2);
+  nrm_run_release_stale (c->fsroot, state, pl, 2);
   if (write_record (state, uid, name, self, st, rq->attach_pid ? &att : NULL, err) < 0)
     goto out;
   recorded = true;
@@ -1166,6 +1269,12 @@ nrm_cmd_run (struct nrm_config *c, struct nrm_topology *t, const struct nrm_run_
       rq->dry_run
           ? (state == scratch && c->topology && strcmp (c->state_dir, NRM_DEFAULT_STATE_DIR) == 0 ? NULL : c->state_dir)
           : NULL);
+  {
+    enum nrm_partition_mode pm
+        = rq->partition >= 0 ? (enum nrm_partition_mode) rq->partition : (enum nrm_partition_mode) c->cpu_partition;
+    if (pm != NRM_PARTITION_OFF)
+      json_object_set_new (why, "partition", partition_view (c, pm, rq->partition >= 0));
+  }
   if (rq->attach_pid)
     json_object_set_new (
         why, "attach",
@@ -1209,6 +1318,16 @@ nrm_cmd_run (struct nrm_config *c, struct nrm_topology *t, const struct nrm_run_
       if (nrm_cgroupfs_open (c->fsroot, &fs, err) < 0 || make_cgroup (fs, cgname, err) < 0
           || nrm_cgroup_apply (fs, rel, &b, err) < 0)
         goto out;
+      int made = make_partition (fs, rel, name, cpus, rq->partition, (enum nrm_partition_mode) c->cpu_partition, err);
+      if (made < 0)
+        goto out;
+      partitioned = made > 0;
+    }
+  else if (rq->partition > NRM_PARTITION_OFF)
+    {
+      nrm_error_set (err, ENOTSUP, "--partition %s: no cgroup v2 cpuset here (cgroup v1?), so no cpuset partition",
+                     nrm_partition_mode_name ((enum nrm_partition_mode) rq->partition));
+      goto out;
     }
   else if (rq->attach_pid)
     nrm_log (NULL, NRM_LOG_INFO,
@@ -1381,6 +1500,17 @@ out:
     {
       cleanup_free char *dir = xasprintf ("%s/nrm.slice/%s", nrm_cgroupfs_root (fs), cgname);
       rmdir (dir);
+      /* A partition's CPUs stay in nrm.slice's cpuset.cpus.exclusive. */
+      if (partitioned)
+        {
+          size_t trimmed = 0;
+          nrm_error_t terr = NULL;
+          if (nrm_partition_trim (fs, "nrm.slice", &trimmed, &terr) < 0)
+            {
+              nrm_log (NULL, NRM_LOG_WARNING, "run %s: %s", name, nrm_error_msg (terr));
+              nrm_error_release (&terr);
+            }
+        }
       nrm_cgroupfs_close (fs);
     }
   return r;

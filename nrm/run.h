@@ -42,6 +42,7 @@ struct nrm_run_request
   bool dry_run;               /* print what would be taken and why; take nothing */
   bool json;                  /* the dry run as JSON */
   bool isolated;              /* isolated CPUs (numa<N>-isolated devices) */
+  int partition;              /* --partition: enum nrm_partition_mode, required; -1: the node's cpu.partition */
   const char *const *options; /* CPU options, NULL-terminated, or NULL */
   char **argv;                /* the command (NULL: none, for a dry run) */
   int attach_pid;             /* --pid: attach this running process instead of a command (0: none) */
@@ -62,8 +63,10 @@ int nrm_cmd_run (struct nrm_config *c, struct nrm_topology *t, const struct nrm_
  * plugin at start and every minute. A run is known by its record in
  * state_dir/runs (its pid, start time, PID namespace and boot), never by a
  * claim's namespace or name; records of another PID namespace are left to
- * the processes of that namespace. */
+ * the processes of that namespace. Its transient cgroup under fsroot goes
+ * too, and with it a cpuset partition that would keep its CPUs from
+ * everyone else. */
 struct nrm_plugin;
-void nrm_run_release_stale (const char *state_dir, struct nrm_plugin *const *pl, size_t n);
+void nrm_run_release_stale (const char *fsroot, const char *state_dir, struct nrm_plugin *const *pl, size_t n);
 
 #endif

@@ -71,6 +71,8 @@ setup (void **state)
   snprintf (state_dir, sizeof (state_dir), "%s/state", root);
   fake_cg_put (root, "", "cgroup.controllers", "cpuset cpu memory");
   fake_cg_put (root, "", "cgroup.subtree_control", "cpuset cpu memory");
+  fake_cg_put (root, "", "cpuset.cpus.effective", "0-7");
+  fake_cg_put (root, "", "cpuset.mems.effective", "0-1");
   cgroup (SYS, "");
   cgroup (SVC, "");
   cgroup (MACH, "");
@@ -163,28 +165,39 @@ test_reconcile (void **state)
   ASSERT_FILE (SYS, "cpuset.cpus", "0-3");
   assert_int_equal (st.updated, 1);
 
-  /* The claim ends: the slice holds the pool itself, the container it
-   * held goes back to inheriting. */
+  /* The claim ends: the slice holds the pool itself, and the container it
+   * held keeps it too (Linux refuses to empty a populated cpuset). */
   cleanup_free char *rec = xasprintf ("%s/containers/x.json", state_dir);
   cleanup_free char *cx = xasprintf ("rm -rf '%s/sys/fs/cgroup/" CX "'", root);
   assert_int_equal (unlink (rec), 0);
   assert_int_equal (system (cx), 0);
   pass (&st, 4);
   ASSERT_FILE (MACH, "cpuset.cpus", "0-3");
-  ASSERT_FILE (CY, "cpuset.cpus", "");
-  ASSERT_FILE (CY, "cpuset.mems", "");
+  ASSERT_FILE (CY, "cpuset.cpus", "0-3");
   cleanup_free char *c2 = confined ();
   assert_non_null (strstr (c2, "\"" MACH "\""));
-  assert_null (strstr (c2, "libpod-y"));
+  assert_non_null (strstr (c2, "\"" CY "\""));
+  /* When the pool changes, what nrm holds below a held cgroup follows. */
+  {
+    struct nrm_cgroupfs *fs = open_fs ();
+    nrm_error_t err = NULL;
+    assert_int_equal (nrm_reconcile (fs, state_dir, "0-5", "0", "0-1", subtrees, 4, &st, NULL, &err), 0);
+    nrm_cgroupfs_close (fs);
+  }
+  ASSERT_FILE (MACH, "cpuset.cpus", "0-5");
+  ASSERT_FILE (CY, "cpuset.cpus", "0-5");
+  pass (&st, 4);
 
-  /* A subtree no longer named is let go. */
+  /* Subtrees no longer named take their parents' sets, top down. */
   pass (&st, 1);
   ASSERT_FILE (SYS, "cpuset.cpus", "0-3");
-  ASSERT_FILE (MACH, "cpuset.cpus", "");
-  ASSERT_FILE (USER, "cpuset.cpus", "");
-  ASSERT_FILE (USER, "cpuset.mems", "");
+  ASSERT_FILE (MACH, "cpuset.cpus", "0-7");
+  ASSERT_FILE (CY, "cpuset.cpus", "0-7");
+  ASSERT_FILE (USER, "cpuset.cpus", "0-7");
+  ASSERT_FILE (USER, "cpuset.mems", "0-1");
   cleanup_free char *c3 = confined ();
   assert_null (strstr (c3, "\"" USER "\""));
+  assert_null (strstr (c3, "\"" MACH "\""));
 }
 
 static void
@@ -245,9 +258,10 @@ test_hook (void **state)
   ASSERT_FILE (CZ, "cpuset.cpus", "6-7");
   ASSERT_FILE (MACH, "cpuset.cpus", "0-3,6-7");
   ASSERT_FILE (CY, "cpuset.cpus", "0-3");
-  /* The next pass: the slice leads to a claim now. */
+  /* The next pass: the slice leads to a claim now, and has its parent's
+   * set again. */
   pass (&st, 4);
-  ASSERT_FILE (MACH, "cpuset.cpus", "");
+  ASSERT_FILE (MACH, "cpuset.cpus", "0-7");
   ASSERT_FILE (CY, "cpuset.cpus", "0-3");
   ASSERT_FILE (CZ, "cpuset.cpus", "6-7");
 }

@@ -133,5 +133,52 @@ else
   echo "NOTE: without a partition, taskset -pc $one of a process in $OTHER: rc $? $(tail -n 1 "$W/ts")"
   check "nrm status says partitions are unavailable" grep -q '^CPU partitions: off; unavailable (this kernel has only local partitions' "$W/status"
 fi
+# nrm run --partition: the run's transient cgroup (nrm.slice/run-<pid>) is
+# the partition; on 6.1 a run that asks for one is refused before its
+# command starts, and one under the node's cpu.partition runs without.
+rc=$(expand /sys/devices/system/node/node0/cpulist | sed -n 2p)
+mkdir -p "$W/runstate"
+inside='cg=$(sed -n "s/^0:://p" /proc/self/cgroup); echo "$(cat /sys/fs/cgroup$cg/cpuset.cpus.partition) $(cat /sys/fs/cgroup$cg/cpuset.cpus.effective) $(cat /sys/fs/cgroup/'$OTHER'/cpuset.cpus.effective)"'
+"$NRM" run -C "$rc" --partition root --dry-run --state-dir "$W/runstate" >"$W/dry" 2>&1
+echo "  dry run: $(grep 'cpuset partition' "$W/dry")"
+echo '{"cpu": {"partition": "root"}}' >"$W/node.json"
+if [ $remote = yes ]; then
+  check "a dry run says this kernel can make the partition" grep -q 'cpuset partition: root (--partition): this kernel can make one' "$W/dry"
+  "$NRM" run -C "$rc" --partition isolated --state-dir "$W/runstate" -- sh -c "$inside" >"$W/run.out" 2>"$W/run.err"
+  rcode=$?
+  check "nrm run --partition isolated runs its command ($(tail -n 1 "$W/run.err"))" [ $rcode -eq 0 ]
+  read -r rpart reff roth <"$W/run.out"
+  check "inside, its cgroup reads back isolated ($rpart) with CPU $rc ($reff)" \
+    sh -c "[ '$rpart' = isolated ] && '$CLIENT' cpus-equal '$reff' '$rc'"
+  check "meanwhile $OTHER is off CPU $rc ($roth)" "$CLIENT" cpus-disjoint "$roth" "$rc"
+  check "afterwards the run's cgroup is gone and nrm.slice holds no exclusive CPU ('$(rd nrm.slice cpuset.cpus.exclusive)')" \
+    sh -c "! ls -d $CG/nrm.slice/run-* >/dev/null 2>&1 && [ -z \"\$(cat $CG/nrm.slice/cpuset.cpus.exclusive)\" ]"
+  check "and $OTHER has CPU $rc again" "$CLIENT" cpus-within "$rc" "$(rd $OTHER cpuset.cpus.effective)"
+  # nrm run killed with -9 while its command runs: the next run releases
+  # its claim and ends its partition, so that the CPU can be had again.
+  "$NRM" run -C "$rc" --partition root --state-dir "$W/runstate" -- sleep 600 >/dev/null 2>&1 &
+  killed=$!
+  for _ in $(seq 100); do [ "$(cat $CG/nrm.slice/run-$killed/cpuset.cpus.partition 2>/dev/null)" = root ] && break; sleep 0.1; done
+  check "a run to be killed holds a root partition" [ "$(rd nrm.slice/run-$killed cpuset.cpus.partition)" = root ]
+  kill -9 $killed
+  wait $killed 2>/dev/null
+  "$NRM" run -C "$rc" --partition root --state-dir "$W/runstate" -- sh -c "$inside" >"$W/run2.out" 2>"$W/run2.err"
+  check "after kill -9, a new run on the same CPU gets its own partition ($(cat "$W/run2.out"; tail -n 1 "$W/run2.err"))" \
+    sh -c "read -r p e o <'$W/run2.out' && [ \"\$p\" = root ]"
+  check "the killed run's cgroup is no partition any more ('$(rd nrm.slice/run-$killed cpuset.cpus.partition)')" \
+    sh -c "[ ! -d $CG/nrm.slice/run-$killed ] || [ \"\$(cat $CG/nrm.slice/run-$killed/cpuset.cpus.partition)\" = member ]"
+  pkill -9 -f 'sleep 600' 2>/dev/null
+else
+  check "a dry run says the partition is unavailable here" grep -q 'cpuset partition: root (--partition): unavailable here; this kernel has only local partitions' "$W/dry"
+  "$NRM" run -C "$rc" --partition root --state-dir "$W/runstate" -- touch "$W/ran" 2>"$W/run.err"
+  rcode=$?
+  check "nrm run --partition root is refused with 125 before its command ($rcode: $(tail -n 1 "$W/run.err"))" \
+    sh -c "[ $rcode -eq 125 ] && [ ! -e '$W/ran' ] && grep -q 'only local partitions' '$W/run.err'"
+  "$NRM" run -c "$W/node.json" -C "$rc" --state-dir "$W/runstate" -- sh -c "$inside" >"$W/run.out" 2>"$W/run.err"
+  rcode=$?
+  check "under the node's cpu.partition a run goes on without one ($(cat "$W/run.out"))" \
+    sh -c "[ $rcode -eq 0 ] && read -r p e o <'$W/run.out' && [ \"\$p\" = member ] && grep -q 'no cpuset partition (cpu.partition root)' '$W/run.err'"
+fi
+
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
