@@ -597,8 +597,8 @@ nrm_status (struct nrm_config *c, const struct nrm_topology *t, const struct nrm
           json_array_append (names, json_object_get (dev, "device"));
         }
         json_object_set_new (d, "devices", names);
-        static const char *const keys[] = { "cpus", "cpuNodes", "memoryNodes" };
-        for (size_t x = 0; x < 3; x++)
+        static const char *const keys[] = { "cpus", "cpuNodes", "memoryNodes", "partition" };
+        for (size_t x = 0; x < sizeof (keys) / sizeof (keys[0]); x++)
           if (json_is_string (json_object_get (desc, keys[x])))
             json_object_set (d, keys[x], json_object_get (desc, keys[x]));
         if (json_object_get (d, "cpus"))

@@ -200,4 +200,32 @@ grep -qE '^  cpu.partition +isolated \(top level\)$' "$TMP/ps" && ok || fail "st
 "$NRM" status --fsroot "$P" -t "$NRM_TOPOLOGIES/24em64t-2n6c2t-pci.xml" --state-dir "$TMP/pst" >"$TMP/ps" 2>&1
 grep -qxF 'CPU partitions: off; the kernel has remote partitions (cpuset.cpus.exclusive)' "$TMP/ps" && ok \
   || fail "status on 6.7+: $(grep -i partition "$TMP/ps")"
+# A claim prepared where the node's partition cannot be had (6.1 again):
+# status's claim line and --json say why, as prepare noted it.
+rm "$P/sys/fs/cgroup/kubepods.slice/cpuset.cpus.exclusive"
+mkdir -p "$TMP/claims3"
+cat >"$TMP/claims3/default_part.json" <<EOT
+{"apiVersion":"resource.k8s.io/v1","kind":"ResourceClaim",
+ "metadata":{"namespace":"default","name":"part","uid":"00000000-0000-4000-8000-0000000000f1"},
+ "status":{"allocation":{"devices":{"results":[
+  {"request":"a","driver":"cpu.nrm.io","pool":"n1","device":"numa0","consumedCapacity":{"cpus":"2"}}]}}}}
+EOT
+set -- -c "$TMP/part.yaml" --fsroot "$P" --node-name n1 -t "$NRM_TOPOLOGIES/24em64t-2n6c2t-pci.xml" --drivers cpu \
+  --state-dir "$TMP/state3"
+"$NRM" plugin "$@" --kubelet-dir "$TMP/k3" --cdi-dir "$TMP/cdi3" --create-state-dir --claims-dir "$TMP/claims3" \
+  --hook-path "" --reconcile-interval 0 2>"$TMP/plugin3.log" &
+plugin=$!
+for _ in $(seq 100); do [ -S "$TMP/k3/plugins_registry/cpu.nrm.io-reg.sock" ] && break; sleep 0.1; done
+"$NRM_DRA_CLIENT" prepare "$TMP/k3/plugins/cpu.nrm.io/dra.sock" default part 00000000-0000-4000-8000-0000000000f1 \
+  >/dev/null 2>"$TMP/err" && ok || fail "prepare beside an unavailable partition: $(cat "$TMP/err") $(tail -3 "$TMP/plugin3.log")"
+kill -TERM $plugin; wait $plugin
+"$NRM" status "$@" >"$TMP/ps" 2>&1
+grep -qF "  default/part (00000000-0000-4000-8000-0000000000f1) CPUs 0,12 CPU nodes 0 partition unavailable (this kernel has only local partitions" \
+  "$TMP/ps" && ok || fail "status: the claim's partition: $(grep -A1 '^claims' "$TMP/ps")"
+"$NRM" status "$@" --json >"$TMP/psj" 2>&1
+python3 -c "
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d['claims']['00000000-0000-4000-8000-0000000000f1']['drivers']['cpu.nrm.io']['partition'].startswith('unavailable (')
+" "$TMP/psj" && ok || fail "status --json: the claim's partition: $(cat "$TMP/psj")"
 finish
