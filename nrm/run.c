@@ -578,8 +578,7 @@ explain (const struct nrm_topology *t, hwloc_const_bitmap_t got, const struct pa
   json_object_set_new (x, "memory", mem);
   json_object_set (x, "tried", tried);
   json_object_set_new (x, "held", held);
-  if (state_dir)
-    json_object_set_new (x, "stateDir", json_string (state_dir));
+  json_object_set_new (x, "stateDir", state_dir ? json_string (state_dir) : json_null ());
   return x;
 }
 

@@ -138,6 +138,15 @@ python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["count"]==
 python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["numaNodes"]=="0"' "$TMP/out" && ok || fail "-N 0: $(cat "$TMP/out")"
 "$NRM" run --dry-run --json -t "$T2" -C 1,3 --min-shared-cpus 0 >"$TMP/out" 2>&1
 python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["cpus"]=="1,3" and d["numaNodes"]=="1"' "$TMP/out" && ok || fail "-C 1,3: $(cat "$TMP/out")"
+# Its keys in their documented order (docs/run.md), stateDir null on a
+# recorded machine; the two CPUs are one thread each of two cores.
+python3 -c '
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert list(d) == ["dryRun", "cpus", "count", "wholeCores", "partialCores", "l3Groups", "packages", "numaNodes", "nodes",
+                   "memory", "tried", "held", "stateDir"], list(d)
+assert d["stateDir"] is None and d["wholeCores"] == "" and d["partialCores"] == "1,3" and d["packages"] == "1"
+' "$TMP/out" && ok || fail "-C 1,3: the keys: $(cat "$TMP/out")"
 "$NRM" run --dry-run --json -t "$T2" -C 0,1 --min-shared-cpus 0 >"$TMP/out" 2>&1
 python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["numaNodes"]=="0-1"' "$TMP/out" && ok || fail "-C over two nodes: $(cat "$TMP/out")"
 # Memory by kind and tier on the machine with HBM and NVM nodes.
