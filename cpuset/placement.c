@@ -799,3 +799,33 @@ nrm_cpu_option_parse (const char *name, unsigned *ret, nrm_error_t *err)
       "prefer-align-cpus-by-uncorecache)",
       name);
 }
+
+json_t *
+nrm_cpus_layout (const struct nrm_topology *t, hwloc_const_bitmap_t cpus, hwloc_bitmap_t cores)
+{
+  cleanup_bitmap hwloc_bitmap_t whole = xbitmap_alloc (), partial = xbitmap_alloc ();
+  cleanup_bitmap hwloc_bitmap_t l3 = xbitmap_alloc (), pkgs = xbitmap_alloc (), nodes = xbitmap_alloc ();
+  if (cores)
+    hwloc_bitmap_zero (cores);
+  for (size_t k = 0; k < t->n_cores; k++)
+    if (hwloc_bitmap_intersects (t->cores[k].cpus, cpus))
+      {
+        unsigned first = (unsigned) hwloc_bitmap_first (t->cores[k].cpus);
+        hwloc_bitmap_set (hwloc_bitmap_isincluded (t->cores[k].cpus, cpus) ? whole : partial, first);
+        if (cores)
+          hwloc_bitmap_set (cores, first);
+      }
+  for (size_t k = 0; k < t->n_l3; k++)
+    if (t->l3[k].cpus && hwloc_bitmap_intersects (t->l3[k].cpus, cpus))
+      hwloc_bitmap_set (l3, t->l3[k].os_index);
+  for (size_t k = 0; k < t->n_packages; k++)
+    if (t->packages[k].cpus && hwloc_bitmap_intersects (t->packages[k].cpus, cpus))
+      hwloc_bitmap_set (pkgs, t->packages[k].os_index);
+  for (size_t k = 0; k < t->n_numa; k++)
+    if (t->numa[k].cpus && hwloc_bitmap_intersects (t->numa[k].cpus, cpus))
+      hwloc_bitmap_set (nodes, t->numa[k].os_index);
+  cleanup_free char *w = nrm_cpulist_format (whole), *pa = nrm_cpulist_format (partial);
+  cleanup_free char *l = nrm_cpulist_format (l3), *pk = nrm_cpulist_format (pkgs), *nd = nrm_cpulist_format (nodes);
+  return json_pack ("{s:s, s:s, s:s, s:s, s:s}", "wholeCores", w, "partialCores", pa, "l3Groups", l, "packages", pk,
+                    "numaNodes", nd);
+}

@@ -65,4 +65,13 @@ int nrm_cpu_options_check (unsigned options, nrm_error_t *err);
  * reason: a request is placed inside one NUMA node's device. */
 int nrm_cpu_option_parse (const char *name, unsigned *ret, nrm_error_t *err);
 
+/* How a set of CPUs lies on the machine, as nrm run --dry-run, nrm status
+ * and a claim's metadata tell it: {"wholeCores": cores all of whose CPUs
+ * are in the set, "partialCores": cores that share a CPU with one outside
+ * it (an SMT sibling left to another claim or the shared pool), both by
+ * their first CPU; "l3Groups", "packages", "numaNodes": the os indexes of
+ * those the set meets}, each a list "0-2,5" ("" for none). cores, when
+ * not NULL, gets every core the set meets (by its first CPU). */
+json_t *nrm_cpus_layout (const struct nrm_topology *t, hwloc_const_bitmap_t cpus, hwloc_bitmap_t cores);
+
 #endif

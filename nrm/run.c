@@ -24,6 +24,7 @@
 #include "cpuset/cgroup.h"
 #include "cpuset/commit.h"
 #include "cpuset/partition.h"
+#include "cpuset/placement.h"
 #include "driver/checkpoint.h"
 #include "driver/cpu/cpu.h"
 #include "driver/plugin.h"
@@ -611,18 +612,6 @@ explain (const struct nrm_topology *t, hwloc_const_bitmap_t got, const struct pa
          int mem_node, const char *state_dir)
 {
   cleanup_free char *cpus = nrm_cpulist_format (got);
-  cleanup_bitmap hwloc_bitmap_t whole = xbitmap_alloc (), partial = xbitmap_alloc ();
-  cleanup_bitmap hwloc_bitmap_t l3 = xbitmap_alloc (), pkgs = xbitmap_alloc (), nodes = xbitmap_alloc ();
-  for (size_t k = 0; k < t->n_cores; k++)
-    if (hwloc_bitmap_intersects (t->cores[k].cpus, got))
-      hwloc_bitmap_set (hwloc_bitmap_isincluded (t->cores[k].cpus, got) ? whole : partial,
-                        (unsigned) hwloc_bitmap_first (t->cores[k].cpus));
-  for (size_t k = 0; k < t->n_l3; k++)
-    if (hwloc_bitmap_intersects (t->l3[k].cpus, got))
-      hwloc_bitmap_set (l3, t->l3[k].os_index);
-  for (size_t k = 0; k < t->n_packages; k++)
-    if (hwloc_bitmap_intersects (t->packages[k].cpus, got))
-      hwloc_bitmap_set (pkgs, t->packages[k].os_index);
   json_t *jn = json_array ();
   for (size_t i = 0; i < n_parts; i++)
     {
@@ -637,12 +626,9 @@ explain (const struct nrm_topology *t, hwloc_const_bitmap_t got, const struct pa
           snprintf (key, sizeof (key), "%u", t->numa[j].os_index);
           json_object_set_new (dist, key, json_integer ((json_int_t) nrm_topology_distance (t, parts[i].ni, j)));
         }
-      hwloc_bitmap_set (nodes, nn->os_index);
       json_array_append_new (jn, json_pack ("{s:i, s:s, s:i, s:o}", "node", (int) nn->os_index, "cpus", list, "count",
                                             (int) parts[i].count, "distances", dist));
     }
-  cleanup_free char *w = nrm_cpulist_format (whole), *pa = nrm_cpulist_format (partial);
-  cleanup_free char *l = nrm_cpulist_format (l3), *pk = nrm_cpulist_format (pkgs), *nd = nrm_cpulist_format (nodes);
   json_t *held = json_array ();
   const char *u;
   json_t *e;
@@ -674,10 +660,17 @@ explain (const struct nrm_topology *t, hwloc_const_bitmap_t got, const struct pa
     json_object_set_new (mem, "hugepages2Mi", json_string (rq->hugepages_2mi));
   if (rq->hugepages_1gi)
     json_object_set_new (mem, "hugepages1Gi", json_string (rq->hugepages_1gi));
-  return json_pack ("{s:b, s:s, s:i, s:s, s:s, s:s, s:s, s:s, s:o, s:o, s:O, s:o, s:s?}", "dryRun", rq->dry_run, "cpus",
-                    cpus, "count", hwloc_bitmap_weight (got), "wholeCores", w, "partialCores", pa, "l3Groups", l,
-                    "packages", pk, "numaNodes", nd, "nodes", jn, "memory", mem, "tried", tried, "held", held,
-                    "stateDir", state_dir);
+  /* The layout's keys (wholeCores ... numaNodes) after the count, as
+   * nrm status and the claim's metadata have them. */
+  json_t *x = json_pack ("{s:b, s:s, s:i}", "dryRun", rq->dry_run, "cpus", cpus, "count", hwloc_bitmap_weight (got));
+  cleanup_json json_t *layout = nrm_cpus_layout (t, got, NULL);
+  json_object_update (x, layout);
+  json_object_set_new (x, "nodes", jn);
+  json_object_set_new (x, "memory", mem);
+  json_object_set (x, "tried", tried);
+  json_object_set_new (x, "held", held);
+  json_object_set_new (x, "stateDir", state_dir ? json_string (state_dir) : json_null ());
+  return x;
 }
 
 static const char *

@@ -472,6 +472,12 @@ print_pci (FILE *out, json_t *v)
     fprintf (out, ", %s%s%s", vendor ? vendor : "", vendor && device ? " " : "", device ? device : "");
 }
 
+static const char *
+dash (const char *s)
+{
+  return s && *s ? s : "-";
+}
+
 /* ", held by NS/NAME (UID)" or ", free", and the end of the line. */
 static void
 print_holders (FILE *out, json_t *holders, json_t *claims)
@@ -604,8 +610,8 @@ nrm_status (struct nrm_config *c, const struct nrm_topology *t, const struct nrm
           json_array_append (names, json_object_get (dev, "device"));
         }
         json_object_set_new (d, "devices", names);
-        static const char *const keys[] = { "cpus", "cpuNodes", "memoryNodes" };
-        for (size_t x = 0; x < 3; x++)
+        static const char *const keys[] = { "cpus", "cpuNodes", "memoryNodes", "partition" };
+        for (size_t x = 0; x < sizeof (keys) / sizeof (keys[0]); x++)
           if (json_is_string (json_object_get (desc, keys[x])))
             json_object_set (d, keys[x], json_object_get (desc, keys[x]));
         if (json_object_get (d, "cpus"))
@@ -613,7 +619,12 @@ nrm_status (struct nrm_config *c, const struct nrm_topology *t, const struct nrm
             hwloc_bitmap_t set = NULL;
             nrm_error_t e = NULL;
             if (nrm_cpulist_parse (json_string_value (json_object_get (d, "cpus")), &set, &e) == 0)
-              hwloc_bitmap_or (exclusive, exclusive, set);
+              {
+                hwloc_bitmap_or (exclusive, exclusive, set);
+                /* How they lie on the machine, as nrm run --dry-run and
+                 * the claim's metadata say it. */
+                json_object_set_new (d, "placement", nrm_cpus_layout (t, set, NULL));
+              }
             nrm_error_release (&e);
             hwloc_bitmap_free (set);
           }
@@ -789,6 +800,20 @@ nrm_status (struct nrm_config *c, const struct nrm_topology *t, const struct nrm
         fprintf (out, " partition %s", json_string_value (json_object_get (d, "partition")));
     }
     fputc ('\n', out);
+    json_object_foreach (json_object_get (cl, "drivers"), drv, d)
+    {
+      json_t *pl = json_object_get (d, "placement");
+      if (pl == NULL)
+        continue;
+      /* Cores by their first CPU; a partial core shares an SMT sibling
+       * with another claim or the shared pool. */
+      fprintf (out, "    whole cores %s; partial cores %s; L3 groups %s; packages %s; NUMA nodes %s\n",
+               dash (json_string_value (json_object_get (pl, "wholeCores"))),
+               dash (json_string_value (json_object_get (pl, "partialCores"))),
+               dash (json_string_value (json_object_get (pl, "l3Groups"))),
+               dash (json_string_value (json_object_get (pl, "packages"))),
+               dash (json_string_value (json_object_get (pl, "numaNodes"))));
+    }
   }
   fprintf (out, "CPUs: exclusive %s; shared %s; reserved %s; isolated %s\n", ex && *ex ? ex : "-", sh && *sh ? sh : "-",
            res && *res ? res : "-", iso && *iso ? iso : "-");

@@ -463,25 +463,6 @@ take_device (struct cpu_driver *d, const struct nrm_alloc_result *r, json_t *con
   return 0;
 }
 
-/* The os indexes of the objects (cores, L3 groups, NUMA nodes) whose CPUs
- * meet cpus, as a list "0-2,5". */
-static char *
-objects_meeting (hwloc_const_bitmap_t cpus, size_t n, const void *objs, size_t size, size_t cpus_at, size_t os_at)
-{
-  cleanup_bitmap hwloc_bitmap_t ids = xbitmap_alloc ();
-  for (size_t i = 0; i < n; i++)
-    {
-      const char *o = (const char *) objs + i * size;
-      hwloc_const_bitmap_t set = *(hwloc_const_bitmap_t *) (o + cpus_at);
-      if (set && hwloc_bitmap_intersects (set, cpus))
-        hwloc_bitmap_set (ids, *(const unsigned *) (o + os_at));
-    }
-  return nrm_cpulist_format (ids);
-}
-
-#define MEETING(set, arr, n, type)                                                                                     \
-  objects_meeting (set, n, arr, sizeof (type), offsetof (type, cpus), offsetof (type, os_index))
-
 /* What a container reads of each device in its metadata file: the
  * device's published attributes and the CPUs, cores, L3 groups and NUMA
  * nodes the claim holds of it. */
@@ -500,19 +481,21 @@ cpu_metadata (struct cpu_driver *d, const struct nrm_claim_view *c, hwloc_const_
       json_t *attrs = json_deep_copy (json_object_get (json_object_get (d->devices, name), "attributes"));
       cleanup_free char *cpus = nrm_cpulist_format (on);
       /* Cores by their coreID, as the core devices name them (the first
-       * CPU; Linux core ids repeat in every package). */
+       * CPU; Linux core ids repeat in every package); the whole and the
+       * partial ones as nrm status and nrm run --dry-run tell them. */
       cleanup_bitmap hwloc_bitmap_t first = xbitmap_alloc ();
-      for (size_t k = 0; k < d->t->n_cores; k++)
-        if (hwloc_bitmap_intersects (d->t->cores[k].cpus, on))
-          hwloc_bitmap_set (first, (unsigned) hwloc_bitmap_first (d->t->cores[k].cpus));
+      cleanup_json json_t *layout = nrm_cpus_layout (d->t, on, first);
       cleanup_free char *cores = nrm_cpulist_format (first);
-      cleanup_free char *l3 = MEETING (on, d->t->l3, d->t->n_l3, struct nrm_cache);
-      cleanup_free char *nodes = MEETING (on, d->t->numa, d->t->n_numa, struct nrm_numa_node);
       if (attrs == NULL)
         attrs = json_object ();
-      const char *keys[] = { "cpus", "cores", "l3Groups", "numaNodes" };
-      const char *vals[] = { cpus, cores, l3, nodes };
-      for (size_t k = 0; k < 4; k++)
+      const char *keys[] = { "cpus", "cores", "wholeCores", "partialCores", "l3Groups", "numaNodes" };
+      const char *vals[] = { cpus,
+                             cores,
+                             json_string_value (json_object_get (layout, "wholeCores")),
+                             json_string_value (json_object_get (layout, "partialCores")),
+                             json_string_value (json_object_get (layout, "l3Groups")),
+                             json_string_value (json_object_get (layout, "numaNodes")) };
+      for (size_t k = 0; k < sizeof (keys) / sizeof (keys[0]); k++)
         json_object_set_new (attrs, keys[k], json_pack ("{s:s}", "string", vals[k]));
       /* Where the claim's PCI functions chose among the device's CPUs. */
       cleanup_free char *near = placed_near[i] ? near_list (ns, on) : NULL;

@@ -24,9 +24,14 @@ case $allowed in *,* | *-*) fail "more than one CPU allowed: $allowed" ;; "") fa
 grep -q "CPUs $allowed" "$TMP/err" && ok || fail "run does not say where it ran: $(cat "$TMP/err")"
 
 # nrm status sees the run while it lasts, and not after.
-$RUN --cpus 1 -- sh -c "$NRM status --state-dir $S; $NRM status --json --state-dir $S" >"$TMP/out" 2>/dev/null \
+$RUN --cpus 1 -- sh -c "$NRM status --state-dir $S; $NRM status --json --state-dir $S" >"$TMP/out" 2>"$TMP/log" \
   || fail "status during a run"
 grep -q "^  nrm-run/run-" "$TMP/out" && ok || fail "status does not list the run: $(cat "$TMP/out")"
+# The run's log and status tell the same cores, L3 groups and nodes.
+said=$(sed -n 's/.*(whole cores \([^,]*\), partial cores \([^;]*\); L3 groups \([^;]*\); NUMA nodes \([^)]*\)).*/\1 \2 \3 \4/p' "$TMP/log")
+shown=$(sed -n '/^  nrm-run\/run-/{n;s/^    whole cores \([^;]*\); partial cores \([^;]*\); L3 groups \([^;]*\); packages [^;]*; NUMA nodes \(.*\)$/\1 \2 \3 \4/p;}' "$TMP/out")
+[ -n "$said" ] && [ "$said" = "$shown" ] && ok || fail "status's placement ($shown) is not the run's ($said): $(cat "$TMP/out")"
+grep -q '"partialCores": ' "$TMP/out" && ok || fail "status --json has no placement for the run"
 grep -q "^CPUs: exclusive $allowed;\|^CPUs: exclusive [0-9]" "$TMP/out" && ok || fail "status shows no exclusive CPU"
 grep -q '"allocatedDevices": 1' "$TMP/out" && ok || fail "status --json counts no allocated device"
 "$NRM" status --state-dir "$S" >"$TMP/out" 2>&1 || fail "status after the run: $(cat "$TMP/out")"
@@ -133,6 +138,15 @@ python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["count"]==
 python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["numaNodes"]=="0"' "$TMP/out" && ok || fail "-N 0: $(cat "$TMP/out")"
 "$NRM" run --dry-run --json -t "$T2" -C 1,3 --min-shared-cpus 0 >"$TMP/out" 2>&1
 python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["cpus"]=="1,3" and d["numaNodes"]=="1"' "$TMP/out" && ok || fail "-C 1,3: $(cat "$TMP/out")"
+# Its keys in their documented order (docs/run.md), stateDir null on a
+# recorded machine; the two CPUs are one thread each of two cores.
+python3 -c '
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert list(d) == ["dryRun", "cpus", "count", "wholeCores", "partialCores", "l3Groups", "packages", "numaNodes", "nodes",
+                   "memory", "tried", "held", "stateDir"], list(d)
+assert d["stateDir"] is None and d["wholeCores"] == "" and d["partialCores"] == "1,3" and d["packages"] == "1"
+' "$TMP/out" && ok || fail "-C 1,3: the keys: $(cat "$TMP/out")"
 "$NRM" run --dry-run --json -t "$T2" -C 0,1 --min-shared-cpus 0 >"$TMP/out" 2>&1
 python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["numaNodes"]=="0-1"' "$TMP/out" && ok || fail "-C over two nodes: $(cat "$TMP/out")"
 # Memory by kind and tier on the machine with HBM and NVM nodes.

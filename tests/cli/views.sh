@@ -134,6 +134,55 @@ if [ "$(nproc)" -lt 200 ]; then
     -- status --node-name n1 --drivers cpu --cpu-mode partitioned --state-dir "$S"
 fi
 
+# How each claim lies on the machine (numa mode, SMT siblings +12 on the
+# 2n6c2t): two CPUs are a whole core; one CPU, and then one more, split a
+# core between two claims; the line under each claim and --json's
+# placement say which.
+K2="$TMP/k2"; S2="$TMP/state2"; mkdir -p "$TMP/claims2"
+smt="$NRM_TOPOLOGIES/24em64t-2n6c2t-pci.xml"
+claim_of () { # name uid count
+  cat >"$TMP/claims2/default_$1.json" <<EOT
+{"apiVersion":"resource.k8s.io/v1","kind":"ResourceClaim",
+ "metadata":{"namespace":"default","name":"$1","uid":"$2"},
+ "status":{"allocation":{"devices":{"results":[
+  {"request":"a","driver":"cpu.nrm.io","pool":"n1","device":"numa0","consumedCapacity":{"cpus":"$3"}}]}}}}
+EOT
+}
+claim_of pair 00000000-0000-4000-8000-0000000000e1 2
+claim_of one 00000000-0000-4000-8000-0000000000e2 1
+claim_of two 00000000-0000-4000-8000-0000000000e3 1
+"$NRM" plugin --node-name n1 --topology "$smt" --drivers cpu --kubelet-dir "$K2" --cdi-dir "$TMP/cdi2" --state-dir "$S2" \
+  --create-state-dir --claims-dir "$TMP/claims2" --hook-path "" --reconcile-interval 0 2>"$TMP/plugin2.log" &
+plugin=$!
+for _ in $(seq 100); do [ -S "$K2/plugins_registry/cpu.nrm.io-reg.sock" ] && break; sleep 0.1; done
+for c in pair:e1 one:e2 two:e3; do
+  "$NRM_DRA_CLIENT" prepare "$K2/plugins/cpu.nrm.io/dra.sock" default "${c%%:*}" "00000000-0000-4000-8000-0000000000${c#*:}" \
+    >/dev/null 2>"$TMP/err" && ok || fail "prepare ${c%%:*}: $(cat "$TMP/err") $(tail -5 "$TMP/plugin2.log")"
+done
+kill -TERM $plugin; wait $plugin
+"$NRM" status --node-name n1 --topology "$smt" --drivers cpu --state-dir "$S2" >"$TMP/st2" 2>"$TMP/err" && ok \
+  || fail "status of the split core: $(cat "$TMP/err")"
+# Each claim's line, then its placement under it.
+placement_of () { sed -n "/^  default\/$1 /{n;p}" "$TMP/st2"; }
+[ "$(placement_of pair)" = "    whole cores 0; partial cores -; L3 groups 0; packages 0; NUMA nodes 0" ] && ok \
+  || fail "the whole core: $(cat "$TMP/st2")"
+[ "$(placement_of one)" = "    whole cores -; partial cores 2; L3 groups 0; packages 0; NUMA nodes 0" ] && ok \
+  || fail "one CPU of a core: $(cat "$TMP/st2")"
+[ "$(placement_of two)" = "    whole cores -; partial cores 2; L3 groups 0; packages 0; NUMA nodes 0" ] && ok \
+  || fail "the other CPU of that core: $(cat "$TMP/st2")"
+"$NRM" status --node-name n1 --topology "$smt" --drivers cpu --state-dir "$S2" --json >"$TMP/sj2" 2>"$TMP/err"
+python3 -c "
+import json, sys
+d = json.load(open(sys.argv[1]))
+pl = {c['name']: c['drivers']['cpu.nrm.io'] for c in d['claims'].values()}
+assert pl['pair']['cpus'] == '0,12', pl
+assert pl['pair']['placement'] == {'wholeCores': '0', 'partialCores': '', 'l3Groups': '0', 'packages': '0',
+                                   'numaNodes': '0'}, pl
+assert sorted([pl['one']['cpus'], pl['two']['cpus']]) == ['14', '2'], pl
+for n in ('one', 'two'):
+    assert pl[n]['placement']['wholeCores'] == '' and pl[n]['placement']['partialCores'] == '2', pl
+" "$TMP/sj2" && ok || fail "status --json: placement: $(cat "$TMP/sj2")"
+
 # What the kernel offers for cpuset partitions, on fake cgroupfs trees: 6.1
 # (partitions, no cpuset.cpus.exclusive) and 6.7+.
 P=$TMP/pfs
@@ -151,4 +200,32 @@ grep -qE '^  cpu.partition +isolated \(top level\)$' "$TMP/ps" && ok || fail "st
 "$NRM" status --fsroot "$P" -t "$NRM_TOPOLOGIES/24em64t-2n6c2t-pci.xml" --state-dir "$TMP/pst" >"$TMP/ps" 2>&1
 grep -qxF 'CPU partitions: off; the kernel has remote partitions (cpuset.cpus.exclusive)' "$TMP/ps" && ok \
   || fail "status on 6.7+: $(grep -i partition "$TMP/ps")"
+# A claim prepared where the node's partition cannot be had (6.1 again):
+# status's claim line and --json say why, as prepare noted it.
+rm "$P/sys/fs/cgroup/kubepods.slice/cpuset.cpus.exclusive"
+mkdir -p "$TMP/claims3"
+cat >"$TMP/claims3/default_part.json" <<EOT
+{"apiVersion":"resource.k8s.io/v1","kind":"ResourceClaim",
+ "metadata":{"namespace":"default","name":"part","uid":"00000000-0000-4000-8000-0000000000f1"},
+ "status":{"allocation":{"devices":{"results":[
+  {"request":"a","driver":"cpu.nrm.io","pool":"n1","device":"numa0","consumedCapacity":{"cpus":"2"}}]}}}}
+EOT
+set -- -c "$TMP/part.yaml" --fsroot "$P" --node-name n1 -t "$NRM_TOPOLOGIES/24em64t-2n6c2t-pci.xml" --drivers cpu \
+  --state-dir "$TMP/state3"
+"$NRM" plugin "$@" --kubelet-dir "$TMP/k3" --cdi-dir "$TMP/cdi3" --create-state-dir --claims-dir "$TMP/claims3" \
+  --hook-path "" --reconcile-interval 0 2>"$TMP/plugin3.log" &
+plugin=$!
+for _ in $(seq 100); do [ -S "$TMP/k3/plugins_registry/cpu.nrm.io-reg.sock" ] && break; sleep 0.1; done
+"$NRM_DRA_CLIENT" prepare "$TMP/k3/plugins/cpu.nrm.io/dra.sock" default part 00000000-0000-4000-8000-0000000000f1 \
+  >/dev/null 2>"$TMP/err" && ok || fail "prepare beside an unavailable partition: $(cat "$TMP/err") $(tail -3 "$TMP/plugin3.log")"
+kill -TERM $plugin; wait $plugin
+"$NRM" status "$@" >"$TMP/ps" 2>&1
+grep -qF "  default/part (00000000-0000-4000-8000-0000000000f1) CPUs 0,12 CPU nodes 0 partition unavailable (this kernel has only local partitions" \
+  "$TMP/ps" && ok || fail "status: the claim's partition: $(grep -A1 '^claims' "$TMP/ps")"
+"$NRM" status "$@" --json >"$TMP/psj" 2>&1
+python3 -c "
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d['claims']['00000000-0000-4000-8000-0000000000f1']['drivers']['cpu.nrm.io']['partition'].startswith('unavailable (')
+" "$TMP/psj" && ok || fail "status --json: the claim's partition: $(cat "$TMP/psj")"
 finish

@@ -1349,6 +1349,15 @@ test_device_metadata (void **state)
       assert_int_equal (hwloc_bitmap_weight (cores), 1);
       if (c == 0) /* two CPUs: a whole core, named by its first CPU */
         assert_int_equal (hwloc_bitmap_first (cores), hwloc_bitmap_first (meta_cpus));
+      /* That core is whole; one CPU of the 2n6c2t's two-thread core splits
+       * it with the shared pool: partial. */
+      const char *core_list = json_string_value (json_object_get (json_object_get (attrs, "cores"), "string"));
+      const char *whole = json_string_value (json_object_get (json_object_get (attrs, "wholeCores"), "string"));
+      const char *partial = json_string_value (json_object_get (json_object_get (attrs, "partialCores"), "string"));
+      assert_non_null (whole);
+      assert_non_null (partial);
+      assert_string_equal (c ? partial : whole, core_list);
+      assert_string_equal (c ? whole : partial, "");
       hwloc_bitmap_free (cores);
       hwloc_bitmap_free (meta_cpus);
       assert_int_equal (json_integer_value (json_object_get (json_object_get (attrs, "numaNode"), "int")), c ? 0 : 1);

@@ -458,6 +458,43 @@ test_golden_odd_thread (void **state)
   golden_end (&g);
 }
 
+static const char *
+layout_key (json_t *l, const char *key)
+{
+  return json_string_value (json_object_get (l, key));
+}
+
+/* How a CPU set lies on the machine: a core whole or split, by its first
+ * CPU; the L3 groups, packages and nodes it meets. */
+static void
+test_layout (void **state)
+{
+  (void) state;
+  nrm_error_t err = NULL;
+  struct nrm_topology *t = load ("AMD-19h-Zen4-2xEpyc-9654.xml");
+  /* Core 7 whole (7 and its sibling 199), one thread of core 8 (L3
+   * group 1) and of core 96 (package and node 1, L3 group 12). */
+  cleanup_bitmap hwloc_bitmap_t set = NULL, cores = hwloc_bitmap_alloc ();
+  assert_int_equal (nrm_cpulist_parse ("7-8,96,199", &set, &err), 0);
+  cleanup_json json_t *l = nrm_cpus_layout (t, set, cores);
+  assert_string_equal (layout_key (l, "wholeCores"), "7");
+  assert_string_equal (layout_key (l, "partialCores"), "8,96");
+  assert_string_equal (layout_key (l, "l3Groups"), "0-1,12");
+  assert_string_equal (layout_key (l, "packages"), "0-1");
+  assert_string_equal (layout_key (l, "numaNodes"), "0-1");
+  assert_int_equal (json_object_size (l), 5);
+  cleanup_free char *c = nrm_cpulist_format (cores);
+  assert_string_equal (c, "7-8,96");
+  /* Nothing: every list empty, and no cores. */
+  hwloc_bitmap_zero (set);
+  cleanup_json json_t *none = nrm_cpus_layout (t, set, cores);
+  assert_string_equal (layout_key (none, "wholeCores"), "");
+  assert_string_equal (layout_key (none, "partialCores"), "");
+  assert_string_equal (layout_key (none, "numaNodes"), "");
+  assert_true (hwloc_bitmap_iszero (cores));
+  nrm_topology_free (t);
+}
+
 int
 main (void)
 {
@@ -467,6 +504,7 @@ main (void)
     { .name = "golden: node chosen by its L3 groups", .test_func = test_golden_node_by_l3 },
     { .name = "golden: whole cores across L3 groups", .test_func = test_golden_whole_cores_across_groups },
     { .name = "golden: odd thread stays in the claim's group", .test_func = test_golden_odd_thread },
+    { .name = "layout of a CPU set", .test_func = test_layout },
   };
   return corpus_run ("placement", per_machine, 1, others, sizeof (others) / sizeof (others[0]));
 }
