@@ -68,6 +68,30 @@ $RUN --cpus 1 --memory 16Mi -- sh -c 'echo "$NRM_MEMORY_MAX"' >"$TMP/out" 2>"$TM
 if ! grep -q cpuset /sys/fs/cgroup/cgroup.controllers 2>/dev/null; then
   grep -q "held for this run but not enforced" "$TMP/err" && ok || fail "the fallback did not say limits are not enforced"
 fi
+# --partition: a bad mode is refused; where there is no cgroup v2 cpuset
+# (the fallback path) a run that asks for one is refused with 125 before the
+# command starts, while the node's cpu.partition lets it run without one.
+# The VM test (tests/vm/partition-guest.sh) makes real ones on 6.12.
+expect_error "bad partition" "must be off, root or isolated, not \`bogus\`" -- run --state-dir "$S" --cpus 1 --partition bogus -- true
+if ! grep -q cpuset /sys/fs/cgroup/cgroup.controllers 2>/dev/null; then
+  rm -f "$TMP/ran"
+  "$NRM" run --state-dir "$S" --cpus 1 --partition root -- touch "$TMP/ran" >/dev/null 2>&1
+  [ $? = 125 ] && [ ! -e "$TMP/ran" ] && ok \
+    || fail "--partition root without a cgroup v2 cpuset was not refused with 125 before the command"
+  "$NRM" run --state-dir "$S" --cpus 1 --partition isolated -- true 2>"$TMP/err"
+  grep -q "no cgroup v2 cpuset here (cgroup v1?), so no cpuset partition" "$TMP/err" && ok \
+    || fail "the refusal does not say why: $(cat "$TMP/err")"
+  echo '{"cpu": {"partition": "root"}}' >"$TMP/partition.json"
+  "$NRM" run -c "$TMP/partition.json" --state-dir "$S" --cpus 1 -- touch "$TMP/ran" 2>"$TMP/err" && [ -e "$TMP/ran" ] && ok \
+    || fail "the node's cpu.partition stopped a run where none can be had: $(cat "$TMP/err")"
+  rm -f "$TMP/ran"
+  "$NRM" run --state-dir "$S" --cpus 1 --partition root --dry-run >"$TMP/out" 2>&1
+  grep -q "cpuset partition: root (--partition): unavailable here; no cgroup v2 cpuset here" "$TMP/out" && ok \
+    || fail "the dry run does not say the partition is unavailable: $(cat "$TMP/out")"
+fi
+"$NRM" run --dry-run --json -t "$NRM_TOPOLOGIES/2arm-2c.xml" --cpus 1 --partition isolated >"$TMP/out" 2>&1
+python3 -c 'import json,sys; p=json.load(open(sys.argv[1]))["partition"]; assert p["mode"]=="isolated" and p["from"]=="--partition" and "recorded" in p["why"], p' "$TMP/out" \
+  && ok || fail "the dry run's JSON has no partition view: $(cat "$TMP/out")"
 # Isolated CPUs only with --isolated, and only when the node has some.
 if [ ! -s /sys/devices/system/cpu/isolated ]; then
   expect_error "no isolated CPUs" "has isolated CPUs" -- run --state-dir "$S" --cpus 1 --isolated -- true
