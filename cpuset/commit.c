@@ -78,22 +78,12 @@ mixed_cpus (const char *state_dir, const char *cpus)
 {
   cleanup_free char *path = shared_path (state_dir), *text = NULL;
   nrm_error_t e = NULL;
-  hwloc_bitmap_t a = NULL, b = NULL;
-  char *r = NULL;
   if (nrm_read_file (path, 1 << 16, &text, NULL, &e) < 0)
     {
       nrm_error_release (&e);
       return NULL;
     }
-  if (nrm_cpulist_parse (cpus, &a, &e) == 0 && nrm_cpulist_parse (text, &b, &e) == 0)
-    {
-      hwloc_bitmap_or (a, a, b);
-      r = nrm_cpulist_format (a);
-    }
-  nrm_error_release (&e);
-  hwloc_bitmap_free (a);
-  hwloc_bitmap_free (b);
-  return r;
+  return nrm_cpulist_combine (cpus, text, NRM_CPULIST_UNION);
 }
 
 int
@@ -302,15 +292,8 @@ ensure (struct pass *p, const char *cgroup, const char *file, const char *want, 
         note_error (p, &e);
       return;
     }
-  hwloc_bitmap_t h = NULL, w = NULL;
-  nrm_error_t pe = NULL;
   const char *now = *have == '\0' && inherit ? inherit : have;
-  bool same
-      = nrm_cpulist_parse (now, &h, &pe) == 0 && nrm_cpulist_parse (want, &w, &pe) == 0 && hwloc_bitmap_isequal (h, w);
-  nrm_error_release (&pe);
-  hwloc_bitmap_free (h);
-  hwloc_bitmap_free (w);
-  if (same)
+  if (nrm_cpulist_equal (now, want))
     return;
   struct nrm_binding b = { 0 };
   if (strcmp (file, "cpuset.cpus") == 0)
@@ -356,17 +339,7 @@ visit (const struct nrm_container_cgroup *c, void *arg)
       if (json_is_true (json_object_get (rec, "sharedCPUs")))
         {
           /* Mixed: its exclusive CPUs and the shared pool. */
-          hwloc_bitmap_t a = NULL, b = NULL;
-          nrm_error_t e = NULL;
-          cleanup_free char *both = NULL;
-          if (nrm_cpulist_parse (cpus, &a, &e) == 0 && nrm_cpulist_parse (p->shared_text, &b, &e) == 0)
-            {
-              hwloc_bitmap_or (a, a, b);
-              both = nrm_cpulist_format (a);
-            }
-          nrm_error_release (&e);
-          hwloc_bitmap_free (a);
-          hwloc_bitmap_free (b);
+          cleanup_free char *both = nrm_cpulist_combine (cpus, p->shared_text, NRM_CPULIST_UNION);
           ensure (p, c->path, "cpuset.cpus", both ? both : cpus, NULL);
           ensure_mems (p, c->path, rec);
           return 0;

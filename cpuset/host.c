@@ -72,38 +72,6 @@ confined_save (const char *state_dir, json_t *confined, nrm_error_t *err)
 
 /* --- sets ---------------------------------------------------------------------- */
 
-/* a ⊆ b (or a == b with equal), as CPU or node lists; false if either is
- * not a list. */
-static bool
-list_relation (const char *a, const char *b, bool equal)
-{
-  hwloc_bitmap_t x = NULL, y = NULL;
-  nrm_error_t e = NULL;
-  bool r = nrm_cpulist_parse (a, &x, &e) == 0 && nrm_cpulist_parse (b, &y, &e) == 0
-           && (equal ? hwloc_bitmap_isequal (x, y) : hwloc_bitmap_isincluded (x, y));
-  nrm_error_release (&e);
-  hwloc_bitmap_free (x);
-  hwloc_bitmap_free (y);
-  return r;
-}
-
-static char *
-list_union (const char *a, const char *b)
-{
-  hwloc_bitmap_t x = NULL, y = NULL;
-  nrm_error_t e = NULL;
-  char *r = NULL;
-  if (nrm_cpulist_parse (a, &x, &e) == 0 && nrm_cpulist_parse (b, &y, &e) == 0)
-    {
-      hwloc_bitmap_or (x, x, y);
-      r = nrm_cpulist_format (x);
-    }
-  nrm_error_release (&e);
-  hwloc_bitmap_free (x);
-  hwloc_bitmap_free (y);
-  return r;
-}
-
 /* What a cpuset file means: its own list, or the kernel's effective one
  * when it is empty (inherited). NULL with *err when it cannot be read. */
 static char *
@@ -214,7 +182,7 @@ ensure (struct pass *p, const char *cgroup, const char *file, const char *want)
     }
   /* An inherited (empty) set is written even when it is the pool now: the
    * subtree must keep the pool when the parent's set changes. */
-  if (*raw && list_relation (raw, want, true))
+  if (*raw && nrm_cpulist_equal (raw, want))
     return;
   if (nrm_cgroup_write (p->fs, cgroup, file, want, &e) < 0)
     failed (p, &e);
@@ -361,18 +329,11 @@ next_on_path (const char *ancestor, const char *cgroup)
 static char *
 list_within (const char *raw, const char *have)
 {
-  hwloc_bitmap_t x = NULL, y = NULL;
-  nrm_error_t e = NULL;
-  char *r = NULL;
-  if (*raw && nrm_cpulist_parse (raw, &x, &e) == 0 && nrm_cpulist_parse (have, &y, &e) == 0)
-    {
-      hwloc_bitmap_and (x, x, y);
-      r = hwloc_bitmap_iszero (x) ? NULL : nrm_cpulist_format (x);
-    }
-  nrm_error_release (&e);
-  hwloc_bitmap_free (x);
-  hwloc_bitmap_free (y);
-  return r ? r : xstrdup (have);
+  char *r = *raw ? nrm_cpulist_combine (raw, have, NRM_CPULIST_INTERSECTION) : NULL;
+  if (r && *r)
+    return r;
+  free (r);
+  return xstrdup (have);
 }
 
 /* Pins the children of a (but next) to what they have below a now, so that
@@ -443,9 +404,9 @@ nrm_host_make_room (struct nrm_cgroupfs *fs, const char *state_dir, const char *
           cleanup_free char *have = cpuset_value (fs, above[i], files[k], err), *both = NULL;
           if (have == NULL)
             r = nrm_error_wrap (err, "making room for `%s`", cgroup);
-          else if (list_relation (want[k], have, false))
+          else if (nrm_cpulist_subset (want[k], have))
             continue;
-          else if ((both = list_union (have, want[k])) == NULL)
+          else if ((both = nrm_cpulist_combine (have, want[k], NRM_CPULIST_UNION)) == NULL)
             r = nrm_error_set (err, EINVAL, "`%s` of cgroup `%s` is not a list: `%s`", files[k], above[i], have);
           else if (hand_down_cpuset (fs, above[i], NULL, err) < 0
                    || pin_siblings (fs, above[i], next, files[k], have, after, err) < 0

@@ -99,14 +99,7 @@ nrm_partition_check (const char *cgroup, enum nrm_partition_mode mode, const cha
     return nrm_error_set (err, EINVAL,
                           "the kernel did not make cgroup `%s` a partition: cpuset.cpus.partition reads `%s`", cgroup,
                           partition);
-  hwloc_bitmap_t a = NULL, b = NULL;
-  nrm_error_t pe = NULL;
-  bool same = nrm_cpulist_parse (cpus, &a, &pe) == 0 && nrm_cpulist_parse (effective, &b, &pe) == 0
-              && hwloc_bitmap_isequal (a, b);
-  nrm_error_release (&pe);
-  hwloc_bitmap_free (a);
-  hwloc_bitmap_free (b);
-  if (!same)
+  if (!nrm_cpulist_equal (cpus, effective))
     return nrm_error_set (
         err, EINVAL, "cgroup `%s` is a partition, but its cpuset.cpus.effective reads `%s`, not the claim's CPUs %s",
         cgroup, effective, cpus);
@@ -130,23 +123,6 @@ undo_all (struct nrm_cgroupfs *fs, struct undo *u, size_t n)
       nrm_cgroup_write (fs, u[n].cgroup, u[n].file, *u[n].old ? u[n].old : "\n", &ignored);
       nrm_error_release (&ignored);
     }
-}
-
-static char *
-cpus_union (const char *a, const char *b)
-{
-  hwloc_bitmap_t x = NULL, y = NULL;
-  nrm_error_t e = NULL;
-  char *r = NULL;
-  if (nrm_cpulist_parse (*a ? a : "", &x, &e) == 0 && nrm_cpulist_parse (b, &y, &e) == 0)
-    {
-      hwloc_bitmap_or (x, x, y);
-      r = nrm_cpulist_format (x);
-    }
-  nrm_error_release (&e);
-  hwloc_bitmap_free (x);
-  hwloc_bitmap_free (y);
-  return r;
 }
 
 int
@@ -187,7 +163,7 @@ nrm_partition_make (struct nrm_cgroupfs *fs, const char *cgroup, const char *cpu
       char *old = NULL;
       if (nrm_cgroup_read (fs, path, "cpuset.cpus.exclusive", &old, err) < 0)
         goto fail;
-      cleanup_free char *want = self ? xstrdup (cpus) : cpus_union (old, cpus);
+      cleanup_free char *want = self ? xstrdup (cpus) : nrm_cpulist_combine (old, cpus, NRM_CPULIST_UNION);
       if (want == NULL)
         {
           nrm_error_set (err, EINVAL, "cgroup `%s`: cpuset.cpus.exclusive reads `%s`, not a CPU list", path, old);

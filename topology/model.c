@@ -74,6 +74,47 @@ nrm_cpulist_parse (const char *text, hwloc_bitmap_t *ret, nrm_error_t *err)
   return 0;
 }
 
+/* Both lists parsed, or false. */
+static bool
+two_lists (const char *a, const char *b, hwloc_bitmap_t *x, hwloc_bitmap_t *y)
+{
+  nrm_error_t e = NULL;
+  *x = *y = NULL;
+  if (a && b && nrm_cpulist_parse (a, x, &e) == 0 && nrm_cpulist_parse (b, y, &e) == 0)
+    return true;
+  nrm_error_release (&e);
+  hwloc_bitmap_free (*x);
+  *x = NULL;
+  return false;
+}
+
+char *
+nrm_cpulist_combine (const char *a, const char *b, enum nrm_cpulist_op op)
+{
+  cleanup_bitmap hwloc_bitmap_t x = NULL, y = NULL;
+  if (!two_lists (a, b, &x, &y))
+    return NULL;
+  if (op == NRM_CPULIST_UNION)
+    hwloc_bitmap_or (x, x, y);
+  else
+    hwloc_bitmap_and (x, x, y);
+  return nrm_cpulist_format (x);
+}
+
+bool
+nrm_cpulist_subset (const char *a, const char *b)
+{
+  cleanup_bitmap hwloc_bitmap_t x = NULL, y = NULL;
+  return two_lists (a, b, &x, &y) && hwloc_bitmap_isincluded (x, y);
+}
+
+bool
+nrm_cpulist_equal (const char *a, const char *b)
+{
+  cleanup_bitmap hwloc_bitmap_t x = NULL, y = NULL;
+  return two_lists (a, b, &x, &y) && hwloc_bitmap_isequal (x, y);
+}
+
 char *
 nrm_pagesize_name (uint64_t size)
 {

@@ -193,6 +193,17 @@ char *nrm_cpulist_format (hwloc_const_bitmap_t set);
 /* Parses a Linux CPU list ("0-3,8,10-11"); empty text gives an empty set. */
 int nrm_cpulist_parse (const char *text, hwloc_bitmap_t *ret, nrm_error_t *err);
 
+/* Set operations on two CPU (or node) lists as text, as cgroup files hold
+ * them. NULL or false when either is not a list. */
+enum nrm_cpulist_op
+{
+  NRM_CPULIST_UNION,
+  NRM_CPULIST_INTERSECTION,
+};
+char *nrm_cpulist_combine (const char *a, const char *b, enum nrm_cpulist_op op);
+bool nrm_cpulist_subset (const char *a, const char *b); /* a ⊆ b */
+bool nrm_cpulist_equal (const char *a, const char *b);
+
 /* "2Mi" style name of a page size; the caller frees. */
 char *nrm_pagesize_name (uint64_t size);
 

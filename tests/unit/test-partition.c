@@ -34,23 +34,13 @@ static char root[128], state_dir[256];
 static void
 put (const char *cg, const char *file, const char *text)
 {
-  cleanup_free char *rel = xasprintf ("sys/fs/cgroup/%s%s%s", cg, *cg ? "/" : "", file);
-  fake_put (root, rel, text);
+  fake_cg_put (root, cg, file, text);
 }
 
 static char *
 get (const char *cg, const char *file)
 {
-  cleanup_free char *path = xasprintf ("%s/sys/fs/cgroup/%s/%s", root, cg, file);
-  char buf[4096] = { 0 };
-  FILE *f = fopen (path, "r");
-  if (f == NULL)
-    return xstrdup ("(none)");
-  size_t n = fread (buf, 1, sizeof (buf) - 1, f);
-  fclose (f);
-  while (n > 0 && buf[n - 1] == '\n')
-    buf[--n] = '\0';
-  return xstrdup (buf);
+  return fake_cg_get (root, cg, file);
 }
 
 #define ASSERT_FILE(cg, file, want)                                                                                    \

@@ -289,6 +289,30 @@ check "nrm run's command has 2 CPUs ($run_cpus), none of the claim's" \
 check "nrm run's command is in nrm.slice" grep -q '^0::/nrm.slice/run-' "$W/run.out"
 check "nrm run removes its cgroup" sh -c "! ls -d $CG/nrm.slice/run-* 2>/dev/null | grep -q ."
 
+# numactl's choices on the cgroup v2 path: -C across two nodes (both nodes'
+# memory), a CPU a claim holds refused before the command starts, naming
+# the holder, full-pcpus-only taking a whole core, a dry run taking nothing.
+first0=$(cut -d, -f1 /sys/devices/system/node/node0/cpulist | cut -d- -f1)
+firstl=$(cut -d, -f1 /sys/devices/system/node/node$last/cpulist | cut -d- -f1)
+"$NRM" run -C "$first0,$((firstl + 2))" --state-dir "$W/state" -- grep _allowed_list /proc/self/status >"$W/two.out" 2>"$W/two.err"
+check "nrm run -C $first0,$((firstl + 2)) over two nodes: $(tr '\n' ' ' <"$W/two.out")" \
+  sh -c "grep -q '^Cpus_allowed_list:[[:space:]]*$first0,$((firstl + 2))\$' '$W/two.out' \
+    && grep -q '^Mems_allowed_list:[[:space:]]*0[-,]$last\$' '$W/two.out'"
+held=${cpus%%[-,]*}
+"$NRM" run -C "$held" --state-dir "$W/state" -- touch "$W/ran-held" 2>"$W/held.err"
+hrc=$?
+check "nrm run -C $held (the claim's) is refused with 125 naming its holder: $(tail -n 1 "$W/held.err")" \
+  sh -c "[ $hrc -eq 125 ] && [ ! -e '$W/ran-held' ] && grep -q 'CPU $held is held by claim default/excl' '$W/held.err'"
+"$NRM" run --cpus 2 --option full-pcpus-only --state-dir "$W/state" -- grep Cpus_allowed_list /proc/self/status >"$W/core.out" 2>&1
+core=$(sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' "$W/core.out")
+sib=$(cat /sys/devices/system/cpu/cpu${core%%[-,]*}/topology/thread_siblings_list 2>/dev/null)
+check "nrm run --option full-pcpus-only --cpus 2 gets one whole core ($core; siblings $sib)" "$CLIENT" cpus-equal "$core" "$sib"
+before=$(ls "$W/state" | sort | md5sum)
+"$NRM" run --dry-run --json --cpus 2 --state-dir "$W/state" >"$W/dry.json" 2>&1
+check "a live dry run says what it would take and takes nothing" \
+  sh -c "grep -q '\"dryRun\": true' '$W/dry.json' && [ \"\$(ls '$W/state' | sort | md5sum)\" = '$before' ] \
+    && '$CLIENT' cpus-disjoint \"\$(sed -n 's/^  \"cpus\": \"\\(.*\\)\",/\\1/p' '$W/dry.json')\" '$cpus'"
+
 # A run with memory and huge pages: both limits are in its cgroup, and the
 # huge pages are held while it runs.
 "$NRM" run --cpus 1 --memory 32Mi --hugepages-2Mi 4Mi --numa-node 0 --state-dir "$W/state" -- \

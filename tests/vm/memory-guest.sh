@@ -162,6 +162,11 @@ run_policy () {
 run_policy i '[ "$pol" = interleave:0-1 ] && [ $n0 -ge 6000 ] && [ $n1 -ge 6000 ]' --interleave 0-1
 run_policy p '[ "$pol" = prefer:1 ] && [ $n1 -ge 16000 ]' -N 0 --preferred 1
 run_policy b '[ "$pol" = bind:1 ] && [ $n1 -ge 16000 ] && [ $n0 -eq 0 ]' -N 0 --membind 1
+run_policy l '[ "$pol" = local ] && [ $n1 -ge 16000 ] && [ $n0 -eq 0 ]' -N 1 --localalloc
+# Memory by kind and tier: both nodes are DRAM (tier 0), so the nearest is
+# the CPUs' own node.
+run_policy k '[ $n1 -ge 16000 ] && [ $n0 -eq 0 ]' -N 1 --memory 128Mi --memory-kind DRAM
+run_policy t '[ $n0 -ge 16000 ] && [ $n1 -eq 0 ]' -N 0 --memory 128Mi --memory-tier 0
 
 kill $shared_pid 2>/dev/null
 if [ "$fail" -ne 0 ]; then
