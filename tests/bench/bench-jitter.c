@@ -2,8 +2,9 @@
 /* Jitter: the wake-up latency of a timer loop (clock_nanosleep to absolute
  * times on a fixed grid, as cyclictest measures it) beside a noisy
  * neighbour, with the probe unpinned, pinned by sched_setaffinity (what
- * taskset does), run through `nrm run --cpus 1`, and in an isolated cgroup
- * v2 partition, against the floor: the probe alone, measured in the same
+ * taskset does), run through `nrm run --cpus 1`, in an isolated cgroup v2
+ * partition of this bench's own (a local one, any kernel) and in nrm run's
+ * (--partition isolated, Linux 6.7+), against the floor: the probe alone, measured in the same
  * rounds. The scenarios alternate round by round, so that other load on the
  * host falls on all of them alike. `make bench` (short); docs/jitter.md.
  *
@@ -46,6 +47,7 @@ enum scenario
   UNPINNED,
   TASKSET,
   PARTITION,
+  NRM_PARTITION, /* nrm run --partition isolated: nrm's own partition (Linux 6.7+) */
   N_SCENARIOS
 };
 
@@ -419,6 +421,7 @@ static int
 measure (const struct opts *o, enum scenario s, int *cpu, const cpu_set_t *all, int run)
 {
   struct series *se = &series[s];
+  bool via_nrm = s == NRM_RUN || s == NRM_PARTITION;
   char ready[256], go[256], out[256], log[256], cg[256] = "";
   snprintf (ready, sizeof (ready), "%s/ready.%d", tmp, run);
   snprintf (go, sizeof (go), "%s/go.%d", tmp, run);
@@ -455,7 +458,7 @@ measure (const struct opts *o, enum scenario s, int *cpu, const cpu_set_t *all, 
           if (sched_setaffinity (0, sizeof (one), &one) < 0)
             _exit (126);
         }
-      if (s == NRM_RUN)
+      if (via_nrm)
         {
           int fd = open (log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
           if (fd >= 0)
@@ -469,6 +472,11 @@ measure (const struct opts *o, enum scenario s, int *cpu, const cpu_set_t *all, 
             av[n++] = head[k];
           for (int k = 0; k < o->n_nrm_args; k++)
             av[n++] = o->nrm_args[k];
+          if (s == NRM_PARTITION)
+            {
+              av[n++] = "--partition";
+              av[n++] = "isolated";
+            }
           const char *tail[] = { "--", self, "--probe", ready, go, out, n_s, iv_s, fifo_s, NULL };
           for (size_t k = 0; k < sizeof (tail) / sizeof (tail[0]); k++)
             av[n++] = tail[k];
@@ -476,7 +484,7 @@ measure (const struct opts *o, enum scenario s, int *cpu, const cpu_set_t *all, 
         }
       else
         execl (self, self, "--probe", ready, go, out, n_s, iv_s, fifo_s, (char *) NULL);
-      fprintf (stderr, "cannot run %s: %s\n", s == NRM_RUN ? o->nrm : self, strerror (errno));
+      fprintf (stderr, "cannot run %s: %s\n", via_nrm ? o->nrm : self, strerror (errno));
       _exit (127);
     }
 
@@ -503,12 +511,12 @@ measure (const struct opts *o, enum scenario s, int *cpu, const cpu_set_t *all, 
     {
       /* nrm run's last line says why. */
       char msg[4096] = "";
-      if (s == NRM_RUN && read_file (log, msg, sizeof (msg)) == 0 && strrchr (msg, '\n'))
+      if (via_nrm && read_file (log, msg, sizeof (msg)) == 0 && strrchr (msg, '\n'))
         memmove (msg, strrchr (msg, '\n') + 1, strlen (strrchr (msg, '\n')));
       msg[400] = '\0';
       snprintf (se->skip, sizeof (se->skip), "the probe%s did not start (status %d)%s%s",
-                s == NRM_RUN ? " under nrm run" : "", WIFEXITED (status) ? WEXITSTATUS (status) : -1,
-                msg[0] ? ": " : "", msg);
+                via_nrm ? " under nrm run" : "", WIFEXITED (status) ? WEXITSTATUS (status) : -1, msg[0] ? ": " : "",
+                msg);
       if (cg[0])
         partition_remove (cg);
       return -1;
@@ -537,7 +545,7 @@ measure (const struct opts *o, enum scenario s, int *cpu, const cpu_set_t *all, 
           return -1;
         }
     }
-  if (s == NRM_RUN)
+  if (via_nrm)
     {
       if (CPU_COUNT (&probe_cpus) != 1)
         {
@@ -546,10 +554,10 @@ measure (const struct opts *o, enum scenario s, int *cpu, const cpu_set_t *all, 
           waitpid (child, NULL, 0);
           return -1;
         }
-      for (int c = 0; c < CPU_SETSIZE; c++)
+      for (int c = 0; s == NRM_RUN && c < CPU_SETSIZE; c++)
         if (CPU_ISSET (c, &probe_cpus))
           *cpu = c;
-      if (nrm_said[0] == '\0')
+      if (s == NRM_RUN && nrm_said[0] == '\0')
         (void) read_file (log, nrm_said, sizeof (nrm_said));
     }
   /* What nrm's reconciler does for the shared containers: off the claimed
@@ -609,6 +617,7 @@ static const char *names[N_SCENARIOS] = {
   [TASKSET] = "(b) taskset, neighbour unpinned",
   [NRM_RUN] = "(c) nrm run --cpus 1, neighbour on shared",
   [PARTITION] = "(d) isolated partition, neighbour unpinned",
+  [NRM_PARTITION] = "(e) nrm run --partition, neighbour unpinned",
 };
 
 struct figures
@@ -736,6 +745,7 @@ main (int argc, char **argv)
     snprintf (series[NRM_RUN].skip, sizeof (series[NRM_RUN].skip), "no --nrm given");
   else if (CPU_COUNT (&all) < 2)
     snprintf (series[NRM_RUN].skip, sizeof (series[NRM_RUN].skip), "one CPU: nothing to keep the neighbour on");
+  memcpy (series[NRM_PARTITION].skip, series[NRM_RUN].skip, sizeof (series[NRM_RUN].skip));
 
   char all_s[1024];
   cpus_text (&all, all_s, sizeof (all_s));
@@ -774,7 +784,7 @@ main (int argc, char **argv)
 
   /* Round by round: (c) first, so that (b) and (d) take the CPU nrm run
    * took in the same round. */
-  const enum scenario order[] = { FLOOR, NRM_RUN, UNPINNED, TASKSET, PARTITION };
+  const enum scenario order[] = { FLOOR, NRM_RUN, UNPINNED, TASKSET, PARTITION, NRM_PARTITION };
   int run = 0;
   for (int r = 0; r < o.rounds; r++)
     {
@@ -823,7 +833,7 @@ main (int argc, char **argv)
   printf ("%-44s %7s %7s %8s %10s %9s %13s %9s %9s  %s\n", "scenario", "samples", "p50 us", "p99 us", "p99.99 us",
           "max us", "p99.99/floor", "max/floor", "steal ms", "p99.99 us by round");
   double fl = f[FLOOR].p9999 > 0 ? f[FLOOR].p9999 : 1e-3, flmax = f[FLOOR].max > 0 ? f[FLOOR].max : 1e-3;
-  const enum scenario shown[] = { FLOOR, UNPINNED, TASKSET, NRM_RUN, PARTITION };
+  const enum scenario shown[] = { FLOOR, UNPINNED, TASKSET, NRM_RUN, PARTITION, NRM_PARTITION };
   for (size_t k = 0; k < sizeof (shown) / sizeof (shown[0]); k++)
     {
       enum scenario s = shown[k];

@@ -293,11 +293,12 @@ check "nrm run removes its cgroup" sh -c "! ls -d $CG/nrm.slice/run-* 2>/dev/nul
 # memory), a CPU a claim holds refused before the command starts, naming
 # the holder, full-pcpus-only taking a whole core, a dry run taking nothing.
 first0=$(cut -d, -f1 /sys/devices/system/node/node0/cpulist | cut -d- -f1)
-firstl=$(cut -d, -f1 /sys/devices/system/node/node$last/cpulist | cut -d- -f1)
-"$NRM" run -C "$first0,$((firstl + 2))" --state-dir "$W/state" -- grep _allowed_list /proc/self/status >"$W/two.out" 2>"$W/two.err"
-check "nrm run -C $first0,$((firstl + 2)) over two nodes: $(tr '\n' ' ' <"$W/two.out")" \
-  sh -c "grep -q '^Cpus_allowed_list:[[:space:]]*$first0,$((firstl + 2))\$' '$W/two.out' \
-    && grep -q '^Mems_allowed_list:[[:space:]]*0[-,]$last\$' '$W/two.out'"
+# A free CPU of node 1 (past the claim's two when node 1 is the last).
+other=$(( $(cut -d, -f1 /sys/devices/system/node/node1/cpulist | cut -d- -f1) + (last == 1 ? 2 : 0) ))
+"$NRM" run -C "$first0,$other" --state-dir "$W/state" -- grep _allowed_list /proc/self/status >"$W/two.out" 2>"$W/two.err"
+check "nrm run -C $first0,$other over two nodes: $(tr '\n' ' ' <"$W/two.out" "$W/two.err" | tail -c 300)" \
+  sh -c "grep -q '^Cpus_allowed_list:[[:space:]]*$first0,$other\$' '$W/two.out' \
+    && grep -q '^Mems_allowed_list:[[:space:]]*0[-,]1\$' '$W/two.out'"
 held=${cpus%%[-,]*}
 "$NRM" run -C "$held" --state-dir "$W/state" -- touch "$W/ran-held" 2>"$W/held.err"
 hrc=$?
@@ -307,6 +308,23 @@ check "nrm run -C $held (the claim's) is refused with 125 naming its holder: $(t
 core=$(sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' "$W/core.out")
 sib=$(cat /sys/devices/system/cpu/cpu${core%%[-,]*}/topology/thread_siblings_list 2>/dev/null)
 check "nrm run --option full-pcpus-only --cpus 2 gets one whole core ($core; siblings $sib)" "$CLIENT" cpus-equal "$core" "$sib"
+# numactl's long names, isolated CPUs and 1 GiB pages on the cgroup v2 path.
+"$NRM" run --physcpubind "$first0" --state-dir "$W/state" -- grep Cpus_allowed_list /proc/self/status >"$W/long.out" 2>&1
+check "nrm run --physcpubind $first0: $(cat "$W/long.out")" grep -q "^Cpus_allowed_list:[[:space:]]*$first0\$" "$W/long.out"
+"$NRM" run --cpunodebind 0 --cpus 1 --state-dir "$W/state" -- grep Cpus_allowed_list /proc/self/status >"$W/long.out" 2>&1
+check "nrm run --cpunodebind 0 --cpus 1 is on node 0: $(cat "$W/long.out")" \
+  "$CLIENT" cpus-within "$(sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' "$W/long.out")" \
+  "$(cat /sys/devices/system/node/node0/cpulist)"
+iso=$(cut -d, -f1 /sys/devices/system/node/node0/cpulist | cut -d- -f1)
+iso=$((iso + 3))
+"$NRM" run --isolated --isolated-cpus "$iso" --cpus 1 --state-dir "$W/state" -- grep Cpus_allowed_list /proc/self/status \
+  >"$W/iso.out" 2>&1
+check "nrm run --isolated --isolated-cpus $iso gets CPU $iso: $(cat "$W/iso.out")" \
+  grep -q "^Cpus_allowed_list:[[:space:]]*$iso\$" "$W/iso.out"
+"$NRM" run --hugepages-1Gi 1Gi --cpus 1 --numa-node 0 --state-dir "$W/state" -- touch "$W/ran-1g" 2>"$W/1g.err"
+grc=$?
+check "nrm run --hugepages-1Gi where node 0 has none: 125 before the command ($(tail -n 1 "$W/1g.err"))" \
+  sh -c "[ $grc -eq 125 ] && [ ! -e '$W/ran-1g' ] && grep -q 'has no 1Gi huge pages' '$W/1g.err'"
 before=$(ls "$W/state" | sort | md5sum)
 "$NRM" run --dry-run --json --cpus 2 --state-dir "$W/state" >"$W/dry.json" 2>&1
 check "a live dry run says what it would take and takes nothing" \

@@ -180,5 +180,26 @@ else
     sh -c "[ $rcode -eq 0 ] && read -r p e o <'$W/run.out' && [ \"\$p\" = member ] && grep -q 'no cpuset partition (cpu.partition root)' '$W/run.err'"
 fi
 
+# The jitter benchmark's method on cgroup v2 (docs/jitter.md): nrm run makes
+# its cgroup, the bench its own partition, and nrm run --partition its own
+# where the kernel can; under TCG the figures themselves say nothing.
+J=$B/tests/bench/bench-jitter
+if [ -x "$J" ]; then
+  "$J" --nrm "$NRM" --rounds 1 --seconds 0.3 --neighbours 1 --state-dir "$W/jstate" >"$W/jitter.out" 2>&1
+  jrc=$?
+  sed 's/^/  jitter: /' "$W/jitter.out"
+  row () { grep "^($1)" "$W/jitter.out"; }
+  check "bench-jitter runs (status $jrc)" [ $jrc -eq 0 ]
+  check "row (c), nrm run in its cgroup v2, is measured" sh -c "! grep '^(c)' '$W/jitter.out' | grep -q skipped"
+  check "row (d), the bench's own isolated partition, is measured" sh -c "! grep '^(d)' '$W/jitter.out' | grep -q skipped"
+  if [ $remote = yes ]; then
+    check "row (e), nrm run --partition isolated, is measured" sh -c "! grep '^(e)' '$W/jitter.out' | grep -q skipped"
+  else
+    check "row (e) is skipped with the kernel's reason" sh -c "grep '^(e)' '$W/jitter.out' | grep -q 'only local partitions'"
+  fi
+else
+  bad "tests/bench/bench-jitter is not built (make check builds it)"
+fi
+
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
