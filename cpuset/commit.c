@@ -270,10 +270,7 @@ struct pass
 static void
 note_error (struct pass *p, nrm_error_t *e)
 {
-  p->st->failed++;
-  if (p->first_error && *p->first_error == NULL)
-    *p->first_error = xstrdup (nrm_error_msg (*e));
-  nrm_error_release (e);
+  nrm_error_tally (e, &p->st->failed, p->first_error);
 }
 
 /* Writes want into a cpuset file (cpuset.cpus or cpuset.mems) when what is

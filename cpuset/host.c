@@ -137,10 +137,7 @@ struct pass
 static void
 failed (struct pass *p, nrm_error_t *e)
 {
-  p->st->failed++;
-  if (p->first_error && *p->first_error == NULL)
-    *p->first_error = xstrdup (nrm_error_msg (*e));
-  nrm_error_release (e);
+  nrm_error_tally (e, &p->st->failed, p->first_error);
 }
 
 /* The cpuset files of cgroup, the parent made to hand them down where it

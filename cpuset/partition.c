@@ -33,9 +33,9 @@ nrm_partition_mode_name (enum nrm_partition_mode m)
 }
 
 static const char local_only[]
-    = "this kernel has only local partitions (no cpuset.cpus.exclusive, which Linux 6.7 added): every ancestor of a "
-      "container (kubepods, its QoS and pod cgroups) would have to be a partition root itself, which a node that runs "
-      "other pods cannot have";
+    = "this kernel has only local partitions (no cpuset.cpus.exclusive, which Linux 6.7 added): every ancestor of the "
+      "cgroup (for a container kubepods, its QoS and pod cgroups; for a run nrm.slice) would have to be a partition "
+      "root itself";
 
 bool
 nrm_partition_supported (struct nrm_cgroupfs *fs, char **ret_reason)

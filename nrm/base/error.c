@@ -89,6 +89,15 @@ nrm_error_release (nrm_error_t *err)
   *err = NULL;
 }
 
+void
+nrm_error_tally (nrm_error_t *err, size_t *count, char **first)
+{
+  (*count)++;
+  if (first && *first == NULL && err && *err)
+    *first = xstrdup ((*err)->msg);
+  nrm_error_release (err);
+}
+
 const char *
 nrm_error_msg (nrm_error_t err)
 {

@@ -3,6 +3,7 @@
 #define NRM_ERROR_H
 
 #include <stdarg.h>
+#include <stddef.h>
 
 /* The one error type of nrm. Every fallible function returns an int (< 0 on
  * failure) and takes "nrm_error_t *err" last; on failure it stores a heap
@@ -26,6 +27,11 @@ int nrm_error_wrap (nrm_error_t *err, const char *fmt, ...) __attribute__ ((form
 
 /* Frees *err and sets it to NULL; NULL is fine. */
 void nrm_error_release (nrm_error_t *err);
+
+/* A failure counted by a pass that goes on past it: *count goes up, the
+ * message is kept in *first (when first is not NULL and *first still is),
+ * and *err is released. */
+void nrm_error_tally (nrm_error_t *err, size_t *count, char **first);
 
 const char *nrm_error_msg (nrm_error_t err);
 

@@ -6,9 +6,11 @@
  * code that reads them there. Needs cmocka's asserts. */
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "cpuset/cgroup.h"
 #include "nrm/base/cleanup.h"
 #include "nrm/base/fs.h"
 #include "nrm/base/xalloc.h"
@@ -63,6 +65,25 @@ fake_cg_get (const char *root, const char *cg, const char *file)
   while (n > 0 && buf[n - 1] == '\n')
     buf[--n] = '\0';
   return xstrdup (buf);
+}
+
+/* The cgroupfs of the tree at root; the test fails when it cannot be had. */
+static inline struct nrm_cgroupfs *
+fake_cgroupfs (const char *root)
+{
+  struct nrm_cgroupfs *fs = NULL;
+  nrm_error_t err = NULL;
+  if (nrm_cgroupfs_open (root, &fs, &err) < 0)
+    fail_msg ("%s", nrm_error_msg (err));
+  return fs;
+}
+
+/* Removes the tree at root: a teardown's result. */
+static inline int
+fake_remove (const char *root)
+{
+  cleanup_free char *cmd = xasprintf ("rm -rf '%s'", root);
+  return system (cmd) == 0 ? 0 : -1;
 }
 
 #endif

@@ -87,18 +87,13 @@ static int
 teardown (void **state)
 {
   (void) state;
-  cleanup_free char *cmd = xasprintf ("rm -rf '%s'", root);
-  return system (cmd) == 0 ? 0 : -1;
+  return fake_remove (root);
 }
 
 static struct nrm_cgroupfs *
 open_fs (void)
 {
-  struct nrm_cgroupfs *fs = NULL;
-  nrm_error_t err = NULL;
-  if (nrm_cgroupfs_open (root, &fs, &err) < 0)
-    fail_msg ("%s", nrm_error_msg (err));
-  return fs;
+  return fake_cgroupfs (root);
 }
 
 static void
