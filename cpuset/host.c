@@ -284,8 +284,7 @@ nrm_host_reconcile (struct nrm_cgroupfs *fs, const char *state_dir, const char *
       const char *s = strip (subtrees[i]);
       if (!nrm_cgroup_exists (fs, s))
         continue; /* not on this host (no docker, say) */
-      const char *slash = strrchr (s, '/');
-      cleanup_free char *parent = slash ? xstrndup (s, (size_t) (slash - s)) : xstrdup ("");
+      cleanup_free char *parent = parent_of (s);
       confine (&p, parent, s, 0);
     }
   /* Entries of subtrees no longer named, top down (each takes its
@@ -305,7 +304,7 @@ nrm_host_reconcile (struct nrm_cgroupfs *fs, const char *state_dir, const char *
   qsort (gone, k, sizeof (*gone), by_length);
   for (size_t i = 0; i < k; i++)
     release (&p, gone[i]);
-  if (json_equal (old, now) || (json_object_size (old) == 0 && json_object_size (now) == 0))
+  if (json_equal (old, now))
     return 0;
   return confined_save (state_dir, now, err);
 }

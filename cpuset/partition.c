@@ -91,6 +91,22 @@ nrm_partition_supported (struct nrm_cgroupfs *fs, char **ret_reason)
   return true;
 }
 
+bool
+nrm_partition_available (const char *fsroot, char **ret_reason)
+{
+  struct nrm_cgroupfs *fs = NULL;
+  nrm_error_t e = NULL;
+  if (nrm_cgroupfs_open (fsroot, &fs, &e) < 0)
+    {
+      *ret_reason = xstrdup (nrm_error_msg (e));
+      nrm_error_release (&e);
+      return false;
+    }
+  bool r = nrm_partition_supported (fs, ret_reason);
+  nrm_cgroupfs_close (fs);
+  return r;
+}
+
 int
 nrm_partition_check (const char *cgroup, enum nrm_partition_mode mode, const char *cpus, const char *partition,
                      const char *effective, nrm_error_t *err)

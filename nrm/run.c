@@ -177,30 +177,23 @@ record_gone (json_t *rec, const char *uid, const char *ns, const char *boot)
 
 static bool have_cgroup_cpuset (const char *fsroot);
 
-/* A gone run's transient cgroup: no longer a partition (its CPUs would
- * stay exclusive to it), then removed where it is empty, and the
- * exclusive CPUs it left above given back. */
-static void
-remove_run_cgroup (const char *fsroot, json_int_t pid)
+/* A run's transient cgroup nrm.slice/<cgname> goes: no longer a partition
+ * (a process of a killed run may still be in it, and its CPUs would stay
+ * exclusive to it), removed where it is empty, and the exclusive CPUs it
+ * left in nrm.slice given back. */
+static int
+remove_run_cgroup (struct nrm_cgroupfs *fs, const char *cgname, nrm_error_t *err)
 {
-  struct nrm_cgroupfs *fs = NULL;
-  nrm_error_t e = NULL;
-  if (!have_cgroup_cpuset (fsroot) || nrm_cgroupfs_open (fsroot, &fs, &e) < 0)
-    {
-      nrm_error_release (&e);
-      return;
-    }
-  cleanup_free char *rel = xasprintf ("nrm.slice/run-%d", (int) pid);
+  cleanup_free char *rel = xasprintf ("nrm.slice/%s", cgname);
   cleanup_free char *dir = xasprintf ("%s/%s", nrm_cgroupfs_root (fs), rel), *part = NULL;
+  nrm_error_t e = NULL;
   if (nrm_cgroup_read (fs, rel, "cpuset.cpus.partition", &part, &e) == 0 && strncmp (part, "member", 6) != 0
       && nrm_cgroup_write (fs, rel, "cpuset.cpus.partition", "member", &e) == 0)
     nrm_cgroup_write (fs, rel, "cpuset.cpus.exclusive", "\n", &e);
   nrm_error_release (&e);
   rmdir (dir);
   size_t trimmed = 0;
-  nrm_partition_trim (fs, "nrm.slice", &trimmed, &e);
-  nrm_error_release (&e);
-  nrm_cgroupfs_close (fs);
+  return nrm_partition_trim (fs, "nrm.slice", &trimmed, err);
 }
 
 void
@@ -242,8 +235,14 @@ nrm_run_release_stale (const char *fsroot, const char *state_dir, struct nrm_plu
       /* Kept until every driver has let go, to try again later. */
       if (all)
         {
-          if (gone == 1)
-            remove_run_cgroup (fsroot, json_integer_value (json_object_get (rec, "pid")));
+          struct nrm_cgroupfs *fs = NULL;
+          if (gone == 1 && have_cgroup_cpuset (fsroot) && nrm_cgroupfs_open (fsroot, &fs, &err) == 0)
+            {
+              cleanup_free char *cgname = xasprintf ("run-%d", (int) json_integer_value (json_object_get (rec, "pid")));
+              remove_run_cgroup (fs, cgname, &err);
+              nrm_cgroupfs_close (fs);
+            }
+          nrm_error_release (&err);
           unlink (path);
         }
     }
@@ -312,22 +311,27 @@ make_cgroup (struct nrm_cgroupfs *fs, const char *name, nrm_error_t *err)
   return 0;
 }
 
-/* The run's cgroup made a cpuset partition: asked for (--partition), one
- * that cannot be had fails the run before the command starts; from the
- * node's cpu.partition, the run goes on without one and says why. 1 when
- * one was made. */
-static int
-make_partition (struct nrm_cgroupfs *fs, const char *rel, const char *name, const char *cpus, int asked,
-                enum nrm_partition_mode node, nrm_error_t *err)
+/* A run's partition: --partition's, else the node's cpu.partition. */
+static enum nrm_partition_mode
+partition_mode (const struct nrm_config *c, const struct nrm_run_request *rq)
 {
-  enum nrm_partition_mode m = asked >= 0 ? (enum nrm_partition_mode) asked : node;
+  return (enum nrm_partition_mode) (rq->partition >= 0 ? rq->partition : (int) c->cpu_partition);
+}
+
+/* The run's cgroup made a cpuset partition m: asked for (--partition), one
+ * that cannot be had fails the run before the command starts; from the
+ * node's cpu.partition, the run goes on without one and says why. */
+static int
+make_partition (struct nrm_cgroupfs *fs, const char *rel, const char *name, const char *cpus, enum nrm_partition_mode m,
+                bool asked, nrm_error_t *err)
+{
   if (m == NRM_PARTITION_OFF)
     return 0;
   nrm_error_t perr = NULL;
   cleanup_free char *eff = NULL;
   if (nrm_partition_make (fs, rel, cpus, m, &eff, &perr) < 0)
     {
-      if (asked >= 0)
+      if (asked)
         {
           *err = perr;
           return nrm_error_wrap (err, "--partition %s", nrm_partition_mode_name (m));
@@ -340,7 +344,7 @@ make_partition (struct nrm_cgroupfs *fs, const char *rel, const char *name, cons
   nrm_log (NULL, NRM_LOG_INFO, "run %s: CPUs %s are a cpuset partition (%s): no task outside the run runs there%s",
            name, eff, nrm_partition_mode_name (m),
            m == NRM_PARTITION_ISOLATED ? ", and the scheduler balances no load onto them" : "");
-  return 1;
+  return 0;
 }
 
 /* What a partition of the run would be: asked for or the node's, and
@@ -355,15 +359,10 @@ partition_view (const struct nrm_config *c, enum nrm_partition_mode m, bool aske
       json_object_set_new (v, "why", json_string ("not judged: a recorded machine"));
       return v;
     }
-  struct nrm_cgroupfs *fs = NULL;
-  nrm_error_t e = NULL;
   cleanup_free char *reason = NULL;
-  bool can = have_cgroup_cpuset (c->fsroot) && nrm_cgroupfs_open (c->fsroot, &fs, &e) == 0
-             && nrm_partition_supported (fs, &reason);
+  bool can = have_cgroup_cpuset (c->fsroot) && nrm_partition_available (c->fsroot, &reason);
   if (!can && reason == NULL)
-    reason = xstrdup (e ? nrm_error_msg (e) : "no cgroup v2 cpuset here (cgroup v1?)");
-  nrm_error_release (&e);
-  nrm_cgroupfs_close (fs);
+    reason = xstrdup ("no cgroup v2 cpuset here (cgroup v1?)");
   json_object_set_new (v, "available", json_boolean (can));
   if (reason)
     json_object_set_new (v, "why", json_string (reason));
@@ -938,7 +937,7 @@ nrm_cmd_run (struct nrm_config *c, struct nrm_topology *t, const struct nrm_run_
   cleanup_bitmap hwloc_bitmap_t got = NULL;
   size_t n_parts = 0;
   bool use_mem = rq->memory != NULL || rq->hugepages_2mi != NULL || rq->hugepages_1gi != NULL;
-  bool prepared[2] = { false, false }, recorded = false, released = true, partitioned = false;
+  bool prepared[2] = { false, false }, recorded = false, released = true;
   cleanup_json json_t *mem_env = NULL, *cpu_claims = NULL, *held = NULL;
   struct nrm_env_binding mem_eb = { 0 }; /* the memory driver's limits, from its environment */
   int r = -1;
@@ -1262,12 +1261,8 @@ nrm_cmd_run (struct nrm_config *c, struct nrm_topology *t, const struct nrm_run_
       rq->dry_run
           ? (state == scratch && c->topology && strcmp (c->state_dir, NRM_DEFAULT_STATE_DIR) == 0 ? NULL : c->state_dir)
           : NULL);
-  {
-    enum nrm_partition_mode pm
-        = rq->partition >= 0 ? (enum nrm_partition_mode) rq->partition : (enum nrm_partition_mode) c->cpu_partition;
-    if (pm != NRM_PARTITION_OFF)
-      json_object_set_new (why, "partition", partition_view (c, pm, rq->partition >= 0));
-  }
+  if (partition_mode (c, rq) != NRM_PARTITION_OFF)
+    json_object_set_new (why, "partition", partition_view (c, partition_mode (c, rq), rq->partition >= 0));
   if (rq->attach_pid)
     json_object_set_new (
         why, "attach",
@@ -1311,10 +1306,8 @@ nrm_cmd_run (struct nrm_config *c, struct nrm_topology *t, const struct nrm_run_
       if (nrm_cgroupfs_open (c->fsroot, &fs, err) < 0 || make_cgroup (fs, cgname, err) < 0
           || nrm_cgroup_apply (fs, rel, &b, err) < 0)
         goto out;
-      int made = make_partition (fs, rel, name, cpus, rq->partition, (enum nrm_partition_mode) c->cpu_partition, err);
-      if (made < 0)
+      if (make_partition (fs, rel, name, cpus, partition_mode (c, rq), rq->partition >= 0, err) < 0)
         goto out;
-      partitioned = made > 0;
     }
   else if (rq->partition > NRM_PARTITION_OFF)
     {
@@ -1491,18 +1484,11 @@ out:
     remove_scratch (scratch);
   if (fs)
     {
-      cleanup_free char *dir = xasprintf ("%s/nrm.slice/%s", nrm_cgroupfs_root (fs), cgname);
-      rmdir (dir);
-      /* A partition's CPUs stay in nrm.slice's cpuset.cpus.exclusive. */
-      if (partitioned)
+      nrm_error_t terr = NULL;
+      if (remove_run_cgroup (fs, cgname, &terr) < 0)
         {
-          size_t trimmed = 0;
-          nrm_error_t terr = NULL;
-          if (nrm_partition_trim (fs, "nrm.slice", &trimmed, &terr) < 0)
-            {
-              nrm_log (NULL, NRM_LOG_WARNING, "run %s: %s", name, nrm_error_msg (terr));
-              nrm_error_release (&terr);
-            }
+          nrm_log (NULL, NRM_LOG_WARNING, "run %s: %s", name, nrm_error_msg (terr));
+          nrm_error_release (&terr);
         }
       nrm_cgroupfs_close (fs);
     }

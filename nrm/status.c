@@ -687,16 +687,7 @@ nrm_status (struct nrm_config *c, const struct nrm_topology *t, const struct nrm
   /* Whether exclusive containers can be cpuset partitions here. */
   cleanup_free char *pwhy = NULL;
   {
-    struct nrm_cgroupfs *fs = NULL;
-    nrm_error_t fe = NULL;
-    if (nrm_cgroupfs_open (c->fsroot, &fs, &fe) < 0)
-      {
-        pwhy = xstrdup (nrm_error_msg (fe));
-        nrm_error_release (&fe);
-      }
-    else
-      nrm_partition_supported (fs, &pwhy);
-    nrm_cgroupfs_close (fs);
+    nrm_partition_available (c->fsroot, &pwhy);
     json_object_set_new (doc, "partition",
                          json_pack ("{s:s, s:b, s:s?}", "setting",
                                     nrm_partition_mode_name ((enum nrm_partition_mode) c->cpu_partition), "available",

@@ -548,18 +548,7 @@ cpu_prepare (void *self, const struct nrm_claim_view *c, struct nrm_prepared *ou
       if (shared)
         why = xstrdup ("a claim with sharedCPUs shares its CPUs");
       else
-        {
-          struct nrm_cgroupfs *fs = NULL;
-          nrm_error_t fe = NULL;
-          if (nrm_cgroupfs_open (d->fsroot, &fs, &fe) < 0)
-            {
-              why = xstrdup (nrm_error_msg (fe));
-              nrm_error_release (&fe);
-            }
-          else
-            nrm_partition_supported (fs, &why);
-          nrm_cgroupfs_close (fs);
-        }
+        nrm_partition_available (d->fsroot, &why);
       if (why && asked > 0)
         return nrm_error_set (err, ENOTSUP,
                               "the claim asks for a cpuset partition (%s), which this node cannot give: %s",
