@@ -9,7 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
-#include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -36,15 +35,6 @@ struct nrm_informer
 
 #define LOG(i, lvl, ...) NRM_LOG_TO ((i)->cfg.log, (i)->cfg.log_ctx, lvl, __VA_ARGS__)
 
-static unsigned
-random_below (unsigned n)
-{
-  unsigned r = 0;
-  if (getrandom (&r, sizeof (r), GRND_NONBLOCK) != sizeof (r))
-    r = (unsigned) time (NULL);
-  return n ? r % n : 0;
-}
-
 /* Waits ms (0: none) or until stopped; false once stopped. */
 static bool
 wait_wake (struct nrm_informer *i, long ms)
@@ -69,18 +59,8 @@ failed (struct nrm_informer *i, nrm_error_t *err)
   LOG (i, NRM_LOG_WARNING, "%s: %s; again in %.1f s", i->what, nrm_error_msg (*err), (double) i->backoff_ms / 1000);
   nrm_error_release (err);
   /* Jitter x0.5-1.5, as the API client's retries. */
-  wait_wake (i, i->backoff_ms / 2 + random_below ((unsigned) i->backoff_ms));
+  wait_wake (i, i->backoff_ms / 2 + nrm_random_below ((unsigned) i->backoff_ms));
   i->backoff_ms = i->backoff_ms * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : i->backoff_ms * 2;
-}
-
-/* An expired watch is no error, but when the API server restarts or falls
- * behind every node's watches expire together: a random wait of 0.25-0.75 s
- * before the list keeps a fleet from listing in step (client-go's reflector
- * waits 0.8-1.6 s). */
-static bool
-expired_wait (struct nrm_informer *i)
-{
-  return wait_wake (i, BACKOFF_MIN_MS / 2 + random_below (BACKOFF_MIN_MS));
 }
 
 static void
@@ -210,7 +190,7 @@ thread_main (void *arg)
           /* The server ends the watch after timeoutSeconds; spread them. */
           cleanup_free char *path
               = xasprintf ("%s?watch=true&allowWatchBookmarks=true&resourceVersion=%s&timeoutSeconds=%u%s%s", i->path,
-                           i->rv, 300 + random_below (300), i->query ? "&" : "", i->query ? i->query : "");
+                           i->rv, 300 + nrm_random_below (300), i->query ? "&" : "", i->query ? i->query : "");
           if (nrm_kube_watch_open (i->cfg.kube, path, on_event, i, &w, &err) < 0)
             {
               failed (i, &err);
@@ -232,7 +212,7 @@ thread_main (void *arg)
           json_decref (body);
           if (err == NULL) /* stopped by an ERROR event: need_list is set */
             {
-              expired_wait (i);
+              wait_wake (i, nrm_kube_relist_wait_ms ());
               continue;
             }
           i->need_list = true;
@@ -242,7 +222,7 @@ thread_main (void *arg)
       if (status == 410)
         {
           i->need_list = true;
-          expired_wait (i);
+          wait_wake (i, nrm_kube_relist_wait_ms ());
         }
       else if (status != 200)
         {

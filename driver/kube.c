@@ -8,7 +8,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 #include <sys/stat.h>
 #include <time.h>
 
@@ -18,6 +17,7 @@
 #include "driver/kube.h"
 #include "driver/names.h"
 #include "nrm/base/cleanup.h"
+#include "nrm/base/clock.h"
 #include "nrm/base/xalloc.h"
 #include "nrm/base/fs.h"
 #include "nrm/base/yaml.h"
@@ -94,10 +94,13 @@ nrm_kube_cancel (struct nrm_kube *k)
 static double
 jitter (void)
 {
-  unsigned r = 0;
-  if (getrandom (&r, sizeof (r), GRND_NONBLOCK) != sizeof (r))
-    r = (unsigned) now_ns ();
-  return 0.5 + (double) (r % 10000) / 10000.0;
+  return 0.5 + (double) nrm_random_below (10000) / 10000.0;
+}
+
+long
+nrm_kube_relist_wait_ms (void)
+{
+  return 250 + (long) nrm_random_below (500);
 }
 
 void

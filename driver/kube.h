@@ -25,6 +25,13 @@ struct nrm_kube_options
 
 void nrm_kube_options_init (struct nrm_kube_options *o);
 
+/* How long a watcher waits before it lists again after its watch expired
+ * (410, or an ERROR event): no error, but when the API server restarts or
+ * falls behind every node's watches expire together, and a random
+ * 0.25-0.75 s keeps a fleet from listing in step (client-go's reflector
+ * waits 0.8-1.6 s). */
+long nrm_kube_relist_wait_ms (void);
+
 struct nrm_kube;
 
 /* In-cluster settings come from $KUBERNETES_SERVICE_HOST and _PORT and the

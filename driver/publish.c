@@ -9,13 +9,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
-#include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "driver/publish.h"
 #include "nrm/base/quantity.h"
 #include "nrm/base/cleanup.h"
+#include "nrm/base/clock.h"
 #include "nrm/base/xalloc.h"
 
 #define SLICES_PATH "/apis/resource.k8s.io/v1/resourceslices"
@@ -652,26 +652,10 @@ failed (struct nrm_publisher *p, nrm_error_t *err)
   int ms = conflict ? 50 : p->backoff_ms;
   if (!conflict)
     {
-      unsigned r = 0;
-      if (getrandom (&r, sizeof (r), GRND_NONBLOCK) != sizeof (r))
-        r = 0;
-      ms = p->backoff_ms / 2 + (int) (r % (unsigned) (p->backoff_ms + 1));
+      ms = p->backoff_ms / 2 + (int) nrm_random_below ((unsigned) p->backoff_ms + 1);
       p->backoff_ms = p->backoff_ms * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : p->backoff_ms * 2;
     }
   wait_wake (p, ms);
-}
-
-/* An expired watch is no error, but when the API server restarts or falls
- * behind every node's watches expire together: a random wait of 0.25-0.75 s
- * before the list keeps a fleet from listing in step (client-go's reflector
- * waits 0.8-1.6 s). */
-static void
-expired_wait (struct nrm_publisher *p)
-{
-  unsigned r = 0;
-  if (getrandom (&r, sizeof (r), GRND_NONBLOCK) != sizeof (r))
-    r = 0;
-  wait_wake (p, BACKOFF_MIN_MS / 2 + (int) (r % BACKOFF_MIN_MS));
 }
 
 static void *
@@ -735,11 +719,8 @@ thread_main (void *arg)
         {
           cleanup_free char *sel = selector_query (p), *path = NULL;
           /* The server ends the watch after timeoutSeconds; spread them. */
-          unsigned r = 0;
-          if (getrandom (&r, sizeof (r), GRND_NONBLOCK) != sizeof (r))
-            r = 0;
           path = xasprintf (SLICES_PATH "?%s&watch=true&allowWatchBookmarks=true&resourceVersion=%s&timeoutSeconds=%u",
-                            sel, p->rv, 300 + r % 300);
+                            sel, p->rv, 300 + nrm_random_below (300));
           if (nrm_kube_watch_open (p->kube, path, on_event, p, &w, &err) < 0)
             {
               failed (p, &err);
@@ -758,7 +739,7 @@ thread_main (void *arg)
           json_decref (body);
           if (err == NULL) /* stopped by an ERROR event: need_list is set */
             {
-              expired_wait (p);
+              wait_wake (p, (int) nrm_kube_relist_wait_ms ());
               continue;
             }
           set_status (p, -1, 0, NULL);
@@ -769,7 +750,7 @@ thread_main (void *arg)
       if (status == 410)
         {
           p->need_list = true;
-          expired_wait (p);
+          wait_wake (p, (int) nrm_kube_relist_wait_ms ());
         }
       else if (status != 200)
         {
