@@ -65,7 +65,14 @@ struct nrm_plugin
   pthread_mutex_t queue_lock;
   pthread_cond_t queue_cond;
   struct op *queue, **queue_tail;
-  bool batch_running;
+  bool batch_running; /* a batch is taking its part under the lock */
+  /* The commit pipeline (submit): batches that took their part and wait
+   * for their checkpoint write, renamed in the order they took it. While
+   * one is in flight the file lock stays held. Under lock, with turn. */
+  pthread_cond_t turn;
+  uint64_t next_seq, done_seq;
+  unsigned inflight;
+  bool poisoned;   /* a write failed: what was taken since is in no file */
   json_t *cp;      /* the checkpoint as last read or written */
   json_t *devices; /* the driver's device names, from its pool */
   json_int_t cp_generation;
@@ -335,14 +342,54 @@ same_file (const struct stat *a, const struct stat *b)
          && a->st_mtim.tv_sec == b->st_mtim.tv_sec && a->st_mtim.tv_nsec == b->st_mtim.tv_nsec;
 }
 
+/* The devices of the checkpoint's completed claims, by UID (new
+ * reference): what known_answer() answers from. */
+static json_t *
+completed_answers (json_t *cp)
+{
+  json_t *answers = json_object (), *c;
+  const char *uid;
+  json_object_foreach (json_object_get (cp, "claims"), uid, c)
+  {
+    if (nrm_checkpoint_completed (c))
+      json_object_set (answers, uid, json_object_get (c, "devices"));
+  }
+  return answers;
+}
+
+/* Takes answers; they are of the checkpoint version in cp_stat. */
+static void
+publish_answers (struct nrm_plugin *p, json_t *answers)
+{
+  pthread_mutex_lock (&p->answers_lock);
+  json_decref (p->answers);
+  p->answers = answers;
+  p->answers_stat = p->cp_stat;
+  pthread_mutex_unlock (&p->answers_lock);
+}
+
 /* Takes the in-process mutex and the cross-process file lock (a
  * rolling-update twin shares the state directory), and brings the driver's
- * picture up to date with the checkpoint on disk. */
+ * picture up to date with the checkpoint on disk. A batch goes on top of
+ * the batches still writing (batch_commit): the file lock is held since
+ * the first of them, so nobody else wrote. Anyone else waits until all of
+ * them are on disk, and so does everyone after a failed write, which the
+ * picture is then read back from the file to undo. */
 static int
-lock_state (struct nrm_plugin *p, nrm_error_t *err)
+lock_state_as (struct nrm_plugin *p, bool batch, nrm_error_t *err)
 {
   json_t *cp = NULL;
   pthread_mutex_lock (&p->lock);
+  while (p->inflight > 0 && (!batch || p->poisoned))
+    pthread_cond_wait (&p->turn, &p->lock);
+  if (p->inflight > 0)
+    return 0;
+  if (p->poisoned)
+    {
+      p->poisoned = false;
+      p->cp_generation = -1;
+      memset (&p->cp_stat, 0, sizeof (p->cp_stat));
+    }
   while (flock (p->serialize_fd, LOCK_EX) < 0)
     if (errno != EINTR)
       {
@@ -377,6 +424,8 @@ lock_state (struct nrm_plugin *p, nrm_error_t *err)
     }
   json_decref (p->cp);
   p->cp = cp;
+  /* What a batch may now build on is what known_answer() answers from. */
+  publish_answers (p, completed_answers (p->cp));
   return 0;
 fail:
   json_decref (cp);
@@ -385,34 +434,29 @@ fail:
   return -1;
 }
 
+static int
+lock_state (struct nrm_plugin *p, nrm_error_t *err)
+{
+  return lock_state_as (p, false, err);
+}
+
 static void
 unlock_state (struct nrm_plugin *p)
 {
   /* The answers of the completed claims, for prepares that find their
    * claim prepared without waiting for the lock (known_answer). */
   if (p->cp && (p->answers == NULL || !same_file (&p->answers_stat, &p->cp_stat)))
-    {
-      json_t *answers = json_object (), *c;
-      const char *uid;
-      json_object_foreach (json_object_get (p->cp, "claims"), uid, c)
-      {
-        if (nrm_checkpoint_completed (c))
-          json_object_set (answers, uid, json_object_get (c, "devices"));
-      }
-      pthread_mutex_lock (&p->answers_lock);
-      json_decref (p->answers);
-      p->answers = answers;
-      p->answers_stat = p->cp_stat;
-      pthread_mutex_unlock (&p->answers_lock);
-    }
+    publish_answers (p, completed_answers (p->cp));
   flock (p->serialize_fd, LOCK_UN);
   pthread_mutex_unlock (&p->lock);
 }
 
-/* The recorded answer of a completed claim, from the copy made at the
- * last unlock, while the checkpoint file is still the one it was made
- * from: 1 prepared (*ret a new reference), 0 not prepared, -1 unknown (the
- * file changed: another process wrote it), when only the lock can say. */
+/* The recorded answer of a completed claim, from the copy made of the
+ * checkpoint as last read or written, while the file is still that one or
+ * batches of ours are in flight (they hold the file lock: the file changes
+ * only by them, and the copy is of the newest of them on disk): 1 prepared
+ * (*ret a new reference), 0 not prepared, -1 unknown (the file changed:
+ * another process wrote it), when only the lock can say. */
 static int
 known_answer (struct nrm_plugin *p, const char *uid, json_t **ret)
 {
@@ -421,7 +465,7 @@ known_answer (struct nrm_plugin *p, const char *uid, json_t **ret)
   if (stat (p->checkpoint, &st) < 0)
     memset (&st, 0, sizeof (st));
   pthread_mutex_lock (&p->answers_lock);
-  if (p->answers && same_file (&st, &p->answers_stat))
+  if (p->answers && (same_file (&st, &p->answers_stat) || __atomic_load_n (&p->inflight, __ATOMIC_ACQUIRE) > 0))
     {
       *ret = json_incref (json_object_get (p->answers, uid));
       r = *ret != NULL;
@@ -522,19 +566,28 @@ metadata_write (struct nrm_plugin *p, const char *ns, const char *name, const ch
   }
 }
 
+/* A completed entry says whether metadata was written ("metadata"): one
+ * without it costs no scan of the CDI directory. An entry of an
+ * interrupted prepare may have left files either way (all = true). */
 static void
-metadata_remove (struct nrm_plugin *p, json_t *entry, const char *uid)
+metadata_remove_of (struct nrm_plugin *p, json_t *entry, const char *uid, bool all)
 {
   const char *ns = json_string_value (json_object_get (entry, "namespace"));
   const char *name = json_string_value (json_object_get (entry, "name"));
   nrm_error_t err = NULL;
-  if (p->cfg.local || ns == NULL || name == NULL)
+  if (p->cfg.local || ns == NULL || name == NULL || (!all && json_object_get (entry, "metadata") == NULL))
     return;
   if (nrm_metadata_remove (p->plugin_dir, p->cdi_dir, p->driver, ns, name, uid, &err) < 0)
     {
       LOG (p, NRM_LOG_WARNING, "%s: claim %s: removing device metadata: %s", p->driver, uid, nrm_error_msg (err));
       nrm_error_release (&err);
     }
+}
+
+static void
+metadata_remove (struct nrm_plugin *p, json_t *entry, const char *uid)
+{
+  metadata_remove_of (p, entry, uid, true);
 }
 
 /* Device metadata of claims the checkpoint no longer has (a crash between
@@ -758,6 +811,7 @@ struct op
     OP_DONE
   } stage;
   nrm_error_t err;
+  bool queued; /* in p->queue, for a batch to take */
   bool done;
   struct op *next;
 };
@@ -767,17 +821,6 @@ op_fail (struct op *o, const char *msg)
 {
   nrm_error_set (&o->err, EIO, "%s", msg);
   o->stage = OP_DONE;
-}
-
-/* Undoes a prepared op: what the driver took, the spec and metadata. */
-static void
-op_take_back (struct nrm_plugin *p, struct op *o)
-{
-  json_t *claims = json_object_get (p->cp, "claims");
-  p->ops->unprepare (p->self, o->uid, o->prep.state);
-  cdi_remove (p, o->uid);
-  metadata_remove (p, json_object_get (claims, o->uid), o->uid);
-  json_object_del (claims, o->uid);
 }
 
 /* The driver's part of one prepare in a batch, under the state lock; the
@@ -817,40 +860,46 @@ op_prepare (struct nrm_plugin *p, struct op *o)
   o->stage = OP_PREPARED;
 }
 
-/* Group commit: the prepares and unprepares that arrived together share
- * one durable write of the checkpoint. Under the state lock:
- *   1. the unprepared claims' entries are removed and the drivers give back
+/* One batch of submit(): its ops, its place in the pipeline (0: none,
+ * its ops failed before they took anything), and what it writes. */
+struct batch
+{
+  struct op *ops;
+  uint64_t seq;
+  json_int_t gen;
+  char *text;      /* the checkpoint to write, or NULL: nothing changed */
+  json_t *answers; /* completed_answers() of that checkpoint */
+};
+
+/* Group commit, step 1, under the state lock: the prepares and unprepares
+ * that arrived together
+ *   1. remove the unprepared claims' entries, and the drivers give back
  *      what they held;
  *   2. the drivers take what each prepare needs, and its CDI spec (and
  *      metadata) is written;
- *   3. the checkpoint is written once, durably: the removals and the
- *      completed prepares reach the disk together (one rename), so CPUs
- *      freed by an unprepare and taken by a prepare of the same batch are
- *      never held twice on disk.
- * Nothing is answered before that write, and the lock is held throughout,
- * so a rolling-update twin never sees the picture between. A crash before
- * the write leaves the checkpoint as it was; the specs it left are removed
- * at the next start as orphans. If the write fails, everything the batch
- * did is undone and each of its ops gets the error. */
+ *   3. the checkpoint with all of it is put into text, as the next
+ *      generation; the batch takes the next place in the pipeline.
+ * The lock is then free for the next batch, which goes on top of this
+ * one, while this one writes (batch_commit). */
 static void
-run_batch (struct nrm_plugin *p, struct op *ops)
+batch_apply (struct nrm_plugin *p, struct batch *b)
 {
   nrm_error_t err = NULL;
   bool changed = false;
-  if (lock_state (p, &err) < 0)
+  if (lock_state_as (p, true, &err) < 0)
     {
-      for (struct op *o = ops; o; o = o->next)
+      for (struct op *o = b->ops; o; o = o->next)
         op_fail (o, nrm_error_msg (err));
       nrm_error_release (&err);
       return;
     }
   json_t *claims = json_object_get (p->cp, "claims");
-  for (struct op *o = ops; o; o = o->next)
+  for (struct op *o = b->ops; o; o = o->next)
     {
       json_t *entry = json_object_get (claims, o->uid);
       /* A later op of the same claim in this batch waits for the next. */
       bool twin = false;
-      for (struct op *q = ops; q != o && !twin; q = q->next)
+      for (struct op *q = b->ops; q != o && !twin; q = q->next)
         twin = strcmp (q->uid, o->uid) == 0 && q->stage != OP_DONE;
       if (twin)
         continue;
@@ -886,86 +935,157 @@ run_batch (struct nrm_plugin *p, struct op *ops)
       o->stage = OP_STARTED;
       changed = true;
     }
-  for (struct op *o = ops; o; o = o->next)
+  for (struct op *o = b->ops; o; o = o->next)
     if (!o->unprepare && o->stage == OP_STARTED)
       op_prepare (p, o);
-  if (changed && checkpoint_write (p, p->cp, &err) < 0)
+  if (changed)
     {
-      /* Undone in reverse: the prepares give back, then the unprepared
-       * claims take again what they held. */
-      for (struct op *o = ops; o; o = o->next)
-        if (!o->unprepare && o->stage == OP_PREPARED)
-          {
-            op_take_back (p, o);
-            op_fail (o, nrm_error_msg (err));
-          }
-      for (struct op *o = ops; o; o = o->next)
-        if (o->unprepare && o->stage == OP_STARTED)
-          {
-            nrm_error_t rerr = NULL;
-            json_object_set (claims, o->uid, o->saved);
-            if (nrm_checkpoint_completed (o->saved)
-                && p->ops->restore (p->self, o->uid, json_object_get (o->saved, "state"), &rerr) < 0)
-              {
-                LOG (p, NRM_LOG_ERROR, "claim %s: %s", o->uid, nrm_error_msg (rerr));
-                nrm_error_release (&rerr);
-              }
-            json_decref (o->saved);
-            o->saved = NULL;
-            op_fail (o, nrm_error_msg (err));
-          }
-      nrm_error_release (&err);
-      unlock_state (p);
-      return;
+      b->gen = json_integer_value (json_object_get (p->cp, "generation")) + 1;
+      json_object_set_new (p->cp, "generation", json_integer (b->gen));
+      b->text = json_dumps (p->cp, JSON_INDENT (1) | JSON_SORT_KEYS);
+      b->answers = completed_answers (p->cp);
     }
-  /* Durable now: the unprepared claims' files go. */
-  for (struct op *o = ops; o; o = o->next)
-    if (o->unprepare && o->stage == OP_STARTED)
-      {
-        cdi_remove (p, o->uid);
-        metadata_remove (p, o->saved, o->uid);
-        o->stage = OP_DONE;
-      }
-    else if (o->stage == OP_PREPARED)
-      o->stage = OP_DONE;
-  unlock_state (p);
+  /* Even a batch that changed nothing waits for those before it: what it
+   * answers from (a claim prepared or unprepared by one of them) is not on
+   * disk before they are. */
+  b->seq = ++p->next_seq;
+  __atomic_add_fetch (&p->inflight, 1, __ATOMIC_RELEASE);
+  pthread_mutex_unlock (&p->lock);
 }
 
-/* Queues an op and waits until a batch has done it: the first waiter runs
- * the batch of everything queued, the others wait for it; who arrives
- * meanwhile goes into the next batch. */
+/* Group commit, step 2: the checkpoint is written durably, the writes of
+ * the batches in flight overlapping (the sync of one's file with the
+ * rename and directory sync of the one before), the renames in their
+ * order. The removals and the completed prepares of a batch reach the
+ * disk together (one rename), so CPUs freed by an unprepare and taken by a
+ * prepare are never held twice on disk. Nothing is answered before the
+ * write. A crash before it leaves the checkpoint as it was; the specs it
+ * left are removed at the next start as orphans. If a write fails, its
+ * batch and every batch after it fail (they went on top of it) and the
+ * picture is read back from the file before the next batch. */
+static void
+batch_commit (struct nrm_plugin *p, struct batch *b)
+{
+  nrm_error_t err = NULL;
+  struct nrm_staged_write w = { .fd = -1 };
+  int r = 0;
+  if (b->seq == 0)
+    return;
+  if (b->text)
+    r = nrm_write_stage (p->checkpoint, b->text, strlen (b->text), 0600, true, &w, &err);
+  pthread_mutex_lock (&p->lock);
+  while (p->done_seq != b->seq - 1)
+    pthread_cond_wait (&p->turn, &p->lock);
+  bool poisoned = p->poisoned;
+  pthread_mutex_unlock (&p->lock);
+  if (r == 0 && b->text && poisoned)
+    nrm_write_abort (&w);
+  else if (r == 0 && b->text)
+    r = nrm_write_commit (&w, true, &err);
+
+  pthread_mutex_lock (&p->lock);
+  json_t *claims = json_object_get (p->cp, "claims");
+  bool wrote = r == 0 && !poisoned;
+  /* Renamed, the file is this batch's even where the directory's sync
+   * failed: known_answer() answers from what it holds. */
+  if ((wrote || w.renamed) && b->text)
+    {
+      p->cp_generation = b->gen;
+      if (stat (p->checkpoint, &p->cp_stat) < 0)
+        memset (&p->cp_stat, 0, sizeof (p->cp_stat));
+      publish_answers (p, TAKE_PTR (b->answers));
+    }
+  if (!wrote)
+    {
+      if (!poisoned)
+        LOG (p, NRM_LOG_ERROR, "%s: %s", p->driver, nrm_error_msg (err));
+      p->poisoned = true;
+    }
+  const char *why = poisoned ? "an earlier checkpoint write failed" : nrm_error_msg (err);
+  for (struct op *o = b->ops; o; o = o->next)
+    {
+      /* The files follow the checkpoint file: written, or renamed where
+       * only the directory's sync failed, the unprepared claims' files go
+       * (unless a batch since prepared the claim again); not written, the
+       * prepared claims' files go. */
+      if ((wrote || w.renamed) && o->unprepare && o->stage == OP_STARTED && json_object_get (claims, o->uid) == NULL)
+        {
+          cdi_remove (p, o->uid);
+          metadata_remove_of (p, o->saved, o->uid, false);
+        }
+      if (!wrote && !w.renamed && !o->unprepare && o->stage == OP_PREPARED)
+        {
+          cdi_remove (p, o->uid);
+          metadata_remove_of (p, json_object_get (claims, o->uid), o->uid, false);
+        }
+      /* Not written: every call fails, also one that found its claim done
+       * or gone, as what it saw is in no file either; the picture is read
+       * back from the file before the next batch. */
+      if (!wrote && o->err == NULL)
+        op_fail (o, why);
+      if (!wrote || o->stage == OP_STARTED || o->stage == OP_PREPARED)
+        o->stage = OP_DONE;
+    }
+  nrm_error_release (&err);
+  p->done_seq = b->seq;
+  if (__atomic_sub_fetch (&p->inflight, 1, __ATOMIC_RELEASE) == 0)
+    flock (p->serialize_fd, LOCK_UN);
+  pthread_cond_broadcast (&p->turn);
+  pthread_mutex_unlock (&p->lock);
+  free (b->text);
+  json_decref (b->answers);
+}
+
+/* Batches in flight at most: one writing its file while the one before
+ * renames. Ops that come while both are busy make the next batch together,
+ * as they would wait anyway. */
+#define PIPELINE_DEPTH 2
+
+/* Queues an op and waits until a batch has done it: a waiter whose op is
+ * queued while no batch is taking its part leads the batch of everything
+ * queued; who arrives meanwhile goes into the next batch, which starts
+ * while this one writes. */
 static void
 submit (struct nrm_plugin *p, struct op *o)
 {
   pthread_mutex_lock (&p->queue_lock);
+  o->queued = true;
   *p->queue_tail = o;
   p->queue_tail = &o->next;
   while (!o->done)
     {
-      if (p->batch_running)
+      if (p->batch_running || !o->queued || __atomic_load_n (&p->inflight, __ATOMIC_ACQUIRE) >= PIPELINE_DEPTH)
         {
           pthread_cond_wait (&p->queue_cond, &p->queue_lock);
           continue;
         }
-      struct op *batch = p->queue;
+      struct batch b = { .ops = p->queue };
+      for (struct op *x = p->queue; x; x = x->next)
+        x->queued = false;
       p->queue = NULL;
       p->queue_tail = &p->queue;
       p->batch_running = true;
       pthread_mutex_unlock (&p->queue_lock);
-      run_batch (p, batch);
+      batch_apply (p, &b);
+      pthread_mutex_lock (&p->queue_lock);
+      p->batch_running = false;
+      pthread_cond_broadcast (&p->queue_cond);
+      pthread_mutex_unlock (&p->queue_lock);
+      batch_commit (p, &b);
       pthread_mutex_lock (&p->queue_lock);
       /* An op that waited for its twin in this batch runs in the next. */
       struct op *again = NULL, **tail = &again;
-      for (struct op *b = batch, *next; b; b = next)
+      for (struct op *x = b.ops, *next; x; x = next)
         {
-          next = b->next;
-          b->next = NULL;
-          if (b->stage == OP_DONE)
-            b->done = true;
+          next = x->next;
+          x->next = NULL;
+          if (x->stage == OP_DONE)
+            x->done = true;
           else
             {
-              *tail = b;
-              tail = &b->next;
+              x->queued = true;
+              *tail = x;
+              tail = &x->next;
             }
         }
       if (again)
@@ -975,7 +1095,6 @@ submit (struct nrm_plugin *p, struct op *o)
             p->queue_tail = tail;
           p->queue = again;
         }
-      p->batch_running = false;
       pthread_cond_broadcast (&p->queue_cond);
     }
   pthread_mutex_unlock (&p->queue_lock);
@@ -1660,6 +1779,7 @@ plugin_free (struct nrm_plugin *p)
   pthread_mutex_destroy (&p->answers_lock);
   json_decref (p->answers);
   pthread_cond_destroy (&p->queue_cond);
+  pthread_cond_destroy (&p->turn);
   pthread_mutex_destroy (&p->hlock);
   pthread_mutex_destroy (&p->mlock);
   pthread_cond_destroy (&p->hcond);
@@ -1683,6 +1803,7 @@ nrm_plugin_start (const struct nrm_plugin_config *cfg, const struct nrm_driver_o
   pthread_mutex_init (&p->queue_lock, NULL);
   pthread_mutex_init (&p->answers_lock, NULL);
   pthread_cond_init (&p->queue_cond, NULL);
+  pthread_cond_init (&p->turn, NULL);
   p->queue_tail = &p->queue;
   pthread_mutex_init (&p->hlock, NULL);
   pthread_mutex_init (&p->mlock, NULL);

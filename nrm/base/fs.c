@@ -41,45 +41,91 @@ create_temp (const char *path, char **tmp, nrm_error_t *err)
   return nrm_error_set (err, EAGAIN, "cannot keep a temporary file beside `%s`", path);
 }
 
-static int
-write_replace (const char *path, const void *data, size_t len, mode_t mode, bool durable, nrm_error_t *err)
+int
+nrm_write_stage (const char *path, const void *data, size_t len, mode_t mode, bool durable, struct nrm_staged_write *w,
+                 nrm_error_t *err)
 {
-  cleanup_free char *dircopy = xstrdup (path), *tmp = NULL;
-  cleanup_close int fd = -1, dfd = -1;
   const char *p = data;
   const char *what = "write";
 
-  fd = create_temp (path, &tmp, err);
-  if (fd < 0)
-    return -1;
+  *w = (struct nrm_staged_write){ .fd = -1 };
+  w->fd = create_temp (path, &w->tmp, err);
+  if (w->fd < 0)
+    {
+      free (w->tmp);
+      w->tmp = NULL;
+      return -1;
+    }
+  w->path = xstrdup (path);
   while (len > 0)
     {
-      ssize_t w = write (fd, p, len);
-      if (w < 0 && errno == EINTR)
+      ssize_t n = write (w->fd, p, len);
+      if (n < 0 && errno == EINTR)
         continue;
-      if (w < 0)
+      if (n < 0)
         goto fail;
-      p += w;
-      len -= (size_t) w;
+      p += n;
+      len -= (size_t) n;
     }
   /* The data reaches the disk before the name does: after a crash the path
    * holds the old file or the new one, never an empty one. */
   what = "sync";
-  if (fchmod (fd, mode) < 0 || (durable && fsync (fd) < 0))
+  if (fchmod (w->fd, mode) < 0 || (durable && fsync (w->fd) < 0))
     goto fail;
-  what = "rename";
-  if (rename (tmp, path) < 0)
-    goto fail;
-  if (!durable)
-    return 0;
-  dfd = open (dirname (dircopy), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd < 0 || fsync (dfd) < 0)
-    return nrm_error_errno (err, errno, "cannot sync the directory of `%s`", path);
   return 0;
 fail:;
   int e = errno;
-  unlink (tmp);
+  cleanup_free char *tmp = xstrdup (w->tmp);
+  nrm_write_abort (w);
   return nrm_error_errno (err, e, "cannot %s `%s`", what, tmp);
+}
+
+int
+nrm_write_commit (struct nrm_staged_write *w, bool durable, nrm_error_t *err)
+{
+  int r = 0;
+  if (rename (w->tmp, w->path) < 0)
+    {
+      int e = errno;
+      r = nrm_error_errno (err, e, "cannot rename `%s`", w->tmp);
+      unlink (w->tmp);
+    }
+  else
+    {
+      w->renamed = true;
+      cleanup_free char *dircopy = xstrdup (w->path);
+      cleanup_close int dfd = durable ? open (dirname (dircopy), O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
+      if (durable && (dfd < 0 || fsync (dfd) < 0))
+        r = nrm_error_errno (err, errno, "cannot sync the directory of `%s`", w->path);
+    }
+  close (w->fd);
+  free (w->tmp);
+  free (w->path);
+  w->fd = -1;
+  w->tmp = w->path = NULL;
+  return r;
+}
+
+void
+nrm_write_abort (struct nrm_staged_write *w)
+{
+  if (w->tmp)
+    unlink (w->tmp);
+  if (w->fd >= 0)
+    close (w->fd);
+  free (w->tmp);
+  free (w->path);
+  w->fd = -1;
+  w->tmp = w->path = NULL;
+}
+
+static int
+write_replace (const char *path, const void *data, size_t len, mode_t mode, bool durable, nrm_error_t *err)
+{
+  struct nrm_staged_write w;
+  if (nrm_write_stage (path, data, len, mode, durable, &w, err) < 0)
+    return -1;
+  return nrm_write_commit (&w, durable, err);
 }
 
 int

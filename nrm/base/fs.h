@@ -23,6 +23,23 @@ int nrm_write_atomic (const char *path, const void *data, size_t len, mode_t mod
  * the crash ended (the hook's container records, the shared pool). */
 int nrm_write_unsynced (const char *path, const void *data, size_t len, mode_t mode, nrm_error_t *err);
 
+/* nrm_write_atomic() in two steps, for a writer that orders several
+ * replacements of one file: nrm_write_stage() writes (and with durable,
+ * syncs) the temporary file, nrm_write_commit() renames it over the path
+ * (then syncs the directory) or nrm_write_abort() removes it. Either one
+ * ends w. Concurrent stages of one path are fine; the commits' order is
+ * the caller's. */
+struct nrm_staged_write
+{
+  char *path, *tmp;
+  int fd;       /* open (and locked) until the commit */
+  bool renamed; /* the commit renamed it, even if the directory's sync failed */
+};
+int nrm_write_stage (const char *path, const void *data, size_t len, mode_t mode, bool durable,
+                     struct nrm_staged_write *w, nrm_error_t *err);
+int nrm_write_commit (struct nrm_staged_write *w, bool durable, nrm_error_t *err);
+void nrm_write_abort (struct nrm_staged_write *w);
+
 /* Removes the temporary files that interrupted nrm_write_atomic() calls
  * left in dir and, depth levels down, its folders; a file whose writer is
  * still at work is left. Counts them in *removed (may be NULL). A missing

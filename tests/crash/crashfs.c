@@ -9,7 +9,9 @@
  * goes back to the old one, a replaced or unlinked file comes back). That
  * is the worst the kernel may do to a program that relies on ordered
  * metadata without fsync; a program that syncs as nrm_write_atomic() does
- * loses nothing it reported as done. */
+ * loses nothing it reported as done.
+ * With NRM_CRASH_EIO_AT=k instead, nothing stops: the k-th fsync under
+ * the root fails with EIO (a disk's write error), once. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
@@ -48,7 +50,7 @@ static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static struct file files[MAX_FILES];
 static struct pending pend[MAX_PENDING];
 static size_t n_files, n_pend;
-static long ops, crash_at = -1;
+static long ops, crash_at = -1, syncs, eio_at = -1;
 static bool lose, ready;
 static char root[PATH_MAX];
 static unsigned backups;
@@ -71,11 +73,14 @@ init (void)
   real_rename = dlsym (RTLD_NEXT, "rename");
   real_unlink = dlsym (RTLD_NEXT, "unlink");
   real_unlinkat = dlsym (RTLD_NEXT, "unlinkat");
-  const char *d = getenv ("NRM_CRASH_DIR"), *at = getenv ("NRM_CRASH_AT"), *l = getenv ("NRM_CRASH_LOSE");
+  const char *d = getenv ("NRM_CRASH_DIR"), *at = getenv ("NRM_CRASH_AT"), *l = getenv ("NRM_CRASH_LOSE"),
+             *eio = getenv ("NRM_CRASH_EIO_AT");
   if (d && realpath (d, root) == NULL)
     root[0] = '\0';
   if (at)
     crash_at = atol (at);
+  if (eio)
+    eio_at = atol (eio);
   lose = l && strcmp (l, "1") == 0;
   ready = true;
 }
@@ -241,6 +246,14 @@ sync_common (int fd, int (*real) (int))
     return real (fd);
   pthread_mutex_lock (&lock);
   count ("fsync", path);
+  if (++syncs == eio_at)
+    {
+      if (getenv ("NRM_CRASH_VERBOSE"))
+        fprintf (stderr, "crashfs: fsync %ld of %s fails\n", syncs, path);
+      pthread_mutex_unlock (&lock);
+      errno = EIO;
+      return -1;
+    }
   int r = real (fd);
   if (r == 0 && S_ISDIR (st.st_mode))
     {

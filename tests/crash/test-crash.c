@@ -6,7 +6,12 @@
  * cut, which also loses what was not flushed. After each crash the plugin
  * starts again and must show: every prepare and unprepare it answered as
  * done, and nothing else; no CPU in two claims; a CDI spec for exactly the
- * prepared claims; no temporary file; the claims idempotent. Arguments:
+ * prepared claims; no temporary file; the claims idempotent. Every third
+ * run is neither: one fsync fails with EIO (a disk's write error), and the
+ * plugin goes on serving. The calls it refused may have happened or not;
+ * what it answered as done must be in its files, and its picture must be
+ * theirs: every claim unprepares, all of them prepare again without a CPU
+ * in two claims, and the same holds after a restart. Arguments:
  * [rounds [clients]] (default: a short run for make check). */
 #include "config.h"
 
@@ -31,6 +36,7 @@
 
 static struct nh h;
 static int failures;
+static bool eio_round; /* a refused call is an outcome, not a failure */
 
 #define CHECK(cond, ...)                                                                                               \
   do                                                                                                                   \
@@ -155,6 +161,8 @@ client_main (void *arg)
       int rc = call_one (ch, c, i, steps[s].unprepare);
       if (rc < 0)
         break; /* the plugin is gone; this call's outcome is unknown */
+      if (rc == 0 && eio_round)
+        continue; /* refused after the failed sync: either outcome */
       if (rc == 0)
         {
           /* Refused: nothing changed. */
@@ -262,6 +270,31 @@ check_state (struct client *clients, int n_clients, const char *what)
   CHECK (temps == 0, "%s: %d temporary files left", what, temps);
 }
 
+/* A call as the kubelet makes it: one refused (the failed sync of an EIO
+ * run may come only now) is made again. */
+static int
+call_retry (grpc_channel *ch, const struct client *c, int i, bool unprepare)
+{
+  int rc = call_one (ch, c, i, unprepare);
+  return rc == 0 ? call_one (ch, c, i, unprepare) : rc;
+}
+
+/* Prepares every claim of every client (its ack then says so). */
+static void
+prepare_all (struct client *clients, int n_clients)
+{
+  grpc_channel *cpu = kc_connect (h.cpu_sock), *mem = kc_connect (h.mem_sock);
+  for (int id = 0; id < n_clients; id++)
+    for (int i = 0; i < CLAIMS_PER_CLIENT; i++)
+      {
+        CHECK (call_retry (id % 2 ? mem : cpu, &clients[id], i, false) == 1, "prepare of client %d claim %d failed", id,
+               i);
+        clients[id].ack[i] = PREPARED;
+      }
+  kc_close (cpu);
+  kc_close (mem);
+}
+
 /* Unprepares everything, so that the next round starts empty. */
 static void
 reset (struct client *clients, int n_clients)
@@ -269,7 +302,7 @@ reset (struct client *clients, int n_clients)
   grpc_channel *cpu = kc_connect (h.cpu_sock), *mem = kc_connect (h.mem_sock);
   for (int id = 0; id < n_clients; id++)
     for (int i = 0; i < CLAIMS_PER_CLIENT; i++)
-      CHECK (call_one (id % 2 ? mem : cpu, &clients[id], i, true) == 1, "reset: unprepare failed");
+      CHECK (call_retry (id % 2 ? mem : cpu, &clients[id], i, true) == 1, "reset: unprepare failed");
   kc_close (cpu);
   kc_close (mem);
   CHECK (nh_checkpoint_claims (&h, NH_CPU_DRIVER) == 0 && nh_checkpoint_claims (&h, NH_MEM_DRIVER) == 0,
@@ -295,24 +328,31 @@ main (int argc, char **argv)
   grpc_init ();
   write_claims (n_clients);
   struct client clients[MAX_CLIENTS];
-  int crashes = 0, restarts = 0;
+  int crashes = 0, restarts = 0, eios = 0;
   for (int k = 1; k <= rounds && failures == 0; k++)
     {
-      bool lose = k % 2 == 0;
-      /* The call to stop at: spread over the workload's first ~200. */
-      long at = (long) (k * 7919 % 211) + 1;
+      eio_round = k % 3 == 0;
+      bool lose = !eio_round && k % 2 == 0;
+      /* The call to stop at: spread over the workload's first ~200 (of
+       * them about 60 syncs). */
+      long at = eio_round ? (long) (k * 7919 % 61) + 1 : (long) (k * 7919 % 211) + 1;
       char env_at[32], what[96];
       snprintf (env_at, sizeof (env_at), "%ld", at);
-      snprintf (what, sizeof (what), "round %d (%s at call %ld)", k, lose ? "power cut" : "kill -9", at);
+      snprintf (what, sizeof (what), "round %d (%s %ld)", k,
+                eio_round ? "EIO at fsync"
+                : lose    ? "power cut at call"
+                          : "kill -9 at call",
+                at);
       setenv ("LD_PRELOAD", shim, 1);
       setenv ("NRM_CRASH_DIR", h.root, 1);
-      setenv ("NRM_CRASH_AT", env_at, 1);
+      setenv (eio_round ? "NRM_CRASH_EIO_AT" : "NRM_CRASH_AT", env_at, 1);
       setenv ("NRM_CRASH_LOSE", lose ? "1" : "0", 1);
       /* A sanitizer runtime wants to be first; the shim does not care. */
       setenv ("ASAN_OPTIONS", "verify_asan_link_order=0:detect_leaks=0", 1);
       bool up = nh_start (&h, NULL);
       unsetenv ("LD_PRELOAD");
       unsetenv ("NRM_CRASH_AT");
+      unsetenv ("NRM_CRASH_EIO_AT");
       if (up)
         {
           pthread_t threads[MAX_CLIENTS];
@@ -334,6 +374,24 @@ main (int argc, char **argv)
             for (int i = 0; i < CLAIMS_PER_CLIENT; i++)
               clients[id].ack[i] = UNPREPARED;
           }
+      /* Still serving after the failed sync: its files hold what it
+       * answered, and its picture is theirs. */
+      if (eio_round && h.pid > 0 && kc_wait_exit (h.pid, 200) < 0)
+        {
+          char live[128];
+          snprintf (live, sizeof (live), "%s, serving", what);
+          eios++;
+          eio_round = false;
+          check_state (clients, n_clients, live);
+          reset (clients, n_clients);
+          prepare_all (clients, n_clients);
+          check_state (clients, n_clients, live);
+          reset (clients, n_clients);
+          for (int id = 0; id < n_clients; id++)
+            for (int i = 0; i < CLAIMS_PER_CLIENT; i++)
+              clients[id].ack[i] = UNPREPARED;
+        }
+      eio_round = false;
       /* Gone by itself: the crash came during the workload (or the start). */
       if (h.pid <= 0 || kc_wait_exit (h.pid, 200) >= 0)
         {
@@ -357,8 +415,8 @@ main (int argc, char **argv)
       reset (clients, n_clients);
       nh_stop (&h, SIGTERM);
     }
-  printf ("# %d rounds, %d crashes, %d restarts, %d clients: %d failures\n", rounds, crashes, restarts, n_clients,
-          failures);
+  printf ("# %d rounds, %d crashes, %d restarts, %d served on after a failed sync, %d clients: %d failures\n", rounds,
+          crashes, restarts, eios, n_clients, failures);
   grpc_shutdown ();
   if (failures == 0)
     nh_cleanup (&h);

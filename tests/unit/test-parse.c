@@ -414,13 +414,81 @@ test_write_atomic (void **state)
   assert_int_equal (system (cmd), 0);
 }
 
+static unsigned
+count_temps (const char *dir)
+{
+  unsigned n = 0;
+  DIR *d = opendir (dir);
+  struct dirent *de;
+  while (d && (de = readdir (d)) != NULL)
+    n += strstr (de->d_name, ".tmp.") != NULL;
+  if (d)
+    closedir (d);
+  return n;
+}
+
+/* Staged writes: two stages of one path at once, committed in order, leave
+ * the second; a stage is held from the cleaner of interrupted writes until
+ * its commit; an abort leaves the file as it was; a commit that cannot
+ * rename says so, removes its file and tells it did not rename. */
+static void
+test_write_staged (void **state)
+{
+  (void) state;
+  char dir[] = "/tmp/nrm-fs-XXXXXX", path[600];
+  nrm_error_t err = NULL;
+  cleanup_free char *text = NULL;
+  assert_non_null (mkdtemp (dir));
+  snprintf (path, sizeof (path), "%s/cp.json", dir);
+  struct nrm_staged_write a, b;
+  assert_int_equal (nrm_write_stage (path, "first", 5, 0600, true, &a, &err), 0);
+  assert_int_equal (nrm_write_stage (path, "second", 6, 0600, true, &b, &err), 0);
+  assert_int_equal (count_temps (dir), 2);
+  unsigned removed = 0;
+  assert_int_equal (nrm_remove_stale_temps (dir, 0, &removed, &err), 0);
+  assert_int_equal (removed, 0);
+  assert_int_equal (access (path, F_OK), -1);
+  assert_int_equal (nrm_write_commit (&a, true, &err), 0);
+  assert_true (a.renamed);
+  assert_int_equal (nrm_read_file (path, 64, &text, NULL, &err), 0);
+  assert_string_equal (text, "first");
+  free (TAKE_PTR (text));
+  assert_int_equal (nrm_write_commit (&b, true, &err), 0);
+  assert_int_equal (nrm_read_file (path, 64, &text, NULL, &err), 0);
+  assert_string_equal (text, "second");
+  free (TAKE_PTR (text));
+  assert_int_equal (count_temps (dir), 0);
+
+  assert_int_equal (nrm_write_stage (path, "third", 5, 0600, true, &a, &err), 0);
+  nrm_write_abort (&a);
+  assert_null (a.tmp);
+  assert_int_equal (count_temps (dir), 0);
+  assert_int_equal (nrm_read_file (path, 64, &text, NULL, &err), 0);
+  assert_string_equal (text, "second");
+
+  /* The path became a non-empty directory: the rename fails. */
+  assert_int_equal (nrm_write_stage (path, "fourth", 6, 0600, true, &a, &err), 0);
+  char cmd[1400];
+  snprintf (cmd, sizeof (cmd), "rm -f '%s' && mkdir -p '%s/x'", path, path);
+  assert_int_equal (system (cmd), 0);
+  assert_int_equal (nrm_write_commit (&a, true, &err), -1);
+  assert_false (a.renamed);
+  assert_non_null (strstr (nrm_error_msg (err), "cannot rename"));
+  nrm_error_release (&err);
+  assert_int_equal (count_temps (dir), 0);
+
+  snprintf (cmd, sizeof (cmd), "rm -rf '%s'", dir);
+  assert_int_equal (system (cmd), 0);
+}
+
 int
 main (void)
 {
   const struct CMUnitTest tests[] = {
-    cmocka_unit_test (test_cpulist),      cmocka_unit_test (test_claim_view), cmocka_unit_test (test_quantity),
-    cmocka_unit_test (test_names),        cmocka_unit_test (test_text),       cmocka_unit_test (test_consumed_checked),
-    cmocka_unit_test (test_write_atomic),
+    cmocka_unit_test (test_cpulist),      cmocka_unit_test (test_claim_view),
+    cmocka_unit_test (test_quantity),     cmocka_unit_test (test_names),
+    cmocka_unit_test (test_text),         cmocka_unit_test (test_consumed_checked),
+    cmocka_unit_test (test_write_atomic), cmocka_unit_test (test_write_staged),
   };
   return cmocka_run_group_tests (tests, NULL, NULL);
 }
