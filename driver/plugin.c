@@ -221,23 +221,38 @@ checkpoint_read (struct nrm_plugin *p, json_t **ret, nrm_error_t *err)
   return 0;
 }
 
+/* cp as the next generation (*gen), in the file's form. */
+static char *
+checkpoint_text (json_t *cp, json_int_t *gen)
+{
+  *gen = json_integer_value (json_object_get (cp, "generation")) + 1;
+  json_object_set_new (cp, "generation", json_integer (*gen));
+  return json_dumps (cp, JSON_INDENT (1) | JSON_SORT_KEYS);
+}
+
+/* The file now holds generation gen, written by this process. */
+static void
+checkpoint_written (struct nrm_plugin *p, json_int_t gen)
+{
+  p->cp_generation = gen;
+  if (stat (p->checkpoint, &p->cp_stat) < 0)
+    memset (&p->cp_stat, 0, sizeof (p->cp_stat));
+}
+
 /* Every write is durable: one that replaced the file without a sync could
  * leave it empty after a power cut, and then the plugin could not start,
  * and the completed claims in it would be lost. */
 static int
 checkpoint_write (struct nrm_plugin *p, json_t *cp, nrm_error_t *err)
 {
-  json_int_t gen = json_integer_value (json_object_get (cp, "generation")) + 1;
-  json_object_set_new (cp, "generation", json_integer (gen));
-  cleanup_free char *text = json_dumps (cp, JSON_INDENT (1) | JSON_SORT_KEYS);
+  json_int_t gen;
+  cleanup_free char *text = checkpoint_text (cp, &gen);
   if (nrm_write_atomic (p->checkpoint, text, strlen (text), 0600, err) < 0)
     {
       json_object_set_new (cp, "generation", json_integer (gen - 1));
       return -1;
     }
-  p->cp_generation = gen;
-  if (stat (p->checkpoint, &p->cp_stat) < 0)
-    memset (&p->cp_stat, 0, sizeof (p->cp_stat));
+  checkpoint_written (p, gen);
   return 0;
 }
 
@@ -940,9 +955,7 @@ batch_apply (struct nrm_plugin *p, struct batch *b)
       op_prepare (p, o);
   if (changed)
     {
-      b->gen = json_integer_value (json_object_get (p->cp, "generation")) + 1;
-      json_object_set_new (p->cp, "generation", json_integer (b->gen));
-      b->text = json_dumps (p->cp, JSON_INDENT (1) | JSON_SORT_KEYS);
+      b->text = checkpoint_text (p->cp, &b->gen);
       b->answers = completed_answers (p->cp);
     }
   /* Even a batch that changed nothing waits for those before it: what it
@@ -961,8 +974,9 @@ batch_apply (struct nrm_plugin *p, struct batch *b)
  * prepare are never held twice on disk. Nothing is answered before the
  * write. A crash before it leaves the checkpoint as it was; the specs it
  * left are removed at the next start as orphans. If a write fails, its
- * batch and every batch after it fail (they went on top of it) and the
- * picture is read back from the file before the next batch. */
+ * batch and the batch on top of it fail (PIPELINE_DEPTH: a later one waits
+ * in lock_state_as) and the picture is read back from the file before the
+ * next batch. */
 static void
 batch_commit (struct nrm_plugin *p, struct batch *b)
 {
@@ -990,9 +1004,7 @@ batch_commit (struct nrm_plugin *p, struct batch *b)
    * failed: known_answer() answers from what it holds. */
   if ((wrote || w.renamed) && b->text)
     {
-      p->cp_generation = b->gen;
-      if (stat (p->checkpoint, &p->cp_stat) < 0)
-        memset (&p->cp_stat, 0, sizeof (p->cp_stat));
+      checkpoint_written (p, b->gen);
       publish_answers (p, TAKE_PTR (b->answers));
     }
   if (!wrote)
