@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #define MAX_FILES 4096
@@ -54,6 +55,7 @@ static long ops, crash_at = -1, syncs, eio_at = -1;
 static bool lose, ready;
 static char root[PATH_MAX];
 static unsigned backups;
+static long long start_ns; /* when init() ran: part of the backups' names */
 
 static ssize_t (*real_write) (int, const void *, size_t);
 static int (*real_fsync) (int);
@@ -82,6 +84,9 @@ init (void)
   if (eio)
     eio_at = atol (eio);
   lose = l && strcmp (l, "1") == 0;
+  struct timespec t;
+  clock_gettime (CLOCK_REALTIME, &t);
+  start_ns = (long long) t.tv_sec * 1000000000LL + t.tv_nsec;
   ready = true;
 }
 
@@ -210,7 +215,11 @@ keep (const char *path, char *backup)
   backup[0] = '\0';
   if (lstat (path, &st) < 0)
     return;
-  if (snprintf (backup, PATH_MAX, "%s/.crashfs-%d-%u", root, (int) getpid (), backups++) >= PATH_MAX
+  /* Named by pid and start time: a process that was stopped without a
+   * crash (SIGTERM, or SIGKILL from outside) leaves its backups, and a
+   * later process with the same pid must not find its names taken (link
+   * would fail, and a power cut would then remove what it should restore). */
+  if (snprintf (backup, PATH_MAX, "%s/.crashfs-%d-%lld-%u", root, (int) getpid (), start_ns, backups++) >= PATH_MAX
       || link (path, backup) < 0)
     backup[0] = '\0';
 }
