@@ -1006,6 +1006,9 @@ batch_commit (struct nrm_plugin *p, struct batch *b)
     {
       checkpoint_written (p, b->gen);
       publish_answers (p, TAKE_PTR (b->answers));
+      /* Which version answered what: a crash test's failure reads it. */
+      LOG (p, NRM_LOG_DEBUG, "%s: checkpoint generation %lld on disk (batch %llu)", p->driver, (long long) b->gen,
+           (unsigned long long) b->seq);
     }
   if (!wrote)
     {
@@ -1030,6 +1033,9 @@ batch_commit (struct nrm_plugin *p, struct batch *b)
           cdi_remove (p, o->uid);
           metadata_remove_of (p, json_object_get (claims, o->uid), o->uid, false);
         }
+      if (o->stage == OP_STARTED || o->stage == OP_PREPARED)
+        LOG (p, NRM_LOG_DEBUG, "%s: batch %llu %s claim %s%s", p->driver, (unsigned long long) b->seq,
+             o->unprepare ? "unprepares" : "prepares", o->uid, wrote ? "" : " (failed)");
       /* Not written: every call fails, also one that found its claim done
        * or gone, as what it saw is in no file either; the picture is read
        * back from the file before the next batch. */

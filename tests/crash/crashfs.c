@@ -171,7 +171,9 @@ power_cut (void)
         {
           struct pending *p = &pend[i];
           if (verbose)
-            fprintf (stderr, "crashfs: undoing %s of %s\n", p->from[0] ? "the rename" : "the unlink", p->name);
+            fprintf (stderr, "crashfs: undoing %s of %s (from %s, restoring %s)\n",
+                     p->from[0] ? "the rename" : "the unlink", p->name, p->from[0] ? p->from : "-",
+                     p->backup[0] ? p->backup : "nothing");
           if (p->from[0])
             real_rename (p->name, p->from);
           if (p->backup[0])
@@ -193,7 +195,13 @@ count (const char *what, const char *path)
 {
   ++ops;
   if (getenv ("NRM_CRASH_VERBOSE"))
-    fprintf (stderr, "crashfs: call %ld: %s %s\n", ops, what, path);
+    {
+      /* Wall-clock time, as the plugin's log and the test's trace have it. */
+      struct timespec t;
+      clock_gettime (CLOCK_REALTIME, &t);
+      fprintf (stderr, "crashfs: %lld.%06ld thread %d call %ld: %s %s\n", (long long) t.tv_sec, t.tv_nsec / 1000,
+               (int) gettid (), ops, what, path);
+    }
   if (ops == crash_at)
     power_cut ();
 }
@@ -276,6 +284,8 @@ sync_common (int fd, int (*real) (int))
           }
         else
           pend[k++] = pend[i];
+      if (getenv ("NRM_CRASH_VERBOSE"))
+        fprintf (stderr, "crashfs: thread %d synced %s: %zu changes durable\n", (int) gettid (), path, n_pend - k);
       n_pend = k;
     }
   else if (r == 0)

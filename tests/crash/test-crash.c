@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <hwloc.h>
@@ -56,12 +57,18 @@ enum ack
   UNPREPARED
 };
 
+#define STEPS 6
+
 struct client
 {
   int id;
   const char *sock;
   bool cpu;
   enum ack ack[CLAIMS_PER_CLIENT];
+  /* What it called and was told, with wall-clock times as the plugin's
+   * log and crashfs's trace have them: printed when a round fails. */
+  char trace[STEPS][96];
+  int n_trace;
 };
 
 static void
@@ -99,6 +106,14 @@ write_claims (int n_clients)
 }
 
 /* One call for one claim: 1 done, 0 refused with an error, -1 no answer. */
+static double
+wall_now (void)
+{
+  struct timespec t;
+  clock_gettime (CLOCK_REALTIME, &t);
+  return (double) t.tv_sec + (double) t.tv_nsec / 1e9;
+}
+
 static int
 call_one (grpc_channel *ch, const struct client *c, int i, bool unprepare)
 {
@@ -141,6 +156,21 @@ call_one (grpc_channel *ch, const struct client *c, int i, bool unprepare)
   return rc;
 }
 
+/* call_one, traced. */
+static int
+call_traced (grpc_channel *ch, struct client *c, int i, bool unprepare)
+{
+  double t0 = wall_now ();
+  int rc = call_one (ch, c, i, unprepare);
+  if (c->n_trace < STEPS)
+    snprintf (c->trace[c->n_trace++], sizeof (c->trace[0]), "%.6f-%.6f %s c%d-%d: %s", t0, wall_now (),
+              unprepare ? "unprepare" : "prepare", c->id, i,
+              rc > 0    ? "done"
+              : rc == 0 ? "refused"
+                        : "no answer");
+  return rc;
+}
+
 /* Prepares all its claims, unprepares the first, prepares it again,
  * unprepares the last: until the plugin stops answering. */
 static void *
@@ -152,13 +182,13 @@ client_main (void *arg)
   {
     int claim;
     bool unprepare;
-  } steps[] = { { 0, false }, { 1, false }, { 2, false }, { 0, true }, { 0, false }, { 2, true } };
+  } steps[STEPS] = { { 0, false }, { 1, false }, { 2, false }, { 0, true }, { 0, false }, { 2, true } };
   for (size_t s = 0; s < sizeof (steps) / sizeof (steps[0]); s++)
     {
       int i = steps[s].claim;
       enum ack before = c->ack[i];
       c->ack[i] = UNKNOWN;
-      int rc = call_one (ch, c, i, steps[s].unprepare);
+      int rc = call_traced (ch, c, i, steps[s].unprepare);
       if (rc < 0)
         break; /* the plugin is gone; this call's outcome is unknown */
       if (rc == 0 && eio_round)
@@ -167,7 +197,6 @@ client_main (void *arg)
         {
           /* Refused: nothing changed. */
           c->ack[i] = before;
-          failures += 0;
           fprintf (stderr, "FAIL: client %d claim %d refused\n", c->id, i);
           failures++;
           break;
@@ -309,6 +338,51 @@ reset (struct client *clients, int n_clients)
          "reset: claims left");
 }
 
+/* A line in the plugin's log, where each round's lines begin. */
+static void
+log_mark (const char *what)
+{
+  FILE *f = fopen (h.log_path, "a");
+  if (f)
+    {
+      fprintf (f, "=== %s\n", what);
+      fclose (f);
+    }
+}
+
+/* crashfs's backups that a process stopped from outside (not by its own
+ * crash) left in the root: they only keep old files alive, and would pile
+ * up over hundreds of rounds. */
+static void
+remove_backups (void)
+{
+  DIR *d = opendir (h.root);
+  struct dirent *de;
+  if (d == NULL)
+    return;
+  while ((de = readdir (d)) != NULL)
+    if (strncmp (de->d_name, ".crashfs-", 9) == 0)
+      unlinkat (dirfd (d), de->d_name, 0);
+  closedir (d);
+}
+
+/* What a failed round leaves to read: the clients' calls, and the state
+ * as the check saw it; the plugin's log has crashfs's calls and the
+ * batches (which generation answered which claim) after the round's mark. */
+static void
+report_round (const struct client *clients, int n_clients, int k, const char *what)
+{
+  fprintf (stderr, "%s failed; the clients' calls:\n", what);
+  for (int id = 0; id < n_clients; id++)
+    for (int s = 0; s < clients[id].n_trace; s++)
+      fprintf (stderr, "  %s\n", clients[id].trace[s]);
+  char cmd[1400];
+  snprintf (cmd, sizeof (cmd), "cp -a '%s' '%s/failed-round-%d'", h.state_dir, h.root, k);
+  if (system (cmd) != 0)
+    fprintf (stderr, "cannot keep the state of round %d\n", k);
+  fprintf (stderr, "its state: %s/failed-round-%d; its log: %s after \"=== %s\"\n", h.root, k, h.log_path, what);
+}
+
 int
 main (int argc, char **argv)
 {
@@ -329,6 +403,8 @@ main (int argc, char **argv)
   write_claims (n_clients);
   struct client clients[MAX_CLIENTS];
   int crashes = 0, restarts = 0, eios = 0;
+  /* Debug: each batch logs its claims and the generation it wrote. */
+  const char *const debug[] = { "--log-level", "debug", NULL };
   for (int k = 1; k <= rounds && failures == 0; k++)
     {
       eio_round = k % 3 == 0;
@@ -347,10 +423,14 @@ main (int argc, char **argv)
       setenv ("NRM_CRASH_DIR", h.root, 1);
       setenv (eio_round ? "NRM_CRASH_EIO_AT" : "NRM_CRASH_AT", env_at, 1);
       setenv ("NRM_CRASH_LOSE", lose ? "1" : "0", 1);
+      setenv ("NRM_CRASH_VERBOSE", "1", 1);
       /* A sanitizer runtime wants to be first; the shim does not care. */
       setenv ("ASAN_OPTIONS", "verify_asan_link_order=0:detect_leaks=0", 1);
-      bool up = nh_start (&h, NULL);
+      int failed_before = failures;
+      log_mark (what);
+      bool up = nh_start (&h, debug);
       unsetenv ("LD_PRELOAD");
+      unsetenv ("NRM_CRASH_VERBOSE");
       unsetenv ("NRM_CRASH_AT");
       unsetenv ("NRM_CRASH_EIO_AT");
       if (up)
@@ -400,8 +480,9 @@ main (int argc, char **argv)
         }
       else
         nh_stop (&h, SIGKILL);
+      remove_backups ();
       /* Up again without the shim: the picture it rebuilds. */
-      if (!nh_start (&h, NULL))
+      if (!nh_start (&h, debug))
         {
           char *log = kc_slurp (h.log_path);
           fprintf (stderr, "FAIL: %s: the plugin does not start again:\n%s\n", what,
@@ -412,6 +493,8 @@ main (int argc, char **argv)
         }
       restarts++;
       check_state (clients, n_clients, what);
+      if (failures > failed_before)
+        report_round (clients, n_clients, k, what);
       reset (clients, n_clients);
       nh_stop (&h, SIGTERM);
     }
