@@ -415,11 +415,16 @@ lock_state_as (struct nrm_plugin *p, bool batch, nrm_error_t *err)
   /* Unchanged since we last read or wrote it (a rename makes a new inode):
    * the picture in memory is current. */
   struct stat st;
-  if (p->cp != NULL && stat (p->checkpoint, &st) == 0 && same_file (&st, &p->cp_stat))
+  bool exists = stat (p->checkpoint, &st) == 0;
+  if (p->cp != NULL && exists && same_file (&st, &p->cp_stat))
     return 0;
   if (checkpoint_read (p, &cp, err) < 0)
     goto fail;
-  if (stat (p->checkpoint, &p->cp_stat) < 0)
+  /* The version stat saw, not one after the read: a write in between then
+   * shows as a change at the next look, and the file is read again. */
+  if (exists)
+    p->cp_stat = st;
+  else
     memset (&p->cp_stat, 0, sizeof (p->cp_stat));
   if (json_integer_value (json_object_get (cp, "generation")) != p->cp_generation || p->cp == NULL)
     {
