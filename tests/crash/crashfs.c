@@ -52,7 +52,7 @@ static struct file files[MAX_FILES];
 static struct pending pend[MAX_PENDING];
 static size_t n_files, n_pend;
 static long ops, crash_at = -1, syncs, eio_at = -1;
-static bool lose, ready;
+static bool lose, ready, verbose;
 static char root[PATH_MAX];
 static unsigned backups;
 static long long start_ns; /* when init() ran: part of the backups' names */
@@ -84,6 +84,7 @@ init (void)
   if (eio)
     eio_at = atol (eio);
   lose = l && strcmp (l, "1") == 0;
+  verbose = getenv ("NRM_CRASH_VERBOSE") != NULL;
   struct timespec t;
   clock_gettime (CLOCK_REALTIME, &t);
   start_ns = (long long) t.tv_sec * 1000000000LL + t.tv_nsec;
@@ -154,7 +155,6 @@ file_of (dev_t dev, ino_t ino, bool add)
 static void
 power_cut (void)
 {
-  bool verbose = getenv ("NRM_CRASH_VERBOSE") != NULL;
   if (verbose)
     fprintf (stderr, "crashfs: %s before call %ld\n", lose ? "power cut" : "kill -9", ops);
   if (lose)
@@ -194,7 +194,7 @@ static void
 count (const char *what, const char *path)
 {
   ++ops;
-  if (getenv ("NRM_CRASH_VERBOSE"))
+  if (verbose)
     {
       /* Wall-clock time, as the plugin's log and the test's trace have it. */
       struct timespec t;
@@ -265,7 +265,7 @@ sync_common (int fd, int (*real) (int))
   count ("fsync", path);
   if (++syncs == eio_at)
     {
-      if (getenv ("NRM_CRASH_VERBOSE"))
+      if (verbose)
         fprintf (stderr, "crashfs: fsync %ld of %s fails\n", syncs, path);
       pthread_mutex_unlock (&lock);
       errno = EIO;
@@ -284,7 +284,7 @@ sync_common (int fd, int (*real) (int))
           }
         else
           pend[k++] = pend[i];
-      if (getenv ("NRM_CRASH_VERBOSE"))
+      if (verbose)
         fprintf (stderr, "crashfs: thread %d synced %s: %zu changes durable\n", (int) gettid (), path, n_pend - k);
       n_pend = k;
     }

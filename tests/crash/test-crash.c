@@ -105,7 +105,6 @@ write_claims (int n_clients)
       }
 }
 
-/* One call for one claim: 1 done, 0 refused with an error, -1 no answer. */
 static double
 wall_now (void)
 {
@@ -114,6 +113,7 @@ wall_now (void)
   return (double) t.tv_sec + (double) t.tv_nsec / 1e9;
 }
 
+/* One call for one claim: 1 done, 0 refused with an error, -1 no answer. */
 static int
 call_one (grpc_channel *ch, const struct client *c, int i, bool unprepare)
 {
