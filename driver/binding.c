@@ -10,6 +10,8 @@
 #include <string.h>
 #include <time.h>
 
+#include <openssl/evp.h>
+
 #include "driver/binding.h"
 #include "driver/claimview.h"
 #include "driver/informer.h"
@@ -277,6 +279,29 @@ on_claim (void *ctx, const char *type, json_t *claim)
     }
 }
 
+char *
+nrm_node_label_value (const char *node)
+{
+  enum
+  {
+    LABEL_MAX = 63,
+    HEX = 16
+  };
+  size_t len = strlen (node);
+  if (len <= LABEL_MAX)
+    return xstrdup (node);
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int md_len = 0;
+  if (EVP_Digest (node, len, md, &md_len, EVP_sha256 (), NULL) != 1 || md_len < HEX / 2)
+    abort (); /* SHA-256 of a string in memory cannot fail */
+  char hex[HEX + 1];
+  for (int i = 0; i < HEX / 2; i++)
+    snprintf (hex + 2 * i, 3, "%02x", md[i]);
+  /* A node name's characters are a label value's; the hex digits end it
+   * with one, as a label value must. */
+  return xasprintf ("%.*s-%s", LABEL_MAX - 1 - HEX, node, hex);
+}
+
 int
 nrm_binder_start (const struct nrm_binder_config *cfg, struct nrm_binder **ret, nrm_error_t *err)
 {
@@ -286,7 +311,8 @@ nrm_binder_start (const struct nrm_binder_config *cfg, struct nrm_binder **ret, 
     any |= cfg->drivers->slots[i].ops->bind != NULL;
   if (!any)
     return 0;
-  cleanup_free char *sel = xasprintf (NRM_NODE_LABEL "=%s", cfg->node_name), *label = nrm_kube_escape (sel);
+  cleanup_free char *value = nrm_node_label_value (cfg->node_name);
+  cleanup_free char *sel = xasprintf (NRM_NODE_LABEL "=%s", value), *label = nrm_kube_escape (sel);
   if (label == NULL)
     return nrm_error_set (err, ENOMEM, "libcurl cannot escape the label selector `%s`", sel);
   cleanup_free char *query = xasprintf ("labelSelector=%s", label);

@@ -20,6 +20,11 @@
 
 #define NRM_NODE_LABEL "nrm.io/node"
 
+/* The value of NRM_NODE_LABEL for the node: its name where that fits a
+ * label value (63 characters), else its first 46 characters, "-" and 16 hex
+ * digits of the name's SHA-256 (a node name may have 253). */
+char *nrm_node_label_value (const char *node);
+
 struct nrm_binder_config
 {
   struct nrm_kube *kube;

@@ -90,6 +90,15 @@ int nrm_numa_device_index (const struct nrm_topology *t, const char *name, bool 
 void nrm_device_numa_attribute (const struct nrm_topology *t, const struct nrm_publish_options *o, json_t *attrs,
                                 const size_t *nodes, size_t n_nodes);
 
+/* Maps the node-allocatable resource (KEP-5517, gate
+ * DRANodeAllocatableResources) onto the device dev: consuming the device's
+ * capacity capacity_key (or NULL), times multiplier (a quantity string, or
+ * NULL for 1). The multiplier is always written: the API server defaults it
+ * to "1", and a slice must read back as sent, or its publisher would rewrite
+ * it at every look. */
+void nrm_device_allocatable_mapping (json_t *dev, const char *resource, const char *capacity_key,
+                                     const char *multiplier);
+
 /* Splits the pools into ResourceSlices within the API limits and returns
  * them as one {"apiVersion":"v1","kind":"List","items":[...]} document. */
 int nrm_slices_build (const struct nrm_pool *pools, size_t n_pools, const struct nrm_publish_options *o, json_t **ret,

@@ -19,8 +19,9 @@
 #include "nrm/base/xalloc.h"
 
 #define SLICES_PATH "/apis/resource.k8s.io/v1/resourceslices"
-/* generateName: the API server appends 5 characters to at most 248. */
-#define GENERATE_PREFIX_MAX 248
+/* generateName: the API server cuts it to 58 characters and appends 5
+ * (its SimpleNameGenerator keeps generated names within 63). */
+#define GENERATE_PREFIX_MAX 58
 #define SUFFIX_LEN 5
 #define BACKOFF_MIN_MS 500
 #define BACKOFF_MAX_MS 60000
@@ -334,14 +335,17 @@ list_slices (struct nrm_publisher *p, nrm_error_t *err)
 
 /* --- reconciling ---------------------------------------------------------- */
 
+/* The slice's name and "-", cut as the server cuts it, so that in_slot()
+ * knows the names the server gives. The index and the driver lead the name:
+ * two slots never share a cut prefix. */
 static char *
 generate_prefix (json_t *desired)
 {
   const char *name = slice_name (desired);
-  size_t len = name ? strlen (name) : 0;
-  if (len > GENERATE_PREFIX_MAX - 1)
-    len = GENERATE_PREFIX_MAX - 1;
-  return xasprintf ("%.*s-", (int) len, name ? name : "");
+  char *prefix = xasprintf ("%s-", name ? name : "");
+  if (strlen (prefix) > GENERATE_PREFIX_MAX)
+    prefix[GENERATE_PREFIX_MAX] = '\0';
+  return prefix;
 }
 
 static bool

@@ -84,6 +84,21 @@ attribute_values (json_t *attrs, const char *skip)
 }
 
 void
+nrm_device_allocatable_mapping (json_t *dev, const char *resource, const char *capacity_key, const char *multiplier)
+{
+  json_t *maps = json_object_get (dev, "nodeAllocatableResourceMappings");
+  if (maps == NULL)
+    {
+      maps = json_object ();
+      json_object_set_new (dev, "nodeAllocatableResourceMappings", maps);
+    }
+  json_t *m = json_pack ("{s:s}", "allocationMultiplier", multiplier ? multiplier : "1");
+  if (capacity_key)
+    json_object_set_new (m, "capacityKey", json_string (capacity_key));
+  json_object_set_new (maps, resource, m);
+}
+
+void
 nrm_device_numa_attribute (const struct nrm_topology *t, const struct nrm_publish_options *o, json_t *attrs,
                            const size_t *nodes, size_t n_nodes)
 {

@@ -67,7 +67,10 @@ on_claim (void *ctx, const char *type, json_t *claim)
   const char *node = nrm_allocation_node (claim);
   json_t *meta = json_object_get (claim, "metadata");
   const char *have = json_string_value (json_object_get (json_object_get (meta, "labels"), NRM_NODE_LABEL));
-  if (node == NULL || (have && strcmp (have, node) == 0))
+  if (node == NULL)
+    return;
+  cleanup_free char *value = nrm_node_label_value (node);
+  if (have && strcmp (have, value) == 0)
     return;
   bool waits = false;
   size_t i;
@@ -89,7 +92,7 @@ on_claim (void *ctx, const char *type, json_t *claim)
     return;
   cleanup_free char *path = xasprintf ("/apis/resource.k8s.io/v1/namespaces/%s/resourceclaims/%s", ns, name);
   cleanup_json json_t *answer = NULL;
-  cleanup_json json_t *patch = json_pack ("{s:{s:{s:s}}}", "metadata", "labels", NRM_NODE_LABEL, node);
+  cleanup_json json_t *patch = json_pack ("{s:{s:{s:s}}}", "metadata", "labels", NRM_NODE_LABEL, value);
   nrm_error_t err = NULL;
   int code = nrm_kube_patch (l->kube, path, "application/merge-patch+json", patch, &answer, &err);
   if (code == 200)

@@ -10,6 +10,10 @@
  *                                                    stream for SECONDS, one "N DEVICE
  *                                                    HEALTH MESSAGE" line a device (N
  *                                                    counts the messages from 1)
+ *   dra-client register SOCKET                       the kubelet's registration over a
+ *                                                    plugins_registry socket: GetInfo,
+ *                                                    then NotifyRegistrationStatus(true);
+ *                                                    prints the driver's name
  *   dra-client cpus-disjoint LIST LIST               exit 0 when disjoint
  *   dra-client cpus-equal LIST LIST                  exit 0 when equal
  *   dra-client cpus-within LIST LIST                 exit 0 when the first is in the second
@@ -32,6 +36,7 @@
 
 #include "proto/dra_health_v1alpha1.pb-c.h"
 #include "proto/dra_v1.pb-c.h"
+#include "proto/pluginregistration.pb-c.h"
 #include "tests/plugin/kubelet.h"
 
 static int
@@ -162,6 +167,45 @@ health (const char *socket, int seconds)
   return n ? 0 : 1;
 }
 
+static int
+register_plugin (const char *socket)
+{
+  grpc_init ();
+  grpc_channel *ch = kc_connect (socket);
+  struct kc_reply rep = { 0 };
+  int rc = 1;
+  Pluginregistration__InfoRequest q = PLUGINREGISTRATION__INFO_REQUEST__INIT;
+  uint8_t buf[256];
+  size_t len = protobuf_c_message_pack (&q.base, buf);
+  if (kc_unary (ch, "/pluginregistration.Registration/GetInfo", buf, len, 10000, &rep) < 0
+      || rep.status != GRPC_STATUS_OK)
+    fprintf (stderr, "dra-client: GetInfo failed: %s\n", rep.details ? rep.details : "no answer");
+  else
+    {
+      Pluginregistration__PluginInfo *info = pluginregistration__plugin_info__unpack (NULL, rep.len, rep.data);
+      kc_reply_done (&rep);
+      Pluginregistration__RegistrationStatus st = PLUGINREGISTRATION__REGISTRATION_STATUS__INIT;
+      st.plugin_registered = true;
+      len = protobuf_c_message_pack (&st.base, buf);
+      if (info == NULL)
+        fprintf (stderr, "dra-client: GetInfo: bad reply\n");
+      else if (kc_unary (ch, "/pluginregistration.Registration/NotifyRegistrationStatus", buf, len, 10000, &rep) < 0
+               || rep.status != GRPC_STATUS_OK)
+        fprintf (stderr, "dra-client: NotifyRegistrationStatus failed: %s\n", rep.details ? rep.details : "no answer");
+      else
+        {
+          printf ("%s\n", info->name);
+          rc = 0;
+        }
+      if (info)
+        pluginregistration__plugin_info__free_unpacked (info, NULL);
+    }
+  kc_reply_done (&rep);
+  kc_close (ch);
+  grpc_shutdown ();
+  return rc;
+}
+
 int
 main (int argc, char **argv)
 {
@@ -169,6 +213,8 @@ main (int argc, char **argv)
     return lists (argv[1], argv[2], argv[3]);
   if (argc == 3 && strcmp (argv[1], "watch") == 0)
     return watch (argv[2]);
+  if (argc == 3 && strcmp (argv[1], "register") == 0)
+    return register_plugin (argv[2]);
   if (argc == 3 && strcmp (argv[1], "hugetlb-map") == 0)
     return hugetlb_map (argv[2]);
   if (argc == 4 && strcmp (argv[1], "health") == 0)
@@ -177,8 +223,8 @@ main (int argc, char **argv)
   bool unprep = argc == 4 && strcmp (argv[1], "unprepare") == 0;
   if (!prep && !unprep)
     {
-      fprintf (stderr, "usage: dra-client prepare SOCKET NS NAME UID | unprepare SOCKET UID | watch SOCKET | health "
-                       "SOCKET SECONDS | cpus-OP A B | hugetlb-map BYTES\n");
+      fprintf (stderr, "usage: dra-client prepare SOCKET NS NAME UID | unprepare SOCKET UID | register SOCKET | watch "
+                       "SOCKET | health SOCKET SECONDS | cpus-OP A B | hugetlb-map BYTES\n");
       return 2;
     }
   K8s__Io__Kubelet__Pkg__Apis__Dra__V1__Claim c = K8S__IO__KUBELET__PKG__APIS__DRA__V1__CLAIM__INIT;

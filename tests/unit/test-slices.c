@@ -14,6 +14,7 @@
 
 #include <cmocka.h>
 
+#include "driver/binding.h"
 #include "driver/devices.h"
 #include "driver/registry.h"
 #include "nrm/base/quantity.h"
@@ -136,6 +137,12 @@ check_numa_mode (const struct corpus_entry *c, bool reserve, bool gates)
     assert_true (json_is_true (json_object_get (dev, "allowMultipleAllocations")));
     assert_non_null (json_object_get (cap, "requestPolicy"));
     assert_int_equal (gates, json_object_get (dev, "nodeAllocatableResourceMappings") != NULL);
+    /* Sent as the API server stores it (it defaults the multiplier to 1). */
+    if (gates)
+      assert_string_equal (json_string_value (json_object_get (
+                               json_object_get (json_object_get (dev, "nodeAllocatableResourceMappings"), "cpu"),
+                               "allocationMultiplier")),
+                           "1");
   });
   for (size_t i = 0; i < t->n_pus; i++)
     want_cpus += t->pus[i].allowed && !t->pus[i].reserved;
@@ -700,6 +707,30 @@ test_long_near_list (void **state)
   nrm_topology_free (t);
 }
 
+/* A label value holds 63 characters, a node name 253. */
+static void
+test_node_label_value (void **state)
+{
+  (void) state;
+  cleanup_free char *short_name = nrm_node_label_value ("ip-10-0-123-45.eu-west-1.compute.internal");
+  assert_string_equal (short_name, "ip-10-0-123-45.eu-west-1.compute.internal");
+  char a[254], b[254];
+  memset (a, 'n', 253);
+  a[253] = '\0';
+  for (int i = 63; i < 253; i += 64)
+    a[i] = '.';
+  memcpy (b, a, sizeof (a));
+  b[200] = 'm';
+  cleanup_free char *va = nrm_node_label_value (a), *vb = nrm_node_label_value (b), *va2 = nrm_node_label_value (a);
+  assert_int_equal (strlen (va), 63);
+  assert_memory_equal (va, a, 46);
+  assert_int_equal (va[46], '-');
+  for (int i = 47; i < 63; i++)
+    assert_non_null (strchr ("0123456789abcdef", va[i]));
+  assert_string_equal (va, va2);
+  assert_string_not_equal (va, vb);
+}
+
 int
 main (void)
 {
@@ -710,6 +741,7 @@ main (void)
     { .name = "CPU devices fullest first", .test_func = test_order_by_room },
     { .name = "CPU devices by free L3 groups", .test_func = test_order_by_l3_room },
     { .name = "long KEP-6072 list within 48 values", .test_func = test_long_near_list },
+    { .name = "node label value within 63 characters", .test_func = test_node_label_value },
   };
   return corpus_run ("slices", per_machine, 1, others, sizeof (others) / sizeof (others[0]));
 }

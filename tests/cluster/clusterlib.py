@@ -1,0 +1,202 @@
+# SPDX-License-Identifier: Apache-2.0
+"""What the cluster tests share: the upstream binaries (build.sh), a real
+control plane on loopback (control-plane.sh), the test's own admin client,
+Nodes created Ready for recorded machines, nrm's objects applied with the
+real kubectl, and nrm's identity: a token of the DaemonSet's ServiceAccount
+bound to the DaemonSet's pod on the node, as the kubelet gives it."""
+
+import http.client
+import json
+import os
+import shutil
+import ssl
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SRCDIR = os.environ.get("NRM_SRCDIR", os.path.abspath(os.path.join(HERE, "..", "..")))
+NRM = os.environ.get("NRM", os.path.join(SRCDIR, "nrm", "nrm"))
+BUILDDIR = os.path.dirname(os.path.dirname(os.path.abspath(NRM)))
+# The kubelet's gRPC calls in this layer, which has no kubelet.
+DRA_CLIENT = os.path.join(BUILDDIR, "tests", "plugin", "dra-client")
+TOPOLOGIES = os.environ.get("NRM_TOPOLOGIES", os.path.join(SRCDIR, "tests", "topologies"))
+MANIFEST = os.path.join(SRCDIR, "deploy", "kubernetes", "nrm.yaml")
+NAMESPACE = "nrm-system"
+passed, failures = [0], []
+
+
+def skip(why):
+    print("SKIP: " + why)
+    sys.exit(77)
+
+
+def check(cond, what):
+    print(("ok   " if cond else "FAIL ") + what, flush=True)
+    if cond:
+        passed[0] += 1
+    else:
+        failures.append(what)
+    return cond
+
+
+def finish():
+    print("%d passed, %d failed" % (passed[0], len(failures)))
+    for f in failures:
+        print("failed: " + f)
+    sys.exit(1 if failures else 0)
+
+
+def wait_for(pred, timeout=60.0, step=0.2):
+    end = time.time() + timeout
+    while True:
+        v = pred()
+        if v or time.time() > end:
+            return v
+        time.sleep(step)
+
+
+def binaries(line=None):
+    """The folder of the upstream binaries of one release line (v1.36 unless
+    NRM_K8S_LINE says otherwise), built or reused by build.sh; a skip without
+    Go. NRM_K8S_BIN names a folder built already."""
+    if os.environ.get("NRM_K8S_BIN"):
+        return os.environ["NRM_K8S_BIN"]
+    line = line or os.environ.get("NRM_K8S_LINE", "v1.36")
+    if shutil.which("go") is None:
+        skip("Go is not installed: the cluster tests build kube-apiserver and the rest with it "
+             "(scripts/deps.sh --cluster installs it)")
+    p = subprocess.run([os.path.join(HERE, "build.sh"), line], stdout=subprocess.PIPE, text=True)
+    if p.returncode == 77:
+        skip("build.sh could not build the upstream binaries")
+    if p.returncode != 0:
+        raise SystemExit("FAIL tests/cluster/build.sh %s: exit %d" % (line, p.returncode))
+    return p.stdout.strip().splitlines()[-1]
+
+
+class Cluster:
+    """A control plane of its own: etcd, kube-apiserver, kube-scheduler,
+    kube-controller-manager, on free loopback ports, in DIR."""
+
+    def __init__(self, work, name, bindir, gates="", runtime_config=""):
+        self.dir = os.path.join(work, name)
+        self.bin = bindir
+        args = [os.path.join(HERE, "control-plane.sh"), "start", self.dir, bindir]
+        if gates:
+            args += ["--feature-gates", gates]
+        if runtime_config:
+            args += ["--runtime-config", runtime_config]
+        t0 = time.time()
+        subprocess.run(args, check=True, stdout=subprocess.DEVNULL)
+        self.env = {}
+        with open(os.path.join(self.dir, "env")) as fh:
+            for line in fh:
+                k, _, v = line.strip().partition("=")
+                self.env[k] = v
+        self.kubeconfig = self.env["KUBECONFIG"]
+        self.port = int(self.env["API_PORT"])
+        pki = os.path.join(self.dir, "pki")
+        self.ca = os.path.join(pki, "ca.crt")
+        self.ssl = ssl.create_default_context(cafile=self.ca)
+        self.ssl.load_cert_chain(os.path.join(pki, "admin.crt"), os.path.join(pki, "admin.key"))
+        print("# %s: control plane up in %.1f s (gates %s)" % (name, time.time() - t0, gates or "defaults"))
+
+    def stop(self):
+        subprocess.run([os.path.join(HERE, "control-plane.sh"), "stop", self.dir])
+
+    def kubectl(self, *args, stdin=None, check=True):
+        p = subprocess.run([os.path.join(self.bin, "kubectl"), "--kubeconfig", self.kubeconfig, *args],
+                           input=stdin, capture_output=True, text=True)
+        if check and p.returncode != 0:
+            raise RuntimeError("kubectl %s: %s" % (" ".join(args), p.stderr.strip()))
+        return p
+
+    def api(self, method, path, body=None, content_type="application/json"):
+        """One request as the test's admin: (status, decoded body)."""
+        c = http.client.HTTPSConnection("127.0.0.1", self.port, context=self.ssl, timeout=60)
+        data = json.dumps(body) if body is not None and not isinstance(body, str) else body
+        c.request(method, path, body=data, headers={"Content-Type": content_type} if data else {})
+        r = c.getresponse()
+        raw = r.read()
+        c.close()
+        try:
+            return r.status, json.loads(raw)
+        except ValueError:
+            return r.status, raw.decode(errors="replace")
+
+    def create_nodes(self, nodes):
+        """Nodes Ready with their capacity, created once: nodes is a list of
+        (name, cpus, memory_bytes). With no kubelet and no node-lifecycle
+        controller nothing writes them again."""
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        items = []
+        for name, cpus, mem in nodes:
+            res = {"cpu": str(cpus), "memory": str(mem), "pods": "110"}
+            items.append({
+                "apiVersion": "v1", "kind": "Node",
+                "metadata": {"name": name, "labels": {"kubernetes.io/os": "linux",
+                                                      "kubernetes.io/hostname": name[:63]}},
+                "status": {"capacity": res, "allocatable": res,
+                           "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
+                                           "message": "created by the test, no kubelet",
+                                           "lastHeartbeatTime": now, "lastTransitionTime": now}]}})
+        self.kubectl("create", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": items}))
+
+    def install_nrm(self):
+        """deploy/kubernetes/nrm.yaml, applied as docs/install.md says."""
+        self.kubectl("apply", "-f", MANIFEST)
+
+    def nrm_pod(self, node, timeout=120):
+        """The DaemonSet's pod on node, once the DaemonSet controller made it."""
+        def find():
+            s, pods = self.api("GET", "/api/v1/namespaces/%s/pods?fieldSelector=spec.nodeName%%3D%s"
+                               % (NAMESPACE, node))
+            for p in pods.get("items", []) if s == 200 else []:
+                if any(o.get("kind") == "DaemonSet" for o in p["metadata"].get("ownerReferences", [])):
+                    return p["metadata"]["name"]
+            return None
+        return wait_for(find, timeout, 0.5)
+
+    def nrm_kubeconfig(self, node, path, account="nrm", pod=None):
+        """A kubeconfig with a token of nrm's ServiceAccount bound to its pod
+        on node (the kubelet's projected token: the node's name and uid are
+        in it, which the associated-node rules of 1.36 read)."""
+        pod = pod or self.nrm_pod(node)
+        if not pod:
+            raise RuntimeError("no pod of the DaemonSet on node %s" % node)
+        s, pod_obj = self.api("GET", "/api/v1/namespaces/%s/pods/%s" % (NAMESPACE, pod))
+        s, tr = self.api("POST", "/api/v1/namespaces/%s/serviceaccounts/%s/token" % (NAMESPACE, account), {
+            "apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+            "spec": {"expirationSeconds": 7200,
+                     "boundObjectRef": {"apiVersion": "v1", "kind": "Pod", "name": pod,
+                                        "uid": pod_obj["metadata"]["uid"]}}})
+        if s != 201:
+            raise RuntimeError("token for %s: %s %s" % (node, s, tr))
+        token = os.path.join(os.path.dirname(path), os.path.basename(path) + ".token")
+        with open(token, "w") as fh:
+            fh.write(tr["status"]["token"])
+        os.chmod(token, 0o600)
+        with open(path, "w") as fh:
+            json.dump({"apiVersion": "v1", "kind": "Config",
+                       "clusters": [{"name": "c", "cluster": {"server": self.env["API_URL"],
+                                                              "certificate-authority": self.ca}}],
+                       "users": [{"name": "u", "user": {"tokenFile": token}}],
+                       "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
+                       "current-context": "c"}, fh)
+        return path
+
+    def audit(self):
+        """The audit log's events so far (level Metadata, json lines)."""
+        out = []
+        with open(os.path.join(self.dir, "audit.log")) as fh:
+            for line in fh:
+                try:
+                    out.append(json.loads(line))
+                except ValueError:
+                    pass
+        return out
+
+
+def workdir():
+    return tempfile.mkdtemp(prefix="nrm-cluster-")
