@@ -2,8 +2,11 @@
 # Installs the Debian 12 packages that nrm builds and tests with (podman: a
 # real CDI consumer in tests/vm/pci-plugin.sh; procps:
 # pkill, pgrep and ps in tests/cli/run.sh; strace: the trust check of
-# tests/k8s/test-api.py; a minimal Debian 12 lacks both; python3-yaml: the
-# Helm chart's renderer, tests/helm/render.py).
+# tests/k8s/test-api.py; a minimal Debian 12 lacks both; python3-yaml:
+# tests/helm/chart.sh reads the chart's rendering; curl: the health checks of
+# tests/cluster/control-plane.sh). The cluster tests also need Go 1.26,
+# which Debian 12 does not package: they build kube-apiserver and the rest
+# from the Go module proxy, and skip without it.
 #   --image: also debootstrap, for scripts/image.sh and tests/image/smoke.sh
 #   (the container image; CI uses it).
 set -eu
@@ -12,7 +15,7 @@ PKGS="build-essential autoconf automake pkg-config
  libprotobuf-c-dev protobuf-c-compiler libgrpc-dev
  libcurl4-openssl-dev libssl-dev libjansson-dev libyaml-dev libmicrohttpd-dev libcmocka-dev
  openssl python3 python3-yaml help2man clang clang-format
- procps strace
+ procps strace curl
  valgrind
  qemu-system-x86 busybox-static cpio runc podman"
 if [ "${1:-}" = --image ]; then PKGS="$PKGS debootstrap"; fi

@@ -1,12 +1,18 @@
 #!/bin/sh
 # Writes deploy/kubernetes/nrm.yaml (or the file given) from the Helm chart
-# deploy/helm/nrm: its default values, the namespace nrm-system, and the
-# Namespace object (namespace.create=true), which helm --create-namespace
-# makes otherwise. `make manifest` runs it; tests/helm/chart.sh checks that
-# the committed manifest is what it writes.
+# deploy/helm/nrm with helm template: its default values, the namespace
+# nrm-system, and the Namespace object (namespace.create=true), which helm
+# --create-namespace makes otherwise. `make manifest` runs it;
+# tests/helm/chart.sh checks that the committed manifest is what it writes.
+# helm: $HELM, else helm on the PATH, else the one tests/cluster/build.sh
+# builds from the Go module proxy (Debian 12 packages none).
 #   scripts/manifest.sh [OUT]
 set -eu
 top=$(cd "$(dirname "$0")/.." && pwd)
+helm=${HELM:-$(command -v helm || true)}
+if [ -z "$helm" ]; then
+  helm=$("$top/tests/cluster/build.sh" v1.36)/helm || { echo "manifest.sh: no helm, and none could be built" >&2; exit 1; }
+fi
 out=${1:-$top/deploy/kubernetes/nrm.yaml}
 tmp="$out.tmp.$$"
 trap 'rm -f "$tmp"' EXIT
@@ -34,7 +40,8 @@ trap 'rm -f "$tmp"' EXIT
 # ClusterRoleBindings, the controller's Role and RoleBinding, ConfigMap (node
 # settings), DaemonSet, the controller's Deployment, DeviceClasses.
 HEADER
-  python3 "$top/tests/helm/render.py" "$top/deploy/helm/nrm" --namespace nrm-system --set namespace.create=true
+  "$helm" template nrm "$top/deploy/helm/nrm" --namespace nrm-system --set namespace.create=true \
+    --kube-version 1.36.0
 } >"$tmp"
 mv -f "$tmp" "$out"
 trap - EXIT
