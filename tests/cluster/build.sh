@@ -7,7 +7,8 @@
 #
 #   build.sh [--node] v1.36|v1.37
 #
-# NRM_K8S_CACHE: the cache (default /var/cache/nrm-k8s). Exit 77 without Go.
+# NRM_K8S_CACHE: the cache (default /var/cache/nrm-k8s, or ~/.cache/nrm-k8s
+# where that cannot be written). Exit 77 without Go.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 node=0
@@ -16,6 +17,9 @@ line=${1:?usage: build.sh [--node] v1.36|v1.37}
 [ -f "$here/$line/go.mod" ] || { echo "build.sh: no wrapper module $here/$line" >&2; exit 2; }
 command -v go >/dev/null || { echo "build.sh: go is not installed (Go 1.26 builds the upstream binaries)" >&2; exit 77; }
 cache=${NRM_K8S_CACHE:-/var/cache/nrm-k8s}
+if [ -z "${NRM_K8S_CACHE:-}" ] && { ! mkdir -p "$cache" 2>/dev/null || [ ! -w "$cache" ]; }; then
+  cache=${XDG_CACHE_HOME:-$HOME/.cache}/nrm-k8s
+fi
 
 # The version a wrapper requires, from its go.mod: a bump is an edit there.
 required () { awk -v m="$2" '$1 == "require" && $2 == m { print $3 } $1 == m && $2 ~ /^v/ { print $2 }' "$here/$1/go.mod" | head -n 1; }

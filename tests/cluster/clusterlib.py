@@ -6,14 +6,19 @@ real kubectl, and nrm's identity: a token of the DaemonSet's ServiceAccount
 bound to the DaemonSet's pod on the node, as the kubelet gives it."""
 
 import http.client
+import itertools
 import json
 import os
+import re
+import signal
 import shutil
 import ssl
 import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
+import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SRCDIR = os.environ.get("NRM_SRCDIR", os.path.abspath(os.path.join(HERE, "..", "..")))
@@ -28,8 +33,10 @@ passed, failures = [0], []
 
 
 def skip(why):
+    """Exit 77, or 1 where NRM_REQUIRE_CLUSTER is set (.ci/run): there a
+    cluster test that cannot run is a failure."""
     print("SKIP: " + why)
-    sys.exit(77)
+    sys.exit(1 if os.environ.get("NRM_REQUIRE_CLUSTER") else 77)
 
 
 def check(cond, what):
@@ -127,12 +134,12 @@ class Cluster:
 
     def create_nodes(self, nodes):
         """Nodes Ready with their capacity, created once: nodes is a list of
-        (name, cpus, memory_bytes). With no kubelet and no node-lifecycle
-        controller nothing writes them again."""
+        (name, cpus, memory_bytes[, {other resource: quantity}]). With no
+        kubelet and no node-lifecycle controller nothing writes them again."""
         now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         items = []
-        for name, cpus, mem in nodes:
-            res = {"cpu": str(cpus), "memory": str(mem), "pods": "110"}
+        for name, cpus, mem, *more in nodes:
+            res = {"cpu": str(cpus), "memory": str(mem), "pods": "110", **(more[0] if more else {})}
             items.append({
                 "apiVersion": "v1", "kind": "Node",
                 "metadata": {"name": name, "labels": {"kubernetes.io/os": "linux",
@@ -142,10 +149,27 @@ class Cluster:
                                            "message": "created by the test, no kubelet",
                                            "lastHeartbeatTime": now, "lastTransitionTime": now}]}})
         self.kubectl("create", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": items}))
+        # The TaintNodesByCondition admission plugin gives a new Node the
+        # not-ready taint, which the node-lifecycle controller (left out)
+        # would take off once it reads the Ready condition.
+        for name, *_ in nodes:
+            s, body = self.api("PATCH", "/api/v1/nodes/" + name, {"spec": {"taints": None}},
+                               content_type="application/merge-patch+json")
+            if s != 200:
+                raise RuntimeError("Node %s: taints: %s %s" % (name, s, body))
 
     def install_nrm(self):
         """deploy/kubernetes/nrm.yaml, applied as docs/install.md says."""
         self.kubectl("apply", "-f", MANIFEST)
+
+    def install_nrm_helm(self):
+        """The chart, installed with the real helm as docs/install.md says."""
+        chart = os.path.join(SRCDIR, "deploy", "helm", "nrm")
+        p = subprocess.run([os.path.join(self.bin, "helm"), "install", "nrm", chart, "--kubeconfig", self.kubeconfig,
+                            "--namespace", NAMESPACE, "--create-namespace"], capture_output=True, text=True)
+        if p.returncode != 0:
+            raise RuntimeError("helm install: %s" % p.stderr.strip())
+        return p.stdout
 
     def nrm_pod(self, node, timeout=120):
         """The DaemonSet's pod on node, once the DaemonSet controller made it."""
@@ -196,6 +220,119 @@ class Cluster:
                 except ValueError:
                     pass
         return out
+
+
+_serial = itertools.count()
+
+
+class NrmPlugin:
+    """One nrm plugin process for one Node, as the DaemonSet's pod runs it:
+    its identity is a token bound to that pod; settings are nrm's flags (a
+    recorded machine, a CPU mode, ...), the same for `nrm slices`."""
+
+    def __init__(self, cluster, node, work, settings):
+        self.cluster, self.node, self.extra = cluster, node, list(settings)
+        # Short: the kubelet directory's socket paths must fit 107 characters.
+        self.dir = os.path.join(work, "p%d" % next(_serial))
+        self.proc = None
+        self.port = None
+
+    def settings(self):
+        return ["--node-name", self.node] + self.extra
+
+    def sent(self):
+        """What nrm publishes with these settings: `nrm slices`."""
+        if not hasattr(self, "_sent"):
+            p = subprocess.run([NRM, "slices"] + self.settings(), capture_output=True, text=True, check=True)
+            self._sent = json.loads(p.stdout)["items"]
+        return self._sent
+
+    def drivers(self):
+        return sorted({s["spec"]["driver"] for s in self.sent()})
+
+    def start(self, *more):
+        os.makedirs(self.dir, exist_ok=True)
+        kc = self.cluster.nrm_kubeconfig(self.node, os.path.join(self.dir, "kubeconfig"))
+        self.log = os.path.join(self.dir, "plugin.log")
+        self.proc = subprocess.Popen(
+            [NRM, "plugin"] + self.settings() + [
+                "--kubeconfig", kc, "--kubelet-dir", os.path.join(self.dir, "kubelet"),
+                "--cdi-dir", self.cdi_dir(), "--state-dir", os.path.join(self.dir, "state"),
+                "--create-state-dir", "--reconcile-interval", "0", "--http-address", "127.0.0.1:0",
+                "--log-level", "debug"] + list(more),
+            stdout=open(self.log, "w"), stderr=subprocess.STDOUT)
+
+    def cdi_dir(self):
+        return os.path.join(self.dir, "cdi")
+
+    def socket(self, driver):
+        return os.path.join(self.dir, "kubelet", "plugins", driver, "dra.sock")
+
+    def register(self):
+        """Each driver registered as the kubelet would: the plugin is Ready
+        only then, and /readyz says what else is wrong."""
+        reg = os.path.join(self.dir, "kubelet", "plugins_registry")
+        socks = [os.path.join(reg, d + "-reg.sock") for d in self.drivers()]
+        if not wait_for(lambda: all(os.path.exists(s) for s in socks), 30):
+            return False
+        return all(subprocess.run([DRA_CLIENT, "register", s], capture_output=True).returncode == 0 for s in socks)
+
+    def text(self):
+        with open(self.log) as fh:
+            return fh.read()
+
+    def http(self, path):
+        if self.port is None:
+            m = re.search(r"/metrics on port (\d+)", self.text())
+            if not m:
+                return None, ""
+            self.port = int(m.group(1))
+        try:
+            with urllib.request.urlopen("http://127.0.0.1:%d%s" % (self.port, path), timeout=5) as r:
+                return r.status, r.read().decode()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read().decode()
+        except OSError:
+            return None, ""
+
+    def metric(self, name, driver):
+        _, body = self.http("/metrics")
+        m = re.search(r'^%s\{driver="%s"\} (\S+)$' % (name, re.escape(driver)), body, re.M)
+        return float(m.group(1)) if m else None
+
+    def settled(self):
+        """Every driver has published once: in sync, or said why not."""
+        t = self.text()
+        return all(re.search(r"(info +%s: ResourceSlices of \S+ pool \S+ (are in sync|published without)"
+                             r"|error +%s: )" % (re.escape(d), re.escape(d)), t) for d in self.drivers())
+
+    def read_back(self):
+        s, lst = self.cluster.api("GET", "/apis/resource.k8s.io/v1/resourceslices?fieldSelector=spec.nodeName%3D"
+                                  + self.node)
+        return sorted(lst["items"], key=lambda x: x["metadata"]["name"]) if s == 200 else None
+
+    def prepare(self, driver, claim):
+        """NodePrepareResources for one claim, as the kubelet calls it: the
+        CDI ids, or the error."""
+        m = claim["metadata"]
+        p = subprocess.run([DRA_CLIENT, "prepare", self.socket(driver), m["namespace"], m["name"], m["uid"]],
+                           capture_output=True, text=True)
+        return p.returncode == 0, (p.stdout if p.returncode == 0 else p.stderr).strip()
+
+    def unprepare(self, driver, claim):
+        p = subprocess.run([DRA_CLIENT, "unprepare", self.socket(driver), claim["metadata"]["uid"]],
+                           capture_output=True, text=True)
+        return p.returncode == 0
+
+    def stop(self):
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        return self.proc.returncode if self.proc else None
 
 
 def workdir():

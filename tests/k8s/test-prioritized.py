@@ -483,11 +483,11 @@ for topo in [T_HP, T24, os.path.join(TOPOLOGIES, "fakeheteromemtiers.xml")]:
         ps = d.attributes[d.driver].get("pageSize")
         if d.driver == MEM and d.attributes[MEM]["hugeTLB"]:
             canon = Quantity(ps).v == Quantity(d.raw["capacity"]["hugepages"]["requestPolicy"]["default"]).v and ps
-            want = {"hugepages-" + canon: {"capacityKey": "hugepages"}} if canon else None
+            want = {"hugepages-" + canon: {"capacityKey": "hugepages", "allocationMultiplier": "1"}} if canon else None
         elif d.driver == MEM:
-            want = {"memory": {"capacityKey": "memory"}}
+            want = {"memory": {"capacityKey": "memory", "allocationMultiplier": "1"}}
         else:
-            want = {"cpu": {"capacityKey": "cpus"}}
+            want = {"cpu": {"capacityKey": "cpus", "allocationMultiplier": "1"}}
         if m != want or not re.fullmatch(r"(cpu|memory|hugepages-\d+[KMG]i)", list(m)[0]):
             bad.append("%s %s: %s" % (os.path.basename(topo), d.name, m))
 check(not bad, "with DRANodeAllocatableResources, memory devices map memory, huge-page devices hugepages-<size> "
