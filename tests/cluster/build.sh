@@ -28,6 +28,10 @@ ever=$(required etcd go.etcd.io/etcd/server/v3)
 hver=$(required helm helm.sh/helm/v4)
 out=$cache/kubernetes-$kver
 mkdir -p "$cache"
+# One build at a time: the tests of make -j ask together, the later ones
+# wait and reuse what the first built.
+exec 9>"$cache/.lock"
+flock 9
 
 # go build -ldflags $flags from the wrapper module $mod into $dir, once. The
 # binaries land in a temporary folder renamed when all are built, so a stopped
