@@ -36,6 +36,11 @@ struct nrm_publish_options
   /* API server feature gates the output may rely on (alpha in 1.36, off by default). */
   bool list_attributes;  /* DRAListTypeAttributes */
   bool node_allocatable; /* DRANodeAllocatableResources (KEP-5517) */
+  /* The API server's minor version (36 for 1.36, the default): a field
+   * whose shape changed between releases is written as that server reads
+   * it. 1.37 replaced nodeAllocatableResourceMappings with
+   * nodeAllocatableResources. */
+  unsigned api_minor;
   /* cpu.partition: exclusive claims' containers made cpuset partitions
    * (enum nrm_partition_mode of cpuset/partition.h; 0 off). */
   unsigned cpu_partition;
@@ -92,12 +97,16 @@ void nrm_device_numa_attribute (const struct nrm_topology *t, const struct nrm_p
 
 /* Maps the node-allocatable resource (KEP-5517, gate
  * DRANodeAllocatableResources) onto the device dev: consuming the device's
- * capacity capacity_key (or NULL), times multiplier (a quantity string, or
- * NULL for 1). The multiplier is always written: the API server defaults it
- * to "1", and a slice must read back as sent, or its publisher would rewrite
- * it at every look. */
-void nrm_device_allocatable_mapping (json_t *dev, const char *resource, const char *capacity_key,
-                                     const char *multiplier);
+ * capacity capacity_key times multiplier, or with capacity_key NULL,
+ * multiplier per device allocated (a quantity string, or NULL for 1), in the
+ * form of o->api_minor: 1.36's nodeAllocatableResourceMappings
+ * (capacityKey, allocationMultiplier), 1.37's nodeAllocatableResources
+ * (mapping: capacityKey and capacityMultiplier, or deviceMultiplier). The
+ * multiplier is always written: 1.36 defaults it to "1", 1.37 requires it
+ * beside a capacityKey, and a slice must read back as sent, or its
+ * publisher would rewrite it at every look. */
+void nrm_device_allocatable_mapping (const struct nrm_publish_options *o, json_t *dev, const char *resource,
+                                     const char *capacity_key, const char *multiplier);
 
 /* Splits the pools into ResourceSlices within the API limits and returns
  * them as one {"apiVersion":"v1","kind":"List","items":[...]} document. */

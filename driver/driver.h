@@ -18,7 +18,7 @@
 #include "nrm/base/log.h"
 #include "topology/topology.h"
 
-#define NRM_DRIVER_ABI 2
+#define NRM_DRIVER_ABI 3
 #define NRM_DRIVER_SYMBOL "nrm_driver_component"
 
 /* What the framework hands every driver; borrowed, valid until free(). */

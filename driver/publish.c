@@ -174,6 +174,7 @@ gate_of (const char *key, json_t *value, const char *parent)
     { "allowMultipleAllocations", "DRAConsumableCapacity" },
     { "requestPolicy", "DRAConsumableCapacity" },
     { "nodeAllocatableResourceMappings", "DRANodeAllocatableResources" },
+    { "nodeAllocatableResources", "DRANodeAllocatableResources" },
   };
   for (size_t i = 0; i < sizeof (gates) / sizeof (gates[0]); i++)
     if (strcmp (key, gates[i].key) == 0)

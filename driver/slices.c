@@ -21,6 +21,7 @@ nrm_publish_options_init (struct nrm_publish_options *o)
   memset (o, 0, sizeof (*o));
   o->cpu_mode = NRM_CPU_MODE_NUMA;
   o->memory_granularity = 1024 * 1024;
+  o->api_minor = 36;
 }
 
 void
@@ -84,18 +85,23 @@ attribute_values (json_t *attrs, const char *skip)
 }
 
 void
-nrm_device_allocatable_mapping (json_t *dev, const char *resource, const char *capacity_key, const char *multiplier)
+nrm_device_allocatable_mapping (const struct nrm_publish_options *o, json_t *dev, const char *resource,
+                                const char *capacity_key, const char *multiplier)
 {
-  json_t *maps = json_object_get (dev, "nodeAllocatableResourceMappings");
+  bool v137 = o->api_minor >= 37;
+  const char *field = v137 ? "nodeAllocatableResources" : "nodeAllocatableResourceMappings";
+  json_t *maps = json_object_get (dev, field);
   if (maps == NULL)
     {
       maps = json_object ();
-      json_object_set_new (dev, "nodeAllocatableResourceMappings", maps);
+      json_object_set_new (dev, field, maps);
     }
-  json_t *m = json_pack ("{s:s}", "allocationMultiplier", multiplier ? multiplier : "1");
+  const char *by = capacity_key ? (v137 ? "capacityMultiplier" : "allocationMultiplier")
+                                : (v137 ? "deviceMultiplier" : "allocationMultiplier");
+  json_t *m = json_pack ("{s:s}", by, multiplier ? multiplier : "1");
   if (capacity_key)
     json_object_set_new (m, "capacityKey", json_string (capacity_key));
-  json_object_set_new (maps, resource, m);
+  json_object_set_new (maps, resource, v137 ? json_pack ("{s:o}", "mapping", m) : m);
 }
 
 void

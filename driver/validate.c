@@ -248,6 +248,7 @@ check_device (json_t *dev, json_t *pool, nrm_error_t *err)
                                       "bindingFailureConditions",
                                       "allowMultipleAllocations",
                                       "nodeAllocatableResourceMappings",
+                                      "nodeAllocatableResources",
                                       NULL };
   const char *bad = NULL, *key;
   json_t *v, *attrs = json_object_get (dev, "attributes"), *caps = json_object_get (dev, "capacity");
@@ -365,6 +366,37 @@ check_device (json_t *dev, json_t *pool, nrm_error_t *err)
     if (json_object_get (v, "allocationMultiplier")
         && quantity (json_object_get (v, "allocationMultiplier"), what, &q, err) < 0)
       return -1;
+  }
+  /* 1.37's form: {<resource>: {mapping: {capacityKey, capacityMultiplier} or
+   * {deviceMultiplier}}}, as its API server validates it. */
+  json_object_foreach (json_object_get (dev, "nodeAllocatableResources"), key, v)
+  {
+    static const char *const rkeys[] = { "mapping", "overhead", NULL };
+    static const char *const mkeys[] = { "capacityKey", "capacityMultiplier", "deviceMultiplier", NULL };
+    static const char *const qkeys[] = { "capacityMultiplier", "deviceMultiplier" };
+    nrm_quantity_t q;
+    char what[160];
+    json_t *m = json_object_get (v, "mapping");
+    if (!node_resource_ok (key))
+      FAIL ("device `%s`: `%s` is not a node-allocatable resource", name, key);
+    if (!json_is_object (v) || !only_keys (v, rkeys, &bad) || (m && !only_keys (m, mkeys, &bad)))
+      FAIL ("device `%s`: node-allocatable resource `%s` has unknown field `%s`", name, key, bad ? bad : "?");
+    if (m == NULL && json_object_get (v, "overhead") == NULL)
+      FAIL ("device `%s`: node-allocatable resource `%s` needs a mapping or an overhead", name, key);
+    const char *ck = json_string_value (json_object_get (m, "capacityKey"));
+    bool has_ck = json_object_get (m, "capacityKey") != NULL;
+    if (has_ck && (ck == NULL || json_object_get (caps, ck) == NULL))
+      FAIL ("device `%s`: mapping `%s` names capacity `%s`, which the device does not have", name, key, ck ? ck : "?");
+    if (has_ck != (json_object_get (m, "capacityMultiplier") != NULL))
+      FAIL ("device `%s`: mapping `%s`: capacityKey and capacityMultiplier go together", name, key);
+    if (has_ck && json_object_get (m, "deviceMultiplier"))
+      FAIL ("device `%s`: mapping `%s`: deviceMultiplier excludes capacityKey", name, key);
+    for (size_t i = 0; i < sizeof (qkeys) / sizeof (qkeys[0]); i++)
+      {
+        snprintf (what, sizeof (what), "device `%s`: mapping `%s` %s", name, key, qkeys[i]);
+        if (json_object_get (m, qkeys[i]) && quantity (json_object_get (m, qkeys[i]), what, &q, err) < 0)
+          return -1;
+      }
   }
   return 0;
 }

@@ -191,6 +191,21 @@ set_gate (struct nrm_config *c, const char *name, bool value, nrm_error_t *err)
 }
 
 int
+nrm_config_set_kubernetes_version (struct nrm_config *c, const char *version, nrm_error_t *err)
+{
+  unsigned minor = 0;
+  int end = 0;
+  if (sscanf (version, "1.%u%n", &minor, &end) != 1 || version[end] != '\0' || minor < 36 || minor > 99)
+    return nrm_error_set (err, EINVAL,
+                          "Kubernetes version `%s`: give the API server's release, 1.36 or later, as "
+                          "`1.<minor>`",
+                          version);
+  c->publish.api_minor = minor;
+  c->api_minor_set = true;
+  return 0;
+}
+
+int
 nrm_config_set_feature_gates (struct nrm_config *c, const char *spec, nrm_error_t *err)
 {
   cleanup_free char *copy = xstrdup (spec);
@@ -598,6 +613,12 @@ load_key (struct nrm_config *c, const char *key, json_t *v, nrm_error_t *err)
         if (!json_is_integer (v) || json_integer_value (v) < 0 || json_integer_value (v) > 86400)
           return nrm_error_set (err, EINVAL, "key `reconcileIntervalSeconds` must be an integer from 0 to 86400");
         c->reconcile_interval = (long) json_integer_value (v);
+      }
+    else if (strcmp (key, "kubernetesVersion") == 0)
+      {
+        WANT (v, json_is_string, key, "a string");
+        if (nrm_config_set_kubernetes_version (c, json_string_value (v), err) < 0)
+          return nrm_error_wrap (err, "key `kubernetesVersion`");
       }
     else if (strcmp (key, "featureGates") == 0)
       {

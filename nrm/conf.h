@@ -42,6 +42,7 @@ struct nrm_config
   bool device_metadata;  /* KEP-5304 metadata files in containers */
   bool create_state_dir; /* create a missing state_dir other than the default */
   bool allow_no_cpuset;  /* serve where cgroup v2 has no cpuset controller */
+  bool api_minor_set;    /* publish.api_minor given (else the plugin asks the API server) */
   double api_qps;        /* client-side rate limit (5 requests/s) */
   long api_burst;        /* (10) */
   char *http_address;    /* ADDR:PORT of /healthz and /metrics, or NULL */
@@ -75,6 +76,9 @@ int nrm_config_add_reserved_memory (struct nrm_config *c, const char *spec, nrm_
 void nrm_config_clear_reserved_memory (struct nrm_config *c);
 /* "DRAListTypeAttributes=true,DRANodeAllocatableResources=false" */
 int nrm_config_set_feature_gates (struct nrm_config *c, const char *spec, nrm_error_t *err);
+/* "1.37": the API server's release, whose field shapes the slices take
+ * (publish.api_minor). */
+int nrm_config_set_kubernetes_version (struct nrm_config *c, const char *version, nrm_error_t *err);
 int nrm_config_set_cpu_mode (struct nrm_config *c, const char *mode, nrm_error_t *err);
 /* "full-pcpus-only,distribute-cpus-across-numa": replaces the options. */
 int nrm_config_set_cpu_options (struct nrm_config *c, const char *list, nrm_error_t *err);

@@ -95,6 +95,8 @@ static const char usage_text[]
       "                             lies on one NUMA node)\n"
       "      --feature-gates LIST   API server gates the slices may use, e.g.\n"
       "                             DRAListTypeAttributes=true,DRANodeAllocatableResources=true\n"
+      "      --kubernetes-version V the API server's release, e.g. 1.37, whose field shapes\n"
+      "                             the slices take (1.36; plugin: asked of the API server)\n"
       "      --fsroot DIR           prefix of /sys for the files nrm reads itself ($NRM_FSROOT)\n"
       "  -h, --help                 show this help\n"
       "\n"
@@ -199,6 +201,7 @@ enum
   OPT_CPU_MODE,
   OPT_CPU_OPTIONS,
   OPT_FEATURE_GATES,
+  OPT_KUBERNETES_VERSION,
   OPT_FSROOT,
   OPT_JSON,
   OPT_HARDWARE,
@@ -273,6 +276,7 @@ static const struct cli_option cli_options[] = {
   { "cpu-mode", required_argument, OPT_CPU_MODE, CMD_ALL },
   { "cpu-options", required_argument, OPT_CPU_OPTIONS, CMD_ALL },
   { "feature-gates", required_argument, OPT_FEATURE_GATES, CMD_ALL },
+  { "kubernetes-version", required_argument, OPT_KUBERNETES_VERSION, CMD_ALL },
   { "fsroot", required_argument, OPT_FSROOT, CMD_ALL },
   { "json", no_argument, OPT_JSON, CMD_TOPOLOGY | CMD_STATUS | CMD_RUN },
   { "hardware", no_argument, OPT_HARDWARE, CMD_TOPOLOGY },
@@ -503,6 +507,9 @@ parse_options (struct cli *cli, const char *cmd, int argc, char **argv, nrm_erro
           break;
         case OPT_FEATURE_GATES:
           r = nrm_config_set_feature_gates (&cli->cfg, optarg, err);
+          break;
+        case OPT_KUBERNETES_VERSION:
+          r = nrm_config_set_kubernetes_version (&cli->cfg, optarg, err);
           break;
         case OPT_FSROOT:
           r = nrm_config_set_string (&cli->cfg.fsroot, optarg, err);
@@ -1154,6 +1161,33 @@ publisher_log (void *ctx, enum nrm_log_level level, const char *fmt, ...)
 
 /* The first nodes[] entry that matches this node overrides the top level:
  * by name, or by the Node object's labels, read once at start. */
+/* The node-allocatable mappings changed shape in 1.37: without
+ * --kubernetes-version, the plugin writes them as the API server's release
+ * reads them (GET /version, which every authenticated client may read). */
+static void
+ask_api_minor (struct nrm_config *c, struct nrm_kube *kube)
+{
+  if (kube == NULL || c->api_minor_set || !c->publish.node_allocatable)
+    return;
+  cleanup_json json_t *v = NULL;
+  nrm_error_t err = NULL;
+  int code = nrm_kube_call (kube, "GET", "/version", NULL, &v, &err);
+  const char *minor = json_string_value (json_object_get (v, "minor"));
+  unsigned m = minor ? (unsigned) strtoul (minor, NULL, 10) : 0; /* "37", or "37+" from some vendors */
+  if (code == 200 && m >= 36)
+    {
+      c->publish.api_minor = m;
+      nrm_log (NULL, NRM_LOG_INFO, "Kubernetes API server %s: node-allocatable mappings as 1.%u reads them",
+               json_string_value (json_object_get (v, "gitVersion")) ?: "?", m);
+    }
+  else
+    nrm_log (NULL, NRM_LOG_WARNING,
+             "Kubernetes API server version unknown (%s): node-allocatable mappings as 1.%u reads them; "
+             "give --kubernetes-version",
+             code < 0 ? nrm_error_msg (err) : nrm_kube_status_message (v, code), c->publish.api_minor);
+  nrm_error_release (&err);
+}
+
 static int
 resolve_node_settings (struct nrm_config *c, struct nrm_kube *kube, nrm_error_t *err)
 {
@@ -1582,6 +1616,7 @@ cmd_plugin (struct cli *cli, nrm_error_t *err)
     }
   if (resolve_node_settings (c, kube, err) < 0 || check_kubelet_managers (c, err) < 0)
     goto out;
+  ask_api_minor (c, kube);
   /* Every setting is checked before the first socket or file is made. */
   if (c->http_address && nrm_http_bind (c->http_address, &http_fd, err) < 0)
     {

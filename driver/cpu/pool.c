@@ -170,7 +170,7 @@ consumable_device (const struct nrm_topology *t, const struct nrm_publish_option
   json_t *dev = json_pack ("{s:s, s:o, s:{s:{s:o, s:o}}, s:b}", "name", name, "attributes", attrs, "capacity", "cpus",
                            "value", cpu_count (st.cpus), "requestPolicy", policy, "allowMultipleAllocations", 1);
   if (o->node_allocatable)
-    nrm_device_allocatable_mapping (dev, "cpu", "cpus", NULL);
+    nrm_device_allocatable_mapping (o, dev, "cpu", "cpus", NULL);
   json_array_append_new (devices, dev);
 }
 
@@ -255,7 +255,7 @@ partitioned_device (const struct nrm_topology *t, const size_t *nodes, size_t n_
   if (o->node_allocatable)
     {
       json_t *count = cpu_count (cpus);
-      nrm_device_allocatable_mapping (dev, "cpu", NULL, json_string_value (count));
+      nrm_device_allocatable_mapping (o, dev, "cpu", NULL, json_string_value (count));
       json_decref (count);
     }
   return dev;

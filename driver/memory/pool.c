@@ -139,7 +139,7 @@ nrm_memory_pool_online (const struct nrm_topology *t, const struct nrm_publish_o
       json_t *dev = json_pack ("{s:s, s:o, s:{s:o}, s:b}", "name", name, "attributes", attrs, "capacity", "memory", cap,
                                "allowMultipleAllocations", 1);
       if (o->node_allocatable)
-        nrm_device_allocatable_mapping (dev, "memory", "memory", NULL);
+        nrm_device_allocatable_mapping (o, dev, "memory", "memory", NULL);
       json_array_append_new (p.devices, dev);
     }
 
@@ -185,7 +185,7 @@ nrm_memory_pool_online (const struct nrm_topology *t, const struct nrm_publish_o
           json_t *dev = json_pack ("{s:s, s:o, s:{s:o}, s:b}", "name", name, "attributes", attrs, "capacity",
                                    "hugepages", cap, "allowMultipleAllocations", 1);
           if (o->node_allocatable)
-            nrm_device_allocatable_mapping (dev, resource, "hugepages", NULL);
+            nrm_device_allocatable_mapping (o, dev, resource, "hugepages", NULL);
           if (room > 0)
             {
               /* The pod binds once the pool holds its pages (bind()). */

@@ -107,7 +107,11 @@ class Cluster:
         self.ca = os.path.join(pki, "ca.crt")
         self.ssl = ssl.create_default_context(cafile=self.ca)
         self.ssl.load_cert_chain(os.path.join(pki, "admin.crt"), os.path.join(pki, "admin.key"))
-        print("# %s: control plane up in %.1f s (gates %s)" % (name, time.time() - t0, gates or "defaults"))
+        _, v = self.api("GET", "/version")
+        self.version = v["gitVersion"]
+        self.minor = int(re.match(r"\d+", v["minor"]).group(0))
+        print("# %s: %s control plane up in %.1f s (gates %s)" % (name, self.version, time.time() - t0,
+                                                                  gates or "defaults"))
 
     def stop(self):
         subprocess.run([os.path.join(HERE, "control-plane.sh"), "stop", self.dir])
@@ -132,10 +136,13 @@ class Cluster:
         except ValueError:
             return r.status, raw.decode(errors="replace")
 
-    def create_nodes(self, nodes):
+    def create_nodes(self, nodes, declared_features=()):
         """Nodes Ready with their capacity, created once: nodes is a list of
         (name, cpus, memory_bytes[, {other resource: quantity}]). With no
-        kubelet and no node-lifecycle controller nothing writes them again."""
+        kubelet and no node-lifecycle controller nothing writes them again.
+        declared_features: what a kubelet with those gates on declares in
+        status.declaredFeatures (1.37 refuses node-allocatable mappings on a
+        Node that does not declare DRANodeAllocatableResources)."""
         now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         items = []
         for name, cpus, mem, *more in nodes:
@@ -144,7 +151,7 @@ class Cluster:
                 "apiVersion": "v1", "kind": "Node",
                 "metadata": {"name": name, "labels": {"kubernetes.io/os": "linux",
                                                       "kubernetes.io/hostname": name[:63]}},
-                "status": {"capacity": res, "allocatable": res,
+                "status": {"capacity": res, "allocatable": res, "declaredFeatures": list(declared_features),
                            "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
                                            "message": "created by the test, no kubelet",
                                            "lastHeartbeatTime": now, "lastTransitionTime": now}]}})
@@ -241,9 +248,11 @@ class NrmPlugin:
         return ["--node-name", self.node] + self.extra
 
     def sent(self):
-        """What nrm publishes with these settings: `nrm slices`."""
+        """What nrm publishes with these settings: `nrm slices` for the API
+        server's release (the plugin asks the server for it)."""
         if not hasattr(self, "_sent"):
-            p = subprocess.run([NRM, "slices"] + self.settings(), capture_output=True, text=True, check=True)
+            p = subprocess.run([NRM, "slices", "--kubernetes-version", "1.%d" % self.cluster.minor] + self.settings(),
+                               capture_output=True, text=True, check=True)
             self._sent = json.loads(p.stdout)["items"]
         return self._sent
 

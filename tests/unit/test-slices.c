@@ -16,6 +16,7 @@
 
 #include "driver/binding.h"
 #include "driver/devices.h"
+#include "nrm/base/xalloc.h"
 #include "driver/registry.h"
 #include "nrm/base/quantity.h"
 #include "nrm/base/cleanup.h"
@@ -469,6 +470,29 @@ test_validator (void **state)
                        json_pack ("{s:{s:s}}", "cpu", "capacityKey", "cores"));
   expect_invalid (l, "does not have");
 
+  /* 1.37's nodeAllocatableResources, as its API server validates it. */
+  l = base_list ();
+  json_object_set_new (
+      dev0 (l), "nodeAllocatableResources",
+      json_pack ("{s:{s:{s:s, s:s}}}", "cpu", "mapping", "capacityKey", "cpus", "capacityMultiplier", "1"));
+  assert_int_equal (nrm_slices_validate (l, &err), 0);
+  json_decref (l);
+
+  l = base_list ();
+  json_object_set_new (dev0 (l), "nodeAllocatableResources",
+                       json_pack ("{s:{s:{s:s}}}", "cpu", "mapping", "capacityKey", "cpus"));
+  expect_invalid (l, "go together");
+
+  l = base_list ();
+  json_object_set_new (dev0 (l), "nodeAllocatableResources", json_pack ("{s:{}}", "cpu"));
+  expect_invalid (l, "needs a mapping");
+
+  l = base_list ();
+  json_object_set_new (dev0 (l), "nodeAllocatableResources",
+                       json_pack ("{s:{s:{s:s, s:s, s:s}}}", "cpu", "mapping", "capacityKey", "cpus",
+                                  "capacityMultiplier", "1", "deviceMultiplier", "2"));
+  expect_invalid (l, "excludes");
+
   l = base_list ();
   json_object_set_new (spec0 (l), "allNodes", json_true ());
   expect_invalid (l, "exactly one of nodeName");
@@ -707,6 +731,48 @@ test_long_near_list (void **state)
   nrm_topology_free (t);
 }
 
+/* With the gate, the mappings take the API server's form: 1.36's
+ * nodeAllocatableResourceMappings, 1.37's nodeAllocatableResources. */
+static void
+test_allocatable_forms (void **state)
+{
+  (void) state;
+  cleanup_free char *path = NULL;
+  const char *dir = getenv ("NRM_TOPOLOGIES");
+  if (dir == NULL)
+    skip ();
+  path = xasprintf ("%s/24em64t-2n6c2t-pci.xml", dir);
+  for (unsigned minor = 36; minor <= 37; minor++)
+    for (int mode = 0; mode < 2; mode++)
+      {
+        struct nrm_topology *t = load_reserved (path, false);
+        struct nrm_publish_options o;
+        nrm_publish_options_init (&o);
+        o.node_name = "node-1";
+        o.node_allocatable = true;
+        o.api_minor = minor;
+        o.cpu_mode = mode ? NRM_CPU_MODE_PARTITIONED : NRM_CPU_MODE_NUMA;
+        cleanup_json json_t *a = slices (t, &o);
+        cleanup_json json_t *want = json_pack ("{s:s, s:s}", "capacityKey", "cpus", "capacityMultiplier", "1");
+        size_t n = 0;
+        json_t *dev;
+        FOREACH_DEVICE (a, CPU_DRIVER, dev, {
+          json_t *old = json_object_get (dev, "nodeAllocatableResourceMappings");
+          json_t *cpu = json_object_get (json_object_get (dev, "nodeAllocatableResources"), "cpu");
+          json_t *m = json_object_get (cpu, "mapping");
+          if (minor == 36)
+            assert_true (old != NULL && cpu == NULL);
+          else if (mode == 0)
+            assert_true (old == NULL && json_equal (m, want));
+          else
+            assert_true (old == NULL && json_object_size (m) == 1 && json_object_get (m, "deviceMultiplier"));
+          n++;
+        });
+        assert_true (n > 0);
+        nrm_topology_free (t);
+      }
+}
+
 /* A label value holds 63 characters, a node name 253. */
 static void
 test_node_label_value (void **state)
@@ -742,6 +808,7 @@ main (void)
     { .name = "CPU devices by free L3 groups", .test_func = test_order_by_l3_room },
     { .name = "long KEP-6072 list within 48 values", .test_func = test_long_near_list },
     { .name = "node label value within 63 characters", .test_func = test_node_label_value },
+    { .name = "node-allocatable mappings in 1.36's and 1.37's forms", .test_func = test_allocatable_forms },
   };
   return corpus_run ("slices", per_machine, 1, others, sizeof (others) / sizeof (others[0]));
 }
