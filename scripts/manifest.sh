@@ -38,7 +38,9 @@ trap 'rm -f "$tmp"' EXIT
 #
 # Objects: Namespace, ResourceQuota, ServiceAccounts, ClusterRoles,
 # ClusterRoleBindings, the controller's Role and RoleBinding, ConfigMap (node
-# settings), DaemonSet, the controller's Deployment, DeviceClasses.
+# settings), DaemonSet, the controller's Deployment, DeviceClasses, and the
+# ValidatingAdmissionPolicy that refuses bad CPUConfig and MemoryConfig
+# settings when a claim or claim template is created.
 HEADER
   "$helm" template nrm "$top/deploy/helm/nrm" --namespace nrm-system --set namespace.create=true \
     --kube-version 1.36.0

@@ -184,7 +184,8 @@ check(c["resources"] == {"requests": {"cpu": "50m", "memory": "32Mi"}, "limits":
 cfg = json.loads(by(d, "ConfigMap", "nrm-config")["data"]["config.json"])
 check(cfg["reservedCPUs"] == "0,32" and cfg["cpu"] == {"mode": "partitioned", "minSharedCPUs": 1},
       "config: merged, a CPU list stays a string")
-spaced = [x for x in d if x["kind"] not in ("ClusterRole", "ClusterRoleBinding", "DeviceClass", "Namespace")]
+spaced = [x for x in d if x["kind"] not in ("ClusterRole", "ClusterRoleBinding", "DeviceClass", "Namespace",
+                                           "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")]
 check(all(x["metadata"]["namespace"] == "nrm-other" for x in spaced), "-n nrm-other: every namespaced object")
 subj = [s["namespace"] for x in d if x["kind"] in ("ClusterRoleBinding", "RoleBinding") for s in x["subjects"]]
 check(subj and all(s == "nrm-other" for s in subj), "-n nrm-other: every binding's subjects")
@@ -195,6 +196,10 @@ check({"gpu.nrm.io", "vfio.nrm.io", "memory.nrm.io"} <= classes and "pci.nrm.io"
       and "nic.nrm.io" not in classes, "drivers={cpu,memory,nvidia}: gpu and vfio classes, not the pci ones")
 check(by(d, "DaemonSet", "nrm")["spec"]["template"]["spec"].get("tolerations") == [{"operator": "Exists"}],
       "tolerations: the default stays")
+check(by(d, "ValidatingAdmissionPolicy", "nrm-opaque-config") is not None,
+      "the opaque-settings policy with the CPU or memory driver")
+check(by(render("--set", "drivers={pci}"), "ValidatingAdmissionPolicy", "nrm-opaque-config") is None,
+      "drivers={pci}: no opaque-settings policy (no CPUConfig or MemoryConfig to judge)")
 d = render("--set", "tolerations=null")
 check("tolerations" not in by(d, "DaemonSet", "nrm")["spec"]["template"]["spec"], "tolerations=null: none")
 
