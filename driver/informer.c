@@ -233,7 +233,11 @@ thread_main (void *arg)
           continue;
         }
       json_decref (body);
-      /* A watch that ended normally resumes from the last resourceVersion. */
+      /* A watch that ended normally resumes from the last resourceVersion
+       * (the server ends every watch after a while, and on its restart). */
+      if (status == 200)
+        LOG (i, NRM_LOG_DEBUG, "%s watch ended; watching again from resourceVersion %s", i->what,
+             i->rv ? i->rv : "(none)");
     }
   nrm_kube_watch_close (w);
   return NULL;

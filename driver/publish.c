@@ -768,7 +768,11 @@ thread_main (void *arg)
           continue;
         }
       json_decref (body);
-      /* A watch that ended normally resumes from the last resourceVersion. */
+      /* A watch that ended normally resumes from the last resourceVersion
+       * (the server ends every watch after a while, and on its restart). */
+      if (status == 200)
+        LOG (p, NRM_LOG_DEBUG, "ResourceSlice watch of %s ended; watching again from resourceVersion %s", p->driver,
+             p->rv ? p->rv : "(none)");
     }
   nrm_kube_watch_close (w);
   return NULL;

@@ -86,7 +86,7 @@ class Cluster:
     """A control plane of its own: etcd, kube-apiserver, kube-scheduler,
     kube-controller-manager, on free loopback ports, in DIR."""
 
-    def __init__(self, work, name, bindir, gates="", runtime_config=""):
+    def __init__(self, work, name, bindir, gates="", runtime_config="", apiserver_args=()):
         self.dir = os.path.join(work, name)
         self.bin = bindir
         args = [os.path.join(HERE, "control-plane.sh"), "start", self.dir, bindir]
@@ -94,6 +94,8 @@ class Cluster:
             args += ["--feature-gates", gates]
         if runtime_config:
             args += ["--runtime-config", runtime_config]
+        for a in apiserver_args:
+            args += ["--apiserver-arg", a]
         t0 = time.time()
         subprocess.run(args, check=True, stdout=subprocess.DEVNULL)
         self.env = {}
@@ -269,7 +271,7 @@ class NrmPlugin:
                 "--cdi-dir", self.cdi_dir(), "--state-dir", os.path.join(self.dir, "state"),
                 "--create-state-dir", "--reconcile-interval", "0", "--http-address", "127.0.0.1:0",
                 "--log-level", "debug"] + list(more),
-            stdout=open(self.log, "w"), stderr=subprocess.STDOUT)
+            stdout=open(self.log, "a"), stderr=subprocess.STDOUT)
 
     def cdi_dir(self):
         return os.path.join(self.dir, "cdi")
@@ -282,9 +284,10 @@ class NrmPlugin:
         only then, and /readyz says what else is wrong."""
         reg = os.path.join(self.dir, "kubelet", "plugins_registry")
         socks = [os.path.join(reg, d + "-reg.sock") for d in self.drivers()]
-        if not wait_for(lambda: all(os.path.exists(s) for s in socks), 30):
-            return False
-        return all(subprocess.run([DRA_CLIENT, "register", s], capture_output=True).returncode == 0 for s in socks)
+        # A socket a killed instance left may be there before the new one
+        # serves: tried until it answers.
+        return all(wait_for(lambda: os.path.exists(s) and subprocess.run(
+            [DRA_CLIENT, "register", s], capture_output=True).returncode == 0, 30, 0.2) for s in socks)
 
     def text(self):
         with open(self.log) as fh:

@@ -6,6 +6,8 @@
 #
 #   control-plane.sh start DIR BINDIR [--feature-gates G] [--runtime-config R]
 #                                     [--san IP] [--controllers LIST]
+#                                     [--apiserver-arg ARG]...
+#   control-plane.sh restart-apiserver DIR   (the same command again)
 #   control-plane.sh stop DIR
 #
 # DIR is created and holds the certificates, etcd's data, each component's
@@ -16,7 +18,7 @@
 # kubelet heartbeats its Node. Everything listens on 127.0.0.1 only.
 set -euo pipefail
 
-usage () { sed -n '7,9s/^# \{0,3\}//p' "$0" >&2; exit 2; }
+usage () { sed -n '7,11s/^# \{0,3\}//p' "$0" >&2; exit 2; }
 cmd=${1:-}; dir=${2:-}
 [ -n "$cmd" ] && [ -n "$dir" ] || usage
 
@@ -33,15 +35,36 @@ stop () {
   done
 }
 
+# Waits until the API server answers /readyz, or fails.
+api_ready () {
+  local kubectl=$1 pid=$2 i
+  for i in $(seq 600); do
+    "$kubectl" --kubeconfig "$dir/admin.kubeconfig" get --raw /readyz >/dev/null 2>&1 && return 0
+    kill -0 "$pid" 2>/dev/null || return 1
+    sleep 0.2
+  done
+  return 1
+}
+
 case $cmd in
 stop) stop; exit 0 ;;
+restart-apiserver)
+  # shellcheck disable=SC1091
+  . "$dir/env"
+  kill "$APISERVER_PID" 2>/dev/null || true
+  for _ in $(seq 100); do kill -0 "$APISERVER_PID" 2>/dev/null || break; sleep 0.1; done
+  "$dir/apiserver.sh" &
+  pid=$!
+  sed -i "s/^APISERVER_PID=.*/APISERVER_PID=$pid/" "$dir/env"
+  api_ready "$BIN/kubectl" "$pid" || { echo "control-plane.sh: kube-apiserver did not come back" >&2; exit 1; }
+  exit 0 ;;
 start) ;;
 *) usage ;;
 esac
 bin=${3:-}
 [ -x "$bin/kube-apiserver" ] || { echo "control-plane.sh: no kube-apiserver in '$bin'" >&2; exit 2; }
 shift 3
-gates="" runtime="" controllers="*,-node-lifecycle-controller"
+gates="" runtime="" controllers="*,-node-lifecycle-controller" extra=()
 sans="IP:127.0.0.1"
 while [ $# -gt 0 ]; do
   case $1 in
@@ -49,6 +72,7 @@ while [ $# -gt 0 ]; do
   --runtime-config) runtime=$2; shift 2 ;;
   --san) sans="$sans,IP:$2"; shift 2 ;;
   --controllers) controllers=$2; shift 2 ;;
+  --apiserver-arg) extra+=("$2"); shift 2 ;;
   *) usage ;;
   esac
 done
@@ -120,21 +144,25 @@ etcd_pid=$!
 
 # No kubernetes Service endpoint is written: it would have to be an address
 # that is not loopback, and no pod in this layer dials it.
-"$bin/kube-apiserver" --etcd-servers "http://127.0.0.1:$etcd_port" \
-  --bind-address 127.0.0.1 --secure-port "$api_port" --advertise-address 127.0.0.1 \
-  --endpoint-reconciler-type none --service-cluster-ip-range 10.0.0.0/24 \
-  --tls-cert-file "$pki/apiserver.crt" --tls-private-key-file "$pki/apiserver.key" \
-  --client-ca-file "$pki/ca.crt" \
-  --kubelet-client-certificate "$pki/apiserver-kubelet-client.crt" \
-  --kubelet-client-key "$pki/apiserver-kubelet-client.key" --kubelet-certificate-authority "$pki/ca.crt" \
-  --service-account-issuer https://kubernetes.default.svc \
-  --service-account-key-file "$pki/sa.pub" --service-account-signing-key-file "$pki/sa.key" \
-  --authorization-mode Node,RBAC --enable-admission-plugins NodeRestriction \
-  --allow-privileged=true --anonymous-auth=false \
-  --audit-policy-file "$dir/audit-policy.yaml" --audit-log-path "$dir/audit.log" \
-  --audit-log-format json --audit-log-mode batch --audit-log-batch-max-wait 1s \
-  ${gates:+--feature-gates "$gates"} ${runtime:+--runtime-config "$runtime"} \
-  >"$dir/apiserver.log" 2>&1 &
+api_args=(--etcd-servers "http://127.0.0.1:$etcd_port"
+  --bind-address 127.0.0.1 --secure-port "$api_port" --advertise-address 127.0.0.1
+  --endpoint-reconciler-type none --service-cluster-ip-range 10.0.0.0/24
+  --tls-cert-file "$pki/apiserver.crt" --tls-private-key-file "$pki/apiserver.key"
+  --client-ca-file "$pki/ca.crt"
+  --kubelet-client-certificate "$pki/apiserver-kubelet-client.crt"
+  --kubelet-client-key "$pki/apiserver-kubelet-client.key" --kubelet-certificate-authority "$pki/ca.crt"
+  --service-account-issuer https://kubernetes.default.svc
+  --service-account-key-file "$pki/sa.pub" --service-account-signing-key-file "$pki/sa.key"
+  --authorization-mode Node,RBAC --enable-admission-plugins NodeRestriction
+  --allow-privileged=true --anonymous-auth=false
+  --audit-policy-file "$dir/audit-policy.yaml" --audit-log-path "$dir/audit.log"
+  --audit-log-format json --audit-log-mode batch --audit-log-batch-max-wait 1s
+  ${gates:+--feature-gates "$gates"} ${runtime:+--runtime-config "$runtime"} "${extra[@]}")
+# Kept as a script: restart-apiserver runs the same command again.
+{ echo '#!/bin/sh'; printf 'exec %q' "$bin/kube-apiserver"; printf ' %q' "${api_args[@]}";
+  printf ' >>%q 2>&1\n' "$dir/apiserver.log"; } >"$dir/apiserver.sh"
+chmod +x "$dir/apiserver.sh"
+"$dir/apiserver.sh" &
 api_pid=$!
 
 cat >"$dir/env" <<EOF
@@ -150,13 +178,7 @@ BIN=$bin
 EOF
 
 fail () { echo "control-plane.sh: $1; the end of $2:" >&2; tail -n 20 "$dir/$2" >&2; stop; exit 1; }
-for _ in $(seq 600); do
-  "$bin/kubectl" --kubeconfig "$dir/admin.kubeconfig" get --raw /readyz >/dev/null 2>&1 && break
-  kill -0 $api_pid 2>/dev/null || fail "kube-apiserver exited" apiserver.log
-  sleep 0.2
-done
-"$bin/kubectl" --kubeconfig "$dir/admin.kubeconfig" get --raw /readyz >/dev/null 2>&1 ||
-  fail "kube-apiserver not ready within 120 s" apiserver.log
+api_ready "$bin/kubectl" $api_pid || fail "kube-apiserver not ready within 120 s" apiserver.log
 
 "$bin/kube-scheduler" --kubeconfig "$dir/scheduler.kubeconfig" \
   --authentication-kubeconfig "$dir/scheduler.kubeconfig" --authorization-kubeconfig "$dir/scheduler.kubeconfig" \
