@@ -6,7 +6,8 @@
 # tests/helm/chart.sh reads the chart's rendering; curl: the health checks of
 # tests/cluster/control-plane.sh). The cluster tests also need Go 1.26,
 # which Debian 12 does not package: they build kube-apiserver and the rest
-# from the Go module proxy, and skip without it.
+# from the Go module proxy, and skip without it. libclang-rt-14-dev: clang's
+# libFuzzer and sanitizer runtimes (make fuzz), which clang only recommends.
 #   --image: also debootstrap, for scripts/image.sh and tests/image/smoke.sh
 #   (the container image; CI uses it).
 set -eu
@@ -14,7 +15,7 @@ PKGS="build-essential autoconf automake pkg-config
  libhwloc-dev hwloc-nox libnuma-dev
  libprotobuf-c-dev protobuf-c-compiler libgrpc-dev
  libcurl4-openssl-dev libssl-dev libjansson-dev libyaml-dev libmicrohttpd-dev libcmocka-dev
- openssl python3 python3-yaml help2man clang clang-format
+ openssl python3 python3-yaml help2man clang libclang-rt-14-dev clang-format
  procps strace curl
  valgrind
  qemu-system-x86 busybox-static cpio runc podman"
