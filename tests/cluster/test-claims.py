@@ -4,13 +4,15 @@
 kube-scheduler (item 4 of the real-Kubernetes control-plane work).
 
 A real control plane (1.36 defaults) with nrm.yaml applied by kubectl, and
-three Nodes of recorded machines, each with an nrm plugin publishing as the
+four Nodes of recorded machines, each with an nrm plugin publishing as the
 DaemonSet's identity: "node-numa" (32em64t-2n8c2t-pci-normalio: GPUs, an
 InfiniBand and NICs; cpu.mode numa; 2 CPUs isolated), "node-part"
 (24em64t-2n6c2t-pci; cpu.mode partitioned) and "node-huge" (the same
 machine in cpu.mode numa, given 128 pages of 2 MiB and 2 of 1 GiB on each
 NUMA node in a copy of its hwloc XML, as a node has them from its boot
-settings; its Node says so in its capacity, as the kubelet would). Every example
+settings; its Node says so in its capacity, as the kubelet would) and
+"node-big" (128arm-2pa2n8cluster4co: two sockets of two NUMA nodes with 125
+GiB each). Every example
 is applied with kubectl as its header says, in a namespace of its own; the
 real scheduler allocates its claims and binds the pod, or leaves the pod
 Pending where the example's header says so (the scheduler's reason is
@@ -293,6 +295,96 @@ for i, ex in enumerate(examples):
     check(good, "%s: nrm gives %s (%s)" % (ex, what, " ".join("%s=%s" % kv for kv in sorted(env.items()))))
     for d, c in prepared:
         check(plugin.unprepare(d, c), "%s: NodeUnprepareResources of %s" % (ex, d))
+    cluster.kubectl("delete", "pods", "--all", "-n", ns, "--grace-period=0", "--force", check=False)
+    cluster.kubectl("delete", "namespace", ns, "--wait=false", check=False)
+
+# --- every complete claim of docs/ ---------------------------------------------------
+# Applied with a pod that uses it (the block's own, else a bare one); the
+# real scheduler allocates it on a node that has what it asks for, and nrm
+# prepares it. Pending where the claim names another driver's class.
+DOCS_PENDING = {"cpus-memory-gpu": "gpu.nvidia.com"}
+
+
+def docs_claims():
+    import yaml
+    out = []
+    for f in sorted(glob.glob(os.path.join(SRCDIR, "docs", "*.md"))):
+        text = open(f).read()
+        for m in re.finditer(r"```ya?ml\n(.*?)```", text, re.S):
+            if re.search(r"^kind: (ResourceClaim|ResourceClaimTemplate)\b", m.group(1), re.M):
+                where = "%s:%d" % (os.path.basename(f), text[:m.start()].count("\n") + 1)
+                out.append((where, [d for d in yaml.safe_load_all(m.group(1)) if d]))
+    return out
+
+
+def pod_for(claim):
+    key = "resourceClaimTemplateName" if claim["kind"] == "ResourceClaimTemplate" else "resourceClaimName"
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "app"},
+            "spec": {"resourceClaims": [{"name": "c", key: claim["metadata"]["name"]}],
+                     "containers": [{"name": "app", "image": "none", "resources": {"claims": [{"name": "c"}]}}]}}
+
+
+# Two sockets of two NUMA nodes, 32 CPUs and 125 GiB each, for the docs'
+# socket and big-memory claims: joins after the examples, whose nodes it
+# would otherwise take.
+plugins["node-big"] = NrmPlugin(cluster, "node-big", work, [
+    "-t", os.path.join(TOPOLOGIES, "128arm-2pa2n8cluster4co.xml"), "--cpu-mode", "numa", "--drivers", "cpu,memory"])
+cluster.create_nodes([("node-big", 128, 512 << 30)])
+plugins["node-big"].start()
+check(plugins["node-big"].register() and wait_for(plugins["node-big"].settled, 60), "node-big publishes")
+
+
+def for_mode(pod, claim):
+    """A docs claim is written for one CPU mode: one that selects on
+    granularity wants partitioned mode (node-part), any other numa mode.
+    In partitioned mode a capacity request only filters and the claim gets
+    whole devices, which min-shared-cpus may then refuse at prepare."""
+    partitioned = "granularity" in json.dumps(claim)
+    pod["spec"]["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": [{"key": "kubernetes.io/hostname",
+                                                     "operator": "In" if partitioned else "NotIn",
+                                                     "values": ["node-part"]}]}]}}}
+    return pod
+
+
+found = docs_claims()
+check(len(found) >= 15, "docs/ holds %d complete claims" % len(found))
+for j, (where, objs) in enumerate(found):
+    ns = "doc%d" % j
+    claim = next(o for o in objs if o["kind"] in ("ResourceClaim", "ResourceClaimTemplate"))
+    name = claim["metadata"]["name"]
+    if not any(o["kind"] == "Pod" for o in objs):
+        objs = objs + [pod_for(claim)]
+    objs = [for_mode(o, claim) if o["kind"] == "Pod" else o for o in objs]
+    cluster.kubectl("create", "namespace", ns)
+    p = cluster.kubectl("apply", "-n", ns, "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List",
+                                                                         "items": objs}), check=False)
+    if not check(p.returncode == 0, "%s (%s): accepted by the real API server%s"
+                 % (where, name, "" if p.returncode == 0 else ": " + p.stderr.strip()[:300])):
+        continue
+    got = wait_for(lambda: scheduled(ns), 90, 0.5)
+    node, why = got if got else (None, "no answer in 90 s")
+    if name in DOCS_PENDING:
+        check(node is None and why and DOCS_PENDING[name] in why,
+              "%s (%s): Pending, the scheduler says: %s" % (where, name, why))
+        continue
+    if not check(node is not None, "%s (%s): the real scheduler allocates it and binds the pod (%s)"
+                 % (where, name, node or why)):
+        continue
+    plugin = plugins[node]
+    prepared, env = [], {}
+    for c in claims_of(ns):
+        for d in sorted({r["driver"] for r in c["status"]["allocation"]["devices"]["results"]}):
+            ok, out = plugin.prepare(d, c)
+            prepared.append((d, c, ok, out))
+        env.update(env_of(plugin, c))
+    check(prepared and all(ok for _, _, ok, _ in prepared),
+          "%s (%s): on %s, prepared by nrm: %s" % (where, name, node, " ".join(
+              "%s=%s" % kv for kv in sorted(env.items()) if "_" not in kv[0][4:] or kv[0].count("_") < 3)[:300]
+              if all(ok for _, _, ok, _ in prepared) else "; ".join(out for _, _, ok, out in prepared if not ok)))
+    for d, c, ok, _ in prepared:
+        if ok:
+            plugin.unprepare(d, c)
     cluster.kubectl("delete", "pods", "--all", "-n", ns, "--grace-period=0", "--force", check=False)
     cluster.kubectl("delete", "namespace", ns, "--wait=false", check=False)
 
