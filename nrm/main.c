@@ -1159,8 +1159,6 @@ publisher_log (void *ctx, enum nrm_log_level level, const char *fmt, ...)
   free (msg);
 }
 
-/* The first nodes[] entry that matches this node overrides the top level:
- * by name, or by the Node object's labels, read once at start. */
 /* The node-allocatable mappings changed shape in 1.37: without
  * --kubernetes-version, the plugin writes them as the API server's release
  * reads them (GET /version, which every authenticated client may read). */
@@ -1188,6 +1186,8 @@ ask_api_minor (struct nrm_config *c, struct nrm_kube *kube)
   nrm_error_release (&err);
 }
 
+/* The first nodes[] entry that matches this node overrides the top level:
+ * by name, or by the Node object's labels, read once at start. */
 static int
 resolve_node_settings (struct nrm_config *c, struct nrm_kube *kube, nrm_error_t *err)
 {

@@ -31,6 +31,13 @@ for cmd in topology slices; do
   expect_error "$cmd unknown option" "--frobnicate" -- $cmd --topology "$X" --frobnicate
   expect_error "$cmd bad cpu mode" "unknown CPU device mode" -- $cmd --topology "$X" --cpu-mode fast
   expect_error "$cmd bad gate" "unknown feature gate" -- $cmd --topology "$X" --feature-gates Foo=true
+  for v in 2.0 1.35 1.37x 37; do
+    expect_error "$cmd bad Kubernetes version $v" "Kubernetes version \`$v\`" -- \
+      $cmd --topology "$X" --kubernetes-version "$v"
+  done
+  echo '{"kubernetesVersion": 1.37}' >"$TMP/kv.json"
+  expect_error "$cmd config Kubernetes version not a string" "kubernetesVersion" -- \
+    $cmd --topology "$X" --config "$TMP/kv.json"
   # Options that could never act (a request lies on one NUMA node) are refused by name.
   expect_error "$cmd cpu option across numa" "CPU option \`distribute-cpus-across-numa\` is not supported" -- \
     $cmd --topology "$X" --cpu-options full-pcpus-only,distribute-cpus-across-numa

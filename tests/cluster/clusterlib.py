@@ -29,6 +29,9 @@ DRA_CLIENT = os.path.join(BUILDDIR, "tests", "plugin", "dra-client")
 TOPOLOGIES = os.environ.get("NRM_TOPOLOGIES", os.path.join(SRCDIR, "tests", "topologies"))
 MANIFEST = os.path.join(SRCDIR, "deploy", "kubernetes", "nrm.yaml")
 NAMESPACE = "nrm-system"
+# The API server cuts a generateName to 58 characters before it appends 5
+# (its SimpleNameGenerator keeps generated names within 63).
+GENERATE_PREFIX_MAX = 58
 passed, failures = [0], []
 
 
@@ -53,6 +56,23 @@ def finish():
     for f in failures:
         print("failed: " + f)
     sys.exit(1 if failures else 0)
+
+
+def cpulist(text):
+    """The CPUs of a Linux CPU list such as 0-3,8, as a set."""
+    out = set()
+    for r in filter(None, (text or "").split(",")):
+        a, _, b = r.partition("-")
+        out |= set(range(int(a), int(b or a) + 1))
+    return out
+
+
+def slice_pairs(sent, have):
+    """Each slice nrm sent (`nrm slices`, named as nrm names it) with the
+    read-back slices the server named from it: its name and "-" as
+    generateName, cut to GENERATE_PREFIX_MAX, and 5 characters more."""
+    return [(w, [h for h in have if h["metadata"]["name"].startswith(
+        (w["metadata"]["name"] + "-")[:GENERATE_PREFIX_MAX])]) for w in sent]
 
 
 def wait_for(pred, timeout=60.0, step=0.2):
@@ -330,6 +350,22 @@ class NrmPlugin:
         p = subprocess.run([DRA_CLIENT, "prepare", self.socket(driver), m["namespace"], m["name"], m["uid"]],
                            capture_output=True, text=True)
         return p.returncode == 0, (p.stdout if p.returncode == 0 else p.stderr).strip()
+
+    def claim_env(self, claim):
+        """The NRM_* variables the claim's CDI specs give the container (a
+        variable's per-claim twin, suffixed with the claim's UID, kept too)."""
+        env = {}
+        for f in os.listdir(self.cdi_dir()):
+            with open(os.path.join(self.cdi_dir(), f)) as fh:
+                text = fh.read()
+            if not f.endswith(".json") or claim["metadata"]["uid"] not in text:
+                continue
+            for d in json.loads(text).get("devices", []):
+                for e in d.get("containerEdits", {}).get("env", []):
+                    k, _, v = e.partition("=")
+                    if k.startswith("NRM_"):
+                        env[re.sub(r"_[0-9A-Fa-f]{8,}$", "", k)] = v
+        return env
 
     def unprepare(self, driver, claim):
         p = subprocess.run([DRA_CLIENT, "unprepare", self.socket(driver), claim["metadata"]["uid"]],

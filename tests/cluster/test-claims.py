@@ -32,7 +32,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from clusterlib import (DRA_CLIENT, NRM, SRCDIR, TOPOLOGIES, Cluster, NrmPlugin, binaries, check,  # noqa: E402
-                        finish, skip, wait_for, workdir)
+                        cpulist, finish, skip, wait_for, workdir)
 
 EXAMPLES = os.path.join(SRCDIR, "deploy", "kubernetes", "examples")
 PCI_ALL = os.path.join(SRCDIR, "tests", "bench", "pci-every-class.yaml")
@@ -62,18 +62,10 @@ def numa_of(topo):
                                   check=True).stdout)
     out = {}
     for n in t["numaNodes"]:
-        for c in cpus(n["cpus"]):
+        for c in cpulist(n["cpus"]):
             out[c] = n["id"]
-    cores = [cpus(c["cpus"]) for c in t["cores"]]
+    cores = [cpulist(c["cpus"]) for c in t["cores"]]
     return out, cores
-
-
-def cpus(text):
-    out = set()
-    for r in filter(None, (text or "").split(",")):
-        a, _, b = r.partition("-")
-        out |= set(range(int(a), int(b or a) + 1))
-    return out
 
 
 T_NUMA = os.path.join(TOPOLOGIES, "32em64t-2n8c2t-pci-normalio.xml")
@@ -140,22 +132,6 @@ def claims_of(ns):
     return out
 
 
-def env_of(plugin, claim):
-    """The NRM_* variables the claim's CDI specs give the container."""
-    env = {}
-    for f in glob.glob(os.path.join(plugin.cdi_dir(), "*.json")):
-        with open(f) as fh:
-            text = fh.read()
-        if claim["metadata"]["uid"] not in text:
-            continue
-        for d in json.loads(text).get("devices", []):
-            for e in d.get("containerEdits", {}).get("env", []):
-                k, _, v = e.partition("=")
-                if k.startswith("NRM_"):
-                    env[re.sub(r"_[0-9A-Fa-f]{8,}$", "", k)] = v
-    return env
-
-
 def one_node(cs, numa):
     return len({numa[c] for c in cs}) == 1
 
@@ -167,63 +143,57 @@ def whole_cores(cs, cores):
 # What each example promises, read from its header: (expected node or None
 # for Pending, a check of the prepared claims' NRM_* variables).
 def expect_cpus_and_memory(env, node):
-    cs = cpus(env.get("NRM_CPUS"))
+    cs = cpulist(env.get("NRM_CPUS"))
     numa = NUMA_CPUS
     return (len(cs) == 4 and one_node(cs, numa) and env.get("NRM_MEMS") == str(numa[min(cs)]),
             "4 CPUs and the memory on one NUMA node")
 
 
 def expect_full_pcpus(env, node):
-    cs = cpus(env.get("NRM_CPUS"))
+    cs = cpulist(env.get("NRM_CPUS"))
     return len(cs) == 4 and whole_cores(cs, NUMA_CORES), "4 CPUs as whole cores"
 
 
 def expect_partitioned_cores(env, node):
-    cs = cpus(env.get("NRM_CPUS"))
+    cs = cpulist(env.get("NRM_CPUS"))
     return (len(cs) == 8 and whole_cores(cs, PART_CORES) and one_node(cs, PART_CPUS)
             and env.get("NRM_MEMS") == str(PART_CPUS[min(cs)]), "4 whole 2-thread cores and the memory on one node")
 
 
 def expect_isolated(env, node):
-    cs = cpus(env.get("NRM_CPUS"))
+    cs = cpulist(env.get("NRM_CPUS"))
     return (sorted(cs) == ISOLATED and env.get("NRM_MEMS") == "0",
             "the 2 isolated CPUs %s and memory on their node" % ISOLATED)
 
 
 def expect_gpu_one_node(env, node):
-    cs = cpus(env.get("NRM_CPUS"))
+    cs = cpulist(env.get("NRM_CPUS"))
     return len(cs) == 8 and one_node(cs, NUMA_CPUS) and env.get("NRM_MEMS") == str(NUMA_CPUS[min(cs)]), \
         "8 CPUs and the memory on the GPU's node"
 
 
 def expect_two_gpus(env, node):
-    cs = cpus(env.get("NRM_CPUS"))
+    cs = cpulist(env.get("NRM_CPUS"))
     return len(cs) == 16, "16 CPUs, 8 beside each GPU"
 
 
 def expect_hugepages(env, node):
-    cs = cpus(env.get("NRM_CPUS"))
+    cs = cpulist(env.get("NRM_CPUS"))
     return (len(cs) == 2 and env.get("NRM_MEMS") == str(PART_CPUS[min(cs)])
             and any(k.startswith("NRM_HUGETLB_2MB") and v == str(256 << 20) for k, v in env.items()),
             "2 CPUs and 256 MiB of 2 MiB pages on their NUMA node")
 
 
-def expect_cpus(n):
-    def f(env, node):
-        return len(cpus(env.get("NRM_CPUS"))) == n, "%d CPUs" % n
-    return f
-
-
 def expect_prioritized_cpus(env, node):
     """A whole L3 group of at least 8 CPUs, 4 whole 2-thread cores, or 8
     CPUs, on one NUMA node, as the subrequest taken says."""
-    cs = cpus(env.get("NRM_CPUS"))
+    cs = cpulist(env.get("NRM_CPUS"))
     numa = NUMA_CPUS if node == "node-numa" else PART_CPUS
     return len(cs) >= 8 and one_node(cs, numa), "at least 8 CPUs on one NUMA node"
 
 
 def expect_cores(env, node):
-    cs = cpus(env.get("NRM_CPUS"))
+    cs = cpulist(env.get("NRM_CPUS"))
     return len(cs) == 4 and whole_cores(cs, PART_CORES), "2 whole cores, 4 CPUs"
 
 
@@ -233,7 +203,7 @@ def expect_pages(env, node):
 
 
 def expect_prioritized_memory(env, node):
-    cs = cpus(env.get("NRM_CPUS"))
+    cs = cpulist(env.get("NRM_CPUS"))
     return len(cs) == 4 and env.get("NRM_MEMS") == str(NUMA_CPUS[min(cs)]), "4 CPUs, all memory on their node"
 
 
@@ -290,7 +260,7 @@ for i, ex in enumerate(examples):
             check(ok, "%s: NodePrepareResources of %s for claim %s: %s" % (ex, d, c["metadata"]["name"],
                                                                            " ".join(out.split())[:200]))
             prepared.append((d, c))
-        env.update(env_of(plugin, c))
+        env.update(plugin.claim_env(c))
     good, what = expect(env, node)
     check(good, "%s: nrm gives %s (%s)" % (ex, what, " ".join("%s=%s" % kv for kv in sorted(env.items()))))
     for d, c in prepared:
@@ -377,7 +347,7 @@ for j, (where, objs) in enumerate(found):
         for d in sorted({r["driver"] for r in c["status"]["allocation"]["devices"]["results"]}):
             ok, out = plugin.prepare(d, c)
             prepared.append((d, c, ok, out))
-        env.update(env_of(plugin, c))
+        env.update(plugin.claim_env(c))
     check(prepared and all(ok for _, _, ok, _ in prepared),
           "%s (%s): on %s, prepared by nrm: %s" % (where, name, node, " ".join(
               "%s=%s" % kv for kv in sorted(env.items()) if "_" not in kv[0][4:] or kv[0].count("_") < 3)[:300]

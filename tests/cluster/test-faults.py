@@ -30,7 +30,7 @@ import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from clusterlib import (DRA_CLIENT, HERE, NRM, TOPOLOGIES, Cluster, NrmPlugin, binaries, check,  # noqa: E402
-                        finish, skip, wait_for, workdir)
+                        finish, skip, slice_pairs, wait_for, workdir)
 
 if not os.access(NRM, os.X_OK) or not os.access(DRA_CLIENT, os.X_OK):
     skip("build nrm and tests/plugin/dra-client first (make check)")
@@ -55,8 +55,7 @@ def in_sync(p=plugin):
     uid = node.get("metadata", {}).get("uid") if isinstance(node, dict) else None
     if len(have) != len(want):
         return False
-    for w in want:
-        hs = [h for h in have if h["metadata"]["name"].startswith((w["metadata"]["name"] + "-")[:58])]
+    for w, hs in slice_pairs(want, have):
         if len(hs) != 1:
             return False
         s = dict(hs[0]["spec"], pool=dict(hs[0]["spec"]["pool"], generation=0))
@@ -176,21 +175,9 @@ def allocated_claim(name):
     return wait_for(got, 60, 0.5)
 
 
-def cpus_of(claim):
-    env = {}
-    for f in os.listdir(plugin.cdi_dir()):
-        text = open(os.path.join(plugin.cdi_dir(), f)).read()
-        if claim["metadata"]["uid"] in text:
-            for d in json.loads(text).get("devices", []):
-                for e in d.get("containerEdits", {}).get("env", []):
-                    if e.startswith("NRM_CPUS="):
-                        env["cpus"] = e.split("=", 1)[1]
-    return env.get("cpus")
-
-
 a = allocated_claim("held")
 ok, out = plugin.prepare("cpu.nrm.io", a) if a else (False, "not allocated")
-cpus_a = cpus_of(a) if ok else None
+cpus_a = plugin.claim_env(a).get("NRM_CPUS") if ok else None
 check(ok and cpus_a, "a claim allocated by the scheduler and prepared: NRM_CPUS=%s (%s)" % (cpus_a, out[:100]))
 cluster.api("DELETE", "/api/v1/namespaces/default/pods/held?gracePeriodSeconds=0")
 cluster.api("DELETE", "/apis/resource.k8s.io/v1/namespaces/default/resourceclaims/held")
@@ -200,7 +187,7 @@ check(gone and plugin.unprepare("cpu.nrm.io", a),
       "the claim deleted from the API while prepared: the kubelet's unprepare still succeeds")
 b = allocated_claim("next")
 ok, out = plugin.prepare("cpu.nrm.io", b) if b else (False, "not allocated")
-cpus_b = cpus_of(b) if ok else None
+cpus_b = plugin.claim_env(b).get("NRM_CPUS") if ok else None
 dev = [c["status"]["allocation"]["devices"]["results"][0]["device"] if c else None for c in (a, b)]
 check(ok and (cpus_b == cpus_a if dev[0] == dev[1] else bool(cpus_b)),
       "its CPUs are free again: the next claim on %s gets %s (the deleted one had %s on %s)"

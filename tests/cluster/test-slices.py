@@ -29,8 +29,8 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from clusterlib import (DRA_CLIENT, NRM, SRCDIR, TOPOLOGIES, Cluster, NrmPlugin, binaries, check,  # noqa: E402
-                        finish, skip, wait_for, workdir)
+from clusterlib import (DRA_CLIENT, GENERATE_PREFIX_MAX, NRM, SRCDIR, TOPOLOGIES, Cluster, NrmPlugin,  # noqa: E402
+                        binaries, check, cpulist, finish, skip, slice_pairs, wait_for, workdir)
 
 ALPHA_GATES = "DRAListTypeAttributes=true,DRANodeAllocatableResources=true"
 NRM_GATES = ["", "DRAListTypeAttributes=true", "DRANodeAllocatableResources=true", ALPHA_GATES]
@@ -104,12 +104,8 @@ def first_difference(a, b, path="spec"):
 def node_size(topo):
     t = json.loads(subprocess.run([NRM, "topology", "--json", "-t", os.path.join(TOPOLOGIES, topo)],
                                   capture_output=True, text=True, check=True).stdout)
-    cpus = 0
-    for r in filter(None, t["cpus"]["online"].split(",")):
-        a, _, b = r.partition("-")
-        cpus += int(b or a) - int(a) + 1
     mem = sum(n.get("memoryBytes", 0) for n in t.get("numaNodes", []))
-    return max(cpus, 1), mem or 64 << 30  # a recorded machine may not say its memory
+    return max(len(cpulist(t["cpus"]["online"])), 1), mem or 64 << 30  # a recorded machine may not say its memory
 
 
 # --- the control planes, side by side -------------------------------------------
@@ -185,8 +181,7 @@ for k in cases + longs:
     if len(k.node) > 60:
         what = "%s: node name of %d characters" % (k.cluster.name, len(k.node))
     # Each slice sent under its name prefix, which the server completes.
-    pairs = [(w, [h for h in have or [] if h["metadata"]["name"].startswith((w["metadata"]["name"] + "-")[:58])])
-             for w in want]
+    pairs = slice_pairs(want, have or [])
     if have is None or len(have) != len(want) or any(len(hs) != 1 for _, hs in pairs):
         check(False, "%s: %d slices sent, %s read back; log: %s" % (what, len(want), have and len(have),
                                                                      k.text()[-600:]))
@@ -205,7 +200,8 @@ for k in longs:
     prefixes = [w["metadata"]["name"] + "-" for w in k.sent()]
     print("# slice names for a %d-character node: %s" % (len(k.node), ", ".join(names)))
     check(len(names) == len(prefixes)
-          and all(any(re.fullmatch(re.escape(p[:58]) + "[a-z0-9]{5}", n) for n in names) for p in prefixes),
+          and all(any(re.fullmatch(re.escape(p[:GENERATE_PREFIX_MAX]) + "[a-z0-9]{5}", n) for n in names)
+                  for p in prefixes),
           "%s: %d-character node: each slice named its generateName cut to 58 characters + 5 by the server"
           % (k.cluster.name, len(k.node)))
 

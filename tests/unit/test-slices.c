@@ -16,10 +16,10 @@
 
 #include "driver/binding.h"
 #include "driver/devices.h"
-#include "nrm/base/xalloc.h"
 #include "driver/registry.h"
 #include "nrm/base/quantity.h"
 #include "nrm/base/cleanup.h"
+#include "nrm/base/xalloc.h"
 #include "tests/unit/corpus.h"
 #include "topology/topology.h"
 
