@@ -22,17 +22,20 @@ usage () { sed -n '7,11s/^# \{0,3\}//p' "$0" >&2; exit 2; }
 cmd=${1:-}; dir=${2:-}
 [ -n "$cmd" ] && [ -n "$dir" ] || usage
 
-stop () {
-  [ -f "$dir/env" ] || return 0
+# SIGTERM to each pid, then SIGKILL to any still there after 10 s.
+end () {
   local pid
-  # shellcheck disable=SC1091
-  for pid in $(. "$dir/env"; echo "$SCHEDULER_PID $CONTROLLER_MANAGER_PID $APISERVER_PID $ETCD_PID"); do
-    kill "$pid" 2>/dev/null || true
-  done
-  for pid in $(. "$dir/env"; echo "$SCHEDULER_PID $CONTROLLER_MANAGER_PID $APISERVER_PID $ETCD_PID"); do
+  for pid in "$@"; do kill "$pid" 2>/dev/null || true; done
+  for pid in "$@"; do
     for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
     kill -9 "$pid" 2>/dev/null || true
   done
+}
+
+stop () {
+  [ -f "$dir/env" ] || return 0
+  # shellcheck disable=SC1091,SC2046
+  end $(. "$dir/env"; echo "$SCHEDULER_PID $CONTROLLER_MANAGER_PID $APISERVER_PID $ETCD_PID")
 }
 
 # Waits until the API server answers /readyz, or fails.
@@ -51,8 +54,7 @@ stop) stop; exit 0 ;;
 restart-apiserver)
   # shellcheck disable=SC1091
   . "$dir/env"
-  kill "$APISERVER_PID" 2>/dev/null || true
-  for _ in $(seq 100); do kill -0 "$APISERVER_PID" 2>/dev/null || break; sleep 0.1; done
+  end "$APISERVER_PID"
   "$dir/apiserver.sh" &
   pid=$!
   sed -i "s/^APISERVER_PID=.*/APISERVER_PID=$pid/" "$dir/env"
