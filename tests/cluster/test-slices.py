@@ -230,11 +230,14 @@ check(any(alloc.metric("nrm_slices_synced", d) == 0 for d in alloc.drivers()),
 
 def backoff_ok(times):
     """The refusals follow docs/kubernetes-api.md's back-off: the n-th wait
-    is 0.5 s doubled n times, at most 60 s, times 0.5 to 1.5."""
+    is 0.5 s doubled n times, at most 60 s, times 0.5 to 1.5. The time
+    between two refusals is that wait plus the next request's round trip,
+    which on a loaded machine (make -j check, 126 plugins publishing at
+    once) can take seconds: the upper bound allows 3 s for it."""
     bad = []
     for i, (a, b) in enumerate(zip(times, times[1:])):
         base = min(0.5 * 2 ** i, 60.0)
-        if not 0.5 * base - 0.05 <= b - a <= 1.5 * base + 0.5:
+        if not 0.5 * base - 0.05 <= b - a <= 1.5 * base + 3.0:
             bad.append("wait %d: %.2f s, not within %.2f-%.2f s" % (i, b - a, 0.5 * base, 1.5 * base))
     return bad
 
