@@ -18,6 +18,7 @@ import sys
 import tempfile
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -239,6 +240,55 @@ class Cluster:
                        "current-context": "c"}, fh)
         return path
 
+    def slices(self, node=None, driver=None):
+        """The ResourceSlices the server holds (of one node, one driver)."""
+        sel = ",".join(f for f in ("spec.nodeName=" + node if node else "",
+                                   "spec.driver=" + driver if driver else "") if f)
+        s, lst = self.api("GET", "/apis/resource.k8s.io/v1/resourceslices"
+                          + ("?fieldSelector=" + urllib.parse.quote(sel) if sel else ""))
+        if s != 200:
+            raise RuntimeError("listing ResourceSlices: %s %s" % (s, lst))
+        return sorted(lst["items"], key=lambda x: x["metadata"]["name"])
+
+    def claim(self, namespace, name):
+        """A ResourceClaim as the server holds it, or None."""
+        s, c = self.api("GET", "/apis/resource.k8s.io/v1/namespaces/%s/resourceclaims/%s" % (namespace, name))
+        return c if s == 200 else None
+
+    def allocate(self, claim, node, results, config=()):
+        """A ResourceClaim created and given an allocation by the test's
+        admin, through the status subresource as the scheduler writes it:
+        results are (request, driver, pool, device[, {more}]) and the
+        allocation is for node. For a precise allocation that no scheduler
+        decision is needed for; the server's validation still judges it.
+        Returns the claim as the server holds it."""
+        ns = claim["metadata"].get("namespace", "default")
+        if ns != "default":
+            self.api("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
+                                                     "metadata": {"name": ns}})
+        s, c = self.api("POST", "/apis/resource.k8s.io/v1/namespaces/%s/resourceclaims" % ns, claim)
+        if s != 201:
+            raise RuntimeError("creating claim %s: %s %s" % (claim["metadata"]["name"], s, c))
+        res = []
+        for request, driver, pool, device, *more in results:
+            res.append(dict({"request": request, "driver": driver, "pool": pool, "device": device},
+                            **(more[0] if more else {})))
+        c["status"] = {"allocation": {
+            "devices": {"results": res, "config": list(config)},
+            "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [
+                {"key": "metadata.name", "operator": "In", "values": [node]}]}]}}}
+        s, c = self.api("PUT", "/apis/resource.k8s.io/v1/namespaces/%s/resourceclaims/%s/status"
+                        % (ns, claim["metadata"]["name"]), c)
+        if s != 200:
+            raise RuntimeError("allocating claim %s: %s %s" % (claim["metadata"]["name"], s, c))
+        return c
+
+    def writes(self, since=0, user="system:serviceaccount:nrm-system:nrm"):
+        """The audit log's completed writes by user after event index since."""
+        return [e for e in self.audit()[since:] if e.get("stage") == "ResponseComplete"
+                and e["user"].get("username") == user
+                and e["verb"] in ("create", "update", "patch", "delete", "deletecollection")]
+
     def audit(self):
         """The audit log's events so far (level Metadata, json lines)."""
         out = []
@@ -364,7 +414,7 @@ class NrmPlugin:
                 for e in d.get("containerEdits", {}).get("env", []):
                     k, _, v = e.partition("=")
                     if k.startswith("NRM_"):
-                        env[re.sub(r"_[0-9A-Fa-f]{8,}$", "", k)] = v
+                        env[re.sub(r"(_[0-9A-Fa-f]{4,})+$", "", k)] = v
         return env
 
     def unprepare(self, driver, claim):
