@@ -53,9 +53,14 @@ def check(cond, what):
 
 
 def finish():
+    """The counts, then exit 1 on a failure; a passing test's work folders
+    go (a failing one's stay, to be read)."""
     print("%d passed, %d failed" % (passed[0], len(failures)))
     for f in failures:
         print("failed: " + f)
+    if not failures:
+        for d in _workdirs:
+            shutil.rmtree(d, ignore_errors=True)
     sys.exit(1 if failures else 0)
 
 
@@ -255,7 +260,7 @@ class Cluster:
         s, c = self.api("GET", "/apis/resource.k8s.io/v1/namespaces/%s/resourceclaims/%s" % (namespace, name))
         return c if s == 200 else None
 
-    def allocate(self, claim, node, results, config=()):
+    def allocate(self, claim, node, results, config=(), selector=None, status=None):
         """A ResourceClaim created and given an allocation by the test's
         admin, through the status subresource as the scheduler writes it:
         results are (request, driver, pool, device[, {more}]) and the
@@ -275,8 +280,8 @@ class Cluster:
                             **(more[0] if more else {})))
         c["status"] = {"allocation": {
             "devices": {"results": res, "config": list(config)},
-            "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [
-                {"key": "metadata.name", "operator": "In", "values": [node]}]}]}}}
+            "nodeSelector": selector or {"nodeSelectorTerms": [{"matchFields": [
+                {"key": "metadata.name", "operator": "In", "values": [node]}]}]}}, **(status or {})}
         s, c = self.api("PUT", "/apis/resource.k8s.io/v1/namespaces/%s/resourceclaims/%s/status"
                         % (ns, claim["metadata"]["name"]), c)
         if s != 200:
@@ -309,12 +314,15 @@ class NrmPlugin:
     its identity is a token bound to that pod; settings are nrm's flags (a
     recorded machine, a CPU mode, ...), the same for `nrm slices`."""
 
-    def __init__(self, cluster, node, work, settings):
+    def __init__(self, cluster, node, work, settings, proxy=None):
         self.cluster, self.node, self.extra = cluster, node, list(settings)
+        # A faultproxy.FaultProxy to reach the server through, or None.
+        self.proxy = proxy
         # Short: the kubelet directory's socket paths must fit 107 characters.
         self.dir = os.path.join(work, "p%d" % next(_serial))
         self.proc = None
         self.port = None
+        self.since = 0
 
     def settings(self):
         return ["--node-name", self.node] + self.extra
@@ -331,17 +339,28 @@ class NrmPlugin:
     def drivers(self):
         return sorted({s["spec"]["driver"] for s in self.sent()})
 
-    def start(self, *more):
+    def start(self, *more, env=None, kubeconfig=True):
+        """Starts nrm plugin with the node's identity; kubeconfig=False
+        leaves --kubeconfig out (in-cluster settings from env instead)."""
         os.makedirs(self.dir, exist_ok=True)
-        kc = self.cluster.nrm_kubeconfig(self.node, os.path.join(self.dir, "kubeconfig"))
         self.log = os.path.join(self.dir, "plugin.log")
+        # A restart in the same folder appends to the log: what this run
+        # says (its port, its first publish) starts here.
+        self.since = os.path.getsize(self.log) if os.path.exists(self.log) else 0
+        self.port = None
+        kc = []
+        if kubeconfig:
+            path = self.cluster.nrm_kubeconfig(self.node, os.path.join(self.dir, "kubeconfig"))
+            if self.proxy:
+                path = self.proxy.kubeconfig(path, os.path.join(self.dir, "kubeconfig-proxy"))
+            kc = ["--kubeconfig", path]
         self.proc = subprocess.Popen(
-            [NRM, "plugin"] + self.settings() + [
-                "--kubeconfig", kc, "--kubelet-dir", os.path.join(self.dir, "kubelet"),
+            [NRM, "plugin"] + self.settings() + kc + [
+                "--kubelet-dir", os.path.join(self.dir, "kubelet"),
                 "--cdi-dir", self.cdi_dir(), "--state-dir", os.path.join(self.dir, "state"),
                 "--create-state-dir", "--reconcile-interval", "0", "--http-address", "127.0.0.1:0",
                 "--log-level", "debug"] + list(more),
-            stdout=open(self.log, "a"), stderr=subprocess.STDOUT)
+            stdout=open(self.log, "a"), stderr=subprocess.STDOUT, env=env)
 
     def cdi_dir(self):
         return os.path.join(self.dir, "cdi")
@@ -365,7 +384,7 @@ class NrmPlugin:
 
     def http(self, path):
         if self.port is None:
-            m = re.search(r"/metrics on port (\d+)", self.text())
+            m = re.search(r"/metrics on port (\d+)", self.text()[self.since:])
             if not m:
                 return None, ""
             self.port = int(m.group(1))
@@ -377,14 +396,21 @@ class NrmPlugin:
         except OSError:
             return None, ""
 
-    def metric(self, name, driver):
+    def metric(self, name, driver=None, **labels):
+        """The value of the first sample of name whose labels include
+        driver and labels, or None."""
+        if driver:
+            labels["driver"] = driver
         _, body = self.http("/metrics")
-        m = re.search(r'^%s\{driver="%s"\} (\S+)$' % (name, re.escape(driver)), body, re.M)
-        return float(m.group(1)) if m else None
+        for m in re.finditer(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{.*\})? (\S+)$", body or "", re.M):
+            got = dict(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', m.group(2) or ""))
+            if m.group(1) == name and all(got.get(k) == v for k, v in labels.items()):
+                return float(m.group(3))
+        return None
 
     def settled(self):
         """Every driver has published once: in sync, or said why not."""
-        t = self.text()
+        t = self.text()[self.since:]
         return all(re.search(r"(info +%s: ResourceSlices of \S+ pool \S+ (are in sync|published without)"
                              r"|error +%s: )" % (re.escape(d), re.escape(d)), t) for d in self.drivers())
 
@@ -433,5 +459,9 @@ class NrmPlugin:
         return self.proc.returncode if self.proc else None
 
 
+_workdirs = []
+
+
 def workdir():
-    return tempfile.mkdtemp(prefix="nrm-cluster-")
+    _workdirs.append(tempfile.mkdtemp(prefix="nrm-cluster-"))
+    return _workdirs[-1]
