@@ -2,7 +2,7 @@
 # Installs the Debian 12 packages that nrm builds and tests with (podman: a
 # real CDI consumer in tests/vm/pci-plugin.sh; procps:
 # pkill, pgrep and ps in tests/cli/run.sh; strace: the trust check of
-# tests/k8s/test-api.py; a minimal Debian 12 lacks both; python3-yaml:
+# tests/cluster/test-api.py; a minimal Debian 12 lacks both; python3-yaml:
 # tests/helm/chart.sh reads the chart's rendering; curl: the health checks of
 # tests/cluster/control-plane.sh). The cluster tests also need Go 1.26,
 # which Debian 12 does not package: they build kube-apiserver and the rest

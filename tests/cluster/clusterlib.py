@@ -5,6 +5,7 @@ Nodes created Ready for recorded machines, nrm's objects applied with the
 real kubectl, and nrm's identity: a token of the DaemonSet's ServiceAccount
 bound to the DaemonSet's pod on the node, as the kubelet gives it."""
 
+import glob
 import http.client
 import itertools
 import json
@@ -457,6 +458,21 @@ class NrmPlugin:
                 self.proc.kill()
                 self.proc.wait()
         return self.proc.returncode if self.proc else None
+
+
+def claim_docs():
+    """Every complete claim of docs/: (file:line, the block's objects) for
+    each YAML block that holds a ResourceClaim or ResourceClaimTemplate."""
+    import yaml
+    out = []
+    for f in sorted(glob.glob(os.path.join(SRCDIR, "docs", "*.md"))):
+        with open(f) as fh:
+            text = fh.read()
+        for m in re.finditer(r"```ya?ml\n(.*?)```", text, re.S):
+            if re.search(r"^kind: (ResourceClaim|ResourceClaimTemplate)\b", m.group(1), re.M):
+                where = "%s:%d" % (os.path.basename(f), text[:m.start()].count("\n") + 1)
+                out.append((where, [d for d in yaml.safe_load_all(m.group(1)) if d]))
+    return out
 
 
 _workdirs = []

@@ -6,7 +6,7 @@ DNS subdomain, the longest a Node may have).
 
 On a recorded machine, huge pages on demand need a sysfs to raise them in:
 each node's nrm plugin runs over a fake --fsroot tree (nr_hugepages and
-meminfo files, as tests/k8s/test-hugepages-api.py builds them), which is the
+meminfo files, as tests/cluster/test-hugepages-api.py builds them), which is the
 one stand-in here. Everything else is real: the real scheduler allocates a
 claim on a device with binding conditions and holds the pod in PreBind;
 `nrm controller`, with the identity of nrm.yaml's nrm-controller

@@ -25,14 +25,12 @@ unprepared and deleted before the next."""
 import glob
 import json
 import os
-import re
 import subprocess
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from clusterlib import (DRA_CLIENT, NRM, SRCDIR, TOPOLOGIES, Cluster, NrmPlugin, binaries, check,  # noqa: E402
-                        cpulist, finish, skip, wait_for, workdir)
+                        claim_docs, cpulist, finish, skip, wait_for, workdir)
 
 EXAMPLES = os.path.join(SRCDIR, "deploy", "kubernetes", "examples")
 PCI_ALL = os.path.join(SRCDIR, "tests", "bench", "pci-every-class.yaml")
@@ -275,18 +273,6 @@ for i, ex in enumerate(examples):
 DOCS_PENDING = {"cpus-memory-gpu": "gpu.nvidia.com"}
 
 
-def docs_claims():
-    import yaml
-    out = []
-    for f in sorted(glob.glob(os.path.join(SRCDIR, "docs", "*.md"))):
-        text = open(f).read()
-        for m in re.finditer(r"```ya?ml\n(.*?)```", text, re.S):
-            if re.search(r"^kind: (ResourceClaim|ResourceClaimTemplate)\b", m.group(1), re.M):
-                where = "%s:%d" % (os.path.basename(f), text[:m.start()].count("\n") + 1)
-                out.append((where, [d for d in yaml.safe_load_all(m.group(1)) if d]))
-    return out
-
-
 def pod_for(claim):
     key = "resourceClaimTemplateName" if claim["kind"] == "ResourceClaimTemplate" else "resourceClaimName"
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "app"},
@@ -317,7 +303,7 @@ def for_mode(pod, claim):
     return pod
 
 
-found = docs_claims()
+found = claim_docs()
 check(len(found) >= 15, "docs/ holds %d complete claims" % len(found))
 for j, (where, objs) in enumerate(found):
     ns = "doc%d" % j

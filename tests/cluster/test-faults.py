@@ -108,7 +108,7 @@ log0 = len(plugin.text())
 # and resumes it. The real server sends each watch a bookmark before it
 # closes it on shutdown, so nrm resumes from a version the new server holds:
 # no 410 comes (seen in every run so far); the 410 path itself is
-# tests/k8s/test-expiry.py's, an injected fault on the fake API server.
+# tests/cluster/test-expiry.py's, a fault injected between nrm and this server.
 # Either way nrm must converge with no write.
 plugin.proc.send_signal(signal.SIGSTOP)
 for i in range(5):
