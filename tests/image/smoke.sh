@@ -9,8 +9,10 @@
 #     copy is static and runs on the host;
 #   - `nrm plugin` with the DaemonSet's arguments, config file and mounts
 #     (temporary dirs bound at /var/lib/kubelet, its plugins and
-#     plugins_registry, /var/run/cdi, /var/lib/nrm, /etc/nrm) against the fake
-#     API server on the host's loopback (--network host): it publishes its
+#     plugins_registry, /var/run/cdi, /var/lib/nrm, /etc/nrm) against the real
+#     kube-apiserver of tests/cluster on the host's loopback (--network host),
+#     as the DaemonSet's ServiceAccount with a token bound to its pod on the
+#     node and nrm.yaml's RBAC (tests/image/serve-api.py): it publishes its
 #     slices, serves /healthz, and a prepare and an unprepare from the host
 #     (tests/plugin/dra-client) on the socket it created work; SIGTERM ends
 #     it with 0 and its sockets gone.
@@ -18,7 +20,8 @@
 #   tests/image/smoke.sh [IMAGE]     IMAGE: default nrm:latest
 #   NRM_DRA_CLIENT: the dra-client program (default tests/plugin/dra-client)
 #   NRM: a host build of nrm to compare `nrm slices` with (optional)
-# Exits 77 when podman, root, the image or dra-client is missing.
+# Exits 77 when podman, root, the image or dra-client is missing, or when the
+# upstream binaries cannot be built (no Go).
 set -u
 cd "$(dirname "$0")/../.." || exit 1
 SRC=$(pwd)
@@ -26,13 +29,12 @@ IMAGE=${1:-nrm:latest}
 DRA_CLIENT=${NRM_DRA_CLIENT:-$SRC/tests/plugin/dra-client}
 TOPO=AMD-19h-Zen4-2xEpyc-9654.xml
 NODE=smoke-1
-UID_=00000000-0000-4000-8000-00000000a001
 
 skip () { echo "SKIP: $*"; exit 77; }
 command -v podman >/dev/null 2>&1 || skip "podman is not installed (./scripts/deps.sh --image)"
 [ "$(id -u)" -eq 0 ] || skip "needs root (the image is in root's podman storage)"
 [ -x "$DRA_CLIENT" ] || skip "no dra-client at $DRA_CLIENT (make tests/plugin/dra-client, or set NRM_DRA_CLIENT)"
-command -v python3 >/dev/null 2>&1 || skip "python3 is missing (the fake API server)"
+command -v python3 >/dev/null 2>&1 || skip "python3 is missing (the control plane's driver, tests/image/serve-api.py)"
 
 TMP=$(mktemp -d /tmp/nrm-image.XXXXXX)
 CTR=nrm-smoke-$$
@@ -131,11 +133,15 @@ python3 -c 'import json, sys; json.load(open(sys.argv[1]))' "$TMP/config/config.
   || fail "no config.json in the ConfigMap of deploy/kubernetes/nrm.yaml"
 
 mkdir -p "$TMP/api" "$TMP/kubelet/plugins" "$TMP/kubelet/plugins_registry" "$TMP/cdi"
-python3 tests/image/serve-api.py "$TMP/api" "$NODE" default smoke "$UID_" 2>"$TMP/api.log" &
+# The real control plane of tests/cluster (its binaries built or reused).
+python3 tests/image/serve-api.py "$TMP/api" "$NODE" default smoke >"$TMP/api.log" 2>&1 &
 API_PID=$!
-for _ in $(seq 100); do [ -s "$TMP/api/kubeconfig" ] && break; sleep 0.1; done
+for _ in $(seq 1800); do [ -s "$TMP/api/kubeconfig" ] && break; kill -0 "$API_PID" 2>/dev/null || break; sleep 0.1; done
+if ! kill -0 "$API_PID" 2>/dev/null && ! [ -s "$TMP/api/kubeconfig" ]; then
+  wait "$API_PID"; [ $? -eq 77 ] && skip "no control plane: $(grep SKIP "$TMP/api.log")"
+fi
 port=$(cat "$TMP/api/http-port" 2>/dev/null)
-[ -s "$TMP/api/kubeconfig" ] && [ -n "$port" ] || { fail "the fake API server did not start: $(cat "$TMP/api.log")"; finish_early=1; }
+[ -s "$TMP/api/kubeconfig" ] && [ -n "$port" ] || { fail "the control plane did not start: $(tail -20 "$TMP/api.log")"; finish_early=1; }
 
 # The DaemonSet's arguments; its --http-address on a free loopback port, as
 # the container shares the host's network here.
@@ -173,8 +179,9 @@ if [ -z "${finish_early:-}" ]; then
   [ -S "$sock" ] && ok || fail "no DRA socket $sock from the container: $(podman logs "$CTR" 2>&1 | tail -5)"
   [ -S "$TMP/kubelet/plugins_registry/cpu.nrm.io-$POD_UID_-reg.sock" ] && [ -S "$TMP/kubelet/plugins_registry/memory.nrm.io-$POD_UID_-reg.sock" ] \
     && ok || fail "no registration sockets: $(ls "$TMP/kubelet/plugins_registry")"
-  [ -s "$TMP/api/device" ] && ok || fail "no cpu.nrm.io slices published to the fake API server: $(tail -5 "$TMP/api.log")"
+  [ -s "$TMP/api/device" ] && ok || fail "no cpu.nrm.io slices published to the API server: $(tail -5 "$TMP/api.log")"
 
+  UID_=$(cat "$TMP/api/uid" 2>/dev/null)
   python3 - "$port" <<'EOF' && ok || fail "GET /healthz on 127.0.0.1:$port is not 200"
 import sys, urllib.request
 with urllib.request.urlopen("http://127.0.0.1:%s/healthz" % sys.argv[1], timeout=5) as r:
@@ -199,7 +206,7 @@ EOF
 fi
 
 kill "$API_PID" 2>/dev/null; wait "$API_PID" 2>/dev/null; API_PID=
-python3 - "$TMP/api/summary" <<'EOF' && ok || fail "the fake API server: $(cat "$TMP/api/summary" 2>/dev/null) $(tail -5 "$TMP/api.log")"
+python3 - "$TMP/api/summary" <<'EOF' && ok || fail "the API server: $(cat "$TMP/api/summary" 2>/dev/null) $(tail -5 "$TMP/api.log")"
 import json, sys
 s = json.load(open(sys.argv[1]))
 assert s["errors"] == 0 and {"cpu.nrm.io", "memory.nrm.io"} <= set(s["drivers"]), s
