@@ -1,13 +1,21 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0
 """The daemon's memory in production: nrm plugin with every built-in driver
-(cpu, memory, pci), claims read from an API server over TLS (the loopback fake of
-tests/k8s, its CA named by the kubeconfig), ResourceSlices published,
-/metrics scraped, a health stream open on each driver, 200 claims of one
-CPU and 64 MiB prepared (the first ones also with a PCI device each, as many
-as the machine publishes), then unprepared. Prints VmHWM and VmRSS after
-the claims and after unprepare against the goal (VmHWM <= 20 MiB), and
-where the resident memory lies, mapping by mapping.
+(cpu, memory, pci) against the real kube-apiserver (tests/cluster's control
+plane on loopback: etcd, kube-apiserver, scheduler and controller-manager of
+1.36, or of NRM_K8S_LINE, deploy/kubernetes/nrm.yaml applied), with the
+DaemonSet's identity (a token of its ServiceAccount bound to its pod on the
+node, the server's CA named by the kubeconfig; never the admin): claims read
+from the API over TLS, ResourceSlices published, /metrics scraped, each
+driver registered as the kubelet does and a health stream open on each, 200
+claims of one CPU and 64 MiB prepared (the first ones also with a PCI device
+each, as many as the machine publishes), then unprepared. Each claim is
+created and given its allocation by the bench's admin through the status
+subresource, as the scheduler writes it (a fresh shareID for each result on
+a device that allows multiple allocations). Prints VmHWM and VmRSS after the
+claims and after unprepare against the goal (VmHWM <= 20 MiB), and where the
+resident memory lies, mapping by mapping. Exits 77 where the upstream
+binaries cannot be built (tests/cluster/build.sh).
   bench-memory.py NRM DRA_CLIENT TOPOLOGY [EXTRA-PLUGIN-FLAG...]
 With BENCH_MEMORY_DUMP=PREFIX it keeps PREFIX.prepared and PREFIX.after
 (the smaps files) and PREFIX.maps."""
@@ -15,29 +23,29 @@ With BENCH_MEMORY_DUMP=PREFIX it keeps PREFIX.prepared and PREFIX.after
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
+import uuid
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "k8s"))
+sys.path.insert(0, os.path.join(HERE, "..", "cluster"))
+import clusterlib  # noqa: E402
+from clusterlib import Cluster, NrmPlugin, binaries, wait_for  # noqa: E402
 
 if len(sys.argv) < 4:
     sys.exit(__doc__)
-NRM, CLIENT, TOPO = sys.argv[1:4]
+NRM, CLIENT, TOPO = (os.path.abspath(a) for a in sys.argv[1:4])
 EXTRA = sys.argv[4:]
-if shutil.which("openssl") is None:
-    print("bench-memory: skipped, openssl is not installed")
-    sys.exit(0)
-from fakeapi import FakeAPI  # noqa: E402
+# NrmPlugin runs these, not the tree's defaults.
+clusterlib.NRM, clusterlib.DRA_CLIENT = NRM, CLIENT
 
 CLAIMS = 200
 GOAL_MIB = 20.0
 CPU, MEM, PCI = "cpu.nrm.io", "memory.nrm.io", "pci.nrm.io"
 DRIVERS = (CPU, MEM, PCI)
+NODE = "bench"
 
 # Mappings by what brought them in, in the order printed.
 GROUPS = [
@@ -83,124 +91,115 @@ def breakdown(pid):
     return sums
 
 
+def capacity(topo):
+    """The Node's CPUs and memory, from the recorded machine."""
+    with open(topo) as fh:
+        text = fh.read()
+    return text.count('type="PU"'), sum(int(m) for m in re.findall(r'local_memory="(\d+)"', text)) or 64 << 30
+
+
+def claim(name, requests):
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+            "metadata": {"namespace": "default", "name": name},
+            "spec": {"devices": {"requests": [{"name": r, "exactly": {"deviceClassName": c}} for r, c in requests]}}}
+
+
+bindir = binaries()
+# The control plane on disk, as in the cluster tests; nrm's state on tmpfs.
+base = tempfile.mkdtemp(prefix="nrm-bench-mem-")
 work = tempfile.mkdtemp(prefix="nrm-bench-mem-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
-api = FakeAPI(work, tokens=["bench"])
-api.start()
-api.add_node("bench")
-kubeconfig = api.write_kubeconfig(os.path.join(work, "kubeconfig"), token="bench")
-log = open(os.path.join(work, "plugin.log"), "w")
-p = subprocess.Popen([NRM, "plugin", "-t", TOPO, "--node-name", "bench", "--drivers", "cpu,memory,pci",
-                      "--kubeconfig", kubeconfig, "--kubelet-dir", os.path.join(work, "k"),
-                      "--cdi-dir", os.path.join(work, "cdi"), "--state-dir", os.path.join(work, "state"), "--create-state-dir",
-                      "--http-address", "127.0.0.1:0"] + EXTRA, stdout=log, stderr=subprocess.STDOUT)
+cluster = p = None
 watchers = []
 
 
 def fail(why):
-    for w in watchers:
-        w.kill()
-    p.kill()
-    api.stop()
-    sys.stdout.write(open(log.name).read()[-3000:])
-    shutil.rmtree(work, ignore_errors=True)
+    if p:
+        sys.stdout.write(p.text()[-3000:])
     sys.exit("bench-memory: " + why)
 
 
-def metrics():
-    m = re.search(r"/metrics on port (\d+)", open(log.name).read())
-    if not m:
-        return ""
-    with urllib.request.urlopen("http://127.0.0.1:%s/metrics" % m.group(1), timeout=5) as r:
-        return r.read().decode()
-
-
-def synced(body, driver):
-    return re.search(r'^nrm_slices_synced\{[^}]*driver="%s"[^}]*\} 1$' % re.escape(driver), body, re.M) is not None
-
-
-t0 = time.time()
-while True:
-    try:
-        body = metrics()
-        if all(synced(body, d) for d in DRIVERS):
-            break
-    except OSError:
-        pass
-    if time.time() - t0 > 30 or p.poll() is not None:
+try:
+    cluster = Cluster(base, "bench", bindir)
+    cluster.install_nrm()
+    cluster.create_nodes([(NODE, *capacity(TOPO))])
+    # The plugin's flags as in production (info log and the default
+    # reconcile interval, not NrmPlugin's debug and 0).
+    p = NrmPlugin(cluster, NODE, work, ["-t", TOPO, "--drivers", "cpu,memory,pci"] + EXTRA)
+    p.start("--log-level", "info", "--reconcile-interval", "5")
+    if not wait_for(lambda: all(p.metric("nrm_slices_synced", d) == 1 for d in DRIVERS) or p.proc.poll() is not None,
+                    60, 0.02) or p.proc.poll() is not None:
         fail("the pools were not published")
-    time.sleep(0.02)
+    if not p.register():
+        fail("the drivers did not register")
+    for d in DRIVERS:
+        w = subprocess.Popen([CLIENT, "watch", p.socket(d)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        watchers.append(w)
+        if not w.stdout.readline().strip():
+            fail("no health stream on %s" % d)
+    published = {d: [x for s in cluster.slices(NODE, d) for x in s["spec"].get("devices", [])] for d in DRIVERS}
+    devs = {d: [x["name"] for x in published[d]] for d in DRIVERS}
+    shared = {x["name"] for d in DRIVERS for x in published[d] if x.get("allowMultipleAllocations")}
+    if not devs[CPU] or not devs[MEM]:
+        fail("%s publishes no CPU or no memory devices: a machine with both is needed" % TOPO)
+    start = status(p.proc.pid)
 
-sock = {d: os.path.join(work, "k", "plugins", d, "dra.sock") for d in DRIVERS}
-for d in DRIVERS:
-    w = subprocess.Popen([CLIENT, "watch", sock[d]], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    watchers.append(w)
-    if not w.stdout.readline().strip():
-        fail("no health stream on %s" % d)
-devs = {d: [x["name"] for s in api.slices() if s["spec"]["driver"] == d for x in s["spec"].get("devices", [])]
-        for d in DRIVERS}
-if not devs[CPU] or not devs[MEM]:
-    fail("%s publishes no CPU or no memory devices: a machine with both is needed" % TOPO)
-start = status(p.pid)
-
-
-def client(*args):
-    r = subprocess.run([CLIENT] + list(args), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    if r.returncode != 0:
-        fail("dra-client %s: %s" % (" ".join(args), r.stderr.strip()))
-
-
-uids = []
-claim_drivers = {}
-scrapes = 0
-for i in range(CLAIMS):
-    uid = "00000000-0000-4000-8000-%012d" % i
-    uids.append(uid)
-    results = [{"request": "cpus", "driver": CPU, "pool": "bench", "device": devs[CPU][i % len(devs[CPU])],
-                "consumedCapacity": {"cpus": "1"}},
-               {"request": "mem", "driver": MEM, "pool": "bench", "device": devs[MEM][i % len(devs[MEM])],
-                "consumedCapacity": {"memory": "64Mi"}}]
-    if i < len(devs[PCI]):  # a PCI device is held whole: one claim each
-        results.append({"request": "dev", "driver": PCI, "pool": "bench", "device": devs[PCI][i]})
-    claim_drivers[uid] = [r["driver"] for r in results]
-    api.put_claim({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
-                   "metadata": {"namespace": "default", "name": "c%d" % i, "uid": uid},
-                   "status": {"allocation": {"devices": {"results": results}}}})
-    for d in claim_drivers[uid]:
-        client("prepare", sock[d], "default", "c%d" % i, uid)
-    if i % 10 == 9:
-        metrics()
-        scrapes += 1
-prepared = status(p.pid)
-if os.environ.get("BENCH_MEMORY_DUMP"):
-    shutil.copyfile("/proc/%d/smaps" % p.pid, os.environ["BENCH_MEMORY_DUMP"] + ".prepared")
-peak_groups = breakdown(p.pid)
-for uid in uids:
-    for d in claim_drivers[uid]:
-        client("unprepare", sock[d], uid)
-metrics()
-scrapes += 1
-time.sleep(0.5)
-after = status(p.pid)
-if os.environ.get("BENCH_MEMORY_DUMP"):
-    shutil.copyfile("/proc/%d/smaps" % p.pid, os.environ["BENCH_MEMORY_DUMP"] + ".after")
-    with open(os.environ["BENCH_MEMORY_DUMP"] + ".maps", "w") as f:
-        f.write(open("/proc/%d/maps" % p.pid).read())
-after_groups = breakdown(p.pid)
-body = metrics()
-for w in watchers:
-    w.stdin.close()
-    w.wait(10)
-p.send_signal(signal.SIGTERM)
-p.wait(30)
-api.stop()
-shutil.rmtree(work, ignore_errors=True)
+    claims = []
+    scrapes = 0
+    for i in range(CLAIMS):
+        results = [("cpus", CPU, NODE, devs[CPU][i % len(devs[CPU])], {"consumedCapacity": {"cpus": "1"}}),
+                   ("mem", MEM, NODE, devs[MEM][i % len(devs[MEM])], {"consumedCapacity": {"memory": "64Mi"}})]
+        if i < len(devs[PCI]):  # a PCI device is held whole: one claim each
+            results.append(("dev", PCI, NODE, devs[PCI][i], {}))
+        for r in results:
+            if r[3] in shared:
+                r[4]["shareID"] = str(uuid.uuid4())
+        c = cluster.allocate(claim("c%d" % i, [(r[0], r[1]) for r in results]), NODE, results)
+        claims.append((c, [r[1] for r in results]))
+        for d in claims[-1][1]:
+            ok, out = p.prepare(d, c)
+            if not ok:
+                fail("prepare c%d on %s: %s" % (i, d, out))
+        if i % 10 == 9:
+            p.http("/metrics")
+            scrapes += 1
+    prepared = status(p.proc.pid)
+    if os.environ.get("BENCH_MEMORY_DUMP"):
+        shutil.copyfile("/proc/%d/smaps" % p.proc.pid, os.environ["BENCH_MEMORY_DUMP"] + ".prepared")
+    peak_groups = breakdown(p.proc.pid)
+    for c, drivers in claims:
+        for d in drivers:
+            if not p.unprepare(d, c):
+                fail("unprepare %s on %s" % (c["metadata"]["name"], d))
+    p.http("/metrics")
+    scrapes += 1
+    time.sleep(0.5)
+    after = status(p.proc.pid)
+    if os.environ.get("BENCH_MEMORY_DUMP"):
+        shutil.copyfile("/proc/%d/smaps" % p.proc.pid, os.environ["BENCH_MEMORY_DUMP"] + ".after")
+        shutil.copyfile("/proc/%d/maps" % p.proc.pid, os.environ["BENCH_MEMORY_DUMP"] + ".maps")
+    after_groups = breakdown(p.proc.pid)
+finally:
+    for w in watchers:
+        w.stdin.close()
+        try:
+            w.wait(10)
+        except subprocess.TimeoutExpired:
+            w.kill()
+            w.wait()
+    if p:
+        p.stop()
+    if cluster:
+        cluster.stop()
+    shutil.rmtree(work, ignore_errors=True)
+    shutil.rmtree(base, ignore_errors=True)
 
 # The kernel updates the peak lazily: the larger of the two readings.
 hwm = max(mib(prepared["VmHWM"][0]), mib(after["VmHWM"][0]))
 files = mib(sum(v for g, v in peak_groups.items() if g != HEAP))
 print("plugin memory in production, drivers cpu, memory and pci (%s: %d CPU, %d memory and %d PCI devices, "
-      "%d of them held; TLS API, slices published, health streams open, /metrics scraped %d times)"
-      % (os.path.basename(TOPO), len(devs[CPU]), len(devs[MEM]), len(devs[PCI]), len(devs[PCI]), scrapes))
+      "%d of them held; real kube-apiserver %s over TLS, slices published, health streams open, "
+      "/metrics scraped %d times)" % (os.path.basename(TOPO), len(devs[CPU]), len(devs[MEM]), len(devs[PCI]),
+                                      len(devs[PCI]), cluster.version, scrapes))
 print("  published, before claims    VmRSS %5.1f MiB  VmHWM %5.1f MiB  %s threads" %
       (mib(start["VmRSS"][0]), mib(start["VmHWM"][0]), start["Threads"][0]))
 print("  %d claims prepared         VmRSS %5.1f MiB  VmHWM %5.1f MiB  %s threads" %

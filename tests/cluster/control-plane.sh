@@ -16,6 +16,8 @@
 # says, as shell assignments, the API server's URL, the ports and the pids.
 # The node-lifecycle controller is left out by default: in this layer no
 # kubelet heartbeats its Node. Everything listens on 127.0.0.1 only.
+# NRM_SCHED_V=N starts the scheduler with -v=N (7: each CEL result and
+# constraint decision of the allocator, in scheduler.log).
 set -euo pipefail
 
 usage () { sed -n '7,11s/^# \{0,3\}//p' "$0" >&2; exit 2; }
@@ -185,7 +187,7 @@ api_ready "$bin/kubectl" $api_pid || fail "kube-apiserver not ready within 120 s
 "$bin/kube-scheduler" --kubeconfig "$dir/scheduler.kubeconfig" \
   --authentication-kubeconfig "$dir/scheduler.kubeconfig" --authorization-kubeconfig "$dir/scheduler.kubeconfig" \
   --bind-address 127.0.0.1 --secure-port "$sched_port" --leader-elect=false \
-  ${gates:+--feature-gates "$gates"} >"$dir/scheduler.log" 2>&1 &
+  ${gates:+--feature-gates "$gates"} ${NRM_SCHED_V:+-v=$NRM_SCHED_V} >"$dir/scheduler.log" 2>&1 &
 sched_pid=$!
 "$bin/kube-controller-manager" --kubeconfig "$dir/controller-manager.kubeconfig" \
   --authentication-kubeconfig "$dir/controller-manager.kubeconfig" \
