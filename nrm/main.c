@@ -1159,14 +1159,31 @@ publisher_log (void *ctx, enum nrm_log_level level, const char *fmt, ...)
   free (msg);
 }
 
+/* 1.36.3's scheduler leaves DRAListTypeAttributes out of its allocator's
+ * features: its allocator takes every list attribute for an unknown type,
+ * so no matchAttribute or distinctAttribute on one is ever met. */
+static void
+warn_list_attributes (const struct nrm_config *c)
+{
+  if (c->publish.list_attributes && c->publish.api_minor <= 36)
+    nrm_log (NULL, NRM_LOG_WARNING,
+             "DRAListTypeAttributes is on and the API server is 1.%u: its scheduler never meets matchAttribute or "
+             "distinctAttribute on a list attribute (resource.kubernetes.io/numaNode, pcieRoot), so claims that "
+             "constrain one stay Pending; turn the gate off in nrm on 1.36 (docs/versions.md)",
+             c->publish.api_minor);
+}
+
 /* The node-allocatable mappings changed shape in 1.37: without
  * --kubernetes-version, the plugin writes them as the API server's release
  * reads them (GET /version, which every authenticated client may read). */
 static void
 ask_api_minor (struct nrm_config *c, struct nrm_kube *kube)
 {
-  if (kube == NULL || c->api_minor_set || !c->publish.node_allocatable)
-    return;
+  if (kube == NULL || c->api_minor_set || (!c->publish.node_allocatable && !c->publish.list_attributes))
+    {
+      warn_list_attributes (c);
+      return;
+    }
   cleanup_json json_t *v = NULL;
   nrm_error_t err = NULL;
   int code = nrm_kube_call (kube, "GET", "/version", NULL, &v, &err);
@@ -1175,15 +1192,15 @@ ask_api_minor (struct nrm_config *c, struct nrm_kube *kube)
   if (code == 200 && m >= 36)
     {
       c->publish.api_minor = m;
-      nrm_log (NULL, NRM_LOG_INFO, "Kubernetes API server %s: node-allocatable mappings as 1.%u reads them",
+      nrm_log (NULL, NRM_LOG_INFO, "Kubernetes API server %s: fields as 1.%u reads them",
                json_string_value (json_object_get (v, "gitVersion")) ?: "?", m);
     }
   else
     nrm_log (NULL, NRM_LOG_WARNING,
-             "Kubernetes API server version unknown (%s): node-allocatable mappings as 1.%u reads them; "
-             "give --kubernetes-version",
+             "Kubernetes API server version unknown (%s): fields as 1.%u reads them; give --kubernetes-version",
              code < 0 ? nrm_error_msg (err) : nrm_kube_status_message (v, code), c->publish.api_minor);
   nrm_error_release (&err);
+  warn_list_attributes (c);
 }
 
 /* The first nodes[] entry that matches this node overrides the top level:

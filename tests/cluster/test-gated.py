@@ -180,6 +180,9 @@ with open(os.path.join(EXAMPLES, "nic-cpus-same-pcie-root.yaml")) as fh:
 objs[1]["spec"].update(on("node-nic"))
 p = apply("nic", objs)
 got = wait_for(lambda: scheduled("nic", "nic-cpus-same-pcie-root"), 90, 0.5)
+warned = "never meets matchAttribute or distinctAttribute on a list attribute" in plugins["node-nic"].text()
+check(warned == (MINOR <= 36), "node-nic's plugin (DRAListTypeAttributes on) %s that the 1.%d scheduler cannot "
+      "meet list-attribute constraints" % ("warns" if warned else "does not warn", MINOR))
 if MINOR <= 36:
     check(p.returncode == 0 and got and got[0] is None and "cannot allocate all claims" in got[1],
           "nic-cpus-same-pcie-root.yaml: 1.36's scheduler cannot match a list attribute, the pod stays Pending: %s"
