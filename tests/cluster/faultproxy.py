@@ -6,9 +6,11 @@ and every open watch ended at once with a 410 Expired event. Everything
 else passes through unchanged: nrm talks to the real server, with its own
 token, and the server's answers are the real ones. The proxy serves the
 API server's own certificate, so nrm's kubeconfig keeps the cluster's CA;
-it records each request (time, method, path, query, status) for the tests
-to count lists and watches."""
+it records each request (time, method, path, query, status, and a hash of
+its bearer token: token_id) for the tests to count lists and watches, and
+whose they are."""
 
+import hashlib
 import http.client
 import http.server
 import json
@@ -24,6 +26,12 @@ HOP = {"connection", "keep-alive", "transfer-encoding", "content-length", "proxy
 EXPIRED = {"type": "ERROR", "object": {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
                                        "message": "too old resource version (injected by the test's proxy)",
                                        "reason": "Expired", "code": 410}}
+
+
+def token_id(token):
+    """What a request record keeps of its bearer token: a short hash, never
+    the token (None where the request had none)."""
+    return hashlib.sha256(token.encode()).hexdigest()[:16] if token else None
 
 
 class FaultProxy:
@@ -112,8 +120,9 @@ class FaultProxy:
         u = urllib.parse.urlsplit(h.path)
         query = dict(urllib.parse.parse_qsl(u.query))
         watch = query.get("watch") in ("true", "1")
+        auth = h.headers.get("Authorization") or ""
         rec = {"t": time.monotonic(), "method": h.command, "path": u.path, "query": query, "status": None,
-               "watch": watch}
+               "watch": watch, "token": token_id(auth[7:].strip() if auth[:7].lower() == "bearer " else "")}
         with self.lock:
             self.requests.append(rec)
         body = h.rfile.read(int(h.headers.get("Content-Length") or 0))
