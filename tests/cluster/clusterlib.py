@@ -475,6 +475,18 @@ def claim_docs():
     return out
 
 
+def stop_all(cluster, *plugins):
+    """Ends a test: each plugin stopped with SIGTERM and checked to exit 0
+    (the end of its log shown when a check failed), then the cluster."""
+    for p in plugins:
+        if p and p.proc:
+            rc = p.stop()
+            check(rc == 0, "%s: the plugin stops cleanly (exit %s)" % (p.node[:40], rc))
+            if failures:
+                print(p.text()[-3000:])
+    cluster.stop()
+
+
 _workdirs = []
 
 

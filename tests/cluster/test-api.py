@@ -31,8 +31,8 @@ import urllib.request
 import uuid
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from clusterlib import (BUILDDIR, DRA_CLIENT, HERE, MANIFEST, NAMESPACE, NRM, TOPOLOGIES, Cluster, NrmPlugin,  # noqa: E402
-                        binaries, check, finish, skip, slice_pairs, wait_for, workdir)
+from clusterlib import (BUILDDIR, DRA_CLIENT, HERE, MANIFEST, NAMESPACE, NRM, TOPOLOGIES, Cluster,  # noqa: E402
+                        NrmPlugin, binaries, check, finish, skip, slice_pairs, wait_for, workdir)
 from faultproxy import FaultProxy, lists  # noqa: E402
 
 CPU, MEM, EXAMPLE = "cpu.nrm.io", "memory.nrm.io", "example.nrm.io"

@@ -89,12 +89,14 @@ restart_apiserver()
 ended = re.compile(r"watch (of \S+ )?ended; watching again|watch: .*(again|not closed cleanly)")
 relisted = wait_for(lambda: len(ended.findall(plugin.text()[log0:])) >= 4, 90, 0.5)
 check(relisted, "API server restarted: nrm's 4 watches ended and started again (%s)"
-      % " | ".join(l[24:150] for l in plugin.text()[log0:].splitlines() if ended.search(l))[:500])
+      % " | ".join(ln[24:150] for ln in plugin.text()[log0:].splitlines() if ended.search(ln))[:500])
 time.sleep(3)
 check(wait_for(in_sync, 30) and not writes_by_nrm(mark),
       "... and the slices are as they were, with no write (%d writes)" % len(writes_by_nrm(mark)))
 
 mark2 = len(cluster.audit())
+
+
 # --- etcd compacted past nrm's versions, the API server restarted -----------------
 def etcd(path, body):
     req = urllib.request.Request(cluster.env["ETCD_URL"] + path, data=json.dumps(body).encode(), method="POST")
@@ -120,7 +122,7 @@ etcd("/v3/kv/compaction", {"revision": rev, "physical": True})
 restart_apiserver()
 plugin.proc.send_signal(signal.SIGCONT)
 resumed = wait_for(lambda: len(ended.findall(plugin.text()[log0:])) >= 4, 60, 0.5)
-how = [l[24:170] for l in plugin.text()[log0:].splitlines() if ended.search(l) or "too old" in l or "410" in l]
+how = [ln[24:170] for ln in plugin.text()[log0:].splitlines() if ended.search(ln) or "too old" in ln or "410" in ln]
 check(resumed, "etcd compacted at revision %d, the API server restarted under a frozen nrm: its 4 watches "
       "resumed (%s)" % (rev, " | ".join(how)[:600]))
 check(wait_for(in_sync, 30) and not writes_by_nrm(mark2),
@@ -151,7 +153,7 @@ cluster.create_nodes([(NODE, 24, 64 << 30)])
 _, new = cluster.api("GET", "/api/v1/nodes/" + NODE)
 check(new["metadata"]["uid"] != old["metadata"]["uid"] and wait_for(in_sync, 120, 0.5),
       "the Node created again: nrm published again, owned by the new Node (%s)"
-      % " | ".join(l[24:150] for l in plugin.text().splitlines()[-40:] if "ResourceSlice" in l)[-300:])
+      % " | ".join(ln[24:150] for ln in plugin.text().splitlines()[-40:] if "ResourceSlice" in ln)[-300:])
 
 # --- a claim deleted from the API while prepared ------------------------------------
 claim_body = {

@@ -13,8 +13,8 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from clusterlib import (DRA_CLIENT, NRM, TOPOLOGIES, Cluster, NrmPlugin, binaries, check, failures,  # noqa: E402
-                        finish, skip, wait_for, workdir)
+from clusterlib import (DRA_CLIENT, NRM, TOPOLOGIES, Cluster, NrmPlugin, binaries, check,  # noqa: E402
+                        finish, skip, stop_all, wait_for, workdir)
 
 if not os.access(NRM, os.X_OK) or not os.access(DRA_CLIENT, os.X_OK):
     skip("build nrm and tests/plugin/dra-client first (make check)")
@@ -69,11 +69,6 @@ try:
           and vals.get("memory.granularity", {}).get("from") == "default",
           "and says where each setting came from: %s" % json.dumps(st.get("settings")))
 finally:
-    if plugin:
-        rc = plugin.stop()
-        check(rc == 0, "the plugin stops cleanly (exit %s)" % rc)
-        if failures:
-            print(plugin.text()[-3000:])
-    cluster.stop()
+    stop_all(cluster, plugin)
 
 finish()
