@@ -78,6 +78,11 @@ def pod_status(ns, name):
     return pod if s == 200 else {}
 
 
+# What the scheduler says of a pod it tries again at once: a claim another
+# pod of the group is being given, or was given in the meantime.
+TRANSIENT = re.compile(r"in the process of being allocated|got allocated elsewhere in the meantime")
+
+
 def scheduled(ns, name):
     """(node, None) once bound, (None, the scheduler's reason) once it said
     why not, other than a wait for a claim another pod is being given."""
@@ -86,7 +91,7 @@ def scheduled(ns, name):
         return pod["spec"]["nodeName"], None
     for c in pod.get("status", {}).get("conditions", []):
         if c["type"] == "PodScheduled" and c["status"] == "False" and c.get("message") \
-                and "in the process of being allocated" not in c["message"]:
+                and not TRANSIENT.search(c["message"]):
             return None, c["message"]
     return None
 
