@@ -241,11 +241,7 @@ check(wait_for(lambda: lists(proxy.requests[n_req:], "resourceslices"), 10), "th
 token_file = os.path.join(PDIR, "kubeconfig.token")
 old_token = open(token_file).read().strip()
 old_pod = cluster.nrm_pod(NODE)
-# With no kubelet, the second DELETE finishes what the first began (the
-# kubelet's own last call); a pod only marked deleted keeps its tokens
-# valid for a minute more.
-for _ in range(2):
-    cluster.api("DELETE", "/api/v1/namespaces/%s/pods/%s?gracePeriodSeconds=0" % (NAMESPACE, old_pod))
+cluster.delete_pods(NAMESPACE, old_pod)
 new_pod = wait_for(lambda: (lambda n: n if n and n != old_pod else None)(cluster.nrm_pod(NODE, 1)), 60, 0.5)
 cluster.nrm_kubeconfig(NODE, os.path.join(work, "rotated"), pod=new_pod)
 new_token = open(os.path.join(work, "rotated.token")).read().strip()

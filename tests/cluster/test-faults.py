@@ -68,12 +68,6 @@ def in_sync(p=plugin):
     return all(len(g) == 1 for g in gens.values())
 
 
-def writes_by_nrm(since):
-    return [e for e in cluster.audit()[since:] if e.get("stage") == "ResponseComplete"
-            and e["user"].get("username") == "system:serviceaccount:nrm-system:nrm"
-            and e["verb"] in ("create", "update", "patch", "delete")]
-
-
 def restart_apiserver():
     subprocess.run([os.path.join(HERE, "control-plane.sh"), "restart-apiserver", cluster.dir], check=True)
 
@@ -91,8 +85,8 @@ relisted = wait_for(lambda: len(ended.findall(plugin.text()[log0:])) >= 4, 90, 0
 check(relisted, "API server restarted: nrm's 4 watches ended and started again (%s)"
       % " | ".join(ln[24:150] for ln in plugin.text()[log0:].splitlines() if ended.search(ln))[:500])
 time.sleep(3)
-check(wait_for(in_sync, 30) and not writes_by_nrm(mark),
-      "... and the slices are as they were, with no write (%d writes)" % len(writes_by_nrm(mark)))
+check(wait_for(in_sync, 30) and not cluster.writes(mark),
+      "... and the slices are as they were, with no write (%d writes)" % len(cluster.writes(mark)))
 
 mark2 = len(cluster.audit())
 
@@ -125,7 +119,7 @@ resumed = wait_for(lambda: len(ended.findall(plugin.text()[log0:])) >= 4, 60, 0.
 how = [ln[24:170] for ln in plugin.text()[log0:].splitlines() if ended.search(ln) or "too old" in ln or "410" in ln]
 check(resumed, "etcd compacted at revision %d, the API server restarted under a frozen nrm: its 4 watches "
       "resumed (%s)" % (rev, " | ".join(how)[:600]))
-check(wait_for(in_sync, 30) and not writes_by_nrm(mark2),
+check(wait_for(in_sync, 30) and not cluster.writes(mark2),
       "... and the slices are still exactly the desired ones, with no write")
 
 # --- nrm killed while it publishes -------------------------------------------------

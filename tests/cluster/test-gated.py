@@ -150,8 +150,7 @@ for attempt in range(4):
     if st or not got or got[0] != "node-nic":
         break
     zero += 1
-    for _ in range(2):  # no kubelet: the second DELETE ends what the first began
-        cluster.api("DELETE", "/api/v1/namespaces/alloc/pods/%s?gracePeriodSeconds=0" % name)
+    cluster.delete_pods("alloc", name)
     wait_for(lambda: not pod_status("alloc", name), 30, 0.5)
     time.sleep(2)
 sums = json.dumps(st or [])
@@ -192,11 +191,8 @@ else:
           % (32000 - used, got and (got[0] or got[1])))
     apply("alloc", [pod("too-big", "node-nic", cpu="1m")])
 
-# Room again on node-nic for what follows (no kubelet: the second DELETE
-# ends what the first began).
-for _ in range(2):
-    for n in ("too-big", "fits"):
-        cluster.api("DELETE", "/api/v1/namespaces/alloc/pods/%s?gracePeriodSeconds=0" % n)
+# Room again on node-nic for what follows.
+cluster.delete_pods("alloc", "too-big", "fits")
 wait_for(lambda: all(not pod_status("alloc", n) for n in ("too-big", "fits")), 30, 0.5)
 time.sleep(2)
 
@@ -254,8 +250,7 @@ for c in cs:
     for d in sorted({r["driver"] for r in c["status"]["allocation"]["devices"]["results"]}):
         plugins["node-nic"].unprepare(d, c)
 cluster.kubectl("delete", "namespace", "nic", "--wait=false", check=False)
-for _ in range(2):
-    cluster.api("DELETE", "/api/v1/namespaces/nic/pods/nic-cpus-same-pcie-root?gracePeriodSeconds=0")
+cluster.delete_pods("nic", "nic-cpus-same-pcie-root")
 
 # --- a PodGroup's claim ---------------------------------------------------------------------------
 group = {"apiVersion": SCHEDULING, "kind": "PodGroup", "metadata": {"name": "trainers"},

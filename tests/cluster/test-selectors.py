@@ -193,10 +193,7 @@ def round_(ns, devices, resources=None):
     wait_for(decided, 120, 0.5)
     for n in nodes:
         got.setdefault(n, ("undecided", "no answer from the scheduler in 120 s"))
-    # No kubelet: the second DELETE ends what the first began.
-    for _ in range(2):
-        for node in nodes:
-            cluster.api("DELETE", "/api/v1/namespaces/%s/pods/p-%s?gracePeriodSeconds=0" % (ns, node))
+    cluster.delete_pods(ns, *("p-" + node for node in nodes))
     cluster.api("DELETE", "/apis/resource.k8s.io/v1/namespaces/%s/resourceclaims" % ns)
     if not wait_for(lambda: gone(ns), 120, 0.5):
         raise SystemExit("FAIL %s: the claims of a round were not deleted in 120 s" % ns)
