@@ -1,7 +1,7 @@
 #!/bin/bash
 # Builds the upstream binaries nrm's cluster tests run (kube-apiserver,
 # kube-scheduler, kube-controller-manager, kubectl, etcd, helm; with --node
-# also kubelet and kube-proxy) from the Go module proxy, through the wrapper
+# also kubelet, kube-proxy, and containerd 2 with ctr and its runc shim) from the Go module proxy, through the wrapper
 # modules beside this script, into a cache outside the tree keyed by version,
 # and prints the folder that holds them. A folder already built is reused.
 #
@@ -26,6 +26,7 @@ required () { awk -v m="$2" '$1 == "require" && $2 == m { print $3 } $1 == m && 
 kver=$(required "$line" k8s.io/kubernetes)
 ever=$(required etcd go.etcd.io/etcd/server/v3)
 hver=$(required helm helm.sh/helm/v4)
+cver=$(required containerd github.com/containerd/containerd/v2)
 out=$cache/kubernetes-$kver
 mkdir -p "$cache"
 # One build at a time: the tests of make -j ask together, the later ones
@@ -62,6 +63,13 @@ cmds="k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-scheduler
 build "$out" "$line" "" "$kflags" $cmds
 build "$cache/etcd-$ever" etcd etcd "-s -w" go.etcd.io/etcd/server/v3
 build "$cache/helm-$hver" helm helm "-s -w -X helm.sh/helm/v4/internal/version.version=$hver" helm.sh/helm/v4/cmd/helm
+if [ "$node" = 1 ]; then
+  # Without cgo the btrfs snapshotter is left out; the node uses overlayfs.
+  build "$cache/containerd-$cver" containerd "" "-s -w -X github.com/containerd/containerd/v2/version.Version=$cver" \
+    github.com/containerd/containerd/v2/cmd/containerd github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2 \
+    github.com/containerd/containerd/v2/cmd/ctr
+  for f in containerd containerd-shim-runc-v2 ctr; do ln -sfn "$cache/containerd-$cver/$f" "$out/$f"; done
+fi
 ln -sfn "$cache/etcd-$ever/etcd" "$out/etcd"
 ln -sfn "$cache/helm-$hver/helm" "$out/helm"
 echo "$out"
