@@ -114,7 +114,8 @@ class Cluster:
     """A control plane of its own: etcd, kube-apiserver, kube-scheduler,
     kube-controller-manager, on free loopback ports, in DIR."""
 
-    def __init__(self, work, name, bindir, gates="", runtime_config="", apiserver_args=()):
+    def __init__(self, work, name, bindir, gates="", runtime_config="", apiserver_args=(), sans=(),
+                 controllers=None, controller_manager_args=()):
         self.dir = os.path.join(work, name)
         self.bin = bindir
         args = [os.path.join(HERE, "control-plane.sh"), "start", self.dir, bindir]
@@ -124,6 +125,12 @@ class Cluster:
             args += ["--runtime-config", runtime_config]
         for a in apiserver_args:
             args += ["--apiserver-arg", a]
+        for a in sans:
+            args += ["--san", a]
+        if controllers:
+            args += ["--controllers", controllers]
+        for a in controller_manager_args:
+            args += ["--controller-manager-arg", a]
         t0 = time.time()
         # A test that dies of an exception still stops what it started.
         atexit.register(self.stop)

@@ -6,7 +6,7 @@
 #
 #   control-plane.sh start DIR BINDIR [--feature-gates G] [--runtime-config R]
 #                                     [--san IP] [--controllers LIST]
-#                                     [--apiserver-arg ARG]...
+#                                     [--apiserver-arg ARG]... [--controller-manager-arg ARG]...
 #   control-plane.sh restart-apiserver DIR   (the same command again)
 #   control-plane.sh stop DIR
 #
@@ -68,7 +68,7 @@ esac
 bin=${3:-}
 [ -x "$bin/kube-apiserver" ] || { echo "control-plane.sh: no kube-apiserver in '$bin'" >&2; exit 2; }
 shift 3
-gates="" runtime="" controllers="*,-node-lifecycle-controller" extra=()
+gates="" runtime="" controllers="*,-node-lifecycle-controller" extra=() cm_extra=()
 sans="IP:127.0.0.1"
 while [ $# -gt 0 ]; do
   case $1 in
@@ -77,6 +77,7 @@ while [ $# -gt 0 ]; do
   --san) sans="$sans,IP:$2"; shift 2 ;;
   --controllers) controllers=$2; shift 2 ;;
   --apiserver-arg) extra+=("$2"); shift 2 ;;
+  --controller-manager-arg) cm_extra+=("$2"); shift 2 ;;
   *) usage ;;
   esac
 done
@@ -195,7 +196,7 @@ sched_pid=$!
   --bind-address 127.0.0.1 --secure-port "$cm_port" --leader-elect=false \
   --controllers "$controllers" --use-service-account-credentials \
   --service-account-private-key-file "$pki/sa.key" --root-ca-file "$pki/ca.crt" \
-  ${gates:+--feature-gates "$gates"} >"$dir/controller-manager.log" 2>&1 &
+  ${gates:+--feature-gates "$gates"} ${cm_extra[@]+"${cm_extra[@]}"} >"$dir/controller-manager.log" 2>&1 &
 cm_pid=$!
 sed -i "s/^SCHEDULER_PID=.*/SCHEDULER_PID=$sched_pid/; s/^CONTROLLER_MANAGER_PID=.*/CONTROLLER_MANAGER_PID=$cm_pid/" "$dir/env"
 

@@ -3,11 +3,17 @@
 # NUMA nodes (ACPI SRAT/SLIT), SMT siblings, and cgroup v2 mounted at
 # /sys/fs/cgroup with cpuset, cpu, memory and hugetlb enabled for children.
 #
-#   tests/vm/vm.sh --nodes N [--cpus C] [--threads T] [--mem-mb M] [--pci] [--iommu] -- COMMAND [ARGS...]
+#   tests/vm/vm.sh --nodes N [--cpus C] [--threads T] [--mem-mb M] [--pci] [--iommu]
+#                  [--net] [--guestfwd PORT]... [--hostfwd HOSTPORT:PORT]... -- COMMAND [ARGS...]
 #
 # With --pci the machine is a q35 with PCIe devices behind one PCIe root
 # complex (pxb-pcie) per NUMA node (the layout is under "--pci" in
 # tests/vm/README.md); --iommu adds an emulated Intel IOMMU (needed by vfio-pci).
+# With --net the guest has one NIC on qemu's user network, restricted (no
+# route to the host or beyond), as 10.0.2.15/24 with the netfilter, bridge
+# and veth modules a Kubernetes node needs; --guestfwd PORT lets the guest
+# reach the host's 127.0.0.1:PORT at 10.0.2.100:PORT, --hostfwd HOSTPORT:PORT
+# the host reach the guest's PORT at 127.0.0.1:HOSTPORT.
 #
 # The guest sees the host's root file system read-only (over 9p) under a
 # tmpfs overlay, and the current git work tree (or the current directory)
@@ -50,6 +56,11 @@ usage: vm.sh --nodes N [options] -- COMMAND [ARGS...]
                       (bus 0x20*(k+1)) holding a virtio-gpu, an e1000e and an NVMe, and on
                       the last node also an NVMe with SR-IOV (2 VFs); at most 7 nodes
   --iommu             an emulated Intel IOMMU (intel-iommu, no interrupt remapping)
+  --net               a NIC on qemu's user network with restrict=on: the guest is 10.0.2.15/24
+                      and reaches nothing but what --guestfwd opens
+  --guestfwd PORT     the guest's 10.0.2.100:PORT is the host's 127.0.0.1:PORT (repeatable;
+                      implies --net)
+  --hostfwd H:G       the host's 127.0.0.1:H is the guest's port G (repeatable; implies --net)
 EOF
 }
 die () { echo "$prog: $*" >&2; exit 2; }
@@ -58,7 +69,7 @@ debug () { [ -n "${NRM_VM_DEBUG:-}" ] && echo "$prog: $*" >&2; return 0; }
 isnum () { case $1 in '' | *[!0-9]*) return 1 ;; esac; return 0; }
 
 nodes=1 cpus='' threads=2 sockets='' mem='' huge=0 dists='' timeout=${NRM_VM_TIMEOUT:-300} pci='' iommu=''
-shares=()
+net='' shares=() fwds=() gports=()
 while [ $# -gt 0 ]; do
   case $1 in
     --nodes) nodes=${2:-}; shift 2 || die "--nodes needs a value" ;;
@@ -72,7 +83,16 @@ while [ $# -gt 0 ]; do
     --timeout) timeout=${2:-}; shift 2 || die "--timeout needs a value" ;;
     --pci) pci=1; shift ;;
     --iommu) iommu=1; shift ;;
-    --nodes=* | --cpus=* | --threads=* | --sockets=* | --mem-mb=* | --hugepages-2m=* | --distances=* | --share=* | --timeout=*)
+    --net) net=1; shift ;;
+    --guestfwd)
+      isnum "${2:-}" && [ "$2" -ge 1 ] && [ "$2" -le 65535 ] || die "--guestfwd needs a port: ${2:-}"
+      net=1 gports+=("$2"); shift 2 ;;
+    --hostfwd)
+      h=${2%%:*} g=${2#*:}
+      isnum "$h" && isnum "$g" && [ "$h" -ge 1 ] && [ "$h" -le 65535 ] && [ "$g" -ge 1 ] && [ "$g" -le 65535 ] \
+        || die "--hostfwd needs HOSTPORT:PORT: ${2:-}"
+      net=1 fwds+=("hostfwd=tcp:127.0.0.1:$h-:$g"); shift 2 ;;
+    --nodes=* | --cpus=* | --threads=* | --sockets=* | --mem-mb=* | --hugepages-2m=* | --distances=* | --share=* | --timeout=* | --guestfwd=* | --hostfwd=*)
       opt=${1%%=*}; val=${1#*=}; shift; set -- "$opt" "$val" "$@" ;;
     -h | --help) usage; exit 0 ;;
     --) shift; break ;;
@@ -143,7 +163,13 @@ command -v cpio >/dev/null 2>&1 || skip "cpio not found (apt-get install cpio)"
 # only with --pci ('?': left out where the kernel lacks it).
 want_modules="virtio_pci virtio_console 9pnet_virtio 9p overlay"
 want_pci_modules="nvme e1000e virtio_gpu vfio vfio_iommu_type1 vfio_pci aer_inject?"
-want_all="$want_modules | $want_pci_modules"
+# With --net: the NIC, and what containerd's CNI bridge and kube-proxy's
+# iptables (nf_tables) rules load on a node. crc32c_generic first: it is
+# libcrc32c's soft dependency, which insmod does not follow.
+want_net_modules="crc32c_generic virtio_net veth bridge br_netfilter nf_tables nft_compat nft_chain_nat nf_nat nf_conntrack
+ nft_ct nft_masq nft_reject_ipv4 nft_fib_ipv4? xt_conntrack xt_comment xt_mark xt_MASQUERADE xt_addrtype xt_nat
+ xt_statistic xt_multiport xt_tcpudp xt_recent xt_physdev? ipt_REJECT nf_reject_ipv4"
+want_all="$want_modules | $want_pci_modules | $want_net_modules"
 
 cache=${NRM_VM_CACHE:-/var/cache/nrm-vm}
 if ! mkdir -p "$cache" 2>/dev/null || [ ! -w "$cache" ]; then
@@ -215,6 +241,9 @@ unpack_kernel () {
   order=''
   for m in $want_pci_modules; do visit "$m" || { rm -rf "$x"; return 1; }; done
   echo "$order" >"$dst/modules-pci.order"
+  order=''
+  for m in $want_net_modules; do visit "$m" || { rm -rf "$x"; return 1; }; done
+  echo "$order" >"$dst/modules-net.order"
   echo "$want_all" >"$dst/modules.want"
   echo "$kver" >"$dst/kernel.release"
   dpkg-deb -f "$deb" Package Version >"$dst/package" 2>/dev/null
@@ -266,7 +295,11 @@ kdir=''
 if [ -n "$pci" ]; then
   [ -f "$kdir/modules-pci.order" ] || skip "$kdir has no PCI driver modules (remove it to fetch it again)"
 fi
-for m in $(cat "$kdir/modules.order") $([ -n "$pci" ] && cat "$kdir/modules-pci.order"); do
+if [ -n "$net" ]; then
+  [ -f "$kdir/modules-net.order" ] || skip "$kdir has no network modules (remove it to fetch it again)"
+fi
+for m in $(cat "$kdir/modules.order") $([ -n "$pci" ] && cat "$kdir/modules-pci.order") \
+  $([ -n "$net" ] && cat "$kdir/modules-net.order"); do
   [ -f "$kdir/modules/$m.ko" ] || skip "module $m missing from $kdir (remove it to fetch it again)"
 done
 
@@ -321,15 +354,18 @@ sq () { local q="'\\''"; printf "'%s'" "${1//\'/$q}"; }
 ird=$tmp/initramfs
 mkdir -p "$ird/bin" "$ird/modules" "$ird/proc" "$ird/sys" "$ird/dev" "$ird/lower" "$ird/upper" "$ird/newroot"
 cp "$busybox" "$ird/bin/busybox"
-for m in $(cat "$kdir/modules.order") $([ -n "$pci" ] && cat "$kdir/modules-pci.order"); do
+for m in $(cat "$kdir/modules.order") $([ -n "$pci" ] && cat "$kdir/modules-pci.order") \
+  $([ -n "$net" ] && cat "$kdir/modules-net.order"); do
   cp "$kdir/modules/$m.ko" "$ird/modules/"
 done
 cp "$kdir/modules.order" "$ird/modules.order"
 if [ -n "$pci" ]; then cp "$kdir/modules-pci.order" "$ird/modules-pci.order"; else : >"$ird/modules-pci.order"; fi
+if [ -n "$net" ]; then cp "$kdir/modules-net.order" "$ird/modules-net.order"; else : >"$ird/modules-net.order"; fi
 {
   echo "NODES=$nodes"
   echo "HUGEPAGES=$huge"
   echo "ACCEL=$accel"
+  echo "NET=${net:-0}"
   echo "SHARES=${#shares[@]}"
   for i in "${!shares[@]}"; do echo "SHARE_$i=$(sq "${shares[i]}")"; done
 } >"$ird/config"
@@ -369,6 +405,12 @@ for m in $(cat /modules-pci.order); do
   for a in $(cat /proc/cmdline); do case $a in "$m".*=*) set -- "$@" "${a#"$m".}" ;; esac; done
   insmod "/modules/$m.ko" "$@" || fail "insmod $m $*"
 done
+for m in $(cat /modules-net.order); do insmod "/modules/$m.ko" || fail "insmod $m"; done
+if [ "$NET" = 1 ]; then
+  # qemu's user network: the guest is 10.0.2.15, the host's side 10.0.2.2.
+  ip link set lo up && ip link set eth0 up && ip addr add 10.0.2.15/24 dev eth0 \
+    && ip route add default via 10.0.2.2 || fail "network setup"
+fi
 # The virtio ports, by name.
 port () {
   for i in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20; do
@@ -469,6 +511,13 @@ args+=(-device virtio-serial-pci
 for i in "${!shares[@]}"; do
   args+=(-virtfs "local,path=${shares[i]},mount_tag=share$i,security_model=none,multidevs=remap")
 done
+if [ -n "$net" ]; then
+  netdev=user,id=net0,restrict=on
+  for f in ${fwds[@]+"${fwds[@]}"}; do netdev="$netdev,$f"; done
+  # cmd: one relay per connection (a chardev would carry only the first).
+  for p in ${gports[@]+"${gports[@]}"}; do netdev="$netdev,guestfwd=tcp:10.0.2.100:$p-cmd:$busybox nc 127.0.0.1 $p"; done
+  args+=(-netdev "$netdev" -device virtio-net-pci,netdev=net0,mac=52:54:00:12:34:56)
+fi
 if [ -n "$pci" ]; then
   # After the devices placed on the first free slot, which would otherwise go
   # behind the last root complex.  Node k: root complex pxb<k> on bus

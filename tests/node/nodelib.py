@@ -1,0 +1,212 @@
+"""A real Kubernetes node for nrm's node tests: the real control plane of
+tests/cluster on the host's loopback and, in the cgroup v2 VM of tests/vm,
+containerd 2, runc, the CNI bridge, kube-proxy and the kubelet of the same
+release, joined to it through qemu's user network (restrict=on: the guest
+reaches the API server's port at 10.0.2.100 and nothing else)."""
+
+import os
+import subprocess
+import sys
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "cluster"))
+
+import clusterlib  # noqa: E402
+from clusterlib import SRCDIR, check, skip, wait_for  # noqa: E402,F401
+
+GUEST_API = "10.0.2.100"
+NODE = "nrm-node"
+PAUSE = "localhost/pause:3.10.2"
+WORKLOAD = "localhost/nrm-workload:test"
+VM = os.path.join(SRCDIR, "tests", "vm", "vm.sh")
+
+
+def node_binaries(line=None):
+    """The release's binaries with the node's (kubelet, kube-proxy,
+    containerd): build.sh --node."""
+    line = line or os.environ.get("NRM_K8S_LINE", "v1.36")
+    if os.environ.get("NRM_K8S_BIN"):
+        return os.environ["NRM_K8S_BIN"]
+    p = subprocess.run([os.path.join(SRCDIR, "tests", "cluster", "build.sh"), "--node", line],
+                       stdout=subprocess.PIPE, text=True)
+    if p.returncode == 77:
+        skip("build.sh could not build the upstream binaries")
+    if p.returncode != 0:
+        raise SystemExit("FAIL build.sh --node %s: exit %d" % (line, p.returncode))
+    return p.stdout.strip().splitlines()[-1]
+
+
+def run(*args, **kw):
+    return subprocess.run(args, check=True, capture_output=True, text=True, **kw)
+
+
+def build_images(work):
+    """The pause image (upstream's pause.c, from the k8s.io/kubernetes
+    module the binaries were built from) and the test workload (Debian's
+    static busybox), built with podman and saved as OCI archives: there is
+    no registry."""
+    imgs = os.path.join(work, "images")
+    os.makedirs(imgs, exist_ok=True)
+    ctx = os.path.join(work, "pause")
+    os.makedirs(ctx, exist_ok=True)
+    gomod = run("go", "env", "GOMODCACHE").stdout.strip()
+    ver = run("go", "list", "-m", "-f", "{{.Version}}", "k8s.io/kubernetes",
+              cwd=os.path.join(SRCDIR, "tests", "cluster", os.environ.get("NRM_K8S_LINE", "v1.36"))).stdout.strip()
+    run("gcc", "-Os", "-static", "-o", os.path.join(ctx, "pause"),
+        os.path.join(gomod, "k8s.io", "kubernetes@" + ver, "build", "pause", "linux", "pause.c"))
+    with open(os.path.join(ctx, "Containerfile"), "w") as fh:
+        fh.write('FROM scratch\nCOPY pause /pause\nUSER 65535:65535\nENTRYPOINT ["/pause"]\n')
+    run("podman", "build", "-q", "-t", PAUSE, ctx)
+    ctx = os.path.join(work, "workload")
+    os.makedirs(os.path.join(ctx, "bin"), exist_ok=True)
+    run("cp", "/bin/busybox", os.path.join(ctx, "bin", "busybox"))
+    for a in ("sh", "cat", "sleep", "grep", "ls", "echo", "env"):
+        if not os.path.lexists(os.path.join(ctx, "bin", a)):
+            os.symlink("busybox", os.path.join(ctx, "bin", a))
+    with open(os.path.join(ctx, "Containerfile"), "w") as fh:
+        fh.write('FROM scratch\nCOPY bin /bin\nCMD ["/bin/sleep", "3600"]\n')
+    run("podman", "build", "-q", "-t", WORKLOAD, ctx)
+    for name, tar in ((PAUSE, "pause.tar"), (WORKLOAD, "workload.tar")):
+        run("podman", "save", "-q", "--format", "oci-archive", "-o", os.path.join(imgs, tar), name)
+
+
+class Node:
+    """The control plane on the host and one node in a VM."""
+
+    def __init__(self, work, bindir, gates="", cpus=8, nodes=2, mem_mb=3072, timeout=1200):
+        self.work = work
+        self.bin = bindir
+        self.g = os.path.join(work, "guest")
+        os.makedirs(self.g, exist_ok=True)
+        # The guest dials the API server at 10.0.2.100:PORT (guestfwd); the
+        # kubernetes Service's endpoint is that address, for kube-proxy and
+        # nrm's in-cluster config.
+        self.cluster = clusterlib.Cluster(
+            work, "cp", bindir, gates=gates, sans=[GUEST_API],
+            apiserver_args=["--advertise-address=" + GUEST_API, "--endpoint-reconciler-type=lease"],
+            controllers="*")
+        c = self.cluster
+        pki = os.path.join(c.dir, "pki")
+        self.pki = pki
+        run("cp", os.path.join(pki, "ca.crt"), os.path.join(self.g, "ca.crt"))
+        self.client_cert("kubelet", "/O=system:nodes/CN=system:node:" + NODE)
+        self.client_cert("kube-proxy", "/CN=system:kube-proxy")
+        with open(os.path.join(self.g, "node-name"), "w") as fh:
+            fh.write(NODE)
+        with open(os.path.join(self.g, "sandbox-image"), "w") as fh:
+            fh.write(PAUSE)
+        self.write_configs(gates)
+        build_images(self.g)
+        self.n = 0
+        cmd = [VM, "--nodes", str(nodes), "--cpus", str(cpus), "--mem-mb", str(mem_mb), "--timeout", str(timeout),
+               "--guestfwd", str(c.port), "--share", self.g, "--", "sh", os.path.join(HERE, "node-guest.sh"), bindir, self.g]
+        self.vm_log = open(os.path.join(work, "vm.log"), "w")
+        self.vm = subprocess.Popen(cmd, stdout=self.vm_log, stderr=subprocess.STDOUT)
+        threading.Thread(target=self.vm.wait, daemon=True).start()
+
+    def client_cert(self, name, subject):
+        p, g = self.pki, self.g
+        run("openssl", "req", "-newkey", "rsa:2048", "-nodes", "-subj", subject,
+            "-keyout", os.path.join(g, name + ".key"), "-out", os.path.join(p, name + ".csr"))
+        ext = os.path.join(p, name + ".ext")
+        with open(ext, "w") as fh:
+            fh.write("extendedKeyUsage=clientAuth\n")
+        run("openssl", "x509", "-req", "-in", os.path.join(p, name + ".csr"), "-CA", os.path.join(p, "ca.crt"),
+            "-CAkey", os.path.join(p, "ca.key"), "-CAcreateserial", "-days", "2", "-extfile", ext,
+            "-out", os.path.join(g, name + ".crt"))
+        with open(os.path.join(g, name + ".kubeconfig"), "w") as fh:
+            fh.write("""apiVersion: v1
+kind: Config
+clusters:
+- name: c
+  cluster: {server: "https://%s:%d", certificate-authority: "%s/ca.crt"}
+users:
+- name: u
+  user: {client-certificate: "%s/%s.crt", client-key: "%s/%s.key"}
+contexts:
+- name: c
+  context: {cluster: c, user: u}
+current-context: c
+""" % (GUEST_API, self.cluster.port, g, g, name, g, name))
+
+    def write_configs(self, gates):
+        g = self.g
+        fg = "".join("\n  %s: %s" % (k, v.lower()) for k, _, v in
+                     (x.partition("=") for x in gates.split(",") if x))
+        with open(os.path.join(g, "kubelet.yaml"), "w") as fh:
+            fh.write("""apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+cgroupDriver: cgroupfs
+containerRuntimeEndpoint: unix:///run/containerd/containerd.sock
+authentication:
+  anonymous: {enabled: false}
+  webhook: {enabled: true}
+  x509: {clientCAFile: %s/ca.crt}
+authorization: {mode: Webhook}
+# As docs/install.md tells operators: nrm replaces these.
+cpuManagerPolicy: none
+memoryManagerPolicy: None
+topologyManagerPolicy: none
+failSwapOn: false
+readOnlyPort: 0
+resolvConf: ""
+# The VM's root is a tmpfs: no disk-pressure eviction over its size.
+evictionHard: {memory.available: 100Mi, nodefs.available: "0%%", imagefs.available: "0%%"}
+imageGCHighThresholdPercent: 100
+featureGates: {%s}
+""" % (g, fg + ("\n" if fg else "")))
+        with open(os.path.join(g, "kube-proxy.yaml"), "w") as fh:
+            fh.write("""apiVersion: kubeproxy.config.k8s.io/v1alpha1
+kind: KubeProxyConfiguration
+clientConnection: {kubeconfig: %s/kube-proxy.kubeconfig}
+hostnameOverride: %s
+mode: iptables
+clusterCIDR: 10.244.0.0/16
+conntrack: {maxPerCore: 0}
+""" % (g, NODE))
+
+    def guest(self, script, timeout=120):
+        """Runs script (sh) in the guest: (exit status, output)."""
+        n = self.n
+        self.n += 1
+        req = os.path.join(self.g, "req")
+        os.makedirs(req, exist_ok=True)
+        with open(os.path.join(req, "%d.tmp" % n), "w") as fh:
+            fh.write(script)
+        os.rename(os.path.join(req, "%d.tmp" % n), os.path.join(req, "%d.sh" % n))
+        rc = os.path.join(req, "%d.rc" % n)
+        if not wait_for(lambda: os.path.exists(rc) or self.vm.poll() is not None, timeout, 0.2) \
+                or not os.path.exists(rc):
+            raise RuntimeError("the guest did not answer request %d" % n)
+        with open(os.path.join(req, "%d.out" % n)) as fh:
+            out = fh.read()
+        with open(rc) as fh:
+            return int(fh.read()), out
+
+    def ready(self, timeout=600):
+        """Waits for the Node to be Ready: its condition, or None."""
+        def f():
+            if self.vm.poll() is not None:
+                return "vm-exited"
+            s, n = self.cluster.api("GET", "/api/v1/nodes/" + NODE)
+            if s != 200:
+                return None
+            for c in n["status"].get("conditions", []):
+                if c["type"] == "Ready" and c["status"] == "True":
+                    return n
+            return None
+        t0 = time.time()
+        r = wait_for(f, timeout, 1)
+        print("# node %s after %.0f s" % ("Ready" if isinstance(r, dict) else "not Ready", time.time() - t0))
+        return r if isinstance(r, dict) else None
+
+    def stop(self):
+        with open(os.path.join(self.g, "stop"), "w"):
+            pass
+        try:
+            self.vm.wait(60)
+        except subprocess.TimeoutExpired:
+            self.vm.kill()
+        self.cluster.stop()
