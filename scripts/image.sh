@@ -8,8 +8,27 @@
 #   NRM_IMAGE_CACHE   where the base tarball is kept (default /var/cache/nrm-image)
 #   NRM_IMAGE_MIRROR  the Debian mirror (default http://deb.debian.org/debian)
 #   NRM_IMAGE_NAME    the image name (default nrm)
+#
+#   scripts/image.sh --source-id   prints the id of the build context (a
+#   hash of its files) that the image carries as its label nrm.source: an
+#   image whose label matches was built from this tree.
 set -eu
 cd "$(dirname "$0")/.."
+
+# The build context: the files git tracks and the untracked ones it does not
+# ignore; never a tree configured in place or its build folders.
+context_files () {
+  git ls-files -z --cached --others --exclude-standard \
+    | xargs -0 sh -c 'for f; do [ -e "$f" ] && printf "%s\0" "$f"; done' sh
+}
+source_id () {
+  if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+    context_files | LC_ALL=C sort -z | xargs -0 sha256sum | sha256sum | cut -c1-16
+  else
+    echo none
+  fi
+}
+if [ "${1:-}" = --source-id ]; then source_id; exit 0; fi
 
 CACHE=${NRM_IMAGE_CACHE:-/var/cache/nrm-image}
 MIRROR=${NRM_IMAGE_MIRROR:-http://deb.debian.org/debian}
@@ -92,22 +111,18 @@ t0=$(date +%s)
 podman import --quiet "$BASE_TAR" "$BASE" >/dev/null
 echo "image.sh: imported $BASE in $(($(date +%s) - t0)) s"
 
-# --- the build context: the files git tracks, and untracked ones it does not
-# ignore; never a tree configured in place or its build folders.
-# Outside git (an unpacked release), the whole tree: the Containerfile
-# refuses one configured in place.
+# --- the build context (context_files). Outside git (an unpacked release),
+# the whole tree: the Containerfile refuses one configured in place.
 ctx="$TMP/context"
 mkdir "$ctx"
 if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
-  git ls-files -z --cached --others --exclude-standard \
-    | xargs -0 sh -c 'for f; do [ -e "$f" ] && printf "%s\0" "$f"; done' sh \
-    | tar --null -T - -cf - | tar -C "$ctx" -xf -
+  context_files | tar --null -T - -cf - | tar -C "$ctx" -xf -
 else
   tar -cf - . | tar -C "$ctx" -xf -
 fi
 
 t0=$(date +%s)
-podman build --pull=never --network host \
+podman build --pull=never --network host --label "nrm.source=$(source_id)" \
   --build-arg BASE="$BASE" --build-arg BASE_SLIM="$BASE" \
   -f "$ctx/deploy/Containerfile" -t "$NAME:$VERSION" -t "$NAME:latest" "$ctx"
 echo "image.sh: built $NAME:$VERSION in $(($(date +%s) - t0)) s," \

@@ -9,7 +9,9 @@
 # BINDIR holds the upstream binaries (tests/cluster/build.sh --node); WORK is
 # shared with the host and holds what nodelib.py wrote: kubelet.kubeconfig,
 # kube-proxy.kubeconfig, ca.crt, kubelet.yaml (the kubelet reads it as
-# /var/lib/kubelet/config.yaml, where nrm looks), kube-proxy.yaml, images/*.tar.
+# /var/lib/kubelet/config.yaml, where nrm looks), kube-proxy.yaml,
+# containerd-sandbox.toml (docs/install.md's sandbox setting), and the pause
+# and workload images (images/pause.tar, images/workload.tar).
 # The guest writes its logs there (*.log) and answers requests: the host
 # writes req/N.sh, the guest runs it and writes req/N.out, then req/N.rc.
 # WORK/stop ends it. Everything else in the guest is a tmpfs or the host's
@@ -44,11 +46,8 @@ root = "/var/lib/containerd"
 state = "/run/containerd"
 [grpc]
   address = "/run/containerd/containerd.sock"
-[plugins.'io.containerd.cri.v1.images'.pinned_images]
-  sandbox = "$(cat "$work/sandbox-image")"
+$(cat "$work/containerd-sandbox.toml")
 [plugins.'io.containerd.cri.v1.runtime']
-  enable_cdi = true
-  cdi_spec_dirs = ["/etc/cdi", "/var/run/cdi"]
 [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
   runtime_type = "io.containerd.runc.v2"
 [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
@@ -64,7 +63,7 @@ log "starting containerd"
 containerd --config /etc/containerd/config.toml >"$work/containerd.log" 2>&1 &
 for _ in $(seq 300); do [ -S /run/containerd/containerd.sock ] && break; sleep 0.2; done
 [ -S /run/containerd/containerd.sock ] || die "containerd did not start (containerd.log)"
-for t in "$work"/images/*.tar; do
+for t in "$work/images/pause.tar" "$work/images/workload.tar"; do
   ctr -n k8s.io images import --no-unpack=false "$t" >>"$work/guest.log" 2>&1 || die "ctr import $t"
 done
 log "images: $(ctr -n k8s.io images ls -q | tr '\n' ' ')"

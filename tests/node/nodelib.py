@@ -4,10 +4,11 @@ containerd 2, runc, the CNI bridge, kube-proxy and the kubelet of the same
 release, joined to it through qemu's user network (restrict=on: the guest
 reaches the API server's port at 10.0.2.100 and nothing else)."""
 
+import atexit
 import os
+import re
 import subprocess
 import sys
-import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -18,7 +19,7 @@ from clusterlib import SRCDIR, check, skip, wait_for  # noqa: E402,F401
 
 GUEST_API = "10.0.2.100"
 NODE = "nrm-node"
-PAUSE = "localhost/pause:3.10.2"
+INSTALL = os.path.join(SRCDIR, "docs", "install.md")
 WORKLOAD = "localhost/nrm-workload:test"
 VM = os.path.join(SRCDIR, "tests", "vm", "vm.sh")
 
@@ -38,11 +39,50 @@ def node_binaries(line=None):
     return p.stdout.strip().splitlines()[-1]
 
 
+def registry_free_steps():
+    """The three blocks of docs/install.md's "Without a registry": the
+    commands on the machine that built the image, those on each node, and
+    containerd's sandbox setting. The test runs them as written."""
+    with open(INSTALL) as fh:
+        text = fh.read()
+    m = re.search(r"^### Without a registry\n(.*?)^##", text, re.S | re.M)
+    if not m:
+        raise SystemExit("FAIL docs/install.md has no section 'Without a registry'")
+    blocks = re.findall(r"^```(\w+)\n(.*?)^```", m.group(1), re.S | re.M)
+    if [b[0] for b in blocks] != ["sh", "sh", "toml"]:
+        raise SystemExit("FAIL docs/install.md, 'Without a registry': expected sh, sh and toml blocks, got %s"
+                         % [b[0] for b in blocks])
+    return [b[1] for b in blocks]
+
+
+def nrm_image():
+    """nrm's image built from this tree: scripts/image.sh runs when the
+    image's nrm.source label is not this tree's source id (once: the next
+    test finds it current); a skip where it cannot be built."""
+    image = os.path.join(SRCDIR, "scripts", "image.sh")
+    want = run(image, "--source-id", cwd=SRCDIR).stdout.strip()
+    p = subprocess.run(["podman", "image", "inspect", "--format", '{{index .Labels "nrm.source"}}', "nrm:latest"],
+                       capture_output=True, text=True)
+    have = p.stdout.strip() if p.returncode == 0 else ""
+    if have == want:
+        print("# nrm:latest is current (source %s)" % want)
+        return
+    import shutil
+    if shutil.which("debootstrap") is None:
+        skip("nrm:latest is %s and debootstrap, which scripts/image.sh needs to build it, is missing "
+             "(./scripts/deps.sh --image)" % ("stale" if have else "missing"))
+    t0 = time.time()
+    p = subprocess.run([image], cwd=SRCDIR, capture_output=True, text=True)
+    if p.returncode != 0:
+        raise SystemExit("FAIL scripts/image.sh: exit %d\n%s" % (p.returncode, (p.stdout + p.stderr)[-3000:]))
+    print("# built nrm:latest with scripts/image.sh in %.0f s" % (time.time() - t0))
+
+
 def run(*args, **kw):
     return subprocess.run(args, check=True, capture_output=True, text=True, **kw)
 
 
-def build_images(work):
+def build_images(work, pause):
     """The pause image (upstream's pause.c, from the k8s.io/kubernetes
     module the binaries were built from) and the test workload (Debian's
     static busybox), built with podman and saved as OCI archives: there is
@@ -58,7 +98,7 @@ def build_images(work):
         os.path.join(gomod, "k8s.io", "kubernetes@" + ver, "build", "pause", "linux", "pause.c"))
     with open(os.path.join(ctx, "Containerfile"), "w") as fh:
         fh.write('FROM scratch\nCOPY pause /pause\nUSER 65535:65535\nENTRYPOINT ["/pause"]\n')
-    run("podman", "build", "-q", "-t", PAUSE, ctx)
+    run("podman", "build", "-q", "-t", pause, ctx)
     ctx = os.path.join(work, "workload")
     os.makedirs(os.path.join(ctx, "bin"), exist_ok=True)
     run("cp", "/bin/busybox", os.path.join(ctx, "bin", "busybox"))
@@ -68,7 +108,7 @@ def build_images(work):
     with open(os.path.join(ctx, "Containerfile"), "w") as fh:
         fh.write('FROM scratch\nCOPY bin /bin\nCMD ["/bin/sleep", "3600"]\n')
     run("podman", "build", "-q", "-t", WORKLOAD, ctx)
-    for name, tar in ((PAUSE, "pause.tar"), (WORKLOAD, "workload.tar")):
+    for name, tar in ((pause, "pause.tar"), (WORKLOAD, "workload.tar")):
         run("podman", "save", "-q", "--format", "oci-archive", "-o", os.path.join(imgs, tar), name)
 
 
@@ -95,16 +135,26 @@ class Node:
         self.client_cert("kube-proxy", "/CN=system:kube-proxy")
         with open(os.path.join(self.g, "node-name"), "w") as fh:
             fh.write(NODE)
-        with open(os.path.join(self.g, "sandbox-image"), "w") as fh:
-            fh.write(PAUSE)
+        # docs/install.md's steps without a registry: the image saved on the
+        # host (here), imported on the node (import_nrm), the pause image
+        # named in containerd's configuration.
+        on_host, self.on_node, sandbox = registry_free_steps()
+        with open(os.path.join(self.g, "containerd-sandbox.toml"), "w") as fh:
+            fh.write(sandbox)
+        pause = re.search(r'sandbox = "([^"]+)"', sandbox).group(1)
         self.write_configs(gates)
-        build_images(self.g)
+        build_images(self.g, pause)
+        nrm_image()
+        t0 = time.time()
+        subprocess.run(["sh", "-ec", on_host], cwd=os.path.join(self.g, "images"), check=True)
+        print("# docs/install.md's steps on the host: %.0f s" % (time.time() - t0))
         self.n = 0
         cmd = [VM, "--nodes", str(nodes), "--cpus", str(cpus), "--mem-mb", str(mem_mb), "--timeout", str(timeout),
-               "--guestfwd", str(c.port), "--share", self.g, "--", "sh", os.path.join(HERE, "node-guest.sh"), bindir, self.g]
+               "--guestfwd", str(c.port), "--share", self.g, "--",
+               "sh", os.path.join(HERE, "node-guest.sh"), bindir, self.g]
         self.vm_log = open(os.path.join(work, "vm.log"), "w")
         self.vm = subprocess.Popen(cmd, stdout=self.vm_log, stderr=subprocess.STDOUT)
-        threading.Thread(target=self.vm.wait, daemon=True).start()
+        atexit.register(self.stop)
 
     def client_cert(self, name, subject):
         p, g = self.pki, self.g
@@ -185,6 +235,12 @@ conntrack: {maxPerCore: 0}
         with open(rc) as fh:
             return int(fh.read()), out
 
+    def import_nrm(self):
+        """docs/install.md's steps on the node, in the folder of nrm.tar."""
+        rc, out = self.guest("cd %s/images && set -e\n%s" % (self.g, self.on_node), timeout=600)
+        if rc != 0:
+            raise SystemExit("FAIL docs/install.md's steps on the node: exit %d\n%s" % (rc, out))
+
     def ready(self, timeout=600):
         """Waits for the Node to be Ready: its condition, or None."""
         def f():
@@ -202,7 +258,25 @@ conntrack: {maxPerCore: 0}
         print("# node %s after %.0f s" % ("Ready" if isinstance(r, dict) else "not Ready", time.time() - t0))
         return r if isinstance(r, dict) else None
 
+    def logs(self):
+        """The end of each part's log, for a failed check."""
+        out = []
+        for name in ("vm.log", "guest/guest.log", "guest/containerd.log", "guest/kubelet.log",
+                     "guest/kube-proxy.log"):
+            try:
+                with open(os.path.join(self.work, name), errors="replace") as fh:
+                    out.append("=== %s (end)\n%s" % (name, "".join(fh.readlines()[-25:])))
+            except OSError:
+                pass
+        if self.vm.poll() is None:
+            rc, text = self.guest("tail -n 30 /var/log/pods/nrm-system_*/*/*.log", timeout=60)
+            out.append("=== nrm's containers (end)\n" + text)
+        return "\n".join(out)
+
     def stop(self):
+        if self.vm.poll() is not None:
+            self.cluster.stop()
+            return
         with open(os.path.join(self.g, "stop"), "w"):
             pass
         try:
