@@ -8,8 +8,10 @@
 # which Debian 12 does not package: they build kube-apiserver and the rest
 # from the Go module proxy, and skip without it. libclang-rt-14-dev: clang's
 # libFuzzer and sanitizer runtimes (make fuzz), which clang only recommends.
-#   --image: also debootstrap, for scripts/image.sh and tests/image/smoke.sh
-#   (the container image; CI uses it).
+# debootstrap: scripts/image.sh's base for the container image, which
+# tests/node/test-node-smoke.py runs as the DaemonSet; containernetworking-
+# plugins and iptables: that node's pod network and kube-proxy, in the VM.
+# --image (the container image's tools) is accepted and installs the same.
 set -eu
 PKGS="build-essential autoconf automake pkg-config
  libhwloc-dev hwloc-nox libnuma-dev
@@ -18,8 +20,8 @@ PKGS="build-essential autoconf automake pkg-config
  openssl python3 python3-yaml help2man clang libclang-rt-14-dev clang-format
  procps strace curl
  valgrind
- qemu-system-x86 busybox-static cpio runc podman"
-if [ "${1:-}" = --image ]; then PKGS="$PKGS debootstrap"; fi
+ qemu-system-x86 busybox-static cpio runc podman
+ debootstrap containernetworking-plugins iptables"
 missing=""
 for p in $PKGS; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

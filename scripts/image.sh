@@ -3,7 +3,7 @@
 # registry: a Debian 12 base made with debootstrap (cached), imported with
 # `podman import`, then `podman build --pull=never`. Tags nrm:<VERSION> and
 # nrm:latest in root's podman storage. Needs root, podman and debootstrap
-# (`./scripts/deps.sh --image`) and Debian's mirror.
+# (`./scripts/deps.sh`) and Debian's mirror.
 #
 #   NRM_IMAGE_CACHE   where the base tarball is kept (default /var/cache/nrm-image)
 #   NRM_IMAGE_MIRROR  the Debian mirror (default http://deb.debian.org/debian)
@@ -40,7 +40,7 @@ BASE_TAR="$CACHE/debian-12-$ARCH-r2.tar"
 BASE=localhost/nrm-base:debian-12
 
 for tool in podman debootstrap git tar; do
-  command -v "$tool" >/dev/null 2>&1 || { echo "image.sh: $tool is missing: run ./scripts/deps.sh --image" >&2; exit 1; }
+  command -v "$tool" >/dev/null 2>&1 || { echo "image.sh: $tool is missing: run ./scripts/deps.sh" >&2; exit 1; }
 done
 [ "$(id -u)" -eq 0 ] || { echo "image.sh: run as root (debootstrap and podman's root storage)" >&2; exit 1; }
 

@@ -31,7 +31,7 @@ TOPO=AMD-19h-Zen4-2xEpyc-9654.xml
 NODE=smoke-1
 
 skip () { echo "SKIP: $*"; exit 77; }
-command -v podman >/dev/null 2>&1 || skip "podman is not installed (./scripts/deps.sh --image)"
+command -v podman >/dev/null 2>&1 || skip "podman is not installed (./scripts/deps.sh)"
 [ "$(id -u)" -eq 0 ] || skip "needs root (the image is in root's podman storage)"
 [ -x "$DRA_CLIENT" ] || skip "no dra-client at $DRA_CLIENT (make tests/plugin/dra-client, or set NRM_DRA_CLIENT)"
 command -v python3 >/dev/null 2>&1 || skip "python3 is missing (the control plane's driver, tests/image/serve-api.py)"

@@ -5,8 +5,10 @@ release, joined to it through qemu's user network (restrict=on: the guest
 reaches the API server's port at 10.0.2.100 and nothing else)."""
 
 import atexit
+import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -28,8 +30,14 @@ def node_binaries(line=None):
     """The release's binaries with the node's (kubelet, kube-proxy,
     containerd): build.sh --node."""
     line = line or os.environ.get("NRM_K8S_LINE", "v1.36")
-    if os.environ.get("NRM_K8S_BIN"):
-        return os.environ["NRM_K8S_BIN"]
+    given = os.environ.get("NRM_K8S_BIN")
+    if given and os.path.exists(os.path.join(given, "kubelet")) and os.path.exists(os.path.join(given, "containerd")):
+        return given
+    if given:  # a folder of build.sh without --node: the same release's
+        m = re.search(r"kubernetes-(v1\.\d+)\.", os.path.realpath(given))
+        line = m.group(1) if m else line
+    if shutil.which("go") is None:
+        skip("Go is not installed: the node tests build the kubelet, kube-proxy and containerd with Go 1.26")
     p = subprocess.run([os.path.join(SRCDIR, "tests", "cluster", "build.sh"), "--node", line],
                        stdout=subprocess.PIPE, text=True)
     if p.returncode == 77:
@@ -67,10 +75,9 @@ def nrm_image():
     if have == want:
         print("# nrm:latest is current (source %s)" % want)
         return
-    import shutil
     if shutil.which("debootstrap") is None:
         skip("nrm:latest is %s and debootstrap, which scripts/image.sh needs to build it, is missing "
-             "(./scripts/deps.sh --image)" % ("stale" if have else "missing"))
+             "(./scripts/deps.sh)" % ("stale" if have else "missing"))
     t0 = time.time()
     p = subprocess.run([image], cwd=SRCDIR, capture_output=True, text=True)
     if p.returncode != 0:
@@ -82,7 +89,7 @@ def run(*args, **kw):
     return subprocess.run(args, check=True, capture_output=True, text=True, **kw)
 
 
-def build_images(work, pause):
+def build_images(work, bindir, pause):
     """The pause image (upstream's pause.c, from the k8s.io/kubernetes
     module the binaries were built from) and the test workload (Debian's
     static busybox), built with podman and saved as OCI archives: there is
@@ -92,8 +99,8 @@ def build_images(work, pause):
     ctx = os.path.join(work, "pause")
     os.makedirs(ctx, exist_ok=True)
     gomod = run("go", "env", "GOMODCACHE").stdout.strip()
-    ver = run("go", "list", "-m", "-f", "{{.Version}}", "k8s.io/kubernetes",
-              cwd=os.path.join(SRCDIR, "tests", "cluster", os.environ.get("NRM_K8S_LINE", "v1.36"))).stdout.strip()
+    ver = json.loads(run(os.path.join(bindir, "kubectl"), "version", "--client", "-o", "json").stdout)
+    ver = ver["clientVersion"]["gitVersion"]
     run("gcc", "-Os", "-static", "-o", os.path.join(ctx, "pause"),
         os.path.join(gomod, "k8s.io", "kubernetes@" + ver, "build", "pause", "linux", "pause.c"))
     with open(os.path.join(ctx, "Containerfile"), "w") as fh:
@@ -143,7 +150,7 @@ class Node:
             fh.write(sandbox)
         pause = re.search(r'sandbox = "([^"]+)"', sandbox).group(1)
         self.write_configs(gates)
-        build_images(self.g, pause)
+        build_images(self.g, bindir, pause)
         nrm_image()
         t0 = time.time()
         subprocess.run(["sh", "-ec", on_host], cwd=os.path.join(self.g, "images"), check=True)

@@ -76,7 +76,7 @@ echo "memory.max:$(cat "$d/memory.max")"
 
 def main():
     if shutil.which("podman") is None:
-        skip("podman is not installed (./scripts/deps.sh --image): it builds the node's images")
+        skip("podman is not installed (./scripts/deps.sh): it builds the node's images")
     if os.geteuid() != 0:
         skip("needs root: podman's root storage, and the VM shares the work folder as root")
     work = clusterlib.workdir()
