@@ -5,6 +5,7 @@
 #
 #   tests/vm/vm.sh --nodes N [--cpus C] [--threads T] [--mem-mb M] [--pci] [--iommu]
 #                  [--net] [--guestfwd PORT]... [--hostfwd HOSTPORT:PORT]... -- COMMAND [ARGS...]
+#   tests/vm/vm.sh --kernel-only     fetch the guest kernel into the cache, boot nothing
 #
 # With --pci the machine is a q35 with PCIe devices behind one PCIe root
 # complex (pxb-pcie) per NUMA node (the layout is under "--pci" in
@@ -61,6 +62,8 @@ usage: vm.sh --nodes N [options] -- COMMAND [ARGS...]
   --guestfwd PORT     the guest's 10.0.2.100:PORT is the host's 127.0.0.1:PORT (repeatable;
                       implies --net)
   --hostfwd H:G       the host's 127.0.0.1:H is the guest's port G (repeatable; implies --net)
+  --kernel-only       fetch and unpack the guest kernel into the cache (once), then exit: a
+                      later boot needs no network (the node tests boot with none)
 EOF
 }
 die () { echo "$prog: $*" >&2; exit 2; }
@@ -69,7 +72,7 @@ debug () { [ -n "${NRM_VM_DEBUG:-}" ] && echo "$prog: $*" >&2; return 0; }
 isnum () { case $1 in '' | *[!0-9]*) return 1 ;; esac; return 0; }
 
 nodes=1 cpus='' threads=2 sockets='' mem='' huge=0 dists='' timeout=${NRM_VM_TIMEOUT:-300} pci='' iommu=''
-net='' shares=() fwds=() gports=()
+net='' shares=() fwds=() gports=() kernel_only=
 while [ $# -gt 0 ]; do
   case $1 in
     --nodes) nodes=${2:-}; shift 2 || die "--nodes needs a value" ;;
@@ -84,6 +87,7 @@ while [ $# -gt 0 ]; do
     --pci) pci=1; shift ;;
     --iommu) iommu=1; shift ;;
     --net) net=1; shift ;;
+    --kernel-only) kernel_only=1; shift ;;
     --guestfwd)
       isnum "${2:-}" && [ "$2" -ge 1 ] && [ "$2" -le 65535 ] || die "--guestfwd needs a port: ${2:-}"
       net=1 gports+=("$2"); shift 2 ;;
@@ -99,7 +103,7 @@ while [ $# -gt 0 ]; do
     *) usage >&2; die "unknown option: $1" ;;
   esac
 done
-[ $# -gt 0 ] || { usage >&2; die "no command given"; }
+[ $# -gt 0 ] || [ -n "$kernel_only" ] || { usage >&2; die "no command given"; }
 
 # --- the shape of the machine ---------------------------------------------
 for v in nodes threads huge timeout; do isnum "${!v}" || die "--$v must be a number: ${!v}"; done
@@ -302,6 +306,7 @@ for m in $(cat "$kdir/modules.order") $([ -n "$pci" ] && cat "$kdir/modules-pci.
   $([ -n "$net" ] && cat "$kdir/modules-net.order"); do
   [ -f "$kdir/modules/$m.ko" ] || skip "module $m missing from $kdir (remove it to fetch it again)"
 done
+[ -z "$kernel_only" ] || exit 0
 
 # --- the run ----------------------------------------------------------------
 # Under TCG one thread runs all the vCPUs: with a thread per vCPU, qemu 7.2
