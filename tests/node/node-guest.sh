@@ -59,8 +59,29 @@ $(cat "$work/containerd-sandbox.toml")
 EOF
 PATH=$bin:$PATH
 export PATH
+# Each part is started by a script of its own, which a request can run again
+# to restart it (the restart tests): /run/node/start-PART, appending to
+# WORK/PART.log.
+mkdir -p /run/node
+cat >/run/node/start-containerd <<EOF
+#!/bin/sh
+PATH=$PATH
+containerd --config /etc/containerd/config.toml >>"$work/containerd.log" 2>&1 </dev/null &
+EOF
+cat >/run/node/start-kube-proxy <<EOF
+#!/bin/sh
+PATH=$PATH
+kube-proxy --config "$work/kube-proxy.yaml" >>"$work/kube-proxy.log" 2>&1 </dev/null &
+EOF
+cat >/run/node/start-kubelet <<EOF
+#!/bin/sh
+PATH=$PATH
+kubelet --config /var/lib/kubelet/config.yaml --kubeconfig "$work/kubelet.kubeconfig" \\
+  --hostname-override "$(cat "$work/node-name")" --node-ip 10.0.2.15 -v=2 >>"$work/kubelet.log" 2>&1 </dev/null &
+EOF
+chmod +x /run/node/start-*
 log "starting containerd"
-containerd --config /etc/containerd/config.toml >"$work/containerd.log" 2>&1 &
+/run/node/start-containerd
 for _ in $(seq 300); do [ -S /run/containerd/containerd.sock ] && break; sleep 0.2; done
 [ -S /run/containerd/containerd.sock ] || die "containerd did not start (containerd.log)"
 for t in "$work/images/pause.tar" "$work/images/workload.tar"; do
@@ -69,10 +90,9 @@ done
 log "images: $(ctr -n k8s.io images ls -q | tr '\n' ' ')"
 
 log "starting kube-proxy and the kubelet"
-kube-proxy --config "$work/kube-proxy.yaml" >"$work/kube-proxy.log" 2>&1 &
+/run/node/start-kube-proxy
 cp "$work/kubelet.yaml" /var/lib/kubelet/config.yaml
-kubelet --config /var/lib/kubelet/config.yaml --kubeconfig "$work/kubelet.kubeconfig" \
-  --hostname-override "$(cat "$work/node-name")" --node-ip 10.0.2.15 -v=2 >"$work/kubelet.log" 2>&1 &
+/run/node/start-kubelet
 echo up >"$work/guest-up"
 
 # The host's requests, one at a time, in the order of their numbers.

@@ -85,6 +85,34 @@ def nrm_image():
     print("# built nrm:latest with scripts/image.sh in %.0f s" % (time.time() - t0))
 
 
+EXAMPLE = os.path.join(SRCDIR, "deploy", "kubernetes", "examples", "cpus-and-memory-same-numa.yaml")
+
+
+def claim_example(name=None, cpus=2, memory="512Mi"):
+    """deploy/kubernetes/examples/cpus-and-memory-same-numa.yaml with what
+    the VM needs: the test's busybox image, cpus CPUs and memory that fit;
+    name renames its template and pod. Each change is checked to apply, so
+    that a change to the example fails the test here."""
+    with open(EXAMPLE) as fh:
+        text = fh.read()
+    changes = [("image: debian:12-slim", "image: %s\n    imagePullPolicy: Never" % WORKLOAD),
+               ('cpus: "4"', 'cpus: "%d"' % cpus), ('cpu: "4"', 'cpu: "%d"' % cpus),
+               ("memory: 4Gi", "memory: " + memory)]
+    if name:
+        changes.append(("cpus-and-memory-same-numa", name))
+    for old, new in changes:
+        if old not in text:
+            raise SystemExit("FAIL %s no longer has %r: update tests/node/nodelib.py" % (EXAMPLE, old))
+        text = text.replace(old, new)
+    return text
+
+
+def plain_pod(name):
+    """A pod without a claim: the shared pool's."""
+    return json.dumps({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default"},
+                       "spec": {"containers": [{"name": "c", "image": WORKLOAD, "imagePullPolicy": "Never"}]}})
+
+
 def run(*args, **kw):
     return subprocess.run(args, check=True, capture_output=True, text=True, **kw)
 
@@ -117,6 +145,30 @@ def build_images(work, bindir, pause):
     run("podman", "build", "-q", "-t", WORKLOAD, ctx)
     for name, tar in ((pause, "pause.tar"), (WORKLOAD, "workload.tar")):
         run("podman", "save", "-q", "--format", "oci-archive", "-o", os.path.join(imgs, tar), name)
+
+
+def start_node(**kw):
+    """The common start of the node tests, each step checked: the Node
+    Ready, nrm installed as docs/install.md says and its pod Ready with the
+    three drivers publishing. (node, nrm's pod); a failed step ends the
+    test with the logs."""
+    if shutil.which("podman") is None:
+        skip("podman is not installed (./scripts/deps.sh): it builds the node's images")
+    if os.geteuid() != 0:
+        skip("needs root: podman's root storage, and the VM shares the work folder as root")
+    t0 = time.time()
+    node = Node(clusterlib.workdir(), node_binaries(), **kw)
+    ok = check(node.ready(600) is not None, "the Node %s registers and turns Ready" % NODE)
+    pod = node.install_nrm() if ok else None
+    ok = ok and check(pod is not None, "nrm's DaemonSet pod turns Ready on the node (registered with the "
+                      "kubelet, slices in sync) %.0f s after the start" % (time.time() - t0))
+    if ok:
+        drivers = sorted({sl["spec"]["driver"] for sl in node.cluster.slices(node=NODE)})
+        ok = check(drivers == ["cpu.nrm.io", "memory.nrm.io", "pci.nrm.io"],
+                   "the node's slices come from nrm's three drivers: %s" % drivers)
+    if not ok:
+        node.fail()
+    return node, pod
 
 
 def isolate():
@@ -271,18 +323,20 @@ conntrack: {maxPerCore: 0}
         if rc != 0:
             raise SystemExit("FAIL docs/install.md's steps on the node: exit %d\n%s" % (rc, out))
 
-    def ready(self, timeout=600):
-        """Waits for the Node to be Ready: its condition, or None."""
-        def f():
-            if self.vm.poll() is not None:
-                return "vm-exited"
-            s, n = self.cluster.api("GET", "/api/v1/nodes/" + NODE)
-            if s != 200:
-                return None
-            for c in n["status"].get("conditions", []):
-                if c["type"] == "Ready" and c["status"] == "True":
-                    return n
+    def node_ready(self):
+        """The Node, when its Ready condition is True; else None."""
+        s, n = self.cluster.api("GET", "/api/v1/nodes/" + NODE)
+        if s != 200:
             return None
+        for c in n["status"].get("conditions", []):
+            if c["type"] == "Ready" and c["status"] == "True":
+                return n
+        return None
+
+    def ready(self, timeout=600):
+        """Waits for the Node to be Ready: the Node, or None."""
+        def f():
+            return "vm-exited" if self.vm.poll() is not None else self.node_ready()
         # vm.sh boots one VM at a time (make -j runs VM tests side by side):
         # the wait for the Node counts from the guest's start.
         t0 = time.time()
@@ -293,6 +347,73 @@ conntrack: {maxPerCore: 0}
         r = wait_for(f, timeout, 1)
         print("# node %s after %.0f s" % ("Ready" if isinstance(r, dict) else "not Ready", time.time() - t0))
         return r if isinstance(r, dict) else None
+
+    def install_nrm(self, timeout=400):
+        """nrm's image imported and nrm.yaml applied, as docs/install.md
+        says; then its pod on the node, once Ready (registered with the
+        kubelet, slices in sync), or None."""
+        self.import_nrm()
+        self.cluster.install_nrm()
+        pod = self.cluster.nrm_pod(NODE, timeout=300)
+        return pod if pod and wait_for(lambda: self.pod_ready(clusterlib.NAMESPACE, pod), timeout, 2) else None
+
+    def pod(self, ns, name):
+        s, p = self.cluster.api("GET", "/api/v1/namespaces/%s/pods/%s" % (ns, name))
+        return p if s == 200 else None
+
+    def pod_ready(self, ns, name):
+        p = self.pod(ns, name)
+        conds = {x["type"]: x["status"] for x in (p or {}).get("status", {}).get("conditions", [])}
+        return conds.get("Ready") == "True"
+
+    def container_id(self, ns, pod, container):
+        p = self.pod(ns, pod) or {}
+        cid = next((c.get("containerID", "") for c in p.get("status", {}).get("containerStatuses", [])
+                    if c["name"] == container), "")
+        cid = cid.split("//", 1)[-1]
+        return cid if re.fullmatch(r"[0-9a-f]{64}", cid) else None
+
+    def view(self, ns, pod, container):
+        """What a container sees, read in the guest from /proc and its
+        cgroup (not through kubectl): Cpus_allowed_list, Mems_allowed_list,
+        its NRM_* variables, memory.max; {} while it has no container."""
+        cid = self.container_id(ns, pod, container)
+        if not cid:
+            return {}
+        rc, out = self.guest("""d=$(find /sys/fs/cgroup/kubepods -type d -name %s | head -n 1)
+pid=$(head -n 1 "$d/cgroup.procs")
+grep -E '^(Cpus|Mems)_allowed_list' /proc/$pid/status | tr -d '\\t'
+tr '\\0' '\\n' </proc/$pid/environ | grep '^NRM_' | sed 's/=/:/'
+echo "memory.max:$(cat "$d/memory.max")"
+""" % cid)
+        view = {"id": cid}
+        for line in out.splitlines():
+            k, _, v = line.partition(":")
+            view[k] = v.strip()
+        return view
+
+    def cpus(self, ns, pod, container):
+        return clusterlib.cpulist(self.view(ns, pod, container).get("Cpus_allowed_list", ""))
+
+    def online(self):
+        rc, out = self.guest("cat /sys/devices/system/cpu/online")
+        return clusterlib.cpulist(out.strip())
+
+    def node_cpus(self, numa):
+        rc, out = self.guest("cat /sys/devices/system/node/node%d/cpulist" % int(numa))
+        return clusterlib.cpulist(out.strip())
+
+    def restart(self, part):
+        """Stops one of the node's parts (containerd, kubelet, kube-proxy)
+        and starts it again with the same command; containers keep running
+        (their shims do not belong to containerd's process)."""
+        rc, out = self.guest("""pkill -x %s || exit 1
+for i in $(seq 150); do pgrep -x %s >/dev/null || break; sleep 0.2; done
+pgrep -x %s >/dev/null && exit 2
+/run/node/start-%s
+""" % (part, part, part, part))
+        if rc != 0:
+            raise SystemExit("FAIL restarting %s in the guest: exit %d %s" % (part, rc, out))
 
     def logs(self):
         """The end of each part's log, for a failed check."""
@@ -308,6 +429,36 @@ conntrack: {maxPerCore: 0}
             rc, text = self.guest("tail -n 30 /var/log/pods/nrm-system_*/*/*.log", timeout=60)
             out.append("=== nrm's containers (end)\n" + text)
         return "\n".join(out)
+
+    def fail(self):
+        """Ends the test after a failed check that leaves nothing more to
+        check: the events and the logs, then the counts."""
+        print(self.cluster.kubectl("get", "events", "-A", check=False).stdout[-4000:])
+        print(self.logs())
+        self.stop()
+        clusterlib.finish()
+
+    def wait_running(self, *names, timeout=400):
+        """Waits for pods in default to run with every container ready."""
+        def up(name):
+            p = self.pod("default", name) or {}
+            st = p.get("status", {})
+            return st.get("phase") == "Running" and all(cs.get("ready") for cs in st.get("containerStatuses", [{}]))
+        return wait_for(lambda: all(up(n) for n in names), timeout, 2)
+
+    def claim_of(self, pod):
+        """The allocation of a pod's first claim: {request: result}, and the
+        NUMA node of the cpu.nrm.io device it got."""
+        p = self.pod("default", pod)
+        name = p["status"]["resourceClaimStatuses"][0]["resourceClaimName"]
+        s, cl = self.cluster.api("GET", "/apis/resource.k8s.io/v1/namespaces/default/resourceclaims/" + name)
+        results = {r["request"]: r for r in cl["status"]["allocation"]["devices"]["results"]}
+        numa = None
+        for sl in self.cluster.slices(node=NODE, driver="cpu.nrm.io"):
+            for d in sl["spec"].get("devices", []):
+                if d["name"] == results["cpus"]["device"]:
+                    numa = d.get("attributes", {}).get("resource.kubernetes.io/numaNode", {}).get("int")
+        return name, results, numa
 
     def stop(self):
         if self.vm.poll() is not None:

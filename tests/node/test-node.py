@@ -1,0 +1,136 @@
+#!/usr/bin/env python3
+"""Restarts on a real node with pods running (make check-cluster).
+
+The node of tests/node/nodelib.py (kubelet, containerd, kube-proxy in the VM,
+the real control plane on the host's loopback, nrm as its DaemonSet from its
+image). A pod with a CPU and memory claim (the example
+cpus-and-memory-same-numa, 2 CPUs) and a pod without one run. Then, one after
+the other:
+  - the kubelet restarted;
+  - containerd restarted (the containers keep running under their shims);
+  - nrm killed with SIGKILL (the kubelet starts its container again);
+  - nrm's DaemonSet rolled (`kubectl rollout restart`): the new pod starts
+    beside the old one and takes the node over (--instance-uid).
+After each: nothing released (the claimed container is the same one, on the
+same CPUs, which the shared pool still leaves out), nothing doubled (a new
+claimed pod gets 2 other CPUs, and the pool leaves out both claims), and the
+new pod's CPUs return to the pool when it is deleted.
+
+NRM_K8S_LINE=v1.37 runs it on 1.37. Exit 77 where the smoke test skips."""
+
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import nodelib  # noqa: E402
+from nodelib import check, clusterlib, wait_for  # noqa: E402
+
+CLAIMED = "cpus-and-memory-same-numa"
+
+
+def nrm_pods(node):
+    s, ps = node.cluster.api("GET", "/api/v1/namespaces/%s/pods?labelSelector=app.kubernetes.io%%2Fname%%3Dnrm"
+                             % clusterlib.NAMESPACE)
+    return [p for p in ps.get("items", []) if p["spec"].get("nodeName") == nodelib.NODE]
+
+
+def nrm_ready_again(node, old_uid=None, old_restarts=None, timeout=400):
+    """Waits until one nrm pod runs on the node, Ready, and (given old_uid)
+    is another pod than old_uid, or (given old_restarts) its container has
+    restarted more often."""
+    def f():
+        pods = nrm_pods(node)
+        if len(pods) != 1:
+            return None
+        p = pods[0]
+        if old_uid and p["metadata"]["uid"] == old_uid:
+            return None
+        st = p.get("status", {})
+        restarts = sum(c.get("restartCount", 0) for c in st.get("containerStatuses", []))
+        if old_restarts is not None and restarts <= old_restarts:
+            return None
+        conds = {x["type"]: x["status"] for x in st.get("conditions", [])}
+        return p if conds.get("Ready") == "True" else None
+    return wait_for(f, timeout, 2)
+
+
+def after(node, what, first, online):
+    """The checks after one restart. first: the claimed container's view."""
+    c = node.cluster
+    v = node.view("default", CLAIMED, "app")
+    check(v.get("id") == first["id"] and v.get("Cpus_allowed_list") == first["Cpus_allowed_list"],
+          "%s: the claimed container runs on, the same one on the same CPUs (%s)" % (what, v.get("Cpus_allowed_list")))
+    mine = clusterlib.cpulist(first["Cpus_allowed_list"])
+    shared = wait_for(lambda: node.cpus("default", "plain", "c") == online - mine, 120, 3)
+    check(shared, "%s: the shared pool still leaves the claim's CPUs out: %s"
+          % (what, sorted(node.cpus("default", "plain", "c"))))
+    name = "after-" + what.replace(" ", "-").replace("'", "")[:40].strip("-")
+    c.kubectl("apply", "-f", "-", stdin=nodelib.claim_example(name=name))
+    ok = node.wait_running(name)
+    if not check(ok, "%s: a new pod with a claim is prepared and runs" % what):
+        print(c.kubectl("get", "events", "-n", "default", check=False).stdout[-3000:])
+        return
+    theirs = node.cpus("default", name, "app")
+    check(len(theirs) == 2 and not theirs & mine, "%s: ... on 2 other CPUs (%s; the first claim has %s)"
+          % (what, sorted(theirs), sorted(mine)))
+    both = wait_for(lambda: node.cpus("default", "plain", "c") == online - mine - theirs, 120, 3)
+    check(both, "%s: ... and the shared pool leaves both claims out" % what)
+    c.kubectl("delete", "pod", name, "--wait=true", "--timeout=300s")
+    back = wait_for(lambda: node.cpus("default", "plain", "c") == online - mine, 120, 3)
+    check(back, "%s: ... whose CPUs return to the pool once it is deleted" % what)
+
+
+def main():
+    t0 = time.time()
+    node, pod = nodelib.start_node()
+    c = node.cluster
+    c.kubectl("apply", "-f", "-", stdin=nodelib.plain_pod("plain"))
+    c.kubectl("apply", "-f", "-", stdin=nodelib.claim_example())
+    if not check(node.wait_running(CLAIMED, "plain"), "the example's pod and a pod without a claim run"):
+        node.fail()
+    online = node.online()
+    first = node.view("default", CLAIMED, "app")
+    check(len(clusterlib.cpulist(first.get("Cpus_allowed_list", ""))) == 2,
+          "the claimed container has 2 CPUs: %s" % first.get("Cpus_allowed_list"))
+
+    t = time.time()
+    node.restart("kubelet")
+    ok = wait_for(lambda: node.pod_ready(clusterlib.NAMESPACE, pod) and node.node_ready(), 300, 3)
+    check(ok, "the kubelet restarted: the Node and nrm's pod Ready again (%.0f s)" % (time.time() - t))
+    after(node, "kubelet restart", first, online)
+
+    t = time.time()
+    node.restart("containerd")
+    ok = wait_for(lambda: node.pod_ready(clusterlib.NAMESPACE, pod), 300, 3)
+    check(ok, "containerd restarted: nrm's pod Ready (%.0f s)" % (time.time() - t))
+    after(node, "containerd restart", first, online)
+
+    t = time.time()
+    p = nrm_pods(node)[0]
+    restarts = sum(x.get("restartCount", 0) for x in p["status"].get("containerStatuses", []))
+    # nrm execs nrm-agent beside it with the same arguments: the plugin's
+    # command line; the controller's (nrm-agent too) says controller.
+    rc, out = node.guest("pkill -9 -f '^/usr/bin/nrm-agent plugin '")
+    check(rc == 0, "nrm's process killed with SIGKILL in the guest")
+    ok = nrm_ready_again(node, old_restarts=restarts)
+    check(ok, "the kubelet starts nrm's container again and it turns Ready (%.0f s)" % (time.time() - t))
+    after(node, "nrm killed", first, online)
+
+    t = time.time()
+    old = nrm_pods(node)[0]["metadata"]["uid"]
+    c.kubectl("-n", clusterlib.NAMESPACE, "rollout", "restart", "daemonset/nrm")
+    new = nrm_ready_again(node, old_uid=old, timeout=600)
+    check(new, "nrm's DaemonSet rolled: a new pod took the node over and the old one is gone (%.0f s)"
+          % (time.time() - t))
+    after(node, "rolling update", first, online)
+
+    if clusterlib.failures:
+        print(node.logs())
+    node.stop()
+    print("# node restarts test: %.0f s" % (time.time() - t0))
+    clusterlib.finish()
+
+
+if __name__ == "__main__":
+    main()
