@@ -171,6 +171,23 @@ def start_node(**kw):
     return node, pod
 
 
+CLAIMED = "cpus-and-memory-same-numa"
+
+
+def start_with_pods(**kw):
+    """start_node, then two pods in default: "plain", without a claim, and
+    the example (CLAIMED, 2 CPUs, 512 MiB), both checked to run.
+    (node, nrm's pod, start time)."""
+    t0 = time.time()
+    node, pod = start_node(**kw)
+    c = node.cluster
+    c.kubectl("apply", "-f", "-", stdin=plain_pod("plain"))
+    c.kubectl("apply", "-f", "-", stdin=claim_example())
+    if not check(node.wait_running(CLAIMED, "plain"), "the example's pod and a pod without a claim run"):
+        node.fail()
+    return node, pod, t0
+
+
 def isolate():
     """From here on this process and what it starts (the control plane,
     qemu) live in a network namespace of their own with only loopback: a
@@ -429,6 +446,15 @@ pgrep -x %s >/dev/null && exit 2
             rc, text = self.guest("tail -n 30 /var/log/pods/nrm-system_*/*/*.log", timeout=60)
             out.append("=== nrm's containers (end)\n" + text)
         return "\n".join(out)
+
+    def finish(self, t0, what):
+        """Ends a test: the logs when a check failed, the VM and the control
+        plane stopped, the time since t0, the counts."""
+        if clusterlib.failures:
+            print(self.logs())
+        self.stop()
+        print("# %s: %.0f s" % (what, time.time() - t0))
+        clusterlib.finish()
 
     def fail(self):
         """Ends the test after a failed check that leaves nothing more to

@@ -24,7 +24,6 @@ Go, podman, root, qemu or a nrm image that can be built."""
 
 import os
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import nodelib  # noqa: E402
@@ -32,14 +31,8 @@ from nodelib import check, clusterlib, wait_for  # noqa: E402
 
 
 def main():
-    t0 = time.time()
-    node, _ = nodelib.start_node()
+    node, _, t0 = nodelib.start_with_pods()
     c = node.cluster
-    c.kubectl("apply", "-f", "-", stdin=nodelib.plain_pod("plain"))
-    c.kubectl("apply", "-f", "-", stdin=nodelib.claim_example())
-    if not check(node.wait_running("cpus-and-memory-same-numa", "plain"),
-                 "the example's pod and a pod without a claim run"):
-        node.fail()
 
     claim, results, numa = node.claim_of("cpus-and-memory-same-numa")
     online = node.online()
@@ -60,11 +53,7 @@ def main():
     c.kubectl("delete", "pod", "cpus-and-memory-same-numa", "--wait=true", "--timeout=300s")
     back = wait_for(lambda: node.cpus("default", "plain", "c") == online, 120, 3)
     check(back, "once the claimed pod is gone, the container without a claim has every CPU again")
-    if clusterlib.failures:
-        print(node.logs())
-    node.stop()
-    print("# node smoke test: %.0f s" % (time.time() - t0))
-    clusterlib.finish()
+    node.finish(t0, "node smoke test")
 
 
 if __name__ == "__main__":

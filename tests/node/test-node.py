@@ -26,13 +26,15 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import nodelib  # noqa: E402
 from nodelib import check, clusterlib, wait_for  # noqa: E402
 
-CLAIMED = "cpus-and-memory-same-numa"
+CLAIMED = nodelib.CLAIMED
 
 
 def nrm_pods(node):
-    s, ps = node.cluster.api("GET", "/api/v1/namespaces/%s/pods?labelSelector=app.kubernetes.io%%2Fname%%3Dnrm"
-                             % clusterlib.NAMESPACE)
-    return [p for p in ps.get("items", []) if p["spec"].get("nodeName") == nodelib.NODE]
+    """The DaemonSet's pods on the node (the controller's Deployment runs
+    there too, under the same name label)."""
+    s, ps = node.cluster.api("GET", "/api/v1/namespaces/%s/pods" % clusterlib.NAMESPACE)
+    return [p for p in ps.get("items", []) if p["spec"].get("nodeName") == nodelib.NODE
+            and any(o.get("kind") == "DaemonSet" for o in p["metadata"].get("ownerReferences", []))]
 
 
 def nrm_ready_again(node, old_uid=None, old_restarts=None, timeout=400):
@@ -82,13 +84,8 @@ def after(node, what, first, online):
 
 
 def main():
-    t0 = time.time()
-    node, pod = nodelib.start_node()
+    node, pod, t0 = nodelib.start_with_pods()
     c = node.cluster
-    c.kubectl("apply", "-f", "-", stdin=nodelib.plain_pod("plain"))
-    c.kubectl("apply", "-f", "-", stdin=nodelib.claim_example())
-    if not check(node.wait_running(CLAIMED, "plain"), "the example's pod and a pod without a claim run"):
-        node.fail()
     online = node.online()
     first = node.view("default", CLAIMED, "app")
     check(len(clusterlib.cpulist(first.get("Cpus_allowed_list", ""))) == 2,
@@ -125,11 +122,7 @@ def main():
           % (time.time() - t))
     after(node, "rolling update", first, online)
 
-    if clusterlib.failures:
-        print(node.logs())
-    node.stop()
-    print("# node restarts test: %.0f s" % (time.time() - t0))
-    clusterlib.finish()
+    node.finish(t0, "node restarts test")
 
 
 if __name__ == "__main__":
