@@ -7,7 +7,10 @@ the ResourceSlice, corrected errors over memory.health.correctedErrorThreshold
 taint numa0 NoSchedule, and a memory block of node 0 going offline shrinks
 numa0's published capacity, all without a restart (memory.health.pollSeconds:
 1). Every taint and capacity is read back from the real API server, whose
-DRADeviceTaints gate is on by default in 1.36."""
+DRADeviceTaints gate is on by default in 1.36. The NoExecute taint on numa1,
+a device that several claims share, makes kube-controller-manager's
+device-taint eviction controller delete every pod with a claim on it but
+the one whose request tolerates it; a pod on numa0 stays."""
 
 import json
 import os
@@ -80,10 +83,58 @@ try:
     check(taints("numa0") == [] and taints("numa1") == [], "no taints while the counters are 0")
     start0 = capacity("numa0")
 
+    # Pods the real scheduler places on the node, each with a claim of 1Gi
+    # of one NUMA node's memory (numa1 is shared by a, b and t); t's request
+    # tolerates the taint. No kubelet runs them: what the device-taint
+    # eviction controller does is read from the API (a deletion).
+    pods = {"a": (1, False), "b": (1, False), "c": (0, False), "t": (1, True)}
+    for name, (numa, tolerate) in pods.items():
+        req = {"deviceClassName": DRIVER, "capacity": {"requests": {"memory": "1Gi"}},
+               "selectors": [{"cel": {"expression": 'device.attributes["resource.kubernetes.io"].numaNode == %d'
+                                      % numa}}]}
+        if tolerate:
+            req["tolerations"] = [{"key": DRIVER + "/memory-uncorrected", "operator": "Exists",
+                                   "effect": "NoExecute"}]
+        s, r = cluster.api("POST", "/apis/resource.k8s.io/v1/namespaces/default/resourceclaims", {
+            "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": "mem-" + name},
+            "spec": {"devices": {"requests": [{"name": "mem", "exactly": req}]}}})
+        check(s == 201, "claim mem-%s created: %s" % (name, s if s == 201 else r))
+        s, r = cluster.api("POST", "/api/v1/namespaces/default/pods", {
+            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "pod-" + name},
+            "spec": {"resourceClaims": [{"name": "m", "resourceClaimName": "mem-" + name}],
+                     "containers": [{"name": "c", "image": "never-run", "resources": {"claims": [{"name": "m"}]}}]}})
+        check(s == 201, "pod-%s created: %s" % (name, s if s == 201 else r))
+
+    def pod(name):
+        s, p = cluster.api("GET", "/api/v1/namespaces/default/pods/pod-" + name)
+        return p if s == 200 else None
+
+    def evicted(name):
+        p = pod(name)
+        return p is None or bool(p["metadata"].get("deletionTimestamp"))
+
+    def placed():
+        out = {}
+        for name in pods:
+            s, c = cluster.api("GET", "/apis/resource.k8s.io/v1/namespaces/default/resourceclaims/mem-" + name)
+            res = ((c.get("status") or {}).get("allocation") or {}).get("devices", {}).get("results", [])
+            out[name] = (res[0]["device"] if res else None, (pod(name) or {}).get("spec", {}).get("nodeName"))
+        return out
+    want = {n: ("numa%d" % numa, NODE) for n, (numa, _) in pods.items()}
+    check(wait_for(lambda: placed() == want, 120, 1),
+          "the scheduler places the four pods, their claims on numa1 (a, b, t) and numa0 (c): %s" % placed())
+
     mc(1, "Skylake Socket#1 IMC#0", 0, 1)
     check(wait_for(lambda: taints("numa1") == [(DRIVER + "/memory-uncorrected", "NoExecute")]),
           "an uncorrected error on socket 1 taints numa1 NoExecute: %s" % taints("numa1"))
     check(taints("numa0") == [], "numa0 stays untainted: %s" % taints("numa0"))
+    check(wait_for(lambda: evicted("a") and evicted("b"), 60, 1),
+          "the device-taint eviction controller deletes both pods that share numa1 (their conditions: %s)"
+          % sorted({"%s %s" % (c["type"], c.get("reason")) for p in (pod("a"), pod("b"))
+                    for c in (p or {}).get("status", {}).get("conditions", [])}))
+    wait_for(lambda: evicted("c") or evicted("t"), 10, 1)
+    check(not evicted("c"), "the pod with memory on numa0 stays")
+    check(not evicted("t"), "the pod whose request tolerates memory-uncorrected stays")
 
     mc(0, "Skylake Socket#0 IMC#0", 3, 0)
     check(wait_for(lambda: taints("numa0") == [(DRIVER + "/memory-corrected", "None")]),
