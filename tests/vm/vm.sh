@@ -413,7 +413,13 @@ done
 for m in $(cat /modules-net.order); do insmod "/modules/$m.ko" || fail "insmod $m"; done
 if [ "$NET" = 1 ]; then
   # qemu's user network: the guest is 10.0.2.15, the host's side 10.0.2.2.
-  ip link set lo up && ip link set eth0 up && ip addr add 10.0.2.15/24 dev eth0 \
+  # Its NIC is found by MAC: with --pci the e1000e (loaded first) take eth0..
+  nic=
+  for n in /sys/class/net/*; do
+    [ "$(cat "$n/address")" = 52:54:00:12:34:56 ] && nic=${n##*/}
+  done
+  [ -n "$nic" ] || fail "no NIC with MAC 52:54:00:12:34:56"
+  ip link set lo up && ip link set "$nic" up && ip addr add 10.0.2.15/24 dev "$nic" \
     && ip route add default via 10.0.2.2 || fail "network setup"
 fi
 # The virtio ports, by name.
