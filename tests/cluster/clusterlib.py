@@ -92,21 +92,28 @@ def wait_for(pred, timeout=60.0, step=0.2):
         time.sleep(step)
 
 
-def binaries(line=None):
+def binaries(line=None, node=False):
     """The folder of the upstream binaries of one release line (v1.36 unless
-    NRM_K8S_LINE says otherwise), built or reused by build.sh; a skip without
-    Go. NRM_K8S_BIN names a folder built already."""
-    if os.environ.get("NRM_K8S_BIN"):
-        return os.environ["NRM_K8S_BIN"]
+    NRM_K8S_LINE says otherwise), built or reused by build.sh (with node,
+    build.sh --node: also the kubelet, kube-proxy and containerd); a skip
+    without Go. NRM_K8S_BIN names a folder built already; one without the
+    node's binaries names the release line for build.sh --node."""
     line = line or os.environ.get("NRM_K8S_LINE", "v1.36")
+    given = os.environ.get("NRM_K8S_BIN")
+    if given and (not node or os.path.exists(os.path.join(given, "kubelet"))):
+        return given
+    if given:
+        m = re.search(r"kubernetes-(v1\.\d+)\.", os.path.realpath(given))
+        line = m.group(1) if m else line
     if shutil.which("go") is None:
         skip("Go is not installed: the cluster tests build kube-apiserver and the rest with Go 1.26 "
              "(tests/cluster/README.md), which Debian 12 does not package")
-    p = subprocess.run([os.path.join(HERE, "build.sh"), line], stdout=subprocess.PIPE, text=True)
+    p = subprocess.run([os.path.join(HERE, "build.sh"), *(["--node"] if node else []), line],
+                       stdout=subprocess.PIPE, text=True)
     if p.returncode == 77:
         skip("build.sh could not build the upstream binaries")
     if p.returncode != 0:
-        raise SystemExit("FAIL tests/cluster/build.sh %s: exit %d" % (line, p.returncode))
+        raise SystemExit("FAIL tests/cluster/build.sh %s%s: exit %d" % ("--node " if node else "", line, p.returncode))
     return p.stdout.strip().splitlines()[-1]
 
 
@@ -292,8 +299,7 @@ class Cluster:
         Returns the claim as the server holds it."""
         ns = claim["metadata"].get("namespace", "default")
         if ns != "default":
-            self.api("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
-                                                     "metadata": {"name": ns}})
+            self.api("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
         s, c = self.api("POST", "/apis/resource.k8s.io/v1/namespaces/%s/resourceclaims" % ns, claim)
         if s != 201:
             raise RuntimeError("creating claim %s: %s %s" % (claim["metadata"]["name"], s, c))

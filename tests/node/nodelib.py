@@ -23,28 +23,12 @@ GUEST_API = "10.0.2.100"
 NODE = "nrm-node"
 INSTALL = os.path.join(SRCDIR, "docs", "install.md")
 WORKLOAD = "localhost/nrm-workload:test"
+# The node-lifecycle controller's --node-monitor-grace-period (default 50 s):
+# under TCG the kubelet's lease renewals (every 10 s) can lag while the
+# emulated guest is busy, and a NotReady Node is tainted and its pods
+# evicted. 120 s leaves room; finish() says whether Ready ever changed.
+GRACE = 120
 VM = os.path.join(SRCDIR, "tests", "vm", "vm.sh")
-
-
-def node_binaries(line=None):
-    """The release's binaries with the node's (kubelet, kube-proxy,
-    containerd): build.sh --node."""
-    line = line or os.environ.get("NRM_K8S_LINE", "v1.36")
-    given = os.environ.get("NRM_K8S_BIN")
-    if given and os.path.exists(os.path.join(given, "kubelet")) and os.path.exists(os.path.join(given, "containerd")):
-        return given
-    if given:  # a folder of build.sh without --node: the same release's
-        m = re.search(r"kubernetes-(v1\.\d+)\.", os.path.realpath(given))
-        line = m.group(1) if m else line
-    if shutil.which("go") is None:
-        skip("Go is not installed: the node tests build the kubelet, kube-proxy and containerd with Go 1.26")
-    p = subprocess.run([os.path.join(SRCDIR, "tests", "cluster", "build.sh"), "--node", line],
-                       stdout=subprocess.PIPE, text=True)
-    if p.returncode == 77:
-        skip("build.sh could not build the upstream binaries")
-    if p.returncode != 0:
-        raise SystemExit("FAIL build.sh --node %s: exit %d" % (line, p.returncode))
-    return p.stdout.strip().splitlines()[-1]
 
 
 def registry_free_steps():
@@ -85,7 +69,37 @@ def nrm_image():
     print("# built nrm:latest with scripts/image.sh in %.0f s" % (time.time() - t0))
 
 
-EXAMPLE = os.path.join(SRCDIR, "deploy", "kubernetes", "examples", "cpus-and-memory-same-numa.yaml")
+def node_writes_steps():
+    """The two blocks of docs/install.md's "Passthrough and huge pages on
+    demand": the values file (yaml) and the helm command (sh), which the
+    PCI node test runs as written, in the folder of the values file, with
+    the chart's path made absolute."""
+    with open(INSTALL) as fh:
+        text = fh.read()
+    m = re.search(r"^### Passthrough and huge pages on demand\n(.*?)^##", text, re.S | re.M)
+    if not m:
+        raise SystemExit("FAIL docs/install.md has no section 'Passthrough and huge pages on demand'")
+    blocks = re.findall(r"^```(\w+)\n(.*?)^```", m.group(1), re.S | re.M)
+    if [b[0] for b in blocks] != ["yaml", "sh"]:
+        raise SystemExit("FAIL docs/install.md, 'Passthrough and huge pages on demand': expected yaml and sh "
+                         "blocks, got %s" % [b[0] for b in blocks])
+    return blocks[0][1], blocks[1][1]
+
+
+EXAMPLES = os.path.join(SRCDIR, "deploy", "kubernetes", "examples")
+EXAMPLE = os.path.join(EXAMPLES, "cpus-and-memory-same-numa.yaml")
+
+
+def adapt(path, changes):
+    """An example's text with changes (old, new) applied, each checked to
+    apply, so that a change to the example fails the test here."""
+    with open(path) as fh:
+        text = fh.read()
+    for old, new in changes:
+        if old not in text:
+            raise SystemExit("FAIL %s no longer has %r: update tests/node/" % (path, old))
+        text = text.replace(old, new)
+    return text
 
 
 def claim_example(name=None, cpus=2, memory="512Mi"):
@@ -93,18 +107,12 @@ def claim_example(name=None, cpus=2, memory="512Mi"):
     the VM needs: the test's busybox image, cpus CPUs and memory that fit;
     name renames its template and pod. Each change is checked to apply, so
     that a change to the example fails the test here."""
-    with open(EXAMPLE) as fh:
-        text = fh.read()
     changes = [("image: debian:12-slim", "image: %s\n    imagePullPolicy: Never" % WORKLOAD),
                ('cpus: "4"', 'cpus: "%d"' % cpus), ('cpu: "4"', 'cpu: "%d"' % cpus),
                ("memory: 4Gi", "memory: " + memory)]
     if name:
         changes.append(("cpus-and-memory-same-numa", name))
-    for old, new in changes:
-        if old not in text:
-            raise SystemExit("FAIL %s no longer has %r: update tests/node/nodelib.py" % (EXAMPLE, old))
-        text = text.replace(old, new)
-    return text
+    return adapt(EXAMPLE, changes)
 
 
 def plain_pod(name):
@@ -147,19 +155,21 @@ def build_images(work, bindir, pause):
         run("podman", "save", "-q", "--format", "oci-archive", "-o", os.path.join(imgs, tar), name)
 
 
-def start_node(**kw):
+def start_node(helm=False, extra=None, **kw):
     """The common start of the node tests, each step checked: the Node
-    Ready, nrm installed as docs/install.md says and its pod Ready with the
-    three drivers publishing. (node, nrm's pod); a failed step ends the
-    test with the logs."""
+    Ready, nrm installed as docs/install.md says (nrm.yaml; with helm, the
+    chart with the values of its "Passthrough and huge pages on demand")
+    and its pod Ready with the three drivers publishing; extra: more helm
+    values (yaml) on top. (node, nrm's pod); a failed step ends the test
+    with the logs."""
     if shutil.which("podman") is None:
         skip("podman is not installed (./scripts/deps.sh): it builds the node's images")
     if os.geteuid() != 0:
         skip("needs root: podman's root storage, and the VM shares the work folder as root")
     t0 = time.time()
-    node = Node(clusterlib.workdir(), node_binaries(), **kw)
+    node = Node(clusterlib.workdir(), clusterlib.binaries(node=True), **kw)
     ok = check(node.ready(600) is not None, "the Node %s registers and turns Ready" % NODE)
-    pod = node.install_nrm() if ok else None
+    pod = node.install_nrm(helm=helm, extra=extra) if ok else None
     ok = ok and check(pod is not None, "nrm's DaemonSet pod turns Ready on the node (registered with the "
                       "kubelet, slices in sync) %.0f s after the start" % (time.time() - t0))
     if ok:
@@ -206,7 +216,7 @@ def isolate():
 class Node:
     """The control plane on the host and one node in a VM."""
 
-    def __init__(self, work, bindir, gates="", cpus=8, nodes=2, mem_mb=3072, timeout=1200):
+    def __init__(self, work, bindir, gates="", cpus=8, nodes=2, mem_mb=3072, timeout=1200, pci=False):
         self.work = work
         self.bin = bindir
         self.g = os.path.join(work, "guest")
@@ -237,7 +247,7 @@ class Node:
         self.cluster = clusterlib.Cluster(
             work, "cp", bindir, gates=gates, sans=[GUEST_API],
             apiserver_args=["--advertise-address=" + GUEST_API, "--endpoint-reconciler-type=lease"],
-            controllers="*")
+            controllers="*", controller_manager_args=["--node-monitor-grace-period=%ds" % GRACE])
         c = self.cluster
         pki = os.path.join(c.dir, "pki")
         self.pki = pki
@@ -249,6 +259,7 @@ class Node:
         self.write_configs(gates)
         self.n = 0
         cmd = [VM, "--nodes", str(nodes), "--cpus", str(cpus), "--mem-mb", str(mem_mb), "--timeout", str(timeout),
+               *(["--pci", "--iommu"] if pci else []),
                "--guestfwd", str(c.port), "--share", self.g, "--",
                "sh", os.path.join(HERE, "node-guest.sh"), bindir, self.g]
         self.vm_log = open(os.path.join(work, "vm.log"), "w")
@@ -363,14 +374,39 @@ conntrack: {maxPerCore: 0}
         t0 = time.time()
         r = wait_for(f, timeout, 1)
         print("# node %s after %.0f s" % ("Ready" if isinstance(r, dict) else "not Ready", time.time() - t0))
+        if isinstance(r, dict):
+            self.ready_since = next(c.get("lastTransitionTime") for c in r["status"]["conditions"]
+                                    if c["type"] == "Ready")
         return r if isinstance(r, dict) else None
 
-    def install_nrm(self, timeout=400):
-        """nrm's image imported and nrm.yaml applied, as docs/install.md
-        says; then its pod on the node, once Ready (registered with the
-        kubelet, slices in sync), or None."""
+    def install_nrm(self, timeout=400, helm=False, extra=None):
+        """nrm's image imported and nrm.yaml applied (with helm, the chart
+        installed with node_writes_steps(), and extra, values in yaml, as a
+        second values file), as docs/install.md says; then its pod on the
+        node, once Ready (registered with the kubelet, slices in sync), or
+        None."""
         self.import_nrm()
-        self.cluster.install_nrm()
+        if helm:
+            values, command = node_writes_steps()
+            with open(os.path.join(self.work, "node-writes.yaml"), "w") as fh:
+                fh.write(values)
+            env = dict(os.environ, KUBECONFIG=self.cluster.kubeconfig,
+                       PATH=self.bin + ":" + os.environ.get("PATH", ""))
+            chart = os.path.join(SRCDIR, "deploy", "helm", "nrm")
+            command = command.replace(" deploy/helm/nrm ", " %s " % chart)
+            if extra:
+                with open(os.path.join(self.work, "test-extra.yaml"), "w") as fh:
+                    fh.write(extra)
+                if " -f node-writes.yaml" not in command:
+                    raise SystemExit("FAIL docs/install.md's helm command has no -f node-writes.yaml")
+                command = command.replace(" -f node-writes.yaml", " -f node-writes.yaml -f test-extra.yaml")
+            p = subprocess.run(["sh", "-ec", command],
+                               cwd=self.work, env=env, capture_output=True, text=True)
+            if p.returncode != 0:
+                raise SystemExit("FAIL docs/install.md's helm command: exit %d\n%s"
+                                 % (p.returncode, p.stdout + p.stderr))
+        else:
+            self.cluster.install_nrm()
         pod = self.cluster.nrm_pod(NODE, timeout=300)
         return pod if pod and wait_for(lambda: self.pod_ready(clusterlib.NAMESPACE, pod), timeout, 2) else None
 
@@ -402,6 +438,8 @@ pid=$(head -n 1 "$d/cgroup.procs")
 grep -E '^(Cpus|Mems)_allowed_list' /proc/$pid/status | tr -d '\\t'
 tr '\\0' '\\n' </proc/$pid/environ | grep '^NRM_' | sed 's/=/:/'
 echo "memory.max:$(cat "$d/memory.max")"
+echo "hugetlb.2MB.max:$(cat "$d/hugetlb.2MB.max" 2>/dev/null)"
+echo "dev:$(cd /proc/$pid/root/dev && ls -d dri/* vfio/* nvme* 2>/dev/null | tr '\n' ' ')"
 """ % cid)
         view = {"id": cid}
         for line in out.splitlines():
@@ -452,6 +490,13 @@ pgrep -x %s >/dev/null && exit 2
         plane stopped, the time since t0, the counts."""
         if clusterlib.failures:
             print(self.logs())
+        s, n = self.cluster.api("GET", "/api/v1/nodes/" + NODE)
+        for c in n.get("status", {}).get("conditions", []) if s == 200 else []:
+            if c["type"] == "Ready":
+                same = c["status"] == "True" and c.get("lastTransitionTime") == getattr(self, "ready_since", None)
+                print("# the Node's Ready condition: %s since %s (%s)%s"
+                      % (c["status"], c.get("lastTransitionTime"), c.get("reason"),
+                         ", unchanged since it first turned Ready" if same else ""))
         self.stop()
         print("# %s: %.0f s" % (what, time.time() - t0))
         clusterlib.finish()

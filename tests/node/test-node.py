@@ -9,6 +9,9 @@ the other:
   - the kubelet restarted;
   - containerd restarted (the containers keep running under their shims);
   - nrm killed with SIGKILL (the kubelet starts its container again);
+  - nrm killed with SIGKILL inside a prepare the kubelet issued (the test
+    holds the CPU driver's serialize lock meanwhile): the kubelet's retry
+    succeeds;
   - nrm's DaemonSet rolled (`kubectl rollout restart`): the new pod starts
     beside the old one and takes the node over (--instance-uid).
 After each: nothing released (the claimed container is the same one, on the
@@ -18,6 +21,7 @@ new pod's CPUs return to the pool when it is deleted.
 
 NRM_K8S_LINE=v1.37 runs it on 1.37. Exit 77 where the smoke test skips."""
 
+import json
 import os
 import sys
 import time
@@ -83,6 +87,57 @@ def after(node, what, first, online):
     check(back, "%s: ... whose CPUs return to the pool once it is deleted" % what)
 
 
+def killed_in_prepare(node, first, online):
+    """nrm killed with SIGKILL inside a prepare the kubelet issued. The test
+    holds the CPU driver's serialize lock (flock; nothing else in the plugin
+    takes it once started but prepare and unprepare), creates a claimed pod,
+    waits until nrm's plugin process waits for that lock, kills it, lets the
+    lock go: the kubelet starts nrm again and retries the prepare, which
+    succeeds."""
+    c = node.cluster
+    lock = "/var/lib/nrm/cpu.nrm.io.serialize.lock"
+    p = nrm_pods(node)[0]
+    restarts = sum(x.get("restartCount", 0) for x in p["status"].get("containerStatuses", []))
+    held, release = os.path.join(node.g, "held"), os.path.join(node.g, "release")
+    node.guest("(flock %s sh -c 'echo >%s; while [ ! -e %s ]; do sleep 0.2; done') >/dev/null 2>&1 &"
+               % (lock, held, release))
+    if not check(wait_for(lambda: os.path.exists(held), 60, 0.5), "the test holds %s in the guest" % lock):
+        return
+    t = time.time()
+    c.kubectl("apply", "-f", "-", stdin=nodelib.claim_example(name="killed-in-prepare"))
+    # /proc/locks: "N: -> FLOCK ADVISORY WRITE PID MAJ:MIN:INODE ..." for a
+    # waiter; the waiter on this file that is nrm's plugin is the prepare.
+    rc, out = node.guest("""ino=$(stat -c %%i %s)
+for i in $(seq 1500); do
+  for pid in $(awk -v ino="$ino" '$2 == "->" { split($7, f, ":"); if (f[3] == ino) print $6 }' /proc/locks); do
+    if tr '\0' ' ' </proc/$pid/cmdline | grep -q '^/usr/bin/nrm-agent plugin '; then
+      kill -9 $pid && echo "killed $pid after $i polls" && touch %s && exit 0
+    fi
+  done
+  sleep 0.2
+done
+touch %s; exit 1""" % (lock, release, release), timeout=400)
+    check(rc == 0, "nrm's plugin waited for the lock inside the kubelet's prepare and was killed with SIGKILL "
+          "(%.0f s): %s" % (time.time() - t, out.strip()))
+    ok = nrm_ready_again(node, old_restarts=restarts)
+    check(ok, "the kubelet starts nrm's container again and it turns Ready (%.0f s)" % (time.time() - t))
+    ok = node.wait_running("killed-in-prepare")
+    check(ok, "the kubelet's retry of the prepare succeeds: the pod runs (%.0f s)" % (time.time() - t))
+    # The kubelet's own record that its prepare failed, so that the kill
+    # above hit a prepare it issued, not only some other wait for the lock.
+    ev = json.loads(c.kubectl("get", "events", "-o", "json", "--field-selector",
+                              "involvedObject.name=killed-in-prepare,reason=FailedPrepareDynamicResources").stdout)
+    msgs = [e.get("message", "") for e in ev.get("items", [])]
+    check(msgs, "the pod's events hold the kubelet's failed prepare: %s" % (msgs[:1] or "none"))
+    theirs = node.cpus("default", "killed-in-prepare", "app")
+    mine = clusterlib.cpulist(first["Cpus_allowed_list"])
+    check(len(theirs) == 2 and not theirs & mine, "... on 2 CPUs that are not the first claim's: %s"
+          % sorted(theirs))
+    c.kubectl("delete", "pod", "killed-in-prepare", "--wait=true", "--timeout=300s")
+    back = wait_for(lambda: node.cpus("default", "plain", "c") == online - mine, 120, 3)
+    check(back, "... which return to the pool once it is deleted")
+
+
 def main():
     node, pod, t0 = nodelib.start_with_pods()
     c = node.cluster
@@ -113,6 +168,8 @@ def main():
     ok = nrm_ready_again(node, old_restarts=restarts)
     check(ok, "the kubelet starts nrm's container again and it turns Ready (%.0f s)" % (time.time() - t))
     after(node, "nrm killed", first, online)
+
+    killed_in_prepare(node, first, online)
 
     t = time.time()
     old = nrm_pods(node)[0]["metadata"]["uid"]
