@@ -203,5 +203,18 @@ check(by(render("--set", "drivers={pci}"), "ValidatingAdmissionPolicy", "nrm-opa
 d = render("--set", "tolerations=null")
 check("tolerations" not in by(d, "DaemonSet", "nrm")["spec"]["template"]["spec"], "tolerations=null: none")
 
+
+def sys_mount(d):
+    c = by(d, "DaemonSet", "nrm")["spec"]["template"]["spec"]["containers"][0]
+    return next(m for m in c["volumeMounts"] if m["mountPath"] == "/sys")
+
+
+check(sys_mount(render()).get("readOnly") is True, "default: /sys read-only")
+for v in ("config.pci.passthrough=true", "config.memory.hugepagesOnDemand.2Mi=256Mi"):
+    m = sys_mount(render("--set", v))
+    check("readOnly" not in m and "recursiveReadOnly" not in m, v + ": /sys read-write (nrm writes sysfs)")
+check(sys_mount(render("--set", "config.pci.passthrough=false")).get("readOnly") is True,
+      "config.pci.passthrough=false: /sys read-only")
+
 sys.exit(1 if failed else 0)
 EOF
