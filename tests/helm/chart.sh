@@ -209,6 +209,15 @@ def sys_mount(d):
     return next(m for m in c["volumeMounts"] if m["mountPath"] == "/sys")
 
 
+def driver_names(d):
+    role = by(d, "ClusterRole", "nrm")
+    return next(r.get("resourceNames") for r in role["rules"] if r["resources"] == ["resourceclaims/driver"])
+
+
+check(driver_names(render()) == ["cpu.nrm.io", "memory.nrm.io", "pci.nrm.io"],
+      "resourceclaims/driver: the default drivers' names (the binder writes their status.devices)")
+check(driver_names(render("--set", "drivers={cpu,nvidia}")) == ["cpu.nrm.io", "nvidia.nrm.io"],
+      "drivers={cpu,nvidia}: resourceclaims/driver for those two only")
 check(sys_mount(render()).get("readOnly") is True, "default: /sys read-only")
 for v in ("config.pci.passthrough=true", "config.memory.hugepagesOnDemand.2Mi=256Mi"):
     m = sys_mount(render("--set", v))
