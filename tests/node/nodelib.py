@@ -519,13 +519,14 @@ pgrep -x %s >/dev/null && exit 2
 
     def claim_of(self, pod):
         """The allocation of a pod's first claim: {request: result}, and the
-        NUMA node of the cpu.nrm.io device it got."""
+        NUMA node of the cpu.nrm.io device of its request "cpus" (None
+        without one)."""
         p = self.pod("default", pod)
         name = p["status"]["resourceClaimStatuses"][0]["resourceClaimName"]
         s, cl = self.cluster.api("GET", "/apis/resource.k8s.io/v1/namespaces/default/resourceclaims/" + name)
         results = {r["request"]: r for r in cl["status"]["allocation"]["devices"]["results"]}
         numa = None
-        for sl in self.cluster.slices(node=NODE, driver="cpu.nrm.io"):
+        for sl in self.cluster.slices(node=NODE, driver="cpu.nrm.io") if "cpus" in results else []:
             for d in sl["spec"].get("devices", []):
                 if d["name"] == results["cpus"]["device"]:
                     numa = d.get("attributes", {}).get("resource.kubernetes.io/numaNode", {}).get("int")

@@ -22,8 +22,9 @@ docs/install.md's "Passthrough and huge pages on demand". Then:
   5. health: a CPU of the GPU pod's NUMA node taken offline shows in the
      pod's allocatedResourcesStatus and as the NoSchedule taint
      cpu.nrm.io/cpus-offline on the slice (the pod stays); a corrected AER
-     error on the GPU is the taint pci.nrm.io/aer-correctable, effect None
-     (the pod stays); the NVMe of a pod removed from the bus is the
+     error on an e1000e held by a pod is the taint
+     pci.nrm.io/aer-correctable, effect None (the pod stays, the device
+     Healthy); the NVMe of a pod removed from the bus is the
      NoExecute taint pci.nrm.io/removed, and the device-taint eviction
      controller deletes the pod.
 
@@ -239,7 +240,10 @@ def main():
 
     # 5. Health: a CPU offline (NoSchedule: the pod stays).
     cpu_dev = gres["cpus"]["device"]
-    rid = "cpu.nrm.io/%s/%s" % (NODE, cpu_dev)
+    # The kubelet names a device in allocatedResourcesStatus by its first
+    # CDI device id when it has one (else driver/pool/device): nrm's is one
+    # per claim and driver, <driver>/claim=<claim uid>.
+    rid = "cpu.nrm.io/claim=%s" % gcl["metadata"]["uid"]
     free = sorted(node.node_cpus(numa) - mine - {0})
     off = free[-1]
     check(health(node, "gpu-cpus-memory-one-node").get(rid, ("",))[0] == "Healthy",
@@ -260,20 +264,35 @@ def main():
                      and health(node, "gpu-cpus-memory-one-node").get(rid, ("",))[0] == "Healthy", 120, 2)
     check(clean, "CPU %d online again: the taint is gone and the device Healthy (%.0f s)" % (off, time.time() - t))
 
-    # A corrected AER error on the GPU (effect None: the pod stays).
-    bus, rest = gbus.split(":")[1], gbus.split(":")[2]
-    dv, fn = rest.split(".")
-    o = "".join("\\%03o" % x for x in (int(bus, 16), int(dv, 16), int(fn)))
-    rc, out = node.guest("printf '%s\\000\\000\\000\\000\\000\\001%s' >/dev/aer_inject"
-                         % (o, "\\000" * 23))
-    check(rc == 0, "a corrected AER error injected on the GPU %s %s" % (gbus, out.strip()))
-    gname = gres["gpu"]["device"]
-    t = time.time()
-    aer = wait_for(lambda: ("pci.nrm.io/aer-correctable", "None") in taints(node, "pci.nrm.io", gname), 120, 2)
-    check(aer, "... the GPU carries pci.nrm.io/aer-correctable None (%.0f s): %s"
-          % (time.time() - t, taints(node, "pci.nrm.io", gname)))
-    time.sleep(10)
-    check(node.pod_ready("default", "gpu-cpus-memory-one-node"), "... and its pod stays (effect None)")
+    # A corrected AER error (effect None: the pod stays), on node 0's
+    # e1000e under a pod: QEMU's e1000e has the AER capability, its virtio
+    # GPU none (aer_inject refuses it).
+    nic, nbus = "nic-aer", "0000:22:00.0"
+    c.kubectl("apply", "-f", "-", stdin=claim_pod(nic, [by_bus("nic.nrm.io", nbus)]))
+    ok = node.wait_running(nic)
+    check(ok, "a pod with node 0's e1000e %s runs" % nbus)
+    if ok:
+        ncl, nres, _ = claim(node, nic)
+        nname = nres["dev"]["device"]
+        bus, rest = nbus.split(":")[1], nbus.split(":")[2]
+        dv, fn = rest.split(".")
+        o = "".join("\\%03o" % x for x in (int(bus, 16), int(dv, 16), int(fn)))
+        # struct aer_error_inj in one write: bus, dev, fn, a pad byte,
+        # uncor_status, cor_status (RxErr), header_log[4], domain.
+        rc, out = node.guest("printf '%s\\000\\000\\000\\000\\000\\001%s' >/dev/aer_inject && "
+                             "grep TOTAL_ERR_COR /sys/bus/pci/devices/%s/aer_dev_correctable"
+                             % (o, "\\000" * 23, nbus))
+        check(rc == 0, "a corrected AER error injected on the e1000e %s: %s" % (nbus, out.strip()))
+        t = time.time()
+        aer = wait_for(lambda: ("pci.nrm.io/aer-correctable", "None") in taints(node, "pci.nrm.io", nname), 120, 2)
+        check(aer, "... %s carries pci.nrm.io/aer-correctable None (%.0f s): %s"
+              % (nname, time.time() - t, taints(node, "pci.nrm.io", nname)))
+        nrid = "pci.nrm.io/claim=%s" % ncl["metadata"]["uid"]
+        check(health(node, nic).get(nrid, ("",))[0] == "Healthy",
+              "... its pod's allocatedResourcesStatus keeps %s Healthy (docs/pci.md): %s" % (nrid, health(node, nic)))
+        time.sleep(10)
+        check(node.pod_ready("default", nic), "... and its pod stays (effect None)")
+        c.kubectl("delete", "pod", nic, "--wait=true", "--timeout=300s")
 
     # An NVMe removed from the bus under its pod (NoExecute: evicted).
     nv = "nvme-evicted"
