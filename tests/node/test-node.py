@@ -107,8 +107,9 @@ def killed_in_prepare(node, first, online):
     c.kubectl("apply", "-f", "-", stdin=nodelib.claim_example(name="killed-in-prepare"))
     # /proc/locks: "N: -> FLOCK ADVISORY WRITE PID MAJ:MIN:INODE ..." for a
     # waiter; the waiter on this file that is nrm's plugin is the prepare.
-    rc, out = node.guest("""ino=$(stat -c %%i %s)
-for i in $(seq 1500); do
+    rc, out = node.guest(r"""ino=$(stat -c %%i %s); end=$(($(date +%%s) + 300)); i=0
+while [ "$(date +%%s)" -lt $end ]; do
+  i=$((i + 1))
   for pid in $(awk -v ino="$ino" '$2 == "->" { split($7, f, ":"); if (f[3] == ino) print $6 }' /proc/locks); do
     if tr '\0' ' ' </proc/$pid/cmdline | grep -q '^/usr/bin/nrm-agent plugin '; then
       kill -9 $pid && echo "killed $pid after $i polls" && touch %s && exit 0
@@ -116,7 +117,7 @@ for i in $(seq 1500); do
   done
   sleep 0.2
 done
-touch %s; exit 1""" % (lock, release, release), timeout=400)
+echo "no waiter after $i polls:"; cat /proc/locks; touch %s; exit 1""" % (lock, release, release), timeout=420)
     check(rc == 0, "nrm's plugin waited for the lock inside the kubelet's prepare and was killed with SIGKILL "
           "(%.0f s): %s" % (time.time() - t, out.strip()))
     ok = nrm_ready_again(node, old_restarts=restarts)
