@@ -31,20 +31,27 @@ GRACE = 120
 VM = os.path.join(SRCDIR, "tests", "vm", "vm.sh")
 
 
+def install_blocks(section, kinds):
+    """The code blocks of a section of docs/install.md, which the tests run
+    as written; a section without them, or with blocks of other kinds,
+    fails the test."""
+    with open(INSTALL) as fh:
+        text = fh.read()
+    m = re.search(r"^### %s\n(.*?)^##" % re.escape(section), text, re.S | re.M)
+    if not m:
+        raise SystemExit("FAIL docs/install.md has no section '%s'" % section)
+    blocks = re.findall(r"^```(\w+)\n(.*?)^```", m.group(1), re.S | re.M)
+    if [b[0] for b in blocks] != kinds:
+        raise SystemExit("FAIL docs/install.md, '%s': expected blocks %s, got %s"
+                         % (section, kinds, [b[0] for b in blocks]))
+    return [b[1] for b in blocks]
+
+
 def registry_free_steps():
     """The three blocks of docs/install.md's "Without a registry": the
     commands on the machine that built the image, those on each node, and
-    containerd's sandbox setting. The test runs them as written."""
-    with open(INSTALL) as fh:
-        text = fh.read()
-    m = re.search(r"^### Without a registry\n(.*?)^##", text, re.S | re.M)
-    if not m:
-        raise SystemExit("FAIL docs/install.md has no section 'Without a registry'")
-    blocks = re.findall(r"^```(\w+)\n(.*?)^```", m.group(1), re.S | re.M)
-    if [b[0] for b in blocks] != ["sh", "sh", "toml"]:
-        raise SystemExit("FAIL docs/install.md, 'Without a registry': expected sh, sh and toml blocks, got %s"
-                         % [b[0] for b in blocks])
-    return [b[1] for b in blocks]
+    containerd's sandbox setting."""
+    return install_blocks("Without a registry", ["sh", "sh", "toml"])
 
 
 def nrm_image():
@@ -72,18 +79,9 @@ def nrm_image():
 def node_writes_steps():
     """The two blocks of docs/install.md's "Passthrough and huge pages on
     demand": the values file (yaml) and the helm command (sh), which the
-    PCI node test runs as written, in the folder of the values file, with
-    the chart's path made absolute."""
-    with open(INSTALL) as fh:
-        text = fh.read()
-    m = re.search(r"^### Passthrough and huge pages on demand\n(.*?)^##", text, re.S | re.M)
-    if not m:
-        raise SystemExit("FAIL docs/install.md has no section 'Passthrough and huge pages on demand'")
-    blocks = re.findall(r"^```(\w+)\n(.*?)^```", m.group(1), re.S | re.M)
-    if [b[0] for b in blocks] != ["yaml", "sh"]:
-        raise SystemExit("FAIL docs/install.md, 'Passthrough and huge pages on demand': expected yaml and sh "
-                         "blocks, got %s" % [b[0] for b in blocks])
-    return blocks[0][1], blocks[1][1]
+    PCI node test runs in the folder of the values file, with the chart's
+    path made absolute."""
+    return install_blocks("Passthrough and huge pages on demand", ["yaml", "sh"])
 
 
 EXAMPLES = os.path.join(SRCDIR, "deploy", "kubernetes", "examples")
