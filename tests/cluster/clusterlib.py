@@ -100,7 +100,7 @@ def binaries(line=None, node=False):
     node's binaries names the release line for build.sh --node."""
     line = line or os.environ.get("NRM_K8S_LINE", "v1.36")
     given = os.environ.get("NRM_K8S_BIN")
-    if given and (not node or os.path.exists(os.path.join(given, "kubelet"))):
+    if given and (not node or all(os.path.exists(os.path.join(given, b)) for b in ("kubelet", "containerd"))):
         return given
     if given:
         m = re.search(r"kubernetes-(v1\.\d+)\.", os.path.realpath(given))

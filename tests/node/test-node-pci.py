@@ -50,7 +50,7 @@ def gpu_example():
         ('cpus: "8"', 'cpus: "2"'), ('cpu: "8"', 'cpu: "2"'), ("memory: 32Gi", "memory: 256Mi")])
 
 
-def claim_pod(name, requests, constraints=None, tolerations=None):
+def claim_pod(name, requests, constraints=None):
     """A ResourceClaimTemplate of requests and a pod of the workload image
     with it (terminationGracePeriodSeconds 1: busybox's sleep ignores
     SIGTERM)."""
@@ -79,8 +79,7 @@ def cpus_request(n=2):
 
 def claim(node, pod):
     name, results, numa = node.claim_of(pod)
-    s, cl = node.cluster.api("GET", "/apis/resource.k8s.io/v1/namespaces/default/resourceclaims/" + name)
-    return cl, results, numa
+    return node.cluster.claim("default", name) or {}, results, numa
 
 
 def conditions(cl):
