@@ -1,6 +1,6 @@
 #!/bin/sh
 # Installs the Debian 12 packages that nrm builds and tests with (podman: a
-# real CDI consumer in tests/vm/pci-plugin.sh; procps:
+# real CDI consumer in tests/vm/pci-plugin.vm; procps:
 # pkill, pgrep and ps in tests/cli/run.sh; strace: the trust check of
 # tests/cluster/test-api.py; a minimal Debian 12 lacks both; python3-yaml:
 # tests/helm/chart.sh reads the chart's rendering; curl: the health checks of

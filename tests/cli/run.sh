@@ -1,6 +1,6 @@
 #!/bin/sh
 # nrm run on this machine (the sched_setaffinity/set_mempolicy path where the
-# host has no cgroup v2 cpuset; the cgroup path is in tests/vm/commit.sh).
+# host has no cgroup v2 cpuset; the cgroup path is in tests/vm/commit.vm).
 . "${NRM_SRCDIR:-.}/tests/cli/lib.sh"
 # pkill, pgrep and ps: procps, which scripts/deps.sh installs (a minimal
 # Debian 12 has none of them).

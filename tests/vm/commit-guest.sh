@@ -9,11 +9,7 @@ B=$1 NODES=$2
 NRM=$B/nrm/nrm HOOK=$B/nrm/nrm-hook CLIENT=$B/tests/plugin/dra-client
 CG=/sys/fs/cgroup
 W=$(mktemp -d /tmp/nrm-vm.XXXXXX)
-pass=0 fail=0
-ok () { pass=$((pass + 1)); echo "ok: $*"; }
-bad () { fail=$((fail + 1)); echo "FAIL: $*"; }
-check () { local what=$1; shift; if "$@"; then ok "$what"; else bad "$what"; fi; }
-status_list () { sed -n "s/^$2:[[:space:]]*//p" "/proc/$1/status"; }
+. "$(dirname "$0")/guest-lib.sh"
 
 # The machine as the kernel shows it, and as nrm models it.
 online=$(cat /sys/devices/system/cpu/online)
@@ -435,5 +431,4 @@ if [ "$fail" -ne 0 ]; then
   echo "--- plugin log"
   cat "$W/plugin.log"
 fi
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+finish

@@ -16,12 +16,7 @@ W=/tmp/nrm-hp
 POOL=/sys/devices/system/node/node1/hugepages/hugepages-2048kB/nr_hugepages
 JOURNAL=$W/state/memory.nrm.io.hugepages/node1-2048kB.json
 mkdir -p $W/claims $W/state $W/k $W/cdi
-pass=0 fail=0
-ok () { pass=$((pass + 1)); echo "ok: $*"; }
-bad () { fail=$((fail + 1)); echo "FAIL: $*"; }
-check () { what=$1; shift; if "$@"; then ok "$what"; else bad "$what"; fi; }
-same () { if [ "$2" = "$3" ]; then ok "$1: $2"; else bad "$1: expected '$2', got '$3'"; fi; }
-wait_for () { _n=$1; shift; while [ "$_n" -gt 0 ]; do "$@" && return 0; sleep 0.1; _n=$((_n - 1)); done; return 1; }
+. "$(dirname "$0")/guest-lib.sh"
 pages () { cat $POOL; }
 
 check "node 1 has a 2Mi pool" [ -w $POOL ]
@@ -101,5 +96,4 @@ if [ "$fail" -ne 0 ]; then
   echo "--- plugin log"
   tail -n 40 $W/plugin.log
 fi
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+finish

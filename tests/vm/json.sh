@@ -1,4 +1,4 @@
-# Sourced by the VM tests (scan.sh, pci.sh): JSON read without jq.
+# Sourced by the VM tests (scan-check.sh, pci-check.sh): JSON read without jq.
 
 # flatten < JSON: one "path=value" line per scalar and "path#=length" per
 # array (paths like numaNodes.0.distances.1), by python3 when it works, by

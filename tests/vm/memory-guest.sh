@@ -12,11 +12,7 @@ B=$1
 NRM=$B/nrm/nrm HOOK=$B/nrm/nrm-hook CLIENT=$B/tests/plugin/dra-client
 CG=/sys/fs/cgroup
 W=$(mktemp -d /tmp/nrm-vm.XXXXXX)
-pass=0 fail=0
-ok () { pass=$((pass + 1)); echo "ok: $*"; }
-bad () { fail=$((fail + 1)); echo "FAIL: $*"; }
-check () { local what=$1; shift; if "$@"; then ok "$what"; else bad "$what"; fi; }
-status_list () { sed -n "s/^$2:[[:space:]]*//p" "/proc/$1/status"; }
+. "$(dirname "$0")/guest-lib.sh"
 
 # A program that maps 64 MiB of anonymous memory, touches every page, says
 # so in $1 (its pid) and waits.
@@ -173,5 +169,4 @@ if [ "$fail" -ne 0 ]; then
   echo "--- plugin log"
   cat "$W/plugin.log"
 fi
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+finish

@@ -11,11 +11,7 @@ B=$1
 NRM=$B/nrm/nrm HOOK=$B/nrm/nrm-hook CLIENT=$B/tests/plugin/dra-client
 CG=/sys/fs/cgroup
 W=$(mktemp -d /tmp/nrm-vm.XXXXXX)
-pass=0 fail=0
-ok () { pass=$((pass + 1)); echo "ok: $*"; }
-bad () { fail=$((fail + 1)); echo "FAIL: $*"; }
-check () { local what=$1; shift; if "$@"; then ok "$what"; else bad "$what"; fi; }
-status_list () { sed -n "s/^$2:[[:space:]]*//p" "/proc/$1/status"; }
+. "$(dirname "$0")/guest-lib.sh"
 rd () { cat "$CG/$1/$2" 2>/dev/null || echo "(no $2)"; }
 
 kernel=$(uname -r)
@@ -201,5 +197,4 @@ else
   bad "tests/bench/bench-jitter is not built (make check builds it)"
 fi
 
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+finish

@@ -1,7 +1,7 @@
 #!/bin/sh
-# Runs inside the VM that tests/vm/pci.sh boots with --pci --iommu (under
+# Runs inside the VM that tests/vm/pci.vm boots with --pci --iommu (under
 # busybox sh: its applets are not exec'd, and each exec costs 0.1-0.2 s
-# under emulation; ${A// /_} is busybox's).  It only prints; pci.sh checks the output on the host:
+# under emulation; ${A// /_} is busybox's).  It only prints; pci-check.sh checks the output on the host:
 #   @@ sriov     the SR-IOV NVMe's VFs enabled (sriov_numvfs=2, no autoprobe)
 #   @@ sysfs     one "pci BDF key=value..." line per function, the kernel's view
 #   @@ class     one "class CLASS NAME dev=M:N device=BDF node=..." line per entry
@@ -17,12 +17,8 @@ S=/sys/bus/pci/devices
 W=/tmp/nrm-pci
 mkdir -p $W
 
-# ms: sets MS to the uptime in milliseconds (10 ms steps).
-ms () { read -r _u _ </proc/uptime; MS=$((${_u%.*}${_u#*.} * 10)); }
-# target LINK: sets T to the last component of LINK's target ('-' when none).
-target () { T=-; [ -e "$1" ] && cd -P "$1" && T=${PWD##*/} && cd /; }
-# attr FILE: sets A to FILE's first line ('-' when unreadable).
-attr () { A=-; [ -r "$1" ] && read -r A <"$1" 2>/dev/null; [ -n "$A" ] || A=-; }
+# ms, target, attr
+. "$(dirname "$0")/guest-lib.sh"
 
 echo "@@ sriov"
 for d in $S/*; do

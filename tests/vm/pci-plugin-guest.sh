@@ -23,26 +23,12 @@ S=/sys/bus/pci/devices
 W=/tmp/nrm-pp
 CDI=/var/run/cdi # where podman looks
 mkdir -p $W/claims $W/state $W/k $CDI
-pass=0 fail=0
-ok () { pass=$((pass + 1)); echo "ok: $*"; }
-bad () { fail=$((fail + 1)); echo "FAIL: $*"; }
-check () { what=$1; shift; if "$@"; then ok "$what"; else bad "$what"; fi; }
-# same WHAT EXPECTED ACTUAL
-same () { if [ "$2" = "$3" ]; then ok "$1: $2"; else bad "$1: expected '$2', got '$3'"; fi; }
+. "$(dirname "$0")/guest-lib.sh"
 want () { if [ -n "$BREAK" ]; then echo "$2"; else echo "$1"; fi; } # want RIGHT WRONG
-ms () { read -r _u _ </proc/uptime; MS=$((${_u%.*}${_u#*.} * 10)); }
 ms; T0=$MS TP=$MS
 part () { ms; echo "time: $1 $((MS - TP)) ms"; TP=$MS; }
-target () { T=-; [ -e "$1" ] && cd -P "$1" && T=${PWD##*/} && cd /; }
-attr () { A=-; [ -r "$1" ] && read -r A <"$1" 2>/dev/null; [ -n "$A" ] || A=-; }
 name_of () { N=${2//:/-}; N=$1-${N//./-}; } # name_of CLASS BDF -> N
 net_of () { NET=-; for n in $S/$1/net/*; do [ -e "$n" ] && NET=${n##*/}; done; }
-# wait_for TENTHS COMMAND...: until COMMAND succeeds, up to TENTHS tenths of
-# a second by the clock (a fork costs 0.1-0.2 s under emulation)
-wait_for () {
-  ms; _end=$((MS + $1 * 100)); shift
-  while :; do "$@" && return 0; ms; [ "$MS" -lt "$_end" ] || return 1; sleep 0.1; done
-}
 # The device node paths of a CDI spec, sorted, on one line.
 spec_nodes () { grep -o '"path": *"/dev/[^"]*"' "$1" | sed 's/.*"\(\/dev\/[^"]*\)"/\1/' | sort | tr '\n' ' '; }
 
@@ -269,5 +255,4 @@ if [ "$fail" -ne 0 ]; then
 fi
 ms
 echo "time: total $((MS - T0)) ms"
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+finish

@@ -1,7 +1,7 @@
 #!/bin/sh
 # Copies what nrm's PCI discovery reads from a running kernel into a plain
 # directory tree that works as a fake --fsroot (tests/fixtures/sysfs-vm-pci/
-# is one, taken in the VM of tests/vm/pci.sh; its README describes the format):
+# is one, taken in the VM of tests/vm/pci.vm; its README describes the format):
 #
 #   - for every /sys/bus/pci/devices/<BDF>: the link itself, and in the
 #     device's own directory (under sys/devices/pci<domain>:<bus>/...) the
