@@ -87,6 +87,49 @@ mixed_cpus (const char *state_dir, const char *cpus)
 }
 
 int
+nrm_binding_apply (struct nrm_cgroupfs *fs, const char *cgroup, const struct nrm_binding *b, nrm_error_t *err)
+{
+  struct
+  {
+    const char *file, *value;
+    char *old;
+  } w[1 + NRM_MEMORY_FILES_MAX];
+  struct nrm_cgroup_file mf[NRM_MEMORY_FILES_MAX];
+  char names[2 * 4][32];
+  size_t n = 0;
+
+  if (!nrm_cgroup_path_valid (cgroup))
+    return nrm_error_set (err, EINVAL, "invalid cgroup path `%s`", cgroup);
+  /* cpus before mems: a CPU set change never needs the memory nodes first,
+   * and mems is what a failure most often refuses. */
+  if (b->cpus)
+    w[n++] = (typeof (w[0])){ "cpuset.cpus", b->cpus, NULL };
+  size_t nm = nrm_memory_files (&b->memory, mf, names);
+  for (size_t i = 0; i < nm; i++)
+    w[n++] = (typeof (w[0])){ mf[i].file, mf[i].value, NULL };
+  int r = 0;
+  size_t done = 0;
+  for (size_t i = 0; i < n && r == 0; i++)
+    if (nrm_cgroup_read (fs, cgroup, w[i].file, &w[i].old, err) < 0)
+      r = -1;
+  for (; r == 0 && done < n; done++)
+    if (nrm_cgroup_write (fs, cgroup, w[done].file, w[done].value, err) < 0)
+      r = -1;
+  if (r < 0)
+    /* Put back what was written before the failure, newest first. */
+    while (done-- > 0)
+      {
+        nrm_error_t ignored = NULL;
+        /* An empty cpuset file reads back as "" and means "inherit". */
+        nrm_cgroup_write (fs, cgroup, w[done].file, w[done].old && *w[done].old ? w[done].old : "\n", &ignored);
+        nrm_error_release (&ignored);
+      }
+  for (size_t i = 0; i < n; i++)
+    free (w[i].old);
+  return r;
+}
+
+int
 nrm_hook_run (const char *fsroot, const char *state, size_t len, const char *state_dir, char **ret_summary,
               nrm_error_t *err)
 {
@@ -200,7 +243,7 @@ nrm_hook_run (const char *fsroot, const char *state, size_t len, const char *sta
   b.memory.mems = mems;
   /* Below a host cgroup that nrm keeps on the shared pool (podman's
    * machine.slice, say), the claim's CPUs are outside it until it widens. */
-  if (nrm_host_make_room (fs, state_dir, cgroup, b.cpus, mems, err) < 0 || nrm_cgroup_apply (fs, cgroup, &b, err) < 0)
+  if (nrm_host_make_room (fs, state_dir, cgroup, b.cpus, mems, err) < 0 || nrm_binding_apply (fs, cgroup, &b, err) < 0)
     {
       nrm_hugetlb_pod_undo (fs, hp);
       unlink (rec);
@@ -297,7 +340,7 @@ ensure (struct pass *p, const char *cgroup, const char *file, const char *want, 
     b.cpus = want;
   else
     b.memory.mems = want;
-  if (nrm_cgroup_apply (p->fs, cgroup, &b, &e) < 0)
+  if (nrm_binding_apply (p->fs, cgroup, &b, &e) < 0)
     {
       if (e->status == ENOENT)
         nrm_error_release (&e);

@@ -7,13 +7,26 @@
 
 #include <jansson.h>
 
-#include "cpuset/cgroup.h"
 #include "cpuset/env.h"
+#include "memory/commit.h"
+#include "nrm/base/cgroupfs.h"
 #include "nrm/base/error.h"
 
 /* Turning prepared claims into kernel state: the OCI hook that binds a new
  * container before its workload starts, and the reconciler that keeps every
  * other container on the shared pool. */
+
+/* What a container is bound to; NULL fields are left alone. */
+struct nrm_binding
+{
+  const char *cpus; /* cpuset.cpus */
+  struct nrm_memory_binding memory;
+};
+
+/* Applies a binding to a cgroup, all or nothing: the old values are read
+ * first, and if a later write fails the earlier ones are put back, newest
+ * first. The error names the cgroup, the file and the kernel's reason. */
+int nrm_binding_apply (struct nrm_cgroupfs *fs, const char *cgroup, const struct nrm_binding *b, nrm_error_t *err);
 
 /* The createRuntime hook. state is the OCI state JSON from stdin; the
  * binding comes from the container's environment in <bundle>/config.json

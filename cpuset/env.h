@@ -7,7 +7,7 @@
 
 #include <jansson.h>
 
-#include "cpuset/cgroup.h"
+#include "memory/commit.h"
 #include "nrm/base/error.h"
 
 /* The contract between the drivers that bind containers (they write these

@@ -102,18 +102,6 @@ save (const char *path, json_t *j, nrm_error_t *err)
   return nrm_write_atomic (path, text, strlen (text), 0600, err);
 }
 
-/* A cgroup value as bytes: false for "max" and anything else. */
-static bool
-bytes_of (const char *s, unsigned long long *v)
-{
-  if (s == NULL || *s < '0' || *s > '9' || strlen (s) > 19)
-    return false;
-  char *end;
-  errno = 0;
-  *v = strtoull (s, &end, 10);
-  return errno == 0 && *end == '\0';
-}
-
 /* "2MB" of "hugetlb.2MB.max" or "hugetlb.2MB.rsvd.max". */
 static void
 size_of_file (const char *file, char *size, size_t cap)
@@ -158,9 +146,9 @@ decide (const char *current, json_t *entry, unsigned long long sum, char **ret_v
         *ret_value = xstrdup (original);
       return;
     }
-  bytes_of (original, &o);
+  nrm_cgroup_value_bytes (original, &o);
   cleanup_free char *want = xasprintf ("%llu", o + sum);
-  if (strcmp (current, want) != 0 && (ours || !bytes_of (current, &c) || c < o + sum))
+  if (strcmp (current, want) != 0 && (ours || !nrm_cgroup_value_bytes (current, &c) || c < o + sum))
     *ret_value = xstrdup (want);
 }
 
@@ -199,7 +187,7 @@ env_claims (json_t *env, json_t *claims, nrm_error_t *err)
     size_t ul = us ? (size_t) (eq - uid) : 0;
     unsigned long long v;
     if (sl == 0 || sl > 8 || strspn (kv + pl, "0123456789KMGB") != sl || (us && (ul == 0 || ul > 64))
-        || (us && strspn (uid, "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_") != ul) || !bytes_of (eq + 1, &v)
+        || (us && strspn (uid, "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_") != ul) || !nrm_cgroup_value_bytes (eq + 1, &v)
         || v >= UNBOUNDED)
       return nrm_error_set (err, EINVAL, "malformed `%.40s`", kv);
     char size[12], key[72];
@@ -305,9 +293,9 @@ nrm_hugetlb_pod_raise (struct nrm_cgroupfs *fs, const char *state_dir, const cha
                   *err = e;
                   return nrm_error_wrap (err, "the pod's huge page limit");
                 }
-              if (strcmp (cur, "max") == 0 || (bytes_of (cur, &v) && v >= UNBOUNDED))
+              if (strcmp (cur, "max") == 0 || (nrm_cgroup_value_bytes (cur, &v) && v >= UNBOUNDED))
                 continue;
-              if (!bytes_of (cur, &v))
+              if (!nrm_cgroup_value_bytes (cur, &v))
                 return nrm_error_set (err, EINVAL, "`%s` of cgroup `%s` is `%.40s`, not a byte count", file, lv[l],
                                       cur);
               if (level == NULL)
@@ -346,7 +334,7 @@ nrm_hugetlb_pod_raise (struct nrm_cgroupfs *fs, const char *state_dir, const cha
       char size[16];
       size_of_file (file, size, sizeof (size));
       unsigned long long sum = claimed (j, lname, size), o = 0;
-      bytes_of (json_string_value (json_object_get (entry, "original")), &o);
+      nrm_cgroup_value_bytes (json_string_value (json_object_get (entry, "original")), &o);
       if (sum == 0)
         continue;
       if (o + sum >= UNBOUNDED)
@@ -499,7 +487,7 @@ nrm_hugetlb_pod_sweep (struct nrm_cgroupfs *fs, const char *state_dir, struct nr
       char size[16];
       size_of_file (file, size, sizeof (size));
       unsigned long long sum = claimed (j, lname, size), o = 0;
-      bytes_of (json_string_value (json_object_get (entry, "original")), &o);
+      nrm_cgroup_value_bytes (json_string_value (json_object_get (entry, "original")), &o);
       cleanup_free char *cur = NULL, *value = NULL;
       nrm_error_t e = NULL;
       if (nrm_cgroup_read (fs, lname, file, &cur, &e) < 0)

@@ -6,7 +6,7 @@
 
 #include <jansson.h>
 
-#include "cpuset/cgroup.h"
+#include "nrm/base/cgroupfs.h"
 #include "nrm/base/error.h"
 
 /* Huge-page claims inside a kubelet pod. The kubelet sets the pod cgroup's

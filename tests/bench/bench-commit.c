@@ -15,8 +15,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "cpuset/cgroup.h"
 #include "cpuset/commit.h"
+#include "nrm/base/cgroupfs.h"
 #include "nrm/base/fs.h"
 
 #define CONTAINERS 500

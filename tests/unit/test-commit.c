@@ -18,10 +18,10 @@
 
 #include <cmocka.h>
 
-#include "cpuset/cgroup.h"
 #include "cpuset/commit.h"
 #include "cpuset/kubepods.h"
 #include "cpuset/watch.h"
+#include "nrm/base/cgroupfs.h"
 #include "nrm/base/cleanup.h"
 
 static char root[128], state_dir[256];

@@ -25,9 +25,9 @@
 
 #include <cmocka.h>
 
-#include "cpuset/cgroup.h"
 #include "cpuset/commit.h"
 #include "memory/hugetlb-pod.h"
+#include "nrm/base/cgroupfs.h"
 #include "nrm/base/cleanup.h"
 
 static char root[128], state_dir[256];

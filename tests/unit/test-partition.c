@@ -19,10 +19,10 @@
 
 #include <cmocka.h>
 
-#include "cpuset/cgroup.h"
 #include "cpuset/commit.h"
 #include "cpuset/partition.h"
 #include "fakefs.h"
+#include "nrm/base/cgroupfs.h"
 
 static char root[128], state_dir[256];
 
