@@ -21,7 +21,6 @@
 #include <numa.h>
 #include <numaif.h>
 
-#include "cpuset/commit.h"
 #include "cpuset/partition.h"
 #include "cpuset/placement.h"
 #include "driver/checkpoint.h"
@@ -34,6 +33,7 @@
 #include "nrm/base/quantity.h"
 #include "nrm/base/xalloc.h"
 #include "nrm/base/fs.h"
+#include "nrm/commit.h"
 #include "nrm/log.h"
 #include "nrm/run.h"
 #include "memory/place.h"

@@ -18,11 +18,11 @@
 
 #include <cmocka.h>
 
-#include "cpuset/commit.h"
 #include "cpuset/kubepods.h"
 #include "cpuset/watch.h"
 #include "nrm/base/cgroupfs.h"
 #include "nrm/base/cleanup.h"
+#include "nrm/commit.h"
 
 static char root[128], state_dir[256];
 

@@ -25,10 +25,10 @@
 
 #include <cmocka.h>
 
-#include "cpuset/commit.h"
 #include "memory/hugetlb-pod.h"
 #include "nrm/base/cgroupfs.h"
 #include "nrm/base/cleanup.h"
+#include "nrm/commit.h"
 
 static char root[128], state_dir[256];
 

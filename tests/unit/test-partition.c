@@ -19,10 +19,10 @@
 
 #include <cmocka.h>
 
-#include "cpuset/commit.h"
 #include "cpuset/partition.h"
 #include "fakefs.h"
 #include "nrm/base/cgroupfs.h"
+#include "nrm/commit.h"
 
 static char root[128], state_dir[256];
 
