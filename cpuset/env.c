@@ -122,16 +122,3 @@ nrm_env_binding_parse (json_t *env, const char *what, struct nrm_env_binding *eb
     return nrm_error_set (err, EINVAL, "%s: NRM_MEMORY_MAX and NRM_MEMORY_MIN must be byte counts", what);
   return 0;
 }
-
-void
-nrm_env_binding_memory (const struct nrm_env_binding *eb, struct nrm_memory_binding *m)
-{
-  m->memory_max = eb->memory_max;
-  m->memory_min = eb->memory_min;
-  m->n_hugetlb = eb->n_hugetlb;
-  for (size_t h = 0; h < eb->n_hugetlb; h++)
-    {
-      m->hugetlb[h].size = eb->hugetlb[h].size;
-      m->hugetlb[h].max = eb->hugetlb[h].max;
-    }
-}

@@ -7,7 +7,6 @@
 
 #include <jansson.h>
 
-#include "cpuset/cgroup.h"
 #include "nrm/base/error.h"
 
 /* The contract between the drivers that bind containers (they write these
@@ -54,9 +53,5 @@ struct nrm_env_binding
 
 /* what names the environment's owner in errors. */
 int nrm_env_binding_parse (json_t *env, const char *what, struct nrm_env_binding *eb, nrm_error_t *err);
-
-/* The memory limits of eb (memory.max, memory.min, hugetlb) into m; the
- * strings stay eb's. */
-void nrm_env_binding_memory (const struct nrm_env_binding *eb, struct nrm_memory_binding *m);
 
 #endif

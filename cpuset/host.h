@@ -7,7 +7,7 @@
 
 #include <jansson.h>
 
-#include "cpuset/cgroup.h"
+#include "nrm/base/cgroupfs.h"
 #include "nrm/base/error.h"
 
 /* The shared pool beyond kubepods: cgroup subtrees of the host (system and

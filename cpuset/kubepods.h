@@ -4,7 +4,7 @@
 
 #include <stdbool.h>
 
-#include "cpuset/cgroup.h"
+#include "nrm/base/cgroupfs.h"
 #include "nrm/base/error.h"
 
 /* Pod and container cgroups as the kubelet lays them out, for both cgroup

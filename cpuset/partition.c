@@ -41,11 +41,9 @@ bool
 nrm_partition_supported (struct nrm_cgroupfs *fs, char **ret_reason)
 {
   static const char *const first[] = { "kubepods.slice", "kubepods" };
-  cleanup_free char *probe = NULL, *ctl = NULL;
-  nrm_error_t ce = NULL;
-  if (nrm_cgroup_read (fs, "", "cgroup.controllers", &ctl, &ce) < 0)
+  cleanup_free char *probe = NULL;
+  if (nrm_cgroupfs_controller (fs, "cpuset") == NRM_CGROUP_V2_NONE)
     {
-      nrm_error_release (&ce);
       *ret_reason = xasprintf ("%s is not cgroup v2 (no cgroup.controllers)", nrm_cgroupfs_root (fs));
       return false;
     }

@@ -4,7 +4,7 @@
 
 #include <stdbool.h>
 
-#include "cpuset/cgroup.h"
+#include "nrm/base/cgroupfs.h"
 #include "nrm/base/error.h"
 
 /* Kernel-enforced exclusivity: an exclusive container's cgroup made a

@@ -2,7 +2,7 @@
 #ifndef NRM_WATCH_H
 #define NRM_WATCH_H
 
-#include "cpuset/cgroup.h"
+#include "nrm/base/cgroupfs.h"
 #include "nrm/base/error.h"
 
 /* inotify on the pod cgroup tree: a new container cgroup wakes the shared

@@ -8,8 +8,8 @@
 
 /* The memory commit: what a memory binding writes into a container's
  * cgroup v2 (cpuset.mems, memory.min, memory.max, hugetlb.<size>.max and
- * .rsvd.max). The cgroup commit (cpuset/cgroup.c) writes these beside the
- * CPUs, all or nothing. */
+ * .rsvd.max). The commit above (nrm_binding_apply, nrm/commit.c) writes
+ * these beside the CPUs, all or nothing. */
 
 /* What a container's memory is bound to; NULL fields are left alone. */
 struct nrm_memory_binding

@@ -12,18 +12,12 @@
 #include <sys/file.h>
 #include <unistd.h>
 
-#include "cpuset/env.h"
-#include "cpuset/kubepods.h"
 #include "memory/hugetlb-pod.h"
 #include "nrm/base/cleanup.h"
 #include "nrm/base/fs.h"
 #include "nrm/base/xalloc.h"
 
-/* The kubelet's "unbounded" (setHugePagesUnbounded: 1 << 62) and above,
- * and "max": a level that does not limit, left alone. */
-#define UNBOUNDED (1ULL << 62)
 #define MAX_JOURNAL (4 << 20)
-#define MAX_CLAIMS 16
 
 struct step
 {
@@ -102,18 +96,6 @@ save (const char *path, json_t *j, nrm_error_t *err)
   return nrm_write_atomic (path, text, strlen (text), 0600, err);
 }
 
-/* A cgroup value as bytes: false for "max" and anything else. */
-static bool
-bytes_of (const char *s, unsigned long long *v)
-{
-  if (s == NULL || *s < '0' || *s > '9' || strlen (s) > 19)
-    return false;
-  char *end;
-  errno = 0;
-  *v = strtoull (s, &end, 10);
-  return errno == 0 && *end == '\0';
-}
-
 /* "2MB" of "hugetlb.2MB.max" or "hugetlb.2MB.rsvd.max". */
 static void
 size_of_file (const char *file, char *size, size_t cap)
@@ -135,8 +117,8 @@ claimed (json_t *j, const char *level, const char *size)
     const char *pod = json_string_value (json_object_get (c, "pod"));
     if (pod && strncmp (pod, level, ln) == 0 && (pod[ln] == '\0' || pod[ln] == '/'))
       sum += (unsigned long long) json_integer_value (json_object_get (json_object_get (c, "sizes"), size));
-    if (sum >= UNBOUNDED)
-      return UNBOUNDED; /* each claim is below it: no wrap-around */
+    if (sum >= NRM_HUGETLB_POD_UNBOUNDED)
+      return NRM_HUGETLB_POD_UNBOUNDED; /* each claim is below it: no wrap-around */
   }
   return sum;
 }
@@ -158,9 +140,9 @@ decide (const char *current, json_t *entry, unsigned long long sum, char **ret_v
         *ret_value = xstrdup (original);
       return;
     }
-  bytes_of (original, &o);
+  nrm_cgroup_value_bytes (original, &o);
   cleanup_free char *want = xasprintf ("%llu", o + sum);
-  if (strcmp (current, want) != 0 && (ours || !bytes_of (current, &c) || c < o + sum))
+  if (strcmp (current, want) != 0 && (ours || !nrm_cgroup_value_bytes (current, &c) || c < o + sum))
     *ret_value = xstrdup (want);
 }
 
@@ -176,84 +158,15 @@ steps_free (struct step *s, size_t n)
     }
 }
 
-/* The claims of a container's environment into claims (uid -> {size: bytes}). */
-static int
-env_claims (json_t *env, json_t *claims, nrm_error_t *err)
-{
-  const char *prefix = nrm_env_name[NRM_ENV_HUGETLB];
-  size_t pl = strlen (prefix), i;
-  json_t *e;
-  cleanup_json json_t *plain = json_object ();
-  json_array_foreach (env, i, e)
-  {
-    const char *kv = json_string_value (e);
-    if (kv == NULL || strncmp (kv, prefix, pl) != 0)
-      continue;
-    const char *eq = strchr (kv, '=');
-    if (eq == NULL)
-      continue;
-    size_t nl = (size_t) (eq - kv) - pl;
-    const char *us = memchr (kv + pl, '_', nl);
-    size_t sl = us ? (size_t) (us - kv) - pl : nl;
-    const char *uid = us ? us + 1 : NULL;
-    size_t ul = us ? (size_t) (eq - uid) : 0;
-    unsigned long long v;
-    if (sl == 0 || sl > 8 || strspn (kv + pl, "0123456789KMGB") != sl || (us && (ul == 0 || ul > 64))
-        || (us && strspn (uid, "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_") != ul) || !bytes_of (eq + 1, &v)
-        || v >= UNBOUNDED)
-      return nrm_error_set (err, EINVAL, "malformed `%.40s`", kv);
-    char size[12], key[72];
-    snprintf (size, sizeof (size), "%.*s", (int) sl, kv + pl);
-    snprintf (key, sizeof (key), "%.*s", (int) ul, uid ? uid : "");
-    json_t *into = us ? claims : plain;
-    json_t *c = us ? json_object_get (claims, key) : plain;
-    if (us && c == NULL)
-      {
-        if (json_object_size (claims) == MAX_CLAIMS)
-          return nrm_error_set (err, EINVAL, "more than %d huge page claims", MAX_CLAIMS);
-        json_object_set_new (into, key, c = json_object ());
-      }
-    json_object_set_new (c, size, json_integer ((json_int_t) v));
-  }
-  /* Without the per-claim copies (a hand-made bundle): one claim. */
-  if (json_object_size (claims) == 0 && json_object_size (plain) > 0)
-    json_object_set (claims, "-", plain);
-  return 0;
-}
-
-/* The pod cgroup and its ancestors up to the top (kubepods). */
-static size_t
-chain (const char *pod, char out[4][1024])
-{
-  size_t n = 0;
-  snprintf (out[n++], sizeof (out[0]), "%s", pod);
-  for (;;)
-    {
-      char *slash = strrchr (out[n - 1], '/');
-      if (slash == NULL || n == 4)
-        return n;
-      snprintf (out[n], sizeof (out[0]), "%.*s", (int) (slash - out[n - 1]), out[n - 1]);
-      n++;
-    }
-}
-
 int
-nrm_hugetlb_pod_raise (struct nrm_cgroupfs *fs, const char *state_dir, const char *container_cgroup, json_t *env,
-                       struct nrm_hugetlb_pod_undo **ret_undo, nrm_error_t *err)
+nrm_hugetlb_pod_raise (struct nrm_cgroupfs *fs, const char *state_dir, const char *container, const char *const *chain,
+                       size_t n_chain, json_t *claims_in, struct nrm_hugetlb_pod_undo **ret_undo, nrm_error_t *err)
 {
-  struct nrm_container_cgroup cc;
   if (ret_undo)
     *ret_undo = NULL;
-  if (!nrm_cgroup_path_valid (container_cgroup) || !nrm_kubepods_parse (container_cgroup, &cc))
-    return 0; /* not a kubelet pod: no pod level was set */
-  cleanup_json json_t *mine = json_object ();
-  if (env_claims (env, mine, err) < 0)
-    return -1;
-  if (json_object_size (mine) == 0)
+  if (json_object_size (claims_in) == 0 || n_chain == 0)
     return 0;
-  char pod[1024];
-  snprintf (pod, sizeof (pod), "%s", cc.path);
-  *strrchr (pod, '/') = '\0';
+  const char *pod = chain[0];
 
   cleanup_free char *path = journal_path (state_dir), *prev = NULL, *text = NULL;
   cleanup_close int lock = lock_journal (state_dir, err);
@@ -265,20 +178,18 @@ nrm_hugetlb_pod_raise (struct nrm_cgroupfs *fs, const char *state_dir, const cha
   /* The claims, each once per pod however many containers use it. */
   const char *uid;
   json_t *sizes;
-  json_object_foreach (mine, uid, sizes)
+  json_object_foreach (claims_in, uid, sizes)
   {
     cleanup_free char *key = xasprintf ("%s %s", pod, uid);
     json_t *c = json_object_get (claims, key);
     if (c == NULL)
       json_object_set_new (claims, key, c = json_pack ("{s:s, s:{}, s:{}}", "pod", pod, "sizes", "containers"));
     json_object_update (json_object_get (c, "sizes"), sizes);
-    json_object_set_new (json_object_get (c, "containers"), cc.path, json_true ());
+    json_object_set_new (json_object_get (c, "containers"), container, json_true ());
   }
 
   /* The original of every limited level, read before the first raise. */
-  char lv[4][1024];
-  size_t nl = chain (pod, lv);
-  json_object_foreach (mine, uid, sizes)
+  json_object_foreach (claims_in, uid, sizes)
   {
     const char *size;
     json_t *bytes;
@@ -287,15 +198,15 @@ nrm_hugetlb_pod_raise (struct nrm_cgroupfs *fs, const char *state_dir, const cha
       for (int k = 0; k < 2; k++)
         {
           cleanup_free char *file = xasprintf ("hugetlb.%s.%smax", size, k ? "rsvd." : "");
-          for (size_t l = 0; l < nl; l++)
+          for (size_t l = 0; l < n_chain; l++)
             {
-              json_t *level = json_object_get (levels, lv[l]);
+              json_t *level = json_object_get (levels, chain[l]);
               if (json_object_get (level, file))
                 continue;
               cleanup_free char *cur = NULL;
               nrm_error_t e = NULL;
               unsigned long long v;
-              if (nrm_cgroup_read (fs, lv[l], file, &cur, &e) < 0)
+              if (nrm_cgroup_read (fs, chain[l], file, &cur, &e) < 0)
                 {
                   if (e->status == ENOENT)
                     {
@@ -305,13 +216,13 @@ nrm_hugetlb_pod_raise (struct nrm_cgroupfs *fs, const char *state_dir, const cha
                   *err = e;
                   return nrm_error_wrap (err, "the pod's huge page limit");
                 }
-              if (strcmp (cur, "max") == 0 || (bytes_of (cur, &v) && v >= UNBOUNDED))
+              if (strcmp (cur, "max") == 0 || (nrm_cgroup_value_bytes (cur, &v) && v >= NRM_HUGETLB_POD_UNBOUNDED))
                 continue;
-              if (!bytes_of (cur, &v))
-                return nrm_error_set (err, EINVAL, "`%s` of cgroup `%s` is `%.40s`, not a byte count", file, lv[l],
+              if (!nrm_cgroup_value_bytes (cur, &v))
+                return nrm_error_set (err, EINVAL, "`%s` of cgroup `%s` is `%.40s`, not a byte count", file, chain[l],
                                       cur);
               if (level == NULL)
-                json_object_set_new (levels, lv[l], level = json_object ());
+                json_object_set_new (levels, chain[l], level = json_object ());
               json_object_set_new (level, file, json_pack ("{s:s}", "original", cur));
             }
         }
@@ -321,8 +232,8 @@ nrm_hugetlb_pod_raise (struct nrm_cgroupfs *fs, const char *state_dir, const cha
   /* Nothing above limits huge pages (no hugetlb controller, or all
    * unbounded): nothing to raise, nor to remember. */
   bool limited = false;
-  for (size_t l = 0; l < nl; l++)
-    limited |= json_object_get (levels, lv[l]) != NULL;
+  for (size_t l = 0; l < n_chain; l++)
+    limited |= json_object_get (levels, chain[l]) != NULL;
   if (!limited)
     return 0;
 
@@ -337,8 +248,8 @@ nrm_hugetlb_pod_raise (struct nrm_cgroupfs *fs, const char *state_dir, const cha
     const char *file;
     json_t *entry;
     bool in_chain = false;
-    for (size_t l = 0; l < nl; l++)
-      in_chain |= strcmp (lv[l], lname) == 0;
+    for (size_t l = 0; l < n_chain; l++)
+      in_chain |= strcmp (chain[l], lname) == 0;
     if (!in_chain)
       continue; /* another pod's, kept as it is */
     json_object_foreach (level, file, entry)
@@ -346,10 +257,10 @@ nrm_hugetlb_pod_raise (struct nrm_cgroupfs *fs, const char *state_dir, const cha
       char size[16];
       size_of_file (file, size, sizeof (size));
       unsigned long long sum = claimed (j, lname, size), o = 0;
-      bytes_of (json_string_value (json_object_get (entry, "original")), &o);
+      nrm_cgroup_value_bytes (json_string_value (json_object_get (entry, "original")), &o);
       if (sum == 0)
         continue;
-      if (o + sum >= UNBOUNDED)
+      if (o + sum >= NRM_HUGETLB_POD_UNBOUNDED)
         {
           nrm_error_set (err, EINVAL, "`%s` of cgroup `%s`: %llu bytes of claims on top of %llu overflow", file, lname,
                          sum, o);
@@ -499,7 +410,7 @@ nrm_hugetlb_pod_sweep (struct nrm_cgroupfs *fs, const char *state_dir, struct nr
       char size[16];
       size_of_file (file, size, sizeof (size));
       unsigned long long sum = claimed (j, lname, size), o = 0;
-      bytes_of (json_string_value (json_object_get (entry, "original")), &o);
+      nrm_cgroup_value_bytes (json_string_value (json_object_get (entry, "original")), &o);
       cleanup_free char *cur = NULL, *value = NULL;
       nrm_error_t e = NULL;
       if (nrm_cgroup_read (fs, lname, file, &cur, &e) < 0)

@@ -6,7 +6,7 @@
 
 #include <jansson.h>
 
-#include "cpuset/cgroup.h"
+#include "nrm/base/cgroupfs.h"
 #include "nrm/base/error.h"
 
 /* Huge-page claims inside a kubelet pod. The kubelet sets the pod cgroup's
@@ -27,14 +27,22 @@
  * step of the container's commit fails. */
 struct nrm_hugetlb_pod_undo;
 
-/* Raises the levels above container_cgroup for its claims: the per-claim
- * variables NRM_HUGETLB_<size>_<UID>=bytes of env (the container's
- * "NAME=value" array), or when it has none the plain NRM_HUGETLB_<size>
- * as one claim. Nothing happens for a cgroup outside the kubelet's
- * layouts, or an env without huge pages. All or nothing: on failure the
- * cgroups and the journal are as they were. *ret_undo (may be NULL) is
- * NULL when nothing was changed. */
-int nrm_hugetlb_pod_raise (struct nrm_cgroupfs *fs, const char *state_dir, const char *container_cgroup, json_t *env,
+/* The kubelet's "unbounded" (setHugePagesUnbounded: 1 << 62) and above,
+ * and "max": a level that does not limit, left alone. A claim's bytes are
+ * below it. */
+#define NRM_HUGETLB_POD_UNBOUNDED (1ULL << 62)
+/* The most claims one container may raise for. */
+#define NRM_HUGETLB_POD_CLAIMS_MAX 16
+
+/* Raises the limited levels of chain[0..n_chain) (the pod's cgroup first,
+ * then its ancestors up to kubepods) for the claims of its container
+ * cgroup `container`: claims maps each claim (its UID, or "-" for one
+ * without) to the bytes of each huge page size ({"2MB": 67108864}, the
+ * kernel's size names). Nothing happens without claims. All or nothing:
+ * on failure the cgroups and the journal are as they were. *ret_undo (may
+ * be NULL) is NULL when nothing was changed. */
+int nrm_hugetlb_pod_raise (struct nrm_cgroupfs *fs, const char *state_dir, const char *container,
+                           const char *const *chain, size_t n_chain, json_t *claims,
                            struct nrm_hugetlb_pod_undo **ret_undo, nrm_error_t *err);
 
 /* Puts back what the raise wrote (cgroup values and journal) and frees u. */

@@ -10,9 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cpuset/commit.h"
 #include "nrm/base/cleanup.h"
 #include "nrm/base/xalloc.h"
+#include "nrm/commit.h"
 
 static const char usage[] = "Usage: nrm-hook [--fsroot DIR] [--state-dir DIR] < OCI-STATE\n"
                             "\n"

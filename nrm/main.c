@@ -19,7 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "cpuset/commit.h"
+#include "nrm/commit.h"
 #include "cpuset/partition.h"
 #include "cpuset/watch.h"
 #include "cpuset/placement.h"

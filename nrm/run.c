@@ -21,8 +21,6 @@
 #include <numa.h>
 #include <numaif.h>
 
-#include "cpuset/cgroup.h"
-#include "cpuset/commit.h"
 #include "cpuset/partition.h"
 #include "cpuset/placement.h"
 #include "driver/checkpoint.h"
@@ -30,10 +28,12 @@
 #include "driver/plugin.h"
 #include "driver/registry.h"
 #include "nrm/attach.h"
+#include "nrm/base/cgroupfs.h"
 #include "nrm/base/cleanup.h"
 #include "nrm/base/quantity.h"
 #include "nrm/base/xalloc.h"
 #include "nrm/base/fs.h"
+#include "nrm/commit.h"
 #include "nrm/log.h"
 #include "nrm/run.h"
 #include "memory/place.h"
@@ -175,8 +175,6 @@ record_gone (json_t *rec, const char *uid, const char *ns, const char *boot)
   return start_time ((pid_t) ap) == (unsigned long long) json_integer_value (ast) ? 0 : 2;
 }
 
-static bool have_cgroup_cpuset (const char *fsroot);
-
 /* A run's transient cgroup nrm.slice/<cgname> goes: no longer a partition
  * (a process of a killed run may still be in it, and its CPUs would stay
  * exclusive to it), removed where it is empty, and the exclusive CPUs it
@@ -236,7 +234,8 @@ nrm_run_release_stale (const char *fsroot, const char *state_dir, struct nrm_plu
       if (all)
         {
           struct nrm_cgroupfs *fs = NULL;
-          if (gone == 1 && have_cgroup_cpuset (fsroot) && nrm_cgroupfs_open (fsroot, &fs, &err) == 0)
+          if (gone == 1 && nrm_cgroup_v2_controller (fsroot, "cpuset") == NRM_CGROUP_V2_WITH
+              && nrm_cgroupfs_open (fsroot, &fs, &err) == 0)
             {
               cleanup_free char *cgname = xasprintf ("run-%d", (int) json_integer_value (json_object_get (rec, "pid")));
               remove_run_cgroup (fs, cgname, &err);
@@ -265,20 +264,6 @@ claim_with (const char *uid, const char *name, json_t *results, json_t *config)
   return json_pack ("{s:s, s:s, s:{s:s, s:s, s:s}, s:{s:{s:{s:o, s:O}}}}", "apiVersion", "resource.k8s.io/v1", "kind",
                     "ResourceClaim", "metadata", "namespace", RUN_NAMESPACE, "name", name, "uid", uid, "status",
                     "allocation", "devices", "results", results, "config", config);
-}
-
-static bool
-have_cgroup_cpuset (const char *fsroot)
-{
-  cleanup_free char *path = xasprintf ("%s/sys/fs/cgroup/cgroup.controllers", strcmp (fsroot, "/") ? fsroot : "");
-  cleanup_free char *text = NULL;
-  nrm_error_t err = NULL;
-  if (nrm_read_file (path, 4096, &text, NULL, &err) < 0)
-    {
-      nrm_error_release (&err);
-      return false;
-    }
-  return strstr (text, "cpuset") != NULL;
 }
 
 /* The transient cgroup <root>/nrm.slice/run-<pid>, with cpuset (and memory)
@@ -360,7 +345,8 @@ partition_view (const struct nrm_config *c, enum nrm_partition_mode m, bool aske
       return v;
     }
   cleanup_free char *reason = NULL;
-  bool can = have_cgroup_cpuset (c->fsroot) && nrm_partition_available (c->fsroot, &reason);
+  bool can = nrm_cgroup_v2_controller (c->fsroot, "cpuset") == NRM_CGROUP_V2_WITH
+             && nrm_partition_available (c->fsroot, &reason);
   if (!can && reason == NULL)
     reason = xstrdup ("no cgroup v2 cpuset here (cgroup v1?)");
   json_object_set_new (v, "available", json_boolean (can));
@@ -1297,14 +1283,14 @@ nrm_cmd_run (struct nrm_config *c, struct nrm_topology *t, const struct nrm_run_
              dash (json_string_value (json_object_get (why, "numaNodes"))), mems, policy_name (rq->policy));
   }
 
-  bool cgroup = have_cgroup_cpuset (c->fsroot);
+  bool cgroup = nrm_cgroup_v2_controller (c->fsroot, "cpuset") == NRM_CGROUP_V2_WITH;
   if (cgroup)
     {
       struct nrm_binding b = { .cpus = cpus, .memory = { .mems = mems } };
       nrm_env_binding_memory (&mem_eb, &b.memory);
       cleanup_free char *rel = xasprintf ("nrm.slice/%s", cgname);
       if (nrm_cgroupfs_open (c->fsroot, &fs, err) < 0 || make_cgroup (fs, cgname, err) < 0
-          || nrm_cgroup_apply (fs, rel, &b, err) < 0)
+          || nrm_binding_apply (fs, rel, &b, err) < 0)
         goto out;
       if (make_partition (fs, rel, name, cpus, partition_mode (c, rq), rq->partition >= 0, err) < 0)
         goto out;

@@ -15,9 +15,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "cpuset/cgroup.h"
-#include "cpuset/commit.h"
+#include "nrm/base/cgroupfs.h"
 #include "nrm/base/fs.h"
+#include "nrm/commit.h"
 
 #define CONTAINERS 500
 #define RUNS 50

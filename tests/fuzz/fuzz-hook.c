@@ -11,7 +11,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "cpuset/commit.h"
+#include "nrm/commit.h"
 
 int LLVMFuzzerTestOneInput (const uint8_t *data, size_t size);
 int LLVMFuzzerInitialize (int *argc, char ***argv);

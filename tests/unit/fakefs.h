@@ -2,15 +2,16 @@
 #ifndef NRM_TESTS_FAKEFS_H
 #define NRM_TESTS_FAKEFS_H
 
-/* Fake sysfs, /proc and /dev trees under a root prefix, for the tests of
- * code that reads them there. Needs cmocka's asserts. */
+/* Fake sysfs, /proc, /dev and cgroup trees under a root prefix, for the
+ * tests of code that reads them there, and the files a test reads back.
+ * Needs cmocka's asserts. */
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-#include "cpuset/cgroup.h"
+#include "nrm/base/cgroupfs.h"
 #include "nrm/base/cleanup.h"
 #include "nrm/base/fs.h"
 #include "nrm/base/xalloc.h"
@@ -28,6 +29,17 @@ fake_put (const char *root, const char *rel, const char *text)
   assert_non_null (f);
   fputs (text, f);
   fclose (f);
+}
+
+/* Replaces <root>/<rel> by a whole new file renamed over it, as the
+ * kubelet writes its files (a watcher sees a rename, not a write). */
+static inline void
+fake_replace (const char *root, const char *rel, const char *text)
+{
+  cleanup_free char *tmp = xasprintf ("%s.new", rel);
+  cleanup_free char *from = xasprintf ("%s/%s", root, tmp), *to = xasprintf ("%s/%s", root, rel);
+  fake_put (root, tmp, text);
+  assert_int_equal (rename (from, to), 0);
 }
 
 /* Makes <root>/<rel> a link to target (replacing what was there). */
@@ -51,20 +63,30 @@ fake_cg_put (const char *root, const char *cg, const char *file, const char *tex
   fake_put (root, rel, text);
 }
 
-/* Its text without trailing newlines, or "(none)"; the caller frees. */
+/* The text of <root>/<rel> without trailing newlines, or NULL where there
+ * is no such file; the caller frees. */
 static inline char *
-fake_cg_get (const char *root, const char *cg, const char *file)
+fake_get (const char *root, const char *rel)
 {
-  cleanup_free char *path = xasprintf ("%s/sys/fs/cgroup/%s%s%s", root, cg, *cg ? "/" : "", file);
+  cleanup_free char *path = xasprintf ("%s/%s", root, rel);
   char buf[4096] = { 0 };
   FILE *f = fopen (path, "r");
   if (f == NULL)
-    return xstrdup ("(none)");
+    return NULL;
   size_t n = fread (buf, 1, sizeof (buf) - 1, f);
   fclose (f);
   while (n > 0 && buf[n - 1] == '\n')
     buf[--n] = '\0';
   return xstrdup (buf);
+}
+
+/* A cgroup control file's text as fake_get() has it, or "(none)". */
+static inline char *
+fake_cg_get (const char *root, const char *cg, const char *file)
+{
+  cleanup_free char *rel = xasprintf ("sys/fs/cgroup/%s%s%s", cg, *cg ? "/" : "", file);
+  char *text = fake_get (root, rel);
+  return text ? text : xstrdup ("(none)");
 }
 
 /* The cgroupfs of the tree at root; the test fails when it cannot be had. */

@@ -251,12 +251,6 @@ test_recorded_below_node (void **state)
 
 static char root[64];
 
-static void
-put (const char *rel, const char *text)
-{
-  fake_put (root, rel, text);
-}
-
 /* 24em64t-2n6c2t-pci: node 0 is the even CPUs, core k holds 2k and 2k+12.
  * Its GPU 0000:06:00.0 says in sysfs it is near cores 4 and 5 (8, 10, 20,
  * 22) only; hwloc recorded all of package 0. GPU 0000:11:00.0 is on node
@@ -272,10 +266,10 @@ test_fake_local_cpulist (void **state)
     fail_msg ("%s", nrm_error_msg (err));
   snprintf (root, sizeof (root), "/tmp/nrm-align-XXXXXX");
   assert_non_null (mkdtemp (root));
-  put ("sys/bus/pci/devices/0000:06:00.0/class", "0x030200\n");
-  put ("sys/bus/pci/devices/0000:06:00.0/numa_node", "0\n");
-  put ("sys/bus/pci/devices/0000:06:00.0/local_cpulist", "8,10,20,22\n");
-  put ("sys/devices/system/cpu/online", "0-23\n");
+  fake_put (root, "sys/bus/pci/devices/0000:06:00.0/class", "0x030200\n");
+  fake_put (root, "sys/bus/pci/devices/0000:06:00.0/numa_node", "0\n");
+  fake_put (root, "sys/bus/pci/devices/0000:06:00.0/local_cpulist", "8,10,20,22\n");
+  fake_put (root, "sys/devices/system/cpu/online", "0-23\n");
 
   struct nrm_publish_options o;
   void *d = cpu_driver (t, root, &o);
@@ -341,7 +335,7 @@ test_fake_local_cpulist (void **state)
 
   /* A list sysfs cannot mean, then no function in the fake tree: hwloc's
    * record (package 0, the whole node), never an error. */
-  put ("sys/bus/pci/devices/0000:06:00.0/local_cpulist", "8-x\n");
+  fake_put (root, "sys/bus/pci/devices/0000:06:00.0/local_cpulist", "8-x\n");
   cleanup_free char *bad = prepare (d, "bad", 0, "2", local, 1, &near);
   assert_string_equal (bad, "0,12");
   assert_string_equal (near, "0000:06:00.0");

@@ -18,41 +18,14 @@
 
 #include <cmocka.h>
 
-#include "cpuset/cgroup.h"
-#include "cpuset/commit.h"
 #include "cpuset/kubepods.h"
 #include "cpuset/watch.h"
+#include "fakefs.h"
+#include "nrm/base/cgroupfs.h"
 #include "nrm/base/cleanup.h"
+#include "nrm/commit.h"
 
 static char root[128], state_dir[256];
-
-static void
-put (const char *rel, const char *text)
-{
-  char path[1024], cmd[1200];
-  snprintf (path, sizeof (path), "%s/%s", root, rel);
-  snprintf (cmd, sizeof (cmd), "mkdir -p \"$(dirname '%s')\"", path);
-  assert_int_equal (system (cmd), 0);
-  FILE *f = fopen (path, "w");
-  assert_non_null (f);
-  fputs (text, f);
-  fclose (f);
-}
-
-static char *
-get (const char *rel)
-{
-  char path[1024], buf[4096] = { 0 };
-  snprintf (path, sizeof (path), "%s/%s", root, rel);
-  FILE *f = fopen (path, "r");
-  if (f == NULL)
-    return NULL;
-  size_t n = fread (buf, 1, sizeof (buf) - 1, f);
-  fclose (f);
-  while (n > 0 && buf[n - 1] == '\n')
-    buf[--n] = '\0';
-  return strdup (buf);
-}
 
 /* A container cgroup with cpuset files. */
 static void
@@ -60,11 +33,11 @@ container (const char *cg, const char *cpus)
 {
   char rel[1024];
   snprintf (rel, sizeof (rel), "sys/fs/cgroup/%s/cpuset.cpus", cg);
-  put (rel, cpus);
+  fake_put (root, rel, cpus);
   snprintf (rel, sizeof (rel), "sys/fs/cgroup/%s/cpuset.mems", cg);
-  put (rel, "");
+  fake_put (root, rel, "");
   snprintf (rel, sizeof (rel), "sys/fs/cgroup/%s/cgroup.procs", cg);
-  put (rel, "");
+  fake_put (root, rel, "");
 }
 
 static int
@@ -74,7 +47,7 @@ setup (void **state)
   snprintf (root, sizeof (root), "/tmp/nrm-commit-XXXXXX");
   assert_non_null (mkdtemp (root));
   snprintf (state_dir, sizeof (state_dir), "%s/state", root);
-  put ("sys/fs/cgroup/cgroup.controllers", "cpuset cpu memory hugetlb");
+  fake_put (root, "sys/fs/cgroup/cgroup.controllers", "cpuset cpu memory hugetlb");
   return 0;
 }
 
@@ -139,7 +112,7 @@ bundle (const char *id, const char *env)
   char rel[512], text[2048];
   snprintf (rel, sizeof (rel), "bundles/%s/config.json", id);
   snprintf (text, sizeof (text), "{\"ociVersion\":\"1.0.2\",\"process\":{\"env\":[\"PATH=/bin\"%s]}}", env);
-  put (rel, text);
+  fake_put (root, rel, text);
 }
 
 static int
@@ -161,37 +134,37 @@ test_hook (void **state)
   cleanup_free char *summary = NULL;
   const char *cg = "kubepods.slice/kubepods-pod11_22.slice/cri-containerd-c1.scope";
   container (cg, "0-7");
-  put ("proc/4242/cgroup", "0::/kubepods.slice/kubepods-pod11_22.slice/cri-containerd-c1.scope\n");
+  fake_put (root, "proc/4242/cgroup", "0::/kubepods.slice/kubepods-pod11_22.slice/cri-containerd-c1.scope\n");
   bundle ("c1", ",\"NRM_CPUS=2-3\",\"NRM_CPU_NODES=0\"");
   if (hook ("c1", 4242, &summary, &err) < 0)
     fail_msg ("%s", nrm_error_msg (err));
   cleanup_free char *cpus
-      = get ("sys/fs/cgroup/kubepods.slice/kubepods-pod11_22.slice/cri-containerd-c1.scope/cpuset.cpus");
+      = fake_get (root, "sys/fs/cgroup/kubepods.slice/kubepods-pod11_22.slice/cri-containerd-c1.scope/cpuset.cpus");
   cleanup_free char *mems
-      = get ("sys/fs/cgroup/kubepods.slice/kubepods-pod11_22.slice/cri-containerd-c1.scope/cpuset.mems");
+      = fake_get (root, "sys/fs/cgroup/kubepods.slice/kubepods-pod11_22.slice/cri-containerd-c1.scope/cpuset.mems");
   assert_string_equal (cpus, "2-3");
   assert_string_equal (mems, "0");
-  cleanup_free char *rec = get ("state/containers/c1.json");
+  cleanup_free char *rec = fake_get (root, "state/containers/c1.json");
   assert_non_null (rec);
   assert_non_null (strstr (rec, "\"cpus\":\"2-3\""));
 
   /* A memory claim's NRM_MEMS wins over the CPUs' nodes. */
   const char *cg2 = "kubepods/burstable/pod33/c2";
   container (cg2, "");
-  put ("proc/4343/cgroup", "0::/kubepods/burstable/pod33/c2\n");
+  fake_put (root, "proc/4343/cgroup", "0::/kubepods/burstable/pod33/c2\n");
   bundle ("c2", ",\"NRM_CPUS=4,6\",\"NRM_CPU_NODES=0\",\"NRM_MEMS=1\"");
   assert_int_equal (hook ("c2", 4343, NULL, &err), 0);
-  cleanup_free char *mems2 = get ("sys/fs/cgroup/kubepods/burstable/pod33/c2/cpuset.mems");
+  cleanup_free char *mems2 = fake_get (root, "sys/fs/cgroup/kubepods/burstable/pod33/c2/cpuset.mems");
   assert_string_equal (mems2, "1");
 
   /* Memory limits and huge pages. */
   const char *cg4 = "kubepods/burstable/pod44/c4";
   container (cg4, "");
-  put ("sys/fs/cgroup/kubepods/burstable/pod44/c4/memory.max", "max");
-  put ("sys/fs/cgroup/kubepods/burstable/pod44/c4/memory.min", "0");
-  put ("sys/fs/cgroup/kubepods/burstable/pod44/c4/hugetlb.2MB.max", "max");
-  put ("sys/fs/cgroup/kubepods/burstable/pod44/c4/hugetlb.2MB.rsvd.max", "max");
-  put ("proc/4545/cgroup", "0::/kubepods/burstable/pod44/c4\n");
+  fake_put (root, "sys/fs/cgroup/kubepods/burstable/pod44/c4/memory.max", "max");
+  fake_put (root, "sys/fs/cgroup/kubepods/burstable/pod44/c4/memory.min", "0");
+  fake_put (root, "sys/fs/cgroup/kubepods/burstable/pod44/c4/hugetlb.2MB.max", "max");
+  fake_put (root, "sys/fs/cgroup/kubepods/burstable/pod44/c4/hugetlb.2MB.rsvd.max", "max");
+  fake_put (root, "proc/4545/cgroup", "0::/kubepods/burstable/pod44/c4\n");
   bundle ("c4", ",\"NRM_MEMS=0\",\"NRM_MEMORY_MAX=1073741824\",\"NRM_MEMORY_MIN=1073741824\","
                 "\"NRM_HUGETLB_2MB=8388608\",\"NRM_HUGETLB_2MB_0000_1111=8388608\"");
   if (hook ("c4", 4545, NULL, &err) < 0)
@@ -205,7 +178,7 @@ test_hook (void **state)
     {
       char rel[256];
       snprintf (rel, sizeof (rel), "sys/fs/cgroup/kubepods/burstable/pod44/c4/%s", want[i][0]);
-      cleanup_free char *v = get (rel);
+      cleanup_free char *v = fake_get (root, rel);
       assert_string_equal (v, want[i][1]);
     }
   bundle ("c4", ",\"NRM_HUGETLB_2MB/../x=8\"");
@@ -223,13 +196,13 @@ test_hook (void **state)
   for (size_t i = 0; i < sizeof (c3_files) / sizeof (c3_files[0]); i++)
     {
       snprintf (c3_rel, sizeof (c3_rel), "sys/fs/cgroup/kubepods/burstable/pod33/c3/%s", c3_files[i][0]);
-      put (c3_rel, c3_files[i][1]);
+      fake_put (root, c3_rel, c3_files[i][1]);
     }
   bundle ("c3", "");
-  put ("proc/4444/cgroup", "0::/kubepods/burstable/pod33/c3\n");
+  fake_put (root, "proc/4444/cgroup", "0::/kubepods/burstable/pod33/c3\n");
   assert_int_equal (hook ("c3", 4444, NULL, &err), 0);
   /* No record for the reconciler, and every cgroup file as it was. */
-  cleanup_free char *rec3 = get ("state/containers/c3.json");
+  cleanup_free char *rec3 = fake_get (root, "state/containers/c3.json");
   assert_null (rec3);
   for (size_t i = 0; i < sizeof (c3_files) / sizeof (c3_files[0]); i++)
     {
@@ -257,19 +230,19 @@ test_hook_errors (void **state)
   snprintf (path, sizeof (path), "%s/sys/fs/cgroup/%s/cpuset.mems", root, cg);
   unlink (path);
   mkdir (path, 0755);
-  put ("proc/5555/cgroup", "0::/kubepods/pod55/c5\n");
+  fake_put (root, "proc/5555/cgroup", "0::/kubepods/pod55/c5\n");
   bundle ("c5", ",\"NRM_CPUS=1\",\"NRM_CPU_NODES=0\"");
   assert_int_equal (hook ("c5", 5555, NULL, &err), -1);
   assert_non_null (strstr (nrm_error_msg (err), "cpuset.mems"));
   assert_non_null (strstr (nrm_error_msg (err), "c5"));
   nrm_error_release (&err);
-  cleanup_free char *cpus = get ("sys/fs/cgroup/kubepods/pod55/c5/cpuset.cpus");
+  cleanup_free char *cpus = fake_get (root, "sys/fs/cgroup/kubepods/pod55/c5/cpuset.cpus");
   assert_string_equal (cpus, "0-7");
-  cleanup_free char *rec = get ("state/containers/c5.json");
+  cleanup_free char *rec = fake_get (root, "state/containers/c5.json");
   assert_null (rec);
 
   /* A vanished cgroup. */
-  put ("proc/6666/cgroup", "0::/kubepods/pod66/gone\n");
+  fake_put (root, "proc/6666/cgroup", "0::/kubepods/pod66/gone\n");
   bundle ("c6", ",\"NRM_CPUS=1\"");
   assert_int_equal (hook ("c6", 6666, NULL, &err), -1);
   assert_non_null (strstr (nrm_error_msg (err), "vanished"));
@@ -277,12 +250,12 @@ test_hook_errors (void **state)
 
   /* cgroup v2 without the cpuset controller (a cgroup v1 hybrid host): said
    * so, rather than "vanished". */
-  put ("sys/fs/cgroup/cgroup.controllers", "cpu io memory pids");
-  put ("sys/fs/cgroup/kubepods/pod69/c69/cgroup.procs", "");
-  put ("proc/6969/cgroup", "0::/kubepods/pod69/c69\n");
+  fake_put (root, "sys/fs/cgroup/cgroup.controllers", "cpu io memory pids");
+  fake_put (root, "sys/fs/cgroup/kubepods/pod69/c69/cgroup.procs", "");
+  fake_put (root, "proc/6969/cgroup", "0::/kubepods/pod69/c69\n");
   bundle ("c69", ",\"NRM_CPUS=1\"");
   assert_int_equal (hook ("c69", 6969, NULL, &err), -1);
-  put ("sys/fs/cgroup/cgroup.controllers", "cpuset cpu memory hugetlb");
+  fake_put (root, "sys/fs/cgroup/cgroup.controllers", "cpuset cpu memory hugetlb");
   assert_non_null (strstr (nrm_error_msg (err), "has no cpuset controller"));
   assert_null (strstr (nrm_error_msg (err), "vanished"));
   nrm_error_release (&err);
@@ -291,12 +264,12 @@ test_hook_errors (void **state)
   snprintf (ctl, sizeof (ctl), "%s/sys/fs/cgroup/cgroup.controllers", root);
   unlink (ctl);
   assert_int_equal (hook ("c69", 6969, NULL, &err), -1);
-  put ("sys/fs/cgroup/cgroup.controllers", "cpuset cpu memory hugetlb");
+  fake_put (root, "sys/fs/cgroup/cgroup.controllers", "cpuset cpu memory hugetlb");
   assert_non_null (strstr (nrm_error_msg (err), "is not cgroup v2"));
   nrm_error_release (&err);
 
   /* A cgroup path that tries to leave the root. */
-  put ("proc/7777/cgroup", "0::/kubepods/../../etc\n");
+  fake_put (root, "proc/7777/cgroup", "0::/kubepods/../../etc\n");
   bundle ("c7", ",\"NRM_CPUS=1\"");
   assert_int_equal (hook ("c7", 7777, NULL, &err), -1);
   assert_non_null (strstr (nrm_error_msg (err), "invalid cgroup"));
@@ -312,7 +285,7 @@ test_hook_errors (void **state)
       nrm_error_release (&err);
     }
   bundle ("c8", ",\"NRM_CPUS=1-\"");
-  put ("proc/8888/cgroup", "0::/kubepods/pod55/c5\n");
+  fake_put (root, "proc/8888/cgroup", "0::/kubepods/pod55/c5\n");
   assert_int_equal (hook ("c8", 8888, NULL, &err), -1);
   assert_non_null (strstr (nrm_error_msg (err), "NRM_CPUS"));
   nrm_error_release (&err);
@@ -330,24 +303,24 @@ test_reconcile (void **state)
   container ("kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod77.slice/crio-s1.scope", "0-7");
   container ("kubepods/besteffort/pod88/s2", "");
   assert_int_equal (nrm_reconcile (fs, state_dir, "0-1,5,7", NULL, NULL, NULL, 0, &st, NULL, &err), 0);
-  cleanup_free char *s1
-      = get ("sys/fs/cgroup/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod77.slice/crio-s1.scope/"
-             "cpuset.cpus");
-  cleanup_free char *s2 = get ("sys/fs/cgroup/kubepods/besteffort/pod88/s2/cpuset.cpus");
+  cleanup_free char *s1 = fake_get (
+      root, "sys/fs/cgroup/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod77.slice/crio-s1.scope/"
+            "cpuset.cpus");
+  cleanup_free char *s2 = fake_get (root, "sys/fs/cgroup/kubepods/besteffort/pod88/s2/cpuset.cpus");
   assert_string_equal (s1, "0-1,5,7");
   assert_string_equal (s2, "0-1,5,7");
   /* A container with only a memory claim runs on the shared pool too. */
-  cleanup_free char *c4 = get ("sys/fs/cgroup/kubepods/burstable/pod44/c4/cpuset.cpus");
+  cleanup_free char *c4 = fake_get (root, "sys/fs/cgroup/kubepods/burstable/pod44/c4/cpuset.cpus");
   assert_string_equal (c4, "0-1,5,7");
   assert_true (st.exclusive >= 2);
   assert_true (st.updated >= 2);
 
   /* Someone else moves an exclusive container: repaired. A second pass
    * with nothing to do writes nothing. */
-  put ("sys/fs/cgroup/kubepods.slice/kubepods-pod11_22.slice/cri-containerd-c1.scope/cpuset.cpus", "0-7");
+  fake_put (root, "sys/fs/cgroup/kubepods.slice/kubepods-pod11_22.slice/cri-containerd-c1.scope/cpuset.cpus", "0-7");
   assert_int_equal (nrm_reconcile (fs, state_dir, "0-1,5,7", NULL, NULL, NULL, 0, &st, NULL, &err), 0);
   cleanup_free char *c1
-      = get ("sys/fs/cgroup/kubepods.slice/kubepods-pod11_22.slice/cri-containerd-c1.scope/cpuset.cpus");
+      = fake_get (root, "sys/fs/cgroup/kubepods.slice/kubepods-pod11_22.slice/cri-containerd-c1.scope/cpuset.cpus");
   assert_string_equal (c1, "2-3");
   assert_int_equal (st.updated, 1);
   assert_int_equal (nrm_reconcile (fs, state_dir, "0-1,5,7", NULL, NULL, NULL, 0, &st, NULL, &err), 0);
@@ -356,23 +329,23 @@ test_reconcile (void **state)
   /* The pass leaves the shared pool for the hook. A mixed claim
    * (CPUConfig sharedCPUs) starts on its CPUs and the shared pool, and
    * follows the pool when it changes; NRM_CPUS stays the exclusive part. */
-  cleanup_free char *pool = get ("state/shared-cpus");
+  cleanup_free char *pool = fake_get (root, "state/shared-cpus");
   assert_string_equal (pool, "0-1,5,7");
   const char *cg6 = "kubepods/pod66/c6";
   container (cg6, "");
-  put ("proc/4747/cgroup", "0::/kubepods/pod66/c6\n");
+  fake_put (root, "proc/4747/cgroup", "0::/kubepods/pod66/c6\n");
   bundle ("c6", ",\"NRM_CPUS=2-3\",\"NRM_CPU_NODES=0\",\"NRM_SHARED_CPUS=true\"");
   if (hook ("c6", 4747, NULL, &err) < 0)
     fail_msg ("%s", nrm_error_msg (err));
-  cleanup_free char *c6 = get ("sys/fs/cgroup/kubepods/pod66/c6/cpuset.cpus");
+  cleanup_free char *c6 = fake_get (root, "sys/fs/cgroup/kubepods/pod66/c6/cpuset.cpus");
   assert_string_equal (c6, "0-3,5,7");
   assert_int_equal (nrm_reconcile (fs, state_dir, "0-1,5", NULL, NULL, NULL, 0, &st, NULL, &err), 0);
-  cleanup_free char *c6b = get ("sys/fs/cgroup/kubepods/pod66/c6/cpuset.cpus");
+  cleanup_free char *c6b = fake_get (root, "sys/fs/cgroup/kubepods/pod66/c6/cpuset.cpus");
   cleanup_free char *c1b
-      = get ("sys/fs/cgroup/kubepods.slice/kubepods-pod11_22.slice/cri-containerd-c1.scope/cpuset.cpus");
+      = fake_get (root, "sys/fs/cgroup/kubepods.slice/kubepods-pod11_22.slice/cri-containerd-c1.scope/cpuset.cpus");
   assert_string_equal (c6b, "0-3,5");
   assert_string_equal (c1b, "2-3");
-  cleanup_free char *pool2 = get ("state/shared-cpus");
+  cleanup_free char *pool2 = fake_get (root, "state/shared-cpus");
   assert_string_equal (pool2, "0-1,5");
 
   /* The container goes away: its record is forgotten. */
@@ -381,13 +354,13 @@ test_reconcile (void **state)
   assert_int_equal (system (cmd), 0);
   assert_int_equal (nrm_reconcile (fs, state_dir, "0-1,5,7", NULL, NULL, NULL, 0, &st, NULL, &err), 0);
   assert_int_equal (st.forgotten, 1);
-  cleanup_free char *rec = get ("state/containers/c2.json");
+  cleanup_free char *rec = fake_get (root, "state/containers/c2.json");
   assert_null (rec);
   /* A record a power cut emptied (records are not synced) is removed. */
-  put ("state/containers/c9.json", "");
+  fake_put (root, "state/containers/c9.json", "");
   assert_int_equal (nrm_reconcile (fs, state_dir, "0-1,5,7", NULL, NULL, NULL, 0, &st, NULL, &err), 0);
   assert_int_equal (st.forgotten, 1);
-  cleanup_free char *emptied = get ("state/containers/c9.json");
+  cleanup_free char *emptied = fake_get (root, "state/containers/c9.json");
   assert_null (emptied);
 
   /* An empty shared pool is refused outright. */
@@ -405,14 +378,15 @@ test_hook_memory_bounds (void **state)
   nrm_error_t err = NULL;
   const char *cg = "kubepods/burstable/podb1/b1";
   container (cg, "");
-  put ("sys/fs/cgroup/kubepods/burstable/podb1/b1/memory.max", "max");
-  put ("sys/fs/cgroup/kubepods/burstable/podb1/b1/hugetlb.2MB.max", "max");
-  put ("sys/fs/cgroup/kubepods/burstable/podb1/b1/hugetlb.2MB.rsvd.max", "max");
-  put ("proc/6161/cgroup", "0::/kubepods/burstable/podb1/b1\n");
-  put ("sys/devices/system/node/node0/meminfo", "Node 0 MemTotal:        1048576 kB\nNode 0 MemFree: 524288 kB\n");
-  put ("sys/devices/system/node/node1/meminfo", "Node 1 MemTotal:        1048576 kB\n");
-  put ("sys/devices/system/node/node0/hugepages/hugepages-2048kB/nr_hugepages", "4\n");
-  put ("sys/devices/system/node/node1/hugepages/hugepages-2048kB/nr_hugepages", "2\n");
+  fake_put (root, "sys/fs/cgroup/kubepods/burstable/podb1/b1/memory.max", "max");
+  fake_put (root, "sys/fs/cgroup/kubepods/burstable/podb1/b1/hugetlb.2MB.max", "max");
+  fake_put (root, "sys/fs/cgroup/kubepods/burstable/podb1/b1/hugetlb.2MB.rsvd.max", "max");
+  fake_put (root, "proc/6161/cgroup", "0::/kubepods/burstable/podb1/b1\n");
+  fake_put (root, "sys/devices/system/node/node0/meminfo",
+            "Node 0 MemTotal:        1048576 kB\nNode 0 MemFree: 524288 kB\n");
+  fake_put (root, "sys/devices/system/node/node1/meminfo", "Node 1 MemTotal:        1048576 kB\n");
+  fake_put (root, "sys/devices/system/node/node0/hugepages/hugepages-2048kB/nr_hugepages", "4\n");
+  fake_put (root, "sys/devices/system/node/node1/hugepages/hugepages-2048kB/nr_hugepages", "2\n");
   struct
   {
     const char *env, *want; /* want: a piece of the error, or NULL */
@@ -430,9 +404,9 @@ test_hook_memory_bounds (void **state)
     {
       bundle ("b1", cases[i].env);
       int r = hook ("b1", 6161, NULL, &err);
-      cleanup_free char *mems = get ("sys/fs/cgroup/kubepods/burstable/podb1/b1/cpuset.mems");
-      cleanup_free char *max = get ("sys/fs/cgroup/kubepods/burstable/podb1/b1/memory.max");
-      cleanup_free char *rec = get ("state/containers/b1.json");
+      cleanup_free char *mems = fake_get (root, "sys/fs/cgroup/kubepods/burstable/podb1/b1/cpuset.mems");
+      cleanup_free char *max = fake_get (root, "sys/fs/cgroup/kubepods/burstable/podb1/b1/memory.max");
+      cleanup_free char *rec = fake_get (root, "state/containers/b1.json");
       if (cases[i].want == NULL)
         {
           if (r < 0)
@@ -465,39 +439,39 @@ test_reconcile_mems (void **state)
   container ("kubepods/besteffort/podm1/m1", "");
   container ("kubepods/podm2/m2", "");
   container ("kubepods/podm3/m3", "");
-  put ("proc/5151/cgroup", "0::/kubepods/podm2/m2\n");
+  fake_put (root, "proc/5151/cgroup", "0::/kubepods/podm2/m2\n");
   bundle ("m2", ",\"NRM_MEMS=1\"");
-  put ("proc/5252/cgroup", "0::/kubepods/podm3/m3\n");
+  fake_put (root, "proc/5252/cgroup", "0::/kubepods/podm3/m3\n");
   bundle ("m3", ",\"NRM_CPUS=2-3\",\"NRM_CPU_NODES=0\"");
   if (hook ("m2", 5151, NULL, &err) < 0 || hook ("m3", 5252, NULL, &err) < 0)
     fail_msg ("%s", nrm_error_msg (err));
   /* Nothing held in full: the shared container's empty file is the pool. */
   assert_int_equal (nrm_reconcile (fs, state_dir, "0-1,5,7", "0-1", "0-1", NULL, 0, &st, NULL, &err), 0);
-  cleanup_free char *m1 = get ("sys/fs/cgroup/kubepods/besteffort/podm1/m1/cpuset.mems");
+  cleanup_free char *m1 = fake_get (root, "sys/fs/cgroup/kubepods/besteffort/podm1/m1/cpuset.mems");
   assert_string_equal (m1, "");
   /* Node 1 claimed in full: the shared container moves off it; the
    * memory claim's container and the CPU claim's keep their nodes. */
   assert_int_equal (nrm_reconcile (fs, state_dir, "0-1,5,7", "0", "0-1", NULL, 0, &st, NULL, &err), 0);
-  cleanup_free char *m1b = get ("sys/fs/cgroup/kubepods/besteffort/podm1/m1/cpuset.mems");
-  cleanup_free char *m2 = get ("sys/fs/cgroup/kubepods/podm2/m2/cpuset.mems");
-  cleanup_free char *m3 = get ("sys/fs/cgroup/kubepods/podm3/m3/cpuset.mems");
+  cleanup_free char *m1b = fake_get (root, "sys/fs/cgroup/kubepods/besteffort/podm1/m1/cpuset.mems");
+  cleanup_free char *m2 = fake_get (root, "sys/fs/cgroup/kubepods/podm2/m2/cpuset.mems");
+  cleanup_free char *m3 = fake_get (root, "sys/fs/cgroup/kubepods/podm3/m3/cpuset.mems");
   assert_string_equal (m1b, "0");
   assert_string_equal (m2, "1");
   assert_string_equal (m3, "0");
   /* Someone widens the memory claim's container: repaired. */
-  put ("sys/fs/cgroup/kubepods/podm2/m2/cpuset.mems", "0-1");
+  fake_put (root, "sys/fs/cgroup/kubepods/podm2/m2/cpuset.mems", "0-1");
   assert_int_equal (nrm_reconcile (fs, state_dir, "0-1,5,7", "0", "0-1", NULL, 0, &st, NULL, &err), 0);
-  cleanup_free char *m2b = get ("sys/fs/cgroup/kubepods/podm2/m2/cpuset.mems");
+  cleanup_free char *m2b = fake_get (root, "sys/fs/cgroup/kubepods/podm2/m2/cpuset.mems");
   assert_string_equal (m2b, "1");
   assert_int_equal (st.updated, 1);
   /* Node 1 free again: the shared container gets it back. */
   assert_int_equal (nrm_reconcile (fs, state_dir, "0-1,5,7", "0-1", "0-1", NULL, 0, &st, NULL, &err), 0);
-  cleanup_free char *m1c = get ("sys/fs/cgroup/kubepods/besteffort/podm1/m1/cpuset.mems");
+  cleanup_free char *m1c = fake_get (root, "sys/fs/cgroup/kubepods/besteffort/podm1/m1/cpuset.mems");
   assert_string_equal (m1c, "0-1");
   /* Without memory nodes to manage, nothing of theirs is written. */
-  put ("sys/fs/cgroup/kubepods/besteffort/podm1/m1/cpuset.mems", "1");
+  fake_put (root, "sys/fs/cgroup/kubepods/besteffort/podm1/m1/cpuset.mems", "1");
   assert_int_equal (nrm_reconcile (fs, state_dir, "0-1,5,7", NULL, NULL, NULL, 0, &st, NULL, &err), 0);
-  cleanup_free char *m1d = get ("sys/fs/cgroup/kubepods/besteffort/podm1/m1/cpuset.mems");
+  cleanup_free char *m1d = fake_get (root, "sys/fs/cgroup/kubepods/besteffort/podm1/m1/cpuset.mems");
   assert_string_equal (m1d, "1");
   nrm_cgroupfs_close (fs);
 }

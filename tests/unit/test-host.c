@@ -17,10 +17,10 @@
 
 #include <cmocka.h>
 
-#include "cpuset/cgroup.h"
-#include "cpuset/commit.h"
 #include "cpuset/host.h"
 #include "fakefs.h"
+#include "nrm/base/cgroupfs.h"
+#include "nrm/commit.h"
 
 static char root[128], state_dir[256];
 

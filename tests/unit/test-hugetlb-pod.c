@@ -25,10 +25,11 @@
 
 #include <cmocka.h>
 
-#include "cpuset/cgroup.h"
-#include "cpuset/commit.h"
+#include "fakefs.h"
 #include "memory/hugetlb-pod.h"
+#include "nrm/base/cgroupfs.h"
 #include "nrm/base/cleanup.h"
+#include "nrm/commit.h"
 
 static char root[128], state_dir[256];
 
@@ -36,39 +37,11 @@ static char root[128], state_dir[256];
 #define CLAIM "\"NRM_HUGETLB_2MB=67108864\",\"NRM_HUGETLB_2MB_AAAA_0001=67108864\""
 
 static void
-put (const char *rel, const char *text)
-{
-  char path[1024], cmd[1200];
-  snprintf (path, sizeof (path), "%s/%s", root, rel);
-  snprintf (cmd, sizeof (cmd), "mkdir -p \"$(dirname '%s')\"", path);
-  assert_int_equal (system (cmd), 0);
-  FILE *f = fopen (path, "w");
-  assert_non_null (f);
-  fputs (text, f);
-  fclose (f);
-}
-
-static char *
-get (const char *rel)
-{
-  char path[1024], buf[4096] = { 0 };
-  snprintf (path, sizeof (path), "%s/%s", root, rel);
-  FILE *f = fopen (path, "r");
-  if (f == NULL)
-    return NULL;
-  size_t n = fread (buf, 1, sizeof (buf) - 1, f);
-  fclose (f);
-  while (n > 0 && buf[n - 1] == '\n')
-    buf[--n] = '\0';
-  return strdup (buf);
-}
-
-static void
 expect (const char *cgroup, const char *file, const char *value)
 {
   char rel[1024];
   snprintf (rel, sizeof (rel), "sys/fs/cgroup/%s/%s", cgroup, file);
-  cleanup_free char *v = get (rel);
+  cleanup_free char *v = fake_get (root, rel);
   if (v == NULL || strcmp (v, value) != 0)
     fail_msg ("%s of %s is %s, not %s", file, cgroup, v ? v : "(missing)", value);
 }
@@ -78,11 +51,11 @@ hugetlb (const char *cgroup, const char *value)
 {
   char rel[1024];
   snprintf (rel, sizeof (rel), "sys/fs/cgroup/%s/hugetlb.2MB.max", cgroup);
-  put (rel, value);
+  fake_put (root, rel, value);
   snprintf (rel, sizeof (rel), "sys/fs/cgroup/%s/hugetlb.2MB.rsvd.max", cgroup);
-  put (rel, value);
+  fake_put (root, rel, value);
   snprintf (rel, sizeof (rel), "sys/fs/cgroup/%s/cgroup.procs", cgroup);
-  put (rel, "");
+  fake_put (root, rel, "");
 }
 
 static void
@@ -100,13 +73,13 @@ container (const char *id, int pid, const char *env)
   snprintf (cg, sizeof (cg), POD "/%s", id);
   hugetlb (cg, "max");
   snprintf (rel, sizeof (rel), "sys/fs/cgroup/%s/cpuset.mems", cg);
-  put (rel, "");
+  fake_put (root, rel, "");
   snprintf (rel, sizeof (rel), "proc/%d/cgroup", pid);
   snprintf (text, sizeof (text), "0::/%s\n", cg);
-  put (rel, text);
+  fake_put (root, rel, text);
   snprintf (rel, sizeof (rel), "bundles/%s/config.json", id);
   snprintf (text, sizeof (text), "{\"process\":{\"env\":[\"PATH=/bin\",\"NRM_MEMS=0\",%s]}}", env);
-  put (rel, text);
+  fake_put (root, rel, text);
 }
 
 static int
@@ -156,7 +129,7 @@ setup (void **state)
   assert_non_null (mkdtemp (root));
   snprintf (state_dir, sizeof (state_dir), "%s/state", root);
   assert_int_equal (mkdir (state_dir, 0700), 0);
-  put ("sys/fs/cgroup/cgroup.controllers", "cpuset cpu memory hugetlb");
+  fake_put (root, "sys/fs/cgroup/cgroup.controllers", "cpuset cpu memory hugetlb");
   hugetlb ("kubepods", "1073741824");
   hugetlb ("kubepods/burstable", "4611686018427387904");
   hugetlb (POD, "0");
@@ -222,7 +195,7 @@ test_raise_and_restore (void **state)
   assert_int_equal (st.restored, 4);
   expect2 (POD, "0");
   expect2 ("kubepods", "1073741824");
-  cleanup_free char *j = get ("state/hugetlb-pods.json");
+  cleanup_free char *j = fake_get (root, "state/hugetlb-pods.json");
   assert_null (j);
 }
 
@@ -307,7 +280,7 @@ test_failures_change_nothing (void **state)
   expect2 (POD, "0");
   expect2 ("kubepods", "1073741824");
   expect2 (POD "/c1", "max");
-  cleanup_free char *j = get ("state/hugetlb-pods.json");
+  cleanup_free char *j = fake_get (root, "state/hugetlb-pods.json");
   assert_null (j);
 
   /* The last raise fails (kubepods' .rsvd.max refuses): the ones before
@@ -324,17 +297,17 @@ test_failures_change_nothing (void **state)
   expect2 (POD, "0");
   expect2 ("kubepods", "1073741824");
   expect2 (POD "/c2", "max");
-  cleanup_free char *j2 = get ("state/hugetlb-pods.json");
+  cleanup_free char *j2 = fake_get (root, "state/hugetlb-pods.json");
   assert_null (j2);
 
   /* A level that is not a byte count: named, nothing written. */
-  put ("sys/fs/cgroup/" POD "/hugetlb.2MB.max", "lots");
+  fake_put (root, "sys/fs/cgroup/" POD "/hugetlb.2MB.max", "lots");
   assert_int_equal (hook ("c2", 102, &err), -1);
   assert_non_null (strstr (nrm_error_msg (err), "`lots`"));
   nrm_error_release (&err);
   expect (POD, "hugetlb.2MB.rsvd.max", "0");
   expect2 ("kubepods", "1073741824");
-  put ("sys/fs/cgroup/" POD "/hugetlb.2MB.max", "0");
+  fake_put (root, "sys/fs/cgroup/" POD "/hugetlb.2MB.max", "0");
 
   /* A malformed per-claim variable. */
   container ("c3", 103, "\"NRM_HUGETLB_2MB=2097152\",\"NRM_HUGETLB_2MB_a-b=2097152\"");
@@ -355,7 +328,7 @@ test_journal_left_over (void **state)
   hook_ok ("c1", 101);
   /* The journal was written, the crash came before the writes. */
   hugetlb (POD, "0");
-  put ("sys/fs/cgroup/" POD "/c1/cgroup.procs", "");
+  fake_put (root, "sys/fs/cgroup/" POD "/c1/cgroup.procs", "");
   hugetlb ("kubepods", "1073741824");
   hook_ok ("c1", 101);
   expect2 (POD, "67108864");
@@ -374,7 +347,7 @@ test_journal_left_over (void **state)
   assert_int_equal (system (cmd), 0);
   sweep ();
   expect2 ("kubepods", "1073741824");
-  cleanup_free char *j = get ("state/hugetlb-pods.json");
+  cleanup_free char *j = fake_get (root, "state/hugetlb-pods.json");
   assert_null (j);
 }
 
@@ -385,24 +358,24 @@ test_not_a_pod (void **state)
 {
   (void) state;
   hugetlb ("system.slice/x", "max");
-  put ("sys/fs/cgroup/system.slice/x/cpuset.mems", "");
-  put ("proc/200/cgroup", "0::/system.slice/x\n");
-  put ("bundles/x/config.json", "{\"process\":{\"env\":[\"NRM_MEMS=0\"," CLAIM "]}}");
+  fake_put (root, "sys/fs/cgroup/system.slice/x/cpuset.mems", "");
+  fake_put (root, "proc/200/cgroup", "0::/system.slice/x\n");
+  fake_put (root, "bundles/x/config.json", "{\"process\":{\"env\":[\"NRM_MEMS=0\"," CLAIM "]}}");
   hook_ok ("x", 200);
   expect2 ("system.slice/x", "67108864");
-  cleanup_free char *j = get ("state/hugetlb-pods.json");
+  cleanup_free char *j = fake_get (root, "state/hugetlb-pods.json");
   assert_null (j);
 
   /* A pod with no hugetlb limit above it (the controller is off there):
    * nothing raised, nothing journaled. */
   const char *cg = "kubepods.slice/kubepods-pod9.slice/cri-containerd-c9.scope";
   hugetlb (cg, "max");
-  put ("sys/fs/cgroup/kubepods.slice/kubepods-pod9.slice/cri-containerd-c9.scope/cpuset.mems", "");
-  put ("proc/201/cgroup", "0::/kubepods.slice/kubepods-pod9.slice/cri-containerd-c9.scope\n");
-  put ("bundles/c9/config.json", "{\"process\":{\"env\":[\"NRM_MEMS=0\"," CLAIM "]}}");
+  fake_put (root, "sys/fs/cgroup/kubepods.slice/kubepods-pod9.slice/cri-containerd-c9.scope/cpuset.mems", "");
+  fake_put (root, "proc/201/cgroup", "0::/kubepods.slice/kubepods-pod9.slice/cri-containerd-c9.scope\n");
+  fake_put (root, "bundles/c9/config.json", "{\"process\":{\"env\":[\"NRM_MEMS=0\"," CLAIM "]}}");
   hook_ok ("c9", 201);
   expect2 (cg, "67108864");
-  cleanup_free char *j2 = get ("state/hugetlb-pods.json");
+  cleanup_free char *j2 = fake_get (root, "state/hugetlb-pods.json");
   assert_null (j2);
 }
 
@@ -487,7 +460,7 @@ test_crash_points (void **state)
       sweep ();
       expect2 (POD, "0");
       expect2 ("kubepods", "1073741824");
-      cleanup_free char *j = get ("state/hugetlb-pods.json");
+      cleanup_free char *j = fake_get (root, "state/hugetlb-pods.json");
       if (j)
         fail_msg ("crash at call %ld: the journal stays: %s", at, j);
     }

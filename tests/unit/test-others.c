@@ -23,6 +23,7 @@
 #include <cmocka.h>
 
 #include "driver/pci/others.h"
+#include "fakefs.h"
 #include "nrm/base/cleanup.h"
 #include "nrm/base/fs.h"
 
@@ -71,20 +72,6 @@ make_socket (const char *rel)
   assert_true (fd >= 0);
   assert_int_equal (bind (fd, (struct sockaddr *) &sa, sizeof (sa)), 0);
   close (fd);
-}
-
-static void
-put (const char *rel, const char *text)
-{
-  char path[512], tmp[520];
-  snprintf (path, sizeof (path), "%s/%s", kubelet, rel);
-  /* As the kubelet does: a whole new file renamed over the old one. */
-  snprintf (tmp, sizeof (tmp), "%s.new", path);
-  FILE *f = fopen (tmp, "w");
-  assert_non_null (f);
-  fputs (text, f);
-  assert_int_equal (fclose (f), 0);
-  assert_int_equal (rename (tmp, path), 0);
 }
 
 static void
@@ -241,7 +228,7 @@ test_registry (void **state)
   make_socket ("plugins_registry/ebs.csi.aws.com-reg.sock");
   make_socket ("plugins_registry/.gpu.amd.com-reg.sock");
   /* Not a socket: no registration. */
-  put ("plugins_registry/gpu.intel.com-reg.sock", "");
+  fake_replace (kubelet, "plugins_registry/gpu.intel.com-reg.sock", "");
   const char *const skip[] = { "own:example.org", NULL };
   struct nrm_pci_others *o = open_others (skip);
   const char *nv = "gpu.nvidia.com (DRA driver registered with the kubelet)";
@@ -305,7 +292,7 @@ test_checkpoint (void **state)
   mkdirs ("%s/device-plugins", kubelet);
   mkdirs ("%s/plugins_registry", kubelet);
   make_socket ("device-plugins/kubelet.sock");
-  put ("device-plugins/kubelet_internal_checkpoint", checkpoint);
+  fake_replace (kubelet, "device-plugins/kubelet_internal_checkpoint", checkpoint);
   /* The SR-IOV network device plugin's socket, in plugin-watcher mode. */
   make_socket ("plugins_registry/intel.com_intel_sriov_netdevice.sock");
   struct nrm_pci_others *o = open_others (NULL);
@@ -347,7 +334,7 @@ test_bad_checkpoint_keeps_state (void **state)
 {
   (void) state;
   mkdirs ("%s/device-plugins", kubelet);
-  put ("device-plugins/kubelet_internal_checkpoint", checkpoint);
+  fake_replace (kubelet, "device-plugins/kubelet_internal_checkpoint", checkpoint);
   struct nrm_pci_others *o = open_others (NULL);
   assert_owner (o, 0x10de, "gpu", "0000:17:00.0", false, "nvidia.com/gpu (device plugin)");
   const char *bad[] = {
@@ -361,7 +348,7 @@ test_bad_checkpoint_keeps_state (void **state)
   };
   for (size_t i = 0; i < sizeof (bad) / sizeof (bad[0]); i++)
     {
-      put ("device-plugins/kubelet_internal_checkpoint", bad[i]);
+      fake_replace (kubelet, "device-plugins/kubelet_internal_checkpoint", bad[i]);
       nrm_error_t err = NULL;
       assert_int_equal (nrm_pci_others_refresh (o, &err), -1);
       if (strstr (nrm_error_msg (err), "device-plugins/kubelet_internal_checkpoint") == NULL)
@@ -372,14 +359,14 @@ test_bad_checkpoint_keeps_state (void **state)
       nrm_error_release (&err);
     }
   /* Good again: taken. An empty one (no plugin left) takes nothing. */
-  put ("device-plugins/kubelet_internal_checkpoint",
-       "{\"Data\":{\"PodDeviceEntries\":null,\"RegisteredDevices\":{}},\"Checksum\":0}");
+  fake_replace (kubelet, "device-plugins/kubelet_internal_checkpoint",
+                "{\"Data\":{\"PodDeviceEntries\":null,\"RegisteredDevices\":{}},\"Checksum\":0}");
   refresh (o);
   assert_owner (o, 0x10de, "gpu", "0000:17:00.0", false, NULL);
   nrm_pci_others_free (o);
 
   /* A bad checkpoint at the start is an error too. */
-  put ("device-plugins/kubelet_internal_checkpoint", "not json");
+  fake_replace (kubelet, "device-plugins/kubelet_internal_checkpoint", "not json");
   struct nrm_pci_others *p = NULL;
   nrm_error_t err = NULL;
   assert_int_equal (nrm_pci_others_new (kubelet, NULL, &p, &err), -1);
@@ -408,7 +395,7 @@ test_late_kubelet (void **state)
   mkdirs ("%s/device-plugins", kubelet);
   assert_true (woke (o));
   refresh (o);
-  put ("device-plugins/kubelet_internal_checkpoint", checkpoint);
+  fake_replace (kubelet, "device-plugins/kubelet_internal_checkpoint", checkpoint);
   assert_true (woke (o));
   refresh (o);
   assert_owner (o, 0x10de, "gpu", "0000:17:00.0", false, "nvidia.com/gpu (device plugin)");

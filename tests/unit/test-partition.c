@@ -19,10 +19,10 @@
 
 #include <cmocka.h>
 
-#include "cpuset/cgroup.h"
-#include "cpuset/commit.h"
 #include "cpuset/partition.h"
 #include "fakefs.h"
+#include "nrm/base/cgroupfs.h"
+#include "nrm/commit.h"
 
 static char root[128], state_dir[256];
 
@@ -31,22 +31,10 @@ static char root[128], state_dir[256];
 #define POD QOS "/kubepods-burstable-pod11_22.slice"
 #define CT POD "/cri-containerd-c1.scope"
 
-static void
-put (const char *cg, const char *file, const char *text)
-{
-  fake_cg_put (root, cg, file, text);
-}
-
-static char *
-get (const char *cg, const char *file)
-{
-  return fake_cg_get (root, cg, file);
-}
-
 #define ASSERT_FILE(cg, file, want)                                                                                    \
   do                                                                                                                   \
     {                                                                                                                  \
-      cleanup_free char *v_ = get (cg, file);                                                                          \
+      cleanup_free char *v_ = fake_cg_get (root, cg, file);                                                            \
       assert_string_equal (v_, want);                                                                                  \
     }                                                                                                                  \
   while (0)
@@ -59,16 +47,16 @@ tree (bool partition, bool exclusive, const char *effective)
   static const char *const cgs[] = { KP, QOS, POD, CT };
   for (size_t i = 0; i < 4; i++)
     {
-      put (cgs[i], "cpuset.cpus", i == 3 ? "2-3" : "");
-      put (cgs[i], "cpuset.mems", "");
-      put (cgs[i], "cgroup.procs", "");
-      put (cgs[i], "cpuset.cpus.effective", i == 3 ? effective : "0-7");
+      fake_cg_put (root, cgs[i], "cpuset.cpus", i == 3 ? "2-3" : "");
+      fake_cg_put (root, cgs[i], "cpuset.mems", "");
+      fake_cg_put (root, cgs[i], "cgroup.procs", "");
+      fake_cg_put (root, cgs[i], "cpuset.cpus.effective", i == 3 ? effective : "0-7");
       if (partition)
-        put (cgs[i], "cpuset.cpus.partition", "member");
+        fake_cg_put (root, cgs[i], "cpuset.cpus.partition", "member");
       if (exclusive)
-        put (cgs[i], "cpuset.cpus.exclusive", i == 0 ? "6" : "");
+        fake_cg_put (root, cgs[i], "cpuset.cpus.exclusive", i == 0 ? "6" : "");
     }
-  put ("", "cgroup.controllers", "cpuset cpu memory hugetlb");
+  fake_cg_put (root, "", "cgroup.controllers", "cpuset cpu memory hugetlb");
   fake_put (root, "proc/4242/cgroup", "0::/" CT "\n");
 }
 
@@ -216,7 +204,7 @@ test_make_garbage (void **state)
   (void) state;
   nrm_error_t err = NULL;
   tree (true, true, "2-3");
-  put (POD, "cpuset.cpus.exclusive", "lots");
+  fake_cg_put (root, POD, "cpuset.cpus.exclusive", "lots");
   struct nrm_cgroupfs *fs = open_fs ();
   assert_int_equal (nrm_partition_make (fs, CT, "2-3", NRM_PARTITION_ROOT, NULL, &err), -1);
   assert_non_null (strstr (nrm_error_msg (err), "cpuset.cpus.exclusive reads `lots`, not a CPU list"));
@@ -347,7 +335,7 @@ test_hook_bad (void **state)
   (void) state;
   nrm_error_t err = NULL;
   tree (true, true, "2-3");
-  put (CT, "cpuset.cpus", "0-7");
+  fake_cg_put (root, CT, "cpuset.cpus", "0-7");
   bundle (",\"NRM_PARTITION=yes\"");
   assert_int_equal (hook (NULL, &err), -1);
   assert_non_null (strstr (nrm_error_msg (err), "NRM_PARTITION must be off, root or isolated, not `yes`"));
@@ -370,15 +358,15 @@ test_trim (void **state)
   nrm_error_t err = NULL;
   size_t n = 0;
   tree (true, true, "2-3");
-  put (KP, "cpuset.cpus.exclusive", "2-3,6");
-  put (QOS, "cpuset.cpus.exclusive", "2-3");
-  put (POD, "cpuset.cpus.exclusive", "2-3");
-  put (CT, "cpuset.cpus.exclusive", "2-3");
-  put (CT, "cpuset.cpus.partition", "isolated");
+  fake_cg_put (root, KP, "cpuset.cpus.exclusive", "2-3,6");
+  fake_cg_put (root, QOS, "cpuset.cpus.exclusive", "2-3");
+  fake_cg_put (root, POD, "cpuset.cpus.exclusive", "2-3");
+  fake_cg_put (root, CT, "cpuset.cpus.exclusive", "2-3");
+  fake_cg_put (root, CT, "cpuset.cpus.partition", "isolated");
   /* A besteffort pod whose partition is gone (its container cgroup too). */
-  put (KP "/kubepods-besteffort.slice", "cpuset.cpus.exclusive", "6");
-  put (KP "/kubepods-besteffort.slice", "cpuset.cpus.partition", "member");
-  put (KP "/kubepods-besteffort.slice/kubepods-besteffort-pod9.slice", "cpuset.cpus.exclusive", "6");
+  fake_cg_put (root, KP "/kubepods-besteffort.slice", "cpuset.cpus.exclusive", "6");
+  fake_cg_put (root, KP "/kubepods-besteffort.slice", "cpuset.cpus.partition", "member");
+  fake_cg_put (root, KP "/kubepods-besteffort.slice/kubepods-besteffort-pod9.slice", "cpuset.cpus.exclusive", "6");
   struct nrm_cgroupfs *fs = open_fs ();
   if (nrm_partition_trim (fs, KP, &n, &err) < 0)
     fail_msg ("%s", nrm_error_msg (err));

@@ -173,18 +173,6 @@ test_machine (void **state)
 
 static char root[64];
 
-static void
-put (const char *rel, const char *text)
-{
-  fake_put (root, rel, text);
-}
-
-static void
-link_to (const char *rel, const char *target)
-{
-  fake_link (root, rel, target);
-}
-
 static const char aer_zero[] = "Undefined 0\nDLP 0\nTOTAL_ERR_FATAL 0\n";
 
 /* A function under host bridge pci<dom>:<bus> (sysfs path
@@ -199,7 +187,7 @@ function (const char *bdf, const char *hostbridge, const char *vendor, const cha
   do                                                                                                                   \
     {                                                                                                                  \
       snprintf (rel, sizeof (rel), "%s/%s", dir, name);                                                                \
-      put (rel, text);                                                                                                 \
+      fake_put (root, rel, text);                                                                                      \
     }                                                                                                                  \
   while (0)
   F ("vendor", vendor);
@@ -219,12 +207,12 @@ function (const char *bdf, const char *hostbridge, const char *vendor, const cha
 #undef F
   snprintf (rel, sizeof (rel), "sys/bus/pci/devices/%s", bdf);
   snprintf (target, sizeof (target), "../../../../%s", dir);
-  link_to (rel, target);
+  fake_link (root, rel, target);
   if (driver)
     {
       snprintf (rel, sizeof (rel), "%s/driver", dir);
       snprintf (target, sizeof (target), "../../../../bus/pci/drivers/%s", driver);
-      link_to (rel, target);
+      fake_link (root, rel, target);
     }
 }
 
@@ -233,7 +221,7 @@ set_attr (const char *bdf, const char *name, const char *text)
 {
   char rel[320];
   snprintf (rel, sizeof (rel), "sys/bus/pci/devices/%s/%s", bdf, name);
-  put (rel, text);
+  fake_put (root, rel, text);
 }
 
 static void
@@ -243,46 +231,48 @@ build_tree (void)
   assert_non_null (mkdtemp (root));
   /* A GPU on node 1 with its DRM nodes and an IOMMU group. */
   function ("0000:41:00.0", "pci0000:40", "0x10de\n", "0x2330\n", "0x030200\n", 1, "nvidia");
-  link_to ("sys/devices/pci0000:40/0000:40:01.0/0000:41:00.0/iommu_group", "../../../../kernel/iommu_groups/12");
-  put ("sys/devices/pci0000:40/0000:40:01.0/0000:41:00.0/drm/card1/dev", "226:1\n");
-  put ("sys/devices/pci0000:40/0000:40:01.0/0000:41:00.0/drm/renderD129/dev", "226:129\n");
-  put ("dev/dri/card1", "");
-  put ("dev/dri/renderD129", "");
+  fake_link (root, "sys/devices/pci0000:40/0000:40:01.0/0000:41:00.0/iommu_group",
+             "../../../../kernel/iommu_groups/12");
+  fake_put (root, "sys/devices/pci0000:40/0000:40:01.0/0000:41:00.0/drm/card1/dev", "226:1\n");
+  fake_put (root, "sys/devices/pci0000:40/0000:40:01.0/0000:41:00.0/drm/renderD129/dev", "226:129\n");
+  fake_put (root, "dev/dri/card1", "");
+  fake_put (root, "dev/dri/renderD129", "");
   /* A virtio GPU on node 0: its drm folder is below virtio0. */
   function ("0000:00:02.0", "pci0000:00", "0x1af4\n", "0x1050\n", "0x030000\n", -1, "virtio-pci");
-  put ("sys/devices/pci0000:00/0000:00:01.0/0000:00:02.0/virtio0/drm/card0/dev", "226:0\n");
-  put ("dev/dri/card0", "");
+  fake_put (root, "sys/devices/pci0000:00/0000:00:01.0/0000:00:02.0/virtio0/drm/card0/dev", "226:0\n");
+  fake_put (root, "dev/dri/card0", "");
   /* A BMC's VGA: not an accelerator. */
   function ("0000:00:03.0", "pci0000:00", "0x1a03\n", "0x2000\n", "0x030000\n", -1, "ast");
   /* An SR-IOV NIC on node 1 with two of four VFs enabled. */
   function ("0000:42:00.0", "pci0000:40", "0x8086\n", "0x1572\n", "0x020000\n", 1, "i40e");
   set_attr ("0000:42:00.0", "sriov_totalvfs", "4\n");
   set_attr ("0000:42:00.0", "sriov_numvfs", "2\n");
-  put ("sys/devices/pci0000:40/0000:40:01.0/0000:42:00.0/net/eth2/operstate", "down\n");
+  fake_put (root, "sys/devices/pci0000:40/0000:40:01.0/0000:42:00.0/net/eth2/operstate", "down\n");
   for (int vf = 1; vf <= 2; vf++)
     {
       char bdf[16], rel[128];
       snprintf (bdf, sizeof (bdf), "0000:42:00.%d", vf);
       function (bdf, "pci0000:40", "0x8086\n", "0x154c\n", "0x020000\n", 1, "iavf");
       snprintf (rel, sizeof (rel), "sys/devices/pci0000:40/0000:40:01.0/%s/physfn", bdf);
-      link_to (rel, "../0000:42:00.0");
+      fake_link (root, rel, "../0000:42:00.0");
       snprintf (rel, sizeof (rel), "sys/devices/pci0000:40/0000:40:01.0/%s/net/eth%d/carrier", bdf, 2 + vf);
-      put (rel, vf == 1 ? "1\n" : "0\n");
+      fake_put (root, rel, vf == 1 ? "1\n" : "0\n");
     }
   /* An NVMe drive with one namespace, an InfiniBand HCA, and a function
    * given to vfio-pci. */
   function ("0000:43:00.0", "pci0000:40", "0x144d\n", "0xa80a\n", "0x010802\n", 1, "nvme");
-  put ("sys/devices/pci0000:40/0000:40:01.0/0000:43:00.0/nvme/nvme0/nvme0n1/dev", "259:0\n");
-  put ("dev/nvme0", "");
-  put ("dev/nvme0n1", "");
+  fake_put (root, "sys/devices/pci0000:40/0000:40:01.0/0000:43:00.0/nvme/nvme0/nvme0n1/dev", "259:0\n");
+  fake_put (root, "dev/nvme0", "");
+  fake_put (root, "dev/nvme0n1", "");
   function ("0000:44:00.0", "pci0000:40", "0x15b3\n", "0x101b\n", "0x020700\n", 1, "mlx5_core");
-  put ("sys/devices/pci0000:40/0000:40:01.0/0000:44:00.0/infiniband_verbs/uverbs0/dev", "231:192\n");
-  put ("dev/infiniband/uverbs0", "");
-  put ("dev/infiniband/rdma_cm", "");
+  fake_put (root, "sys/devices/pci0000:40/0000:40:01.0/0000:44:00.0/infiniband_verbs/uverbs0/dev", "231:192\n");
+  fake_put (root, "dev/infiniband/uverbs0", "");
+  fake_put (root, "dev/infiniband/rdma_cm", "");
   function ("0000:45:00.0", "pci0000:40", "0x10de\n", "0x20b5\n", "0x030200\n", 1, "vfio-pci");
-  link_to ("sys/devices/pci0000:40/0000:40:01.0/0000:45:00.0/iommu_group", "../../../../kernel/iommu_groups/30");
-  put ("dev/vfio/30", "");
-  put ("dev/vfio/vfio", "");
+  fake_link (root, "sys/devices/pci0000:40/0000:40:01.0/0000:45:00.0/iommu_group",
+             "../../../../kernel/iommu_groups/30");
+  fake_put (root, "dev/vfio/30", "");
+  fake_put (root, "dev/vfio/vfio", "");
 }
 
 static void
@@ -429,9 +419,10 @@ test_pool (void **state)
   assert_non_null (find_dev (nics, "nvme-0000-43-00-0"));
 
   /* The host's own: a mounted namespace, an interface that is up. */
-  put ("sys/block/nvme0n1/dev", "259:0\n");
-  put ("proc/self/mountinfo", "22 1 8:1 / / rw - ext4 /dev/sda1 rw\n36 22 259:0 / /data rw - ext4 /dev/nvme0n1 rw\n");
-  put ("sys/devices/pci0000:40/0000:40:01.0/0000:42:00.1/net/eth3/operstate", "up\n");
+  fake_put (root, "sys/block/nvme0n1/dev", "259:0\n");
+  fake_put (root, "proc/self/mountinfo",
+            "22 1 8:1 / / rw - ext4 /dev/sda1 rw\n36 22 259:0 / /data rw - ext4 /dev/nvme0n1 rw\n");
+  fake_put (root, "sys/devices/pci0000:40/0000:40:01.0/0000:42:00.1/net/eth3/operstate", "up\n");
   struct nrm_pool busy = { 0 };
   void *bd = NULL;
   nrm_error_t berr = NULL;
@@ -585,8 +576,8 @@ test_prepare_and_health (void **state)
   /* Released: gone from the pool. A new function appears (hotplug). */
   nrm_pci_driver_unprepare (d, "uid-1", state_copy);
   function ("0000:46:00.0", "pci0000:40", "0x1da3\n", "0x1020\n", "0x120000\n", 1, "habanalabs");
-  put ("sys/devices/pci0000:40/0000:40:01.0/0000:46:00.0/accel/accel0/dev", "511:0\n");
-  put ("dev/accel/accel0", "");
+  fake_put (root, "sys/devices/pci0000:40/0000:40:01.0/0000:46:00.0/accel/accel0/dev", "511:0\n");
+  fake_put (root, "dev/accel/accel0", "");
   assert_int_equal (nrm_pci_driver_pool (d, NULL, &pool, &err), 0);
   assert_null (find_dev (pool.devices, "gpu-0000-41-00-0"));
   assert_non_null (find_dev (pool.devices, "accel-0000-46-00-0"));
@@ -626,7 +617,7 @@ test_carrier (void **state)
   assert_non_null (find_dev (devs, "nic-0000-42-00-2"));
   struct nrm_health_report r = { 0 };
   /* Up without a link (operstate down, carrier 0). */
-  put ("sys/devices/pci0000:40/0000:40:01.0/0000:42:00.2/net/eth4/operstate", "down\n");
+  fake_put (root, "sys/devices/pci0000:40/0000:40:01.0/0000:42:00.2/net/eth4/operstate", "down\n");
   assert_int_equal (nrm_pci_driver_health (d, &r, &err), 0);
   assert_string_equal (health_of (&r, "nic-0000-42-00-2")->taint, "no-carrier");
   assert_int_equal (health_of (&r, "nic-0000-42-00-2")->effect, NRM_TAINT_NO_SCHEDULE);
@@ -774,9 +765,9 @@ kernel_probe (struct fake_kernel *k, const char *bdf)
     return;
   snprintf (path, sizeof (path), "sys/devices/pci0000:40/0000:40:01.0/%s/driver", bdf);
   cleanup_free char *target = xasprintf ("../../../../bus/pci/drivers/%s", drv);
-  link_to (path, target);
+  fake_link (root, path, target);
   if (strcmp (drv, "vfio-pci") == 0)
-    put ("dev/vfio/12", "");
+    fake_put (root, "dev/vfio/12", "");
 }
 
 static void
@@ -896,12 +887,12 @@ test_passthrough (void **state)
   nrm_error_t err = NULL;
   build_tree ();
   /* The GPU alone in IOMMU group 12, vfio-pci loaded, the bind files. */
-  link_to ("sys/kernel/iommu_groups/12/devices/0000:41:00.0",
-           "../../../../devices/pci0000:40/0000:40:01.0/0000:41:00.0");
-  put ("sys/bus/pci/drivers/vfio-pci/unbind", "");
-  put ("sys/bus/pci/drivers/nvidia/unbind", "");
-  put ("sys/bus/pci/drivers_probe", "");
-  put ("sys/devices/pci0000:40/0000:40:01.0/0000:41:00.0/driver_override", "\n");
+  fake_link (root, "sys/kernel/iommu_groups/12/devices/0000:41:00.0",
+             "../../../../devices/pci0000:40/0000:40:01.0/0000:41:00.0");
+  fake_put (root, "sys/bus/pci/drivers/vfio-pci/unbind", "");
+  fake_put (root, "sys/bus/pci/drivers/nvidia/unbind", "");
+  fake_put (root, "sys/bus/pci/drivers_probe", "");
+  fake_put (root, "sys/devices/pci0000:40/0000:40:01.0/0000:41:00.0/driver_override", "\n");
   cleanup_free char *statedir = xasprintf ("%s/state", root);
   struct fake_kernel k = { .native = "nvidia" };
   kernel_start (&k);
@@ -971,8 +962,8 @@ test_passthrough (void **state)
   nrm_pool_done (&p);
   cleanup_free char *kept = bound_to ("0000:41:00.0");
   assert_string_equal (kept, "vfio-pci"); /* not stale yet */
-  put ("state/pci.nrm.io.vfio/0000:41:00.0.json",
-       "{\"busID\":\"0000:41:00.0\",\"claim\":\"uid-gone\",\"driver\":\"nvidia\",\"since\":1,\"step\":\"bound\"}");
+  fake_put (root, "state/pci.nrm.io.vfio/0000:41:00.0.json",
+            "{\"busID\":\"0000:41:00.0\",\"claim\":\"uid-gone\",\"driver\":\"nvidia\",\"since\":1,\"step\":\"bound\"}");
   assert_int_equal (nrm_pci_driver_pool (d, NULL, &p, &err), 0);
   nrm_pool_done (&p);
   cleanup_free char *given = bound_to ("0000:41:00.0");

@@ -7,13 +7,33 @@
 
 #include <jansson.h>
 
-#include "cpuset/cgroup.h"
 #include "cpuset/env.h"
+#include "memory/commit.h"
+#include "nrm/base/cgroupfs.h"
 #include "nrm/base/error.h"
 
 /* Turning prepared claims into kernel state: the OCI hook that binds a new
  * container before its workload starts, and the reconciler that keeps every
- * other container on the shared pool. */
+ * other container on the shared pool. Above cpuset/ (CPUs, partitions, the
+ * host's and the kubelet's cgroups) and memory/ (memory files, the pods'
+ * huge page limits), which know nothing of each other: the one place
+ * where a container's CPU and memory files are written together. */
+
+/* What a container is bound to; NULL fields are left alone. */
+struct nrm_binding
+{
+  const char *cpus; /* cpuset.cpus */
+  struct nrm_memory_binding memory;
+};
+
+/* Applies a binding to a cgroup, all or nothing: the old values are read
+ * first, and if a later write fails the earlier ones are put back, newest
+ * first. The error names the cgroup, the file and the kernel's reason. */
+int nrm_binding_apply (struct nrm_cgroupfs *fs, const char *cgroup, const struct nrm_binding *b, nrm_error_t *err);
+
+/* The memory limits of eb (memory.max, memory.min, hugetlb) into m; the
+ * strings stay eb's. */
+void nrm_env_binding_memory (const struct nrm_env_binding *eb, struct nrm_memory_binding *m);
 
 /* The createRuntime hook. state is the OCI state JSON from stdin; the
  * binding comes from the container's environment in <bundle>/config.json

@@ -1,21 +1,33 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-#ifndef NRM_CGROUP_H
-#define NRM_CGROUP_H
+#ifndef NRM_BASE_CGROUPFS_H
+#define NRM_BASE_CGROUPFS_H
 
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "memory/commit.h"
 #include "nrm/base/error.h"
 
 /* cgroup v2 through one root: every path is relative to <fsroot>/sys/fs/cgroup,
  * opened with openat() from a directory handle, so tests run on a plain
- * directory tree and nothing follows a symbolic link out of it. */
+ * directory tree and nothing follows a symbolic link out of it. Files and
+ * values only: what a binding writes is its owner's (cpuset/, memory/). */
 struct nrm_cgroupfs;
 
 int nrm_cgroupfs_open (const char *fsroot, struct nrm_cgroupfs **ret, nrm_error_t *err);
 void nrm_cgroupfs_close (struct nrm_cgroupfs *fs);
 const char *nrm_cgroupfs_root (const struct nrm_cgroupfs *fs);
+
+/* Whether the root is cgroup v2 (it has cgroup.controllers) and whether
+ * controller ("cpuset") is enabled there. */
+enum nrm_cgroup_v2
+{
+  NRM_CGROUP_V2_NONE,    /* no cgroup v2 (cgroup v1, or nothing mounted) */
+  NRM_CGROUP_V2_WITHOUT, /* cgroup v2 without the controller (a hybrid host, with it on v1) */
+  NRM_CGROUP_V2_WITH,
+};
+enum nrm_cgroup_v2 nrm_cgroupfs_controller (struct nrm_cgroupfs *fs, const char *controller);
+/* The same for <fsroot>/sys/fs/cgroup, opened here: NONE where it cannot be. */
+enum nrm_cgroup_v2 nrm_cgroup_v2_controller (const char *fsroot, const char *controller);
 
 /* A cgroup path relative to the root: no "..", no "." components, no empty
  * ones, printable characters only; a leading "/" is allowed and ignored. */
@@ -28,17 +40,9 @@ int nrm_cgroup_write (struct nrm_cgroupfs *fs, const char *cgroup, const char *f
                       nrm_error_t *err);
 bool nrm_cgroup_exists (struct nrm_cgroupfs *fs, const char *cgroup);
 
-/* What a container is bound to; NULL fields are left alone. */
-struct nrm_binding
-{
-  const char *cpus; /* cpuset.cpus */
-  struct nrm_memory_binding memory;
-};
-
-/* Applies a binding to a cgroup, all or nothing: the old values are read
- * first, and if a later write fails the earlier ones are put back. The
- * error names the cgroup, the file and the kernel's reason. */
-int nrm_cgroup_apply (struct nrm_cgroupfs *fs, const char *cgroup, const struct nrm_binding *b, nrm_error_t *err);
+/* A control file's value as a byte count: false for "max" and anything
+ * but plain digits that fit. */
+bool nrm_cgroup_value_bytes (const char *s, unsigned long long *v);
 
 /* The cgroup v2 path of a process, from /proc/<pid>/cgroup under fsroot. */
 int nrm_cgroup_of_pid (const char *fsroot, int pid, char **ret, nrm_error_t *err);

@@ -1,4 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
+/* The commit (nrm/commit.h): the OCI hook and the reconciler pass. */
 #include "config.h"
 
 #include <ctype.h>
@@ -13,14 +14,14 @@
 
 #include <jansson.h>
 
-#include "cpuset/commit.h"
 #include "cpuset/host.h"
 #include "cpuset/kubepods.h"
 #include "cpuset/partition.h"
 #include "memory/hugetlb-pod.h"
 #include "nrm/base/cleanup.h"
-#include "nrm/base/xalloc.h"
 #include "nrm/base/fs.h"
+#include "nrm/base/xalloc.h"
+#include "nrm/commit.h"
 #include "topology/topology.h"
 
 #define MAX_STATE (1 << 20)
@@ -84,6 +85,148 @@ mixed_cpus (const char *state_dir, const char *cpus)
       return NULL;
     }
   return nrm_cpulist_combine (cpus, text, NRM_CPULIST_UNION);
+}
+
+/* The huge page claims of a container's environment into claims (uid ->
+ * {size: bytes}): the per-claim NRM_HUGETLB_<size>_<UID>, or when it has
+ * none the plain NRM_HUGETLB_<size> as one claim. */
+static int
+hugetlb_claims (json_t *env, json_t *claims, nrm_error_t *err)
+{
+  const char *prefix = nrm_env_name[NRM_ENV_HUGETLB];
+  size_t pl = strlen (prefix), i;
+  json_t *e;
+  cleanup_json json_t *plain = json_object ();
+  json_array_foreach (env, i, e)
+  {
+    const char *kv = json_string_value (e);
+    if (kv == NULL || strncmp (kv, prefix, pl) != 0)
+      continue;
+    const char *eq = strchr (kv, '=');
+    if (eq == NULL)
+      continue;
+    size_t nl = (size_t) (eq - kv) - pl;
+    const char *us = memchr (kv + pl, '_', nl);
+    size_t sl = us ? (size_t) (us - kv) - pl : nl;
+    const char *uid = us ? us + 1 : NULL;
+    size_t ul = us ? (size_t) (eq - uid) : 0;
+    unsigned long long v;
+    if (sl == 0 || sl > 8 || strspn (kv + pl, "0123456789KMGB") != sl || (us && (ul == 0 || ul > 64))
+        || (us && strspn (uid, "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_") != ul) || !nrm_cgroup_value_bytes (eq + 1, &v)
+        || v >= NRM_HUGETLB_POD_UNBOUNDED)
+      return nrm_error_set (err, EINVAL, "malformed `%.40s`", kv);
+    char size[12], key[72];
+    snprintf (size, sizeof (size), "%.*s", (int) sl, kv + pl);
+    snprintf (key, sizeof (key), "%.*s", (int) ul, uid ? uid : "");
+    json_t *into = us ? claims : plain;
+    json_t *c = us ? json_object_get (claims, key) : plain;
+    if (us && c == NULL)
+      {
+        if (json_object_size (claims) == NRM_HUGETLB_POD_CLAIMS_MAX)
+          return nrm_error_set (err, EINVAL, "more than %d huge page claims", NRM_HUGETLB_POD_CLAIMS_MAX);
+        json_object_set_new (into, key, c = json_object ());
+      }
+    json_object_set_new (c, size, json_integer ((json_int_t) v));
+  }
+  /* Without the per-claim copies (a hand-made bundle): one claim. */
+  if (json_object_size (claims) == 0 && json_object_size (plain) > 0)
+    json_object_set (claims, "-", plain);
+  return 0;
+}
+
+/* The pod cgroup and its ancestors up to the top (kubepods). */
+static size_t
+chain (const char *pod, char out[4][1024])
+{
+  size_t n = 0;
+  snprintf (out[n++], sizeof (out[0]), "%s", pod);
+  for (;;)
+    {
+      char *slash = strrchr (out[n - 1], '/');
+      if (slash == NULL || n == 4)
+        return n;
+      snprintf (out[n], sizeof (out[0]), "%.*s", (int) (slash - out[n - 1]), out[n - 1]);
+      n++;
+    }
+}
+
+/* The pod's (and kubepods') hugetlb limits raised for the container's huge
+ * page claims, undone if a later step fails. Only in a kubelet pod: no
+ * other cgroup has pod levels that limit the claim. */
+static int
+raise_pod_hugetlb (struct nrm_cgroupfs *fs, const char *state_dir, const char *cgroup, json_t *env,
+                   struct nrm_hugetlb_pod_undo **ret_undo, nrm_error_t *err)
+{
+  struct nrm_container_cgroup cc;
+  cleanup_json json_t *claims = json_object ();
+  if (!nrm_cgroup_path_valid (cgroup) || !nrm_kubepods_parse (cgroup, &cc))
+    return 0;
+  if (hugetlb_claims (env, claims, err) < 0)
+    return -1;
+  char pod[1024], lv[4][1024];
+  snprintf (pod, sizeof (pod), "%s", cc.path);
+  *strrchr (pod, '/') = '\0';
+  size_t n = chain (pod, lv);
+  const char *levels[4];
+  for (size_t i = 0; i < n; i++)
+    levels[i] = lv[i];
+  return nrm_hugetlb_pod_raise (fs, state_dir, cc.path, levels, n, claims, ret_undo, err);
+}
+
+int
+nrm_binding_apply (struct nrm_cgroupfs *fs, const char *cgroup, const struct nrm_binding *b, nrm_error_t *err)
+{
+  struct
+  {
+    const char *file, *value;
+    char *old;
+  } w[1 + NRM_MEMORY_FILES_MAX];
+  struct nrm_cgroup_file mf[NRM_MEMORY_FILES_MAX];
+  char names[2 * 4][32];
+  size_t n = 0;
+
+  if (!nrm_cgroup_path_valid (cgroup))
+    return nrm_error_set (err, EINVAL, "invalid cgroup path `%s`", cgroup);
+  /* cpus before mems: a CPU set change never needs the memory nodes first,
+   * and mems is what a failure most often refuses. */
+  if (b->cpus)
+    w[n++] = (typeof (w[0])){ "cpuset.cpus", b->cpus, NULL };
+  size_t nm = nrm_memory_files (&b->memory, mf, names);
+  for (size_t i = 0; i < nm; i++)
+    w[n++] = (typeof (w[0])){ mf[i].file, mf[i].value, NULL };
+  int r = 0;
+  size_t done = 0;
+  for (size_t i = 0; i < n && r == 0; i++)
+    if (nrm_cgroup_read (fs, cgroup, w[i].file, &w[i].old, err) < 0)
+      r = -1;
+  for (; r == 0 && done < n; done++)
+    if (nrm_cgroup_write (fs, cgroup, w[done].file, w[done].value, err) < 0)
+      r = -1;
+  if (r < 0)
+    /* Put back what was written before the failure, newest first. */
+    while (done-- > 0)
+      {
+        nrm_error_t ignored = NULL;
+        /* An empty cpuset file reads back as "" and means "inherit". */
+        nrm_cgroup_write (fs, cgroup, w[done].file, w[done].old && *w[done].old ? w[done].old : "\n", &ignored);
+        nrm_error_release (&ignored);
+      }
+  for (size_t i = 0; i < n; i++)
+    free (w[i].old);
+  return r;
+}
+
+void
+nrm_env_binding_memory (const struct nrm_env_binding *eb, struct nrm_memory_binding *m)
+{
+  m->memory_max = eb->memory_max;
+  m->memory_min = eb->memory_min;
+  m->n_hugetlb = eb->n_hugetlb;
+  for (size_t h = 0; h < eb->n_hugetlb; h++)
+    {
+      m->hugetlb[h].size = eb->hugetlb[h].size;
+      m->hugetlb[h].max = eb->hugetlb[h].max;
+    }
 }
 
 int
@@ -175,8 +318,7 @@ nrm_hook_run (const char *fsroot, const char *state, size_t len, const char *sta
    * does not request), undone if a later step fails. Before the record:
    * the journal's fsync then does not carry the record's rename too. */
   if (b.memory.n_hugetlb > 0
-      && nrm_hugetlb_pod_raise (fs, state_dir, cgroup, json_object_get (json_object_get (cfg, "process"), "env"), &hp,
-                                err)
+      && raise_pod_hugetlb (fs, state_dir, cgroup, json_object_get (json_object_get (cfg, "process"), "env"), &hp, err)
              < 0)
     goto fail;
   doc = json_pack ("{s:s, s:s, s:s?, s:s?}", "id", id, "cgroup", cgroup, "cpus", cpus, "mems", mems);
@@ -200,7 +342,7 @@ nrm_hook_run (const char *fsroot, const char *state, size_t len, const char *sta
   b.memory.mems = mems;
   /* Below a host cgroup that nrm keeps on the shared pool (podman's
    * machine.slice, say), the claim's CPUs are outside it until it widens. */
-  if (nrm_host_make_room (fs, state_dir, cgroup, b.cpus, mems, err) < 0 || nrm_cgroup_apply (fs, cgroup, &b, err) < 0)
+  if (nrm_host_make_room (fs, state_dir, cgroup, b.cpus, mems, err) < 0 || nrm_binding_apply (fs, cgroup, &b, err) < 0)
     {
       nrm_hugetlb_pod_undo (fs, hp);
       unlink (rec);
@@ -297,7 +439,7 @@ ensure (struct pass *p, const char *cgroup, const char *file, const char *want, 
     b.cpus = want;
   else
     b.memory.mems = want;
-  if (nrm_cgroup_apply (p->fs, cgroup, &b, &e) < 0)
+  if (nrm_binding_apply (p->fs, cgroup, &b, &e) < 0)
     {
       if (e->status == ENOENT)
         nrm_error_release (&e);

@@ -1,4 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
+/* cgroup v2 files under one root (nrm/base/cgroupfs.h). */
 #include "config.h"
 
 #include <ctype.h>
@@ -10,10 +11,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "cpuset/cgroup.h"
+#include "nrm/base/cgroupfs.h"
 #include "nrm/base/cleanup.h"
-#include "nrm/base/xalloc.h"
 #include "nrm/base/fs.h"
+#include "nrm/base/xalloc.h"
 
 struct nrm_cgroupfs
 {
@@ -111,6 +112,37 @@ open_at (struct nrm_cgroupfs *fs, const char *relpath, int flags)
   return dir;
 }
 
+enum nrm_cgroup_v2
+nrm_cgroupfs_controller (struct nrm_cgroupfs *fs, const char *controller)
+{
+  char buf[1024];
+  cleanup_close int fd = openat (fs->fd, "cgroup.controllers", O_RDONLY | O_CLOEXEC);
+  ssize_t len = fd >= 0 ? read (fd, buf, sizeof (buf) - 1) : -1;
+  if (fd < 0)
+    return NRM_CGROUP_V2_NONE;
+  buf[len > 0 ? len : 0] = '\0';
+  char *save = NULL;
+  for (char *tok = strtok_r (buf, " \n", &save); tok; tok = strtok_r (NULL, " \n", &save))
+    if (strcmp (tok, controller) == 0)
+      return NRM_CGROUP_V2_WITH;
+  return NRM_CGROUP_V2_WITHOUT;
+}
+
+enum nrm_cgroup_v2
+nrm_cgroup_v2_controller (const char *fsroot, const char *controller)
+{
+  struct nrm_cgroupfs *fs = NULL;
+  nrm_error_t e = NULL;
+  if (nrm_cgroupfs_open (fsroot, &fs, &e) < 0)
+    {
+      nrm_error_release (&e);
+      return NRM_CGROUP_V2_NONE;
+    }
+  enum nrm_cgroup_v2 r = nrm_cgroupfs_controller (fs, controller);
+  nrm_cgroupfs_close (fs);
+  return r;
+}
+
 /* A controller's file that is not there: on a host whose cgroup v2 lacks
  * the controller altogether (cgroup v1, or a hybrid host with cpuset on
  * v1) that, rather than a vanished cgroup, is what to say. */
@@ -121,26 +153,23 @@ missing (struct nrm_cgroupfs *fs, const char *cgroup, const char *file, nrm_erro
   char ctl[32];
   if (n > 0 && n < sizeof (ctl) && file[n] == '.' && strncmp (file, "cgroup", n) != 0)
     {
-      char buf[1024];
       memcpy (ctl, file, n);
       ctl[n] = '\0';
-      cleanup_close int fd = openat (fs->fd, "cgroup.controllers", O_RDONLY | O_CLOEXEC);
-      ssize_t len = fd >= 0 ? read (fd, buf, sizeof (buf) - 1) : -1;
-      if (fd < 0)
-        return nrm_error_set (err, ENOENT,
-                              "cgroup `%s` has no `%s`: %s is not cgroup v2 (no cgroup.controllers; cgroup v1?), "
-                              "and nrm binds containers through cgroup v2",
-                              cgroup, file, fs->root);
-      buf[len > 0 ? len : 0] = '\0';
-      bool found = false;
-      char *save = NULL;
-      for (char *tok = strtok_r (buf, " \n", &save); tok && !found; tok = strtok_r (NULL, " \n", &save))
-        found = strcmp (tok, ctl) == 0;
-      if (!found)
-        return nrm_error_set (err, ENOENT,
-                              "cgroup `%s` has no `%s`: cgroup v2 at %s has no %s controller (a cgroup v1 hybrid "
-                              "host, with %s on v1?); nrm needs %s on cgroup v2",
-                              cgroup, file, fs->root, ctl, ctl, ctl);
+      switch (nrm_cgroupfs_controller (fs, ctl))
+        {
+        case NRM_CGROUP_V2_NONE:
+          return nrm_error_set (err, ENOENT,
+                                "cgroup `%s` has no `%s`: %s is not cgroup v2 (no cgroup.controllers; cgroup v1?), "
+                                "and nrm binds containers through cgroup v2",
+                                cgroup, file, fs->root);
+        case NRM_CGROUP_V2_WITHOUT:
+          return nrm_error_set (err, ENOENT,
+                                "cgroup `%s` has no `%s`: cgroup v2 at %s has no %s controller (a cgroup v1 hybrid "
+                                "host, with %s on v1?); nrm needs %s on cgroup v2",
+                                cgroup, file, fs->root, ctl, ctl, ctl);
+        case NRM_CGROUP_V2_WITH:
+          break;
+        }
     }
   return nrm_error_set (err, ENOENT, "cgroup `%s` has no `%s` (vanished, or the controller is off)", cgroup, file);
 }
@@ -217,47 +246,15 @@ nrm_cgroup_exists (struct nrm_cgroupfs *fs, const char *cgroup)
   return fd >= 0;
 }
 
-int
-nrm_cgroup_apply (struct nrm_cgroupfs *fs, const char *cgroup, const struct nrm_binding *b, nrm_error_t *err)
+bool
+nrm_cgroup_value_bytes (const char *s, unsigned long long *v)
 {
-  struct
-  {
-    const char *file, *value;
-    char *old;
-  } w[1 + NRM_MEMORY_FILES_MAX];
-  struct nrm_cgroup_file mf[NRM_MEMORY_FILES_MAX];
-  char names[2 * 4][32];
-  size_t n = 0;
-
-  if (!nrm_cgroup_path_valid (cgroup))
-    return nrm_error_set (err, EINVAL, "invalid cgroup path `%s`", cgroup);
-  /* cpus before mems: a CPU set change never needs the memory nodes first,
-   * and mems is what a failure most often refuses. */
-  if (b->cpus)
-    w[n++] = (typeof (w[0])){ "cpuset.cpus", b->cpus, NULL };
-  size_t nm = nrm_memory_files (&b->memory, mf, names);
-  for (size_t i = 0; i < nm; i++)
-    w[n++] = (typeof (w[0])){ mf[i].file, mf[i].value, NULL };
-  int r = 0;
-  size_t done = 0;
-  for (size_t i = 0; i < n && r == 0; i++)
-    if (nrm_cgroup_read (fs, cgroup, w[i].file, &w[i].old, err) < 0)
-      r = -1;
-  for (; r == 0 && done < n; done++)
-    if (nrm_cgroup_write (fs, cgroup, w[done].file, w[done].value, err) < 0)
-      r = -1;
-  if (r < 0)
-    /* Put back what was written before the failure, newest first. */
-    while (done-- > 0)
-      {
-        nrm_error_t ignored = NULL;
-        /* An empty cpuset file reads back as "" and means "inherit". */
-        nrm_cgroup_write (fs, cgroup, w[done].file, w[done].old && *w[done].old ? w[done].old : "\n", &ignored);
-        nrm_error_release (&ignored);
-      }
-  for (size_t i = 0; i < n; i++)
-    free (w[i].old);
-  return r;
+  if (s == NULL || *s < '0' || *s > '9' || strlen (s) > 19)
+    return false;
+  char *end;
+  errno = 0;
+  *v = strtoull (s, &end, 10);
+  return errno == 0 && *end == '\0';
 }
 
 int
