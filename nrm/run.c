@@ -429,8 +429,8 @@ make_scratch (const char *from, const char *const names[2], nrm_error_t *err)
     }
   for (size_t i = 0; from && i < 2; i++)
     {
-      cleanup_free char *a = xasprintf ("%s/%s.checkpoint.json", from, names[i]);
-      cleanup_free char *b = xasprintf ("%s/%s.checkpoint.json", dir, names[i]);
+      cleanup_free char *a = nrm_checkpoint_path (from, names[i]);
+      cleanup_free char *b = nrm_checkpoint_path (dir, names[i]);
       if (copy_file (a, b, err) < 0)
         goto fail;
     }
