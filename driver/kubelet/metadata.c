@@ -15,7 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "driver/metadata.h"
+#include "driver/kubelet/metadata.h"
 #include "driver/driver.h"
 #include "driver/names.h"
 #include "nrm/base/cleanup.h"

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "driver/checkpoint.h"
+#include "driver/kubelet/checkpoint.h"
 #include "nrm/base/cleanup.h"
 #include "nrm/base/xalloc.h"
 #include "nrm/base/fs.h"

@@ -5,7 +5,7 @@
 
 #include <errno.h>
 
-#include "driver/plugin-internal.h"
+#include "driver/kubelet/plugin-internal.h"
 
 const double nrm_latency_bounds[NRM_LATENCY_BUCKETS]
     = { 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5 };

@@ -11,8 +11,8 @@
  *   cdi.c          the CDI spec of every prepared claim
  *   health.c       the health streams and their threads
  *   metrics.c      call counters and latencies
- * The checkpoint's format is driver/checkpoint.c's, the device metadata
- * files driver/metadata.c's. */
+ * The checkpoint's format is checkpoint.c's, the device metadata files
+ * metadata.c's (both in this folder). */
 
 #include <jansson.h>
 #include <pthread.h>
@@ -22,8 +22,8 @@
 #include <time.h>
 
 #include "driver/claimview.h"
-#include "driver/grpc.h"
-#include "driver/plugin.h"
+#include "driver/kubelet/grpc.h"
+#include "driver/kubelet/plugin.h"
 #include "nrm/base/xalloc.h"
 
 struct nrm_plugin_op;

@@ -9,7 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "driver/plugin-internal.h"
+#include "driver/kubelet/plugin-internal.h"
 #include "nrm/base/cleanup.h"
 #include "nrm/base/fs.h"
 

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* The kubelet plugin: its lifecycle and sockets, recovery at start, and the
  * gRPC handlers of the DRA and registration services. Its other parts are
- * listed in driver/plugin-internal.h. */
+ * listed in driver/kubelet/plugin-internal.h. */
 #include "config.h"
 
 #include <dirent.h>
@@ -17,12 +17,12 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "driver/checkpoint.h"
 #include "driver/claimview.h"
-#include "driver/grpc.h"
-#include "driver/metadata.h"
+#include "driver/kubelet/checkpoint.h"
+#include "driver/kubelet/grpc.h"
+#include "driver/kubelet/metadata.h"
+#include "driver/kubelet/plugin-internal.h"
 #include "driver/names.h"
-#include "driver/plugin-internal.h"
 #include "nrm/base/cleanup.h"
 #include "nrm/base/xalloc.h"
 #include "nrm/base/fs.h"

@@ -12,8 +12,8 @@
 #include <sys/file.h>
 #include <unistd.h>
 
-#include "driver/checkpoint.h"
-#include "driver/plugin-internal.h"
+#include "driver/kubelet/checkpoint.h"
+#include "driver/kubelet/plugin-internal.h"
 
 static int
 lock_file (const char *path, int how, int *ret, nrm_error_t *err)

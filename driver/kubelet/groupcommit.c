@@ -9,11 +9,11 @@
 #include <string.h>
 #include <sys/file.h>
 
-#include "driver/checkpoint.h"
 #include "driver/kit.h"
-#include "driver/metadata.h"
+#include "driver/kubelet/checkpoint.h"
+#include "driver/kubelet/metadata.h"
+#include "driver/kubelet/plugin-internal.h"
 #include "driver/names.h"
-#include "driver/plugin-internal.h"
 #include "nrm/base/cleanup.h"
 #include "nrm/base/fs.h"
 

@@ -11,7 +11,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
-#include "driver/plugin-internal.h"
+#include "driver/kubelet/plugin-internal.h"
 #include "nrm/base/cleanup.h"
 #include "proto/dra_health_v1alpha1.pb-c.h"
 
