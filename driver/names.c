@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "driver/names.h"
+#include "nrm/base/xalloc.h"
 
 /* RFC 1123 label syntax; max is 63 for a DNS label, unlimited inside a
  * subdomain (Kubernetes checks only the subdomain's total length). */
@@ -77,4 +78,11 @@ nrm_is_qualified_name (const char *s)
   memcpy (domain, s, n);
   domain[n] = '\0';
   return nrm_is_dns_subdomain (domain, 63) && nrm_is_c_identifier (slash + 1, 32);
+}
+
+char *
+nrm_base_request (const char *request)
+{
+  const char *slash = strchr (request, '/');
+  return slash ? xstrndup (request, (size_t) (slash - request)) : xstrdup (request);
 }

@@ -10,4 +10,8 @@ bool nrm_is_dns_subdomain (const char *s, int max); /* dot-separated RFC 1123 la
 bool nrm_is_c_identifier (const char *s, int max);  /* [A-Za-z_][A-Za-z0-9_]*, <= max */
 bool nrm_is_qualified_name (const char *s);         /* [<subdomain <= 63>/]<identifier <= 32> */
 
+/* The base request "req" of a request reference "req" or "req/sub", as
+ * the kubelet's reply and the device metadata name it (malloc'd). */
+char *nrm_base_request (const char *request);
+
 #endif

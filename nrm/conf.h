@@ -5,7 +5,7 @@
 #include <stdbool.h>
 
 #include "driver/devices.h"
-#include "driver/plugin.h"
+#include "driver/kubelet/plugin.h"
 #include "nrm/base/error.h"
 #include "topology/topology.h"
 

@@ -9,8 +9,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "driver/binding.h"
-#include "driver/informer.h"
+#include "driver/k8s/binding.h"
+#include "driver/k8s/informer.h"
 #include "driver/names.h"
 #include "nrm/base/cleanup.h"
 #include "nrm/base/clock.h"

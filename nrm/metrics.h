@@ -4,8 +4,8 @@
 
 #include <stdbool.h>
 
-#include "driver/plugin.h"
-#include "driver/publish.h"
+#include "driver/kubelet/plugin.h"
+#include "driver/k8s/publish.h"
 #include "driver/registry.h"
 #include "nrm/conf.h"
 #include "topology/topology.h"

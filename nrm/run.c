@@ -23,9 +23,9 @@
 
 #include "cpuset/partition.h"
 #include "cpuset/placement.h"
-#include "driver/checkpoint.h"
+#include "driver/kubelet/checkpoint.h"
 #include "driver/cpu/cpu.h"
-#include "driver/plugin.h"
+#include "driver/kubelet/plugin.h"
 #include "driver/registry.h"
 #include "nrm/attach.h"
 #include "nrm/base/cgroupfs.h"
@@ -415,8 +415,8 @@ make_scratch (const char *from, const char *const names[2], nrm_error_t *err)
     }
   for (size_t i = 0; from && i < 2; i++)
     {
-      cleanup_free char *a = xasprintf ("%s/%s.checkpoint.json", from, names[i]);
-      cleanup_free char *b = xasprintf ("%s/%s.checkpoint.json", dir, names[i]);
+      cleanup_free char *a = nrm_checkpoint_path (from, names[i]);
+      cleanup_free char *b = nrm_checkpoint_path (dir, names[i]);
       if (copy_file (a, b, err) < 0)
         goto fail;
     }

@@ -13,7 +13,7 @@
 #include "driver/cpu/cpu.h"
 #include "driver/devices.h"
 #include "driver/pci/pci.h"
-#include "driver/plugin.h"
+#include "driver/kubelet/plugin.h"
 #include "nrm/base/quantity.h"
 #include "nrm/base/cleanup.h"
 #include "nrm/base/xalloc.h"

@@ -11,6 +11,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <jansson.h>
+
 #include "nrm/base/error.h"
 
 /* A bus id as the standard attribute has it: 4-digit domain, lowercase. */
@@ -81,5 +83,22 @@ bool nrm_pci_bus_id_valid (const char *s);
  * "accel", "fpga", "coproc"; NULL for every other class (bridges, USB,
  * SATA, ...). class_code is 24 bits; vendor decides FPGAs. */
 const char *nrm_pci_class_name (uint32_t class_code, uint16_t vendor_id);
+
+/* How a claim's PCI functions are found among the devices of any driver,
+ * so that a driver aligns with them without including another's header. */
+
+/* The device name of a function as nrm's PCI drivers publish it:
+ * "<class>-dddd-bb-dd-f" (dots and colons as dashes), into buf of at least
+ * 40 bytes. */
+void nrm_pci_device_name (const char *class, const char *bus_id, char *buf, size_t size);
+
+/* The bus id ("dddd:bb:dd.f") a device name of that form names, into buf;
+ * false, buf empty, for any other name (numa0, gpu-0). */
+bool nrm_pci_bus_id_of_device (const char *name, char buf[NRM_PCI_BUS_ID_LEN]);
+
+/* The PCI bus id a device of any driver carries in its attributes (the
+ * standard resource.kubernetes.io/pciBusID, or dranet's and AMD's own
+ * names), lowercased into buf (NRM_PCI_BUS_ID_LEN bytes); false if none. */
+bool nrm_pci_bus_id_of_attributes (json_t *attrs, char *buf);
 
 #endif

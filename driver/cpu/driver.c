@@ -17,10 +17,10 @@
 #include "driver/cpu/cpu.h"
 #include "driver/driver.h"
 #include "driver/kit.h"
-#include "driver/pci/pci.h"
 #include "nrm/base/cleanup.h"
 #include "nrm/base/xalloc.h"
 #include "nrm/base/fs.h"
+#include "topology/pci.h"
 
 struct claim_entry
 {

@@ -75,33 +75,6 @@ class_index (const char *class)
   return -1;
 }
 
-void
-nrm_pci_device_name (const char *class, const char *bus_id, char *buf, size_t size)
-{
-  snprintf (buf, size, "%s-%s", class, bus_id);
-  for (char *p = buf + strlen (class) + 1; *p; p++)
-    if (*p == ':' || *p == '.')
-      *p = '-';
-}
-
-bool
-nrm_pci_bus_id_of_device (const char *name, char buf[NRM_PCI_BUS_ID_LEN])
-{
-  /* <class>-dddd-bb-dd-f: a lowercase class, then the id with dashes. */
-  size_t n = strlen (name), cl = strspn (name, "abcdefghijklmnopqrstuvwxyz");
-  buf[0] = '\0';
-  if (cl == 0 || n != cl + 13 || name[cl] != '-')
-    return false;
-  const char *id = name + cl + 1;
-  if (id[4] != '-' || id[7] != '-' || id[10] != '-')
-    return false;
-  snprintf (buf, NRM_PCI_BUS_ID_LEN, "%.4s:%.2s:%.2s.%c", id, id + 5, id + 8, id[11]);
-  if (nrm_pci_bus_id_valid (buf))
-    return true;
-  buf[0] = '\0';
-  return false;
-}
-
 json_t *
 nrm_pci_device_node (const char *fsroot, const char *path)
 {
@@ -1177,27 +1150,6 @@ nrm_pci_driver_describe (void *self, const char *uid, json_t *state)
       json_object_set_new (devs, name, json_object ());
   }
   return json_pack ("{s:o}", "devices", devs);
-}
-
-/* The attributes other drivers carry a PCI address in: the standard one,
- * and those of drivers that predate it (dranet's pciAddress, AMD's pciAddr). */
-static const char *const bus_id_attrs[]
-    = { "resource.kubernetes.io/pciBusID", "pciBusID", "pciAddress", "dra.net/pciAddress", "pciAddr" };
-
-bool
-nrm_pci_bus_id_of_attributes (json_t *attrs, char *buf)
-{
-  for (size_t k = 0; k < sizeof (bus_id_attrs) / sizeof (bus_id_attrs[0]); k++)
-    {
-      const char *v = json_string_value (json_object_get (json_object_get (attrs, bus_id_attrs[k]), "string"));
-      if (v == NULL || strlen (v) != NRM_PCI_BUS_ID_LEN - 1)
-        continue;
-      for (size_t i = 0; i < NRM_PCI_BUS_ID_LEN; i++)
-        buf[i] = (char) (v[i] >= 'A' && v[i] <= 'F' ? v[i] - 'A' + 'a' : v[i]);
-      if (nrm_pci_bus_id_valid (buf))
-        return true;
-    }
-  return false;
 }
 
 void

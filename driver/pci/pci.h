@@ -61,11 +61,6 @@ void nrm_pci_driver_node_devices (void *self, json_t *devices);
  * and later) marks its function wedged until its card is added again. */
 void nrm_pci_driver_uevent (void *self, const char *msg, size_t len);
 
-/* The PCI bus id a device of any driver carries in its attributes (the
- * standard resource.kubernetes.io/pciBusID, or dranet's and AMD's own
- * names), lowercased into buf (NRM_PCI_BUS_ID_LEN bytes); false if none. */
-bool nrm_pci_bus_id_of_attributes (json_t *attrs, char *buf);
-
 /* The functions of the served classes that this driver (generic or vendor)
  * leaves out because another driver, a device plugin or a configuration
  * rule serves them, as of its last pool: a new object {bus id: who}, who
@@ -83,15 +78,6 @@ json_t *nrm_pci_driver_left_out (void *self);
   .prepare = nrm_pci_driver_prepare, .restore = nrm_pci_driver_restore, .unprepare = nrm_pci_driver_unprepare,         \
   .health = nrm_pci_driver_health, .health_fd = nrm_pci_driver_health_fd, .health_event = nrm_pci_driver_health_event, \
   .describe = nrm_pci_driver_describe, .bind = nrm_pci_driver_bind, .node_devices = nrm_pci_driver_node_devices
-
-/* The device name of a function: "<class>-dddd-bb-dd-f" (dots and colons
- * as dashes), into buf of at least 40 bytes. */
-void nrm_pci_device_name (const char *class, const char *bus_id, char *buf, size_t size);
-
-/* The bus id ("dddd:bb:dd.f") a device name of that form names, into buf;
- * false, buf empty, for any other name (numa0, gpu-0). Drivers align with
- * a claim's PCI functions through it. */
-bool nrm_pci_bus_id_of_device (const char *name, char buf[NRM_PCI_BUS_ID_LEN]);
 
 /* A device node entry of CDI containerEdits for path (a /dev path),
  * with hostPath under fsroot when fsroot is not "/". */

@@ -14,7 +14,7 @@
 #include "driver/devices.h"
 #include "driver/names.h"
 #include "driver/registry.h"
-#include "driver/plugin.h"
+#include "driver/kubelet/plugin.h"
 #include "nrm/base/cleanup.h"
 #include "topology/topology.h"
 

@@ -6,7 +6,7 @@
 #include <stdint.h>
 
 #include "driver/devices.h"
-#include "driver/publish.h"
+#include "driver/k8s/publish.h"
 #include "nrm/base/cleanup.h"
 
 int LLVMFuzzerTestOneInput (const uint8_t *data, size_t size);

@@ -12,7 +12,7 @@
 #include <grpc/slice.h>
 #include <grpc/support/time.h>
 
-#include "driver/grpc.h"
+#include "driver/kubelet/grpc.h"
 #include "proto/dra_v1.pb-c.h"
 #include "proto/pluginregistration.pb-c.h"
 #include "tests/plugin/kubelet.h"

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Which instance of a driver publishes (driver/handover.h), with the
+/* Which instance of a driver publishes (driver/k8s/handover.h), with the
  * instance locks held in this process: a flock belongs to its open file,
  * so another open of the same file sees it as another process would. */
 #include "config.h"
@@ -20,7 +20,7 @@
 
 #include <cmocka.h>
 
-#include "driver/handover.h"
+#include "driver/k8s/handover.h"
 #include "nrm/base/cleanup.h"
 #include "nrm/base/fs.h"
 #include "nrm/base/xalloc.h"

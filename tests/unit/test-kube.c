@@ -14,8 +14,8 @@
 
 #include <cmocka.h>
 
-#include "driver/kube.h"
-#include "driver/publish.h"
+#include "driver/k8s/kube.h"
+#include "driver/k8s/publish.h"
 #include "nrm/base/cleanup.h"
 #include "tests/unit/util.h"
 #include "nrm/conf.h"

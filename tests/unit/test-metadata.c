@@ -18,7 +18,7 @@
 
 #include <cmocka.h>
 
-#include "driver/metadata.h"
+#include "driver/kubelet/metadata.h"
 #include "nrm/base/cleanup.h"
 #include "nrm/base/fs.h"
 

@@ -14,7 +14,7 @@
 
 #include <cmocka.h>
 
-#include "driver/binding.h"
+#include "driver/k8s/binding.h"
 #include "driver/devices.h"
 #include "driver/registry.h"
 #include "nrm/base/quantity.h"

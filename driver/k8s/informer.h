@@ -5,7 +5,7 @@
 #include <jansson.h>
 #include <stdbool.h>
 
-#include "driver/kube.h"
+#include "driver/k8s/kube.h"
 #include "nrm/base/error.h"
 #include "nrm/base/log.h"
 

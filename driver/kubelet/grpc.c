@@ -14,7 +14,7 @@
 #include <grpc/slice.h>
 #include <grpc/support/time.h>
 
-#include "driver/grpc.h"
+#include "driver/kubelet/grpc.h"
 #include "nrm/base/xalloc.h"
 
 /* Every completion carries a tag: what finished, and for whom. */

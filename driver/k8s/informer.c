@@ -12,7 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "driver/informer.h"
+#include "driver/k8s/informer.h"
 #include "nrm/base/cleanup.h"
 #include "nrm/base/clock.h"
 #include "nrm/base/xalloc.h"

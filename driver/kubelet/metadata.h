@@ -3,8 +3,11 @@
 #define NRM_METADATA_H
 
 #include <jansson.h>
+#include <stdbool.h>
 
+#include "driver/driver.h"
 #include "nrm/base/error.h"
+#include "nrm/base/log.h"
 
 /* Device metadata in containers (KEP-5304, Kubernetes 1.36, as
  * k8s.io/dynamic-resource-allocation v0.36 writes it): for each (claim, base
@@ -43,5 +46,34 @@ int nrm_metadata_remove (const char *plugin_data_dir, const char *cdi_dir, const
  * resource.kubernetes.io/pod-claim-name annotation), or NULL. The string
  * belongs to claim. */
 const char *nrm_metadata_pod_claim_name (json_t *claim);
+
+/* The metadata of a claim as the plugin prepares it: one entry per base
+ * request, {request (as allocated), podClaimName?, devices: [{driver, pool,
+ * name, attributes?}]}, with the attributes the driver gave (by device
+ * name; may be NULL). New reference. */
+json_t *nrm_metadata_entries (const char *driver, const struct nrm_claim_view *v, json_t *attrs);
+
+/* Writes the files and specs of every entry, and adds each one's CDI id to
+ * the first device of its request in devs (the kubelet's reply: objects
+ * with requestNames and cdiDeviceIDs). As upstream, a failure is logged
+ * and the claim is prepared without it. */
+void nrm_metadata_write_claim (const char *plugin_data_dir, const char *cdi_dir, const char *driver, const char *ns,
+                               const char *name, const char *uid, json_t *entries, json_t *devs, nrm_log_fn log,
+                               void *log_ctx);
+
+/* Removes the metadata of a claim's checkpoint entry (its namespace and
+ * name). A completed entry says whether metadata was written ("metadata"):
+ * one without it costs no scan of the CDI directory. An entry of an
+ * interrupted prepare may have left files either way (all = true). A
+ * failure is logged. */
+void nrm_metadata_remove_entry (const char *plugin_data_dir, const char *cdi_dir, const char *driver, const char *uid,
+                                json_t *entry, bool all, nrm_log_fn log, void *log_ctx);
+
+/* Removes the metadata of claims that claims (uid -> checkpoint entry) no
+ * longer has (a crash between unprepare's checkpoint write and the
+ * removal): their specs <driver>_metadata_<uid>_<request>.json and their
+ * folders <ns>_<name>. */
+void nrm_metadata_remove_orphans (const char *plugin_data_dir, const char *cdi_dir, const char *driver, json_t *claims,
+                                  nrm_log_fn log, void *log_ctx);
 
 #endif

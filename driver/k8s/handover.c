@@ -13,7 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "driver/handover.h"
+#include "driver/k8s/handover.h"
 #include "nrm/base/cleanup.h"
 #include "nrm/base/fs.h"
 #include "nrm/base/xalloc.h"

@@ -15,7 +15,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "driver/metadata.h"
+#include "driver/kubelet/metadata.h"
+#include "driver/driver.h"
 #include "driver/names.h"
 #include "nrm/base/cleanup.h"
 #include "nrm/base/xalloc.h"
@@ -75,24 +76,15 @@ is_uid (const char *s)
 static int
 check_request (const char *request, char **ret, nrm_error_t *err)
 {
-  const char *slash = request ? strchr (request, '/') : NULL;
   const char *why = "must be a DNS label, or two joined by `/`";
 
   if (request == NULL)
     return refuse ("request", request, why, err);
-  if (slash == NULL)
-    {
-      if (!nrm_is_dns_label (request))
-        return refuse ("request", request, why, err);
-      *ret = xstrdup (request);
-    }
-  else
-    {
-      cleanup_free char *base = xstrndup (request, (size_t) (slash - request));
-      if (!nrm_is_dns_label (base) || !nrm_is_dns_label (slash + 1))
-        return refuse ("request", request, why, err);
-      *ret = TAKE_PTR (base);
-    }
+  const char *slash = strchr (request, '/');
+  cleanup_free char *base = nrm_base_request (request);
+  if (!nrm_is_dns_label (base) || (slash && !nrm_is_dns_label (slash + 1)))
+    return refuse ("request", request, why, err);
+  *ret = TAKE_PTR (base);
   return 0;
 }
 
@@ -396,4 +388,150 @@ nrm_metadata_pod_claim_name (json_t *claim)
 {
   json_t *annotations = json_object_get (json_object_get (claim, "metadata"), "annotations");
   return json_string_value (json_object_get (annotations, NRM_METADATA_POD_CLAIM_NAME_ANNOTATION));
+}
+
+/* --- the metadata of a claim, for the plugin ------------------------------ */
+
+json_t *
+nrm_metadata_entries (const char *driver, const struct nrm_claim_view *v, json_t *attrs)
+{
+  json_t *out = json_array ();
+  const char *pcn = nrm_metadata_pod_claim_name (v->claim);
+  for (size_t i = 0; i < v->n_results; i++)
+    {
+      const struct nrm_alloc_result *r = &v->results[i];
+      cleanup_free char *base = nrm_base_request (r->request);
+      json_t *entry = NULL, *e;
+      size_t k;
+      json_array_foreach (out, k, e)
+      {
+        cleanup_free char *b = nrm_base_request (json_string_value (json_object_get (e, "request")));
+        if (strcmp (b, base) == 0)
+          entry = e;
+      }
+      if (entry == NULL)
+        {
+          entry = json_pack ("{s:s, s:[]}", "request", r->request, "devices");
+          if (pcn)
+            json_object_set_new (entry, "podClaimName", json_string (pcn));
+          json_array_append_new (out, entry);
+        }
+      json_t *dev = json_pack ("{s:s, s:s, s:s}", "driver", driver, "pool", r->pool, "name", r->device);
+      json_t *a = json_object_get (attrs, r->device);
+      if (json_object_size (a) > 0)
+        json_object_set (dev, "attributes", a);
+      json_array_append_new (json_object_get (entry, "devices"), dev);
+    }
+  return out;
+}
+
+void
+nrm_metadata_write_claim (const char *plugin_data_dir, const char *cdi_dir, const char *driver, const char *ns,
+                          const char *name, const char *uid, json_t *entries, json_t *devs, nrm_log_fn log,
+                          void *log_ctx)
+{
+  size_t i, k;
+  json_t *e, *d;
+  json_array_foreach (entries, i, e)
+  {
+    cleanup_free char *id = NULL;
+    const char *request = json_string_value (json_object_get (e, "request"));
+    nrm_error_t err = NULL;
+    if (nrm_metadata_write (plugin_data_dir, cdi_dir, driver, ns, name, uid,
+                            json_string_value (json_object_get (e, "podClaimName")), request,
+                            json_object_get (e, "devices"), &id, &err)
+        < 0)
+      {
+        NRM_LOG_TO (log, log_ctx, NRM_LOG_WARNING, "%s: claim %s/%s: device metadata: %s", driver, ns, name,
+                    nrm_error_msg (err));
+        nrm_error_release (&err);
+        continue;
+      }
+    cleanup_free char *base = nrm_base_request (request);
+    json_array_foreach (devs, k, d)
+    {
+      json_t *names = json_object_get (d, "requestNames");
+      if (strcmp (json_string_value (json_array_get (names, 0)) ?: "", base) == 0)
+        {
+          json_t *ids = json_object_get (d, "cdiDeviceIDs");
+          size_t x;
+          json_t *have;
+          bool dup = false;
+          json_array_foreach (ids, x, have) { dup |= strcmp (json_string_value (have) ?: "", id) == 0; }
+          if (!dup)
+            json_array_append_new (ids, json_string (id));
+          break;
+        }
+    }
+  }
+}
+
+void
+nrm_metadata_remove_entry (const char *plugin_data_dir, const char *cdi_dir, const char *driver, const char *uid,
+                           json_t *entry, bool all, nrm_log_fn log, void *log_ctx)
+{
+  const char *ns = json_string_value (json_object_get (entry, "namespace"));
+  const char *name = json_string_value (json_object_get (entry, "name"));
+  nrm_error_t err = NULL;
+  if (ns == NULL || name == NULL || (!all && json_object_get (entry, "metadata") == NULL))
+    return;
+  if (nrm_metadata_remove (plugin_data_dir, cdi_dir, driver, ns, name, uid, &err) < 0)
+    {
+      NRM_LOG_TO (log, log_ctx, NRM_LOG_WARNING, "%s: claim %s: removing device metadata: %s", driver, uid,
+                  nrm_error_msg (err));
+      nrm_error_release (&err);
+    }
+}
+
+static bool
+same_str (json_t *v, const char *s)
+{
+  return json_is_string (v) && strcmp (json_string_value (v), s) == 0;
+}
+
+/* Claim UIDs, namespaces and names have no '_': the UID of a spec is what
+ * comes before the next one, the namespace of a folder what comes before
+ * the first. */
+void
+nrm_metadata_remove_orphans (const char *plugin_data_dir, const char *cdi_dir, const char *driver, json_t *claims,
+                             nrm_log_fn log, void *log_ctx)
+{
+  cleanup_free char *prefix = xasprintf ("%s_metadata_", driver);
+  cleanup_free char *dir = xasprintf ("%s/" HOST_SUBDIR, plugin_data_dir);
+  size_t plen = strlen (prefix);
+  DIR *d = opendir (cdi_dir);
+  struct dirent *de;
+  while (d && (de = readdir (d)) != NULL)
+    {
+      const char *rest = de->d_name + plen;
+      if (strncmp (de->d_name, prefix, plen) != 0 || strchr (rest, '_') == NULL)
+        continue;
+      cleanup_free char *uid = xstrndup (rest, strcspn (rest, "_"));
+      if (json_object_get (claims, uid) == NULL && unlinkat (dirfd (d), de->d_name, 0) == 0)
+        NRM_LOG_TO (log, log_ctx, NRM_LOG_INFO, "removed the metadata spec %s of unknown claim %s", de->d_name, uid);
+    }
+  if (d)
+    closedir (d);
+  d = opendir (dir);
+  while (d && (de = readdir (d)) != NULL)
+    {
+      const char *sep = strchr (de->d_name, '_');
+      if (de->d_name[0] == '.' || sep == NULL)
+        continue;
+      cleanup_free char *ns = xstrndup (de->d_name, (size_t) (sep - de->d_name));
+      bool known = false;
+      const char *uid;
+      json_t *c;
+      json_object_foreach (claims, uid, c)
+      {
+        known |= same_str (json_object_get (c, "namespace"), ns) && same_str (json_object_get (c, "name"), sep + 1);
+      }
+      nrm_error_t err = NULL;
+      /* No UID matches "-": only the folder goes here. */
+      if (!known && nrm_metadata_remove (plugin_data_dir, cdi_dir, driver, ns, sep + 1, "-", &err) == 0)
+        NRM_LOG_TO (log, log_ctx, NRM_LOG_INFO, "removed the device metadata of unknown claim %s/%s", ns, sep + 1);
+      nrm_error_release (&err);
+    }
+  if (d)
+    closedir (d);
 }

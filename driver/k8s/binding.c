@@ -12,9 +12,9 @@
 
 #include <openssl/evp.h>
 
-#include "driver/binding.h"
+#include "driver/k8s/binding.h"
 #include "driver/claimview.h"
-#include "driver/informer.h"
+#include "driver/k8s/informer.h"
 #include "driver/names.h"
 #include "nrm/base/cleanup.h"
 #include "nrm/base/xalloc.h"

@@ -5,9 +5,9 @@
 #include <jansson.h>
 #include <stdbool.h>
 
-#include "driver/kube.h"
-#include "driver/plugin.h"
+#include "driver/k8s/kube.h"
 #include "nrm/base/error.h"
+#include "nrm/base/log.h"
 
 /* Keeps one driver's ResourceSlices on the API server equal to the desired
  * ones, as the upstream resourceslice controller does: slices owned by the

@@ -5,7 +5,6 @@
 #include <jansson.h>
 #include <stdbool.h>
 
-#include "driver/plugin.h"
 #include "nrm/base/error.h"
 
 /* A Kubernetes API client on libcurl: kubeconfig or in-cluster settings,
@@ -82,8 +81,5 @@ int nrm_kube_watch_open (struct nrm_kube *k, const char *path, nrm_kube_event_fn
 int nrm_kube_watch_poll (struct nrm_kube_watch *w, int timeout_ms, int wake_fd, long *status, json_t **body,
                          nrm_error_t *err);
 void nrm_kube_watch_close (struct nrm_kube_watch *w);
-
-/* Reads ResourceClaims from the API server (GET by namespace and name). */
-void nrm_claim_source_kube (struct nrm_claim_source *src, struct nrm_kube *k);
 
 #endif

@@ -14,8 +14,7 @@
 #include <curl/curl.h>
 #include <openssl/evp.h>
 
-#include "driver/kube.h"
-#include "driver/names.h"
+#include "driver/k8s/kube.h"
 #include "nrm/base/cleanup.h"
 #include "nrm/base/clock.h"
 #include "nrm/base/xalloc.h"
@@ -869,36 +868,4 @@ nrm_kube_watch_poll (struct nrm_kube_watch *w, int timeout_ms, int wake_fd, long
       return 0;
     }
   return 1;
-}
-
-/* --- claims ----------------------------------------------------------- */
-
-static int
-kube_claim_get (void *self, const char *ns, const char *name, json_t **ret, nrm_error_t *err)
-{
-  struct nrm_kube *k = self;
-  cleanup_free char *path = NULL;
-  cleanup_json json_t *body = NULL;
-  if (!nrm_is_dns_subdomain (ns, 253) || !nrm_is_dns_subdomain (name, 253))
-    return nrm_error_set (err, EINVAL, "invalid claim reference %s/%s", ns, name);
-  path = xasprintf ("/apis/resource.k8s.io/v1/namespaces/%s/resourceclaims/%s", ns, name);
-  int code = nrm_kube_call (k, "GET", path, NULL, &body, err);
-  if (code < 0)
-    return nrm_error_wrap (err, "ResourceClaim %s/%s", ns, name);
-  if (code == 404)
-    return nrm_error_set (err, ENOENT, "ResourceClaim %s/%s not found", ns, name);
-  if (code != 200)
-    return nrm_error_set (err, EIO, "ResourceClaim %s/%s: HTTP %d: %s", ns, name, code,
-                          nrm_kube_status_message (body, code));
-  if (!json_is_object (body))
-    return nrm_error_set (err, EPROTO, "ResourceClaim %s/%s: the answer is not an object", ns, name);
-  *ret = TAKE_PTR (body);
-  return 0;
-}
-
-void
-nrm_claim_source_kube (struct nrm_claim_source *src, struct nrm_kube *k)
-{
-  src->get = kube_claim_get;
-  src->self = k;
 }

@@ -2,7 +2,7 @@
 #ifndef NRM_BINDING_H
 #define NRM_BINDING_H
 
-#include "driver/kube.h"
+#include "driver/k8s/kube.h"
 #include "driver/registry.h"
 
 /* Binding conditions (KEP-5007) on the node. The scheduler holds a pod in

@@ -1,4 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
+/* The plugin's claim sources: a directory of ResourceClaim files
+ * (--claims-dir), or the API server. */
 #include "config.h"
 
 #include <dirent.h>
@@ -11,8 +13,9 @@
 #include <sys/inotify.h>
 #include <unistd.h>
 
+#include "driver/k8s/kube.h"
+#include "driver/kubelet/claims.h"
 #include "driver/names.h"
-#include "driver/plugin.h"
 #include "nrm/base/cleanup.h"
 #include "nrm/base/fs.h"
 #include "nrm/base/xalloc.h"
@@ -185,4 +188,36 @@ nrm_claim_source_dir (struct nrm_claim_source *src, struct nrm_claims_dir *cd)
 {
   src->get = dir_get;
   src->self = cd;
+}
+
+/* --- from the API server ------------------------------------------------- */
+
+static int
+kube_claim_get (void *self, const char *ns, const char *name, json_t **ret, nrm_error_t *err)
+{
+  struct nrm_kube *k = self;
+  cleanup_free char *path = NULL;
+  cleanup_json json_t *body = NULL;
+  if (!nrm_is_dns_subdomain (ns, 253) || !nrm_is_dns_subdomain (name, 253))
+    return nrm_error_set (err, EINVAL, "invalid claim reference %s/%s", ns, name);
+  path = xasprintf ("/apis/resource.k8s.io/v1/namespaces/%s/resourceclaims/%s", ns, name);
+  int code = nrm_kube_call (k, "GET", path, NULL, &body, err);
+  if (code < 0)
+    return nrm_error_wrap (err, "ResourceClaim %s/%s", ns, name);
+  if (code == 404)
+    return nrm_error_set (err, ENOENT, "ResourceClaim %s/%s not found", ns, name);
+  if (code != 200)
+    return nrm_error_set (err, EIO, "ResourceClaim %s/%s: HTTP %d: %s", ns, name, code,
+                          nrm_kube_status_message (body, code));
+  if (!json_is_object (body))
+    return nrm_error_set (err, EPROTO, "ResourceClaim %s/%s: the answer is not an object", ns, name);
+  *ret = TAKE_PTR (body);
+  return 0;
+}
+
+void
+nrm_claim_source_kube (struct nrm_claim_source *src, struct nrm_kube *k)
+{
+  src->get = kube_claim_get;
+  src->self = k;
 }

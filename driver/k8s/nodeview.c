@@ -7,8 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "driver/informer.h"
-#include "driver/nodeview.h"
+#include "driver/k8s/informer.h"
+#include "driver/k8s/nodeview.h"
 #include "nrm/base/cleanup.h"
 #include "nrm/base/xalloc.h"
 

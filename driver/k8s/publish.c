@@ -12,7 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "driver/publish.h"
+#include "driver/k8s/publish.h"
 #include "nrm/base/quantity.h"
 #include "nrm/base/cleanup.h"
 #include "nrm/base/clock.h"

@@ -6,8 +6,9 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "driver/checkpoint.h"
 #include "driver/driver.h"
+#include "driver/kubelet/checkpoint.h"
+#include "driver/kubelet/claims.h"
 #include "nrm/base/error.h"
 #include "nrm/base/log.h"
 
@@ -15,22 +16,6 @@
  * (driver/driver.h); the framework owns the sockets, registration, the DRA
  * and health services, serialization, checkpoints, CDI specs and claim
  * lookup. */
-
-/* Where claims come from: the Kubernetes API or a directory of JSON files. */
-struct nrm_claim_source
-{
-  /* A new reference to the resource.k8s.io/v1 ResourceClaim, or an error. */
-  int (*get) (void *self, const char *ns, const char *name, json_t **ret, nrm_error_t *err);
-  void *self;
-};
-
-/* Reads ResourceClaims from *.json files in a directory (regular files
- * only, indexed). One nrm_claims_dir may serve several sources and
- * threads. */
-struct nrm_claims_dir;
-struct nrm_claims_dir *nrm_claims_dir_new (const char *dir);
-void nrm_claims_dir_free (struct nrm_claims_dir *cd);
-void nrm_claim_source_dir (struct nrm_claim_source *src, struct nrm_claims_dir *cd);
 
 struct nrm_plugin_config
 {

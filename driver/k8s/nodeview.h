@@ -2,7 +2,7 @@
 #ifndef NRM_NODEVIEW_H
 #define NRM_NODEVIEW_H
 
-#include "driver/kube.h"
+#include "driver/k8s/kube.h"
 #include "driver/registry.h"
 
 /* The devices other drivers publish on this node: a watch of the node's
