@@ -18,6 +18,7 @@
 #include "nrm/base/cleanup.h"
 #include "nrm/base/xalloc.h"
 #include "nrm/base/fs.h"
+#include "nrm/reconcile.h"
 #include "nrm/settings.h"
 #include "nrm/status.h"
 #include "cpuset/partition.h"
@@ -336,114 +337,6 @@ pool_status (const struct nrm_topology *t, const struct nrm_pool *p, json_t *cla
                     "devices", devices);
 }
 
-hwloc_bitmap_t
-nrm_status_claimed_cpus (const struct nrm_config *c, const struct nrm_drivers *d)
-{
-  hwloc_bitmap_t all = xbitmap_alloc ();
-  for (size_t i = 0; i < d->n; i++)
-    {
-      const struct nrm_driver_slot *s = &d->slots[i];
-      nrm_error_t err = NULL;
-      if (s->ops->describe == NULL)
-        continue;
-      cleanup_json json_t *claims = nrm_checkpoint_claims (c->state_dir, s->name, &err);
-      nrm_error_release (&err);
-      const char *uid;
-      json_t *cl;
-      json_object_foreach (claims, uid, cl)
-      {
-        if (!nrm_checkpoint_completed (cl))
-          continue;
-        cleanup_json json_t *desc = s->ops->describe (s->self, uid, json_object_get (cl, "state"));
-        hwloc_bitmap_t set = NULL;
-        const char *list = json_string_value (json_object_get (desc, "cpus"));
-        if (list && nrm_cpulist_parse (list, &set, &err) == 0)
-          hwloc_bitmap_or (all, all, set);
-        nrm_error_release (&err);
-        hwloc_bitmap_free (set);
-      }
-    }
-  return all;
-}
-
-hwloc_bitmap_t
-nrm_status_full_memory_nodes (const struct nrm_config *c, const struct nrm_topology *t, const struct nrm_drivers *d)
-{
-  hwloc_bitmap_t full = xbitmap_alloc ();
-  cleanup_free uint64_t *held = xcalloc (t->n_numa ? t->n_numa : 1, sizeof (uint64_t));
-  for (size_t i = 0; i < d->n; i++)
-    {
-      const struct nrm_driver_slot *s = &d->slots[i];
-      nrm_error_t err = NULL;
-      if (strcmp (s->ops->id, "memory") != 0 || s->ops->describe == NULL)
-        continue;
-      cleanup_json json_t *claims = nrm_checkpoint_claims (c->state_dir, s->name, &err);
-      nrm_error_release (&err);
-      const char *uid, *dev;
-      json_t *cl, *v;
-      json_object_foreach (claims, uid, cl)
-      {
-        /* A claim being prepared counts: its memory is as good as gone. */
-        cleanup_json json_t *desc = s->ops->describe (s->self, uid, json_object_get (cl, "state"));
-        json_object_foreach (json_object_get (desc, "devices"), dev, v)
-        {
-          unsigned node;
-          char end;
-          json_t *bytes = json_object_get (v, "memory");
-          if (!json_is_integer (bytes) || sscanf (dev, "numa%u%c", &node, &end) != 1)
-            continue;
-          int ni = nrm_topology_numa_index (t, node);
-          if (ni >= 0 && json_integer_value (bytes) > 0)
-            held[ni] += (uint64_t) json_integer_value (bytes);
-        }
-      }
-    }
-  for (size_t n = 0; n < t->n_numa; n++)
-    {
-      /* What the node's device publishes: allocatable, in whole steps. */
-      uint64_t cap = nrm_topology_node_allocatable_memory (t, n), step = c->publish.memory_granularity;
-      if (step > 0)
-        cap -= cap % step;
-      if (cap > 0 && held[n] >= cap)
-        hwloc_bitmap_set (full, t->numa[n].os_index);
-    }
-  return full;
-}
-
-hwloc_bitmap_t
-nrm_status_shared_mems (const struct nrm_topology *t, hwloc_const_bitmap_t full, bool *starved)
-{
-  hwloc_bitmap_t all = xbitmap_alloc (), shared;
-  for (size_t n = 0; n < t->n_numa; n++)
-    if (t->numa[n].allowed)
-      hwloc_bitmap_set (all, t->numa[n].os_index);
-  shared = xbitmap_dup (all);
-  hwloc_bitmap_andnot (shared, shared, full);
-  *starved = hwloc_bitmap_iszero (shared) && !hwloc_bitmap_iszero (all);
-  if (*starved)
-    {
-      /* Every node's memory is claimed: shared containers must still run
-       * somewhere, so they keep every node (and the claims their memory
-       * limits, memory.max and memory.min, where the claims asked). */
-      hwloc_bitmap_free (shared);
-      return all;
-    }
-  hwloc_bitmap_free (all);
-  return shared;
-}
-
-hwloc_bitmap_t
-nrm_status_shared_cpus (const struct nrm_config *c, const struct nrm_topology *t, hwloc_const_bitmap_t claimed)
-{
-  hwloc_bitmap_t shared = xbitmap_dup (t->online);
-  hwloc_bitmap_andnot (shared, shared, t->disallowed);
-  hwloc_bitmap_andnot (shared, shared, t->isolated);
-  hwloc_bitmap_andnot (shared, shared, claimed);
-  if (c->cpu_options & NRM_OPT_STRICT_CPU_RESERVATION)
-    hwloc_bitmap_andnot (shared, shared, t->reserved);
-  return shared;
-}
-
 /* ", gpu, NUMA node 1, NVIDIA Corporation GH100 [H100 SXM5 80GB]" after a
  * bus id; the bus id first when the view has a device name before it. */
 static void
@@ -647,7 +540,7 @@ nrm_status (struct nrm_config *c, const struct nrm_topology *t, const struct nrm
                               c->state_dir, g, t->source);
       }
   }
-  shared = nrm_status_shared_cpus (c, t, exclusive);
+  shared = nrm_shared_pool_cpus (c, t, exclusive);
   ex = nrm_cpulist_format (exclusive);
   sh = nrm_cpulist_format (shared);
   res = nrm_cpulist_format (t->reserved);
@@ -656,8 +549,8 @@ nrm_status (struct nrm_config *c, const struct nrm_topology *t, const struct nrm
       doc, "cpus", json_pack ("{s:s, s:s, s:s, s:s}", "exclusive", ex, "shared", sh, "reserved", res, "isolated", iso));
   /* The shared pool's memory nodes, as the reconciler writes them. */
   bool starved = false;
-  cleanup_bitmap hwloc_bitmap_t full = nrm_status_full_memory_nodes (c, t, drivers);
-  cleanup_bitmap hwloc_bitmap_t smems = nrm_status_shared_mems (t, full, &starved);
+  cleanup_bitmap hwloc_bitmap_t full = nrm_shared_pool_full_nodes (c->state_dir, t, drivers);
+  cleanup_bitmap hwloc_bitmap_t smems = nrm_shared_pool_mems (t, full, &starved);
   cleanup_free char *full_list = nrm_cpulist_format (full), *smem_list = nrm_cpulist_format (smems);
   json_object_set_new (
       doc, "memoryNodes",
