@@ -25,7 +25,8 @@ struct nrm_cli
   struct nrm_run_request run;
   const char *options[16];
   size_t n_options;
-  int status; /* the exit status on success (nrm run: the command's own) */
+  bool reserved_memory_flag; /* a --reserved-memory replaced the file's list */
+  int status;                /* the exit status on success (nrm run: the command's own) */
 };
 
 /* A command an executable runs itself, or hands to another one: handoff

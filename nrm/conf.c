@@ -659,6 +659,14 @@ is_node_key (const char *key)
   return false;
 }
 
+bool
+nrm_config_is_node_key (const char *key)
+{
+  char top[32];
+  snprintf (top, sizeof (top), "%.*s", (int) strcspn (key, "."), key);
+  return is_node_key (top);
+}
+
 /* The source keys one setting stands for: cpu.mode, cpu.options... for a
  * section, the key itself otherwise. */
 static void
