@@ -259,25 +259,13 @@ http_handler (void *ctx, const char *path, int *status, const char **content_typ
  * v2 must have the cpuset controller: without it every container with a
  * claim would fail in the hook. Not checked for a recorded machine served
  * on this host, whose containers nrm leaves alone. */
-/* Whether the configuration enables the driver with this id. */
-static bool
-enables (const struct nrm_config *c, const char *id)
-{
-  size_t n = strlen (id);
-  if (c->drivers == NULL)
-    return true;
-  for (const char *p = c->drivers; *p; p += strcspn (p, ","), p += *p == ',')
-    if (strncmp (p, id, n) == 0 && (p[n] == ',' || p[n] == '\0'))
-      return true;
-  return false;
-}
-
 static int
 check_cpuset (const struct nrm_config *c, nrm_error_t *err)
 {
   bool here = strcmp (c->fsroot, "/") == 0;
   /* Only the CPU and memory drivers bind containers. */
-  if ((c->topology && here) || c->allow_no_cpuset || !(enables (c, "cpu") || enables (c, "memory")))
+  if ((c->topology && here) || c->allow_no_cpuset
+      || !(nrm_driver_ids_enable (c->drivers, "cpu") || nrm_driver_ids_enable (c->drivers, "memory")))
     return 0;
   cleanup_free char *ctl = xasprintf ("%s/sys/fs/cgroup/cgroup.controllers", here ? "" : c->fsroot);
   cleanup_free char *text = NULL;
