@@ -204,40 +204,62 @@ nrm_registry_find (const struct nrm_registry *r, const char *id)
   return NULL;
 }
 
-/* Whether id is in the comma-separated list. */
-static bool
-listed (const char *list, const char *id)
+json_t *
+nrm_driver_ids_parse (const char *list, nrm_error_t *err)
 {
-  size_t n = strlen (id);
+  size_t len = strlen (list);
+  if (len > 0 && (list[0] == ',' || list[len - 1] == ',' || strstr (list, ",,")))
+    return nrm_error_set (err, EINVAL, "driver list `%s` has an empty entry", list), NULL;
+  json_t *ids = json_array ();
   for (const char *p = list; *p;)
     {
-      size_t len = strcspn (p, ",");
-      if (len == n && strncmp (p, id, n) == 0)
-        return true;
-      p += len + (p[len] == ',');
+      size_t n = strcspn (p, ",");
+      char label[64];
+      snprintf (label, sizeof (label), "%.*s", (int) (n < 63 ? n : 63), p);
+      if (n == 0 || n > 63 || !nrm_is_dns_label (label))
+        {
+          json_decref (ids);
+          return nrm_error_set (err, EINVAL, "driver list `%s`: `%s` is not a driver id", list, label), NULL;
+        }
+      json_array_append_new (ids, json_string (label));
+      p += n + (p[n] == ',');
     }
-  return false;
+  return ids;
+}
+
+bool
+nrm_driver_ids_enable (const char *list, const char *id)
+{
+  nrm_error_t err = NULL;
+  size_t i;
+  json_t *v;
+  bool found = false;
+  if (list == NULL)
+    return true;
+  cleanup_json json_t *ids = nrm_driver_ids_parse (list, &err);
+  nrm_error_release (&err);
+  json_array_foreach (ids, i, v) { found |= strcmp (json_string_value (v), id) == 0; }
+  return found;
 }
 
 static int
 known_ids (const struct nrm_registry *reg, const char *list, nrm_error_t *err)
 {
-  for (const char *p = list; *p;)
-    {
-      size_t len = strcspn (p, ",");
-      bool found = false;
-      for (size_t i = 0; i < reg->n; i++)
-        found |= strlen (reg->ops[i]->id) == len && strncmp (reg->ops[i]->id, p, len) == 0;
-      if (!found)
-        {
-          char known[256] = "";
-          for (size_t i = 0; i < reg->n; i++)
-            snprintf (known + strlen (known), sizeof (known) - strlen (known), "%s%s", i ? ", " : "", reg->ops[i]->id);
-          return nrm_error_set (err, EINVAL, "unknown driver `%.*s` (known: %s)", (int) (len > 64 ? 64 : len), p,
-                                known);
-        }
-      p += len + (p[len] == ',');
-    }
+  cleanup_json json_t *ids = nrm_driver_ids_parse (list, err);
+  size_t k;
+  json_t *v;
+  if (ids == NULL)
+    return -1;
+  json_array_foreach (ids, k, v)
+  {
+    if (nrm_registry_find (reg, json_string_value (v)) == NULL)
+      {
+        char known[256] = "";
+        for (size_t i = 0; i < reg->n; i++)
+          snprintf (known + strlen (known), sizeof (known) - strlen (known), "%s%s", i ? ", " : "", reg->ops[i]->id);
+        return nrm_error_set (err, EINVAL, "unknown driver `%s` (known: %s)", json_string_value (v), known);
+      }
+  }
   return 0;
 }
 
@@ -251,7 +273,7 @@ nrm_registry_names (const struct nrm_registry *reg, const struct nrm_driver_sele
     {
       const struct nrm_driver_ops *ops = reg->ops[i];
       const char *name = json_string_value (json_object_get (sel->names, ops->id));
-      if (sel->ids == NULL || listed (sel->ids, ops->id))
+      if (nrm_driver_ids_enable (sel->ids, ops->id))
         json_array_append_new (names, json_string (name ? name : ops->default_name));
     }
   return names;
@@ -268,7 +290,7 @@ nrm_drivers_open (const struct nrm_registry *reg, const struct nrm_driver_select
   for (size_t i = 0; i < reg->n; i++)
     {
       const struct nrm_driver_ops *ops = reg->ops[i];
-      if (sel->ids && !listed (sel->ids, ops->id))
+      if (!nrm_driver_ids_enable (sel->ids, ops->id))
         continue;
       const char *name = json_string_value (json_object_get (sel->names, ops->id));
       if (name == NULL)

@@ -33,6 +33,13 @@ struct nrm_driver_selection
   json_t *settings; /* id -> the driver's settings (nrm_driver_host.settings); may be NULL */
 };
 
+/* The ids of a driver list (--drivers, "cpu,memory"), each a driver id (a
+ * DNS label): a new JSON array, or NULL and *err for an empty entry or a
+ * bad id. The one reader of such a list. */
+json_t *nrm_driver_ids_parse (const char *list, nrm_error_t *err);
+/* Whether the list enables the driver with this id (NULL: every one). */
+bool nrm_driver_ids_enable (const char *list, const char *id);
+
 /* The names the selected drivers serve under, in registry order (a new
  * JSON array), without making the drivers; an unknown id is an error. */
 json_t *nrm_registry_names (const struct nrm_registry *reg, const struct nrm_driver_selection *sel, nrm_error_t *err);

@@ -659,6 +659,14 @@ is_node_key (const char *key)
   return false;
 }
 
+bool
+nrm_config_is_node_key (const char *key)
+{
+  char top[32];
+  snprintf (top, sizeof (top), "%.*s", (int) strcspn (key, "."), key);
+  return is_node_key (top);
+}
+
 /* The source keys one setting stands for: cpu.mode, cpu.options... for a
  * section, the key itself otherwise. */
 static void
@@ -1134,19 +1142,12 @@ nrm_config_finish (struct nrm_config *c, nrm_error_t *err)
       return nrm_error_set (err, EINVAL, "%s driver name `%s` is not a DNS subdomain of at most 63 characters", id,
                             json_string_value (name));
   }
-  size_t dl = c->drivers ? strlen (c->drivers) : 0;
-  if (dl > 0 && (c->drivers[0] == ',' || c->drivers[dl - 1] == ',' || strstr (c->drivers, ",,")))
-    return nrm_error_set (err, EINVAL, "driver list `%s` has an empty entry", c->drivers);
   if (c->drivers)
-    for (const char *p = c->drivers; *p;)
-      {
-        size_t len = strcspn (p, ",");
-        char label[64];
-        snprintf (label, sizeof (label), "%.*s", (int) (len < 63 ? len : 63), p);
-        if (len == 0 || len > 63 || !nrm_is_dns_label (label))
-          return nrm_error_set (err, EINVAL, "driver list `%s`: `%s` is not a driver id", c->drivers, label);
-        p += len + (p[len] == ',');
-      }
+    {
+      cleanup_json json_t *ids = nrm_driver_ids_parse (c->drivers, err);
+      if (ids == NULL)
+        return -1;
+    }
   if (c->driver_dir && c->driver_dir[0] != '/')
     return nrm_error_set (err, EINVAL, "the driver directory `%s` must be an absolute path", c->driver_dir);
   c->publish.node_name = c->node_name;

@@ -97,6 +97,9 @@ int nrm_config_apply_node_entry (struct nrm_config *c, size_t index, nrm_error_t
 /* Whether some nodes[] entry matches by labels only. */
 bool nrm_config_nodes_need_labels (const struct nrm_config *c);
 void nrm_config_set_source (struct nrm_config *c, const char *key, const char *source);
+/* Whether a config key (cpu.mode, reservedCPUs) is one of the settings a
+ * nodes[] entry may set, whose source is kept. */
+bool nrm_config_is_node_key (const char *key);
 /* "default" for a setting nothing set. */
 const char *nrm_config_source (const struct nrm_config *c, const char *key);
 

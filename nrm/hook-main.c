@@ -13,6 +13,7 @@
 #include "nrm/base/cleanup.h"
 #include "nrm/base/xalloc.h"
 #include "nrm/commit.h"
+#include "nrm/hook.h"
 
 static const char usage[] = "Usage: nrm-hook [--fsroot DIR] [--state-dir DIR] < OCI-STATE\n"
                             "\n"
@@ -58,16 +59,9 @@ main (int argc, char **argv)
       fprintf (stderr, "nrm-hook: --fsroot and --state-dir must be absolute paths\n");
       return 2;
     }
-  cleanup_free char *buf = xmalloc (1 << 20);
-  size_t len = fread (buf, 1, (1 << 20) - 1, stdin);
-  if (!feof (stdin))
-    {
-      fprintf (stderr, "nrm-hook: the OCI state on stdin is missing or too large\n");
-      return 1;
-    }
   nrm_error_t err = NULL;
   cleanup_free char *summary = NULL;
-  if (nrm_hook_run (fsroot, buf, len, state_dir, &summary, &err) < 0)
+  if (nrm_hook_stdin (fsroot, state_dir, &summary, &err) < 0)
     {
       fprintf (stderr, "nrm-hook: %s\n", nrm_error_msg (err));
       nrm_error_release (&err);

@@ -18,6 +18,7 @@
 #include "nrm/base/cleanup.h"
 #include "nrm/base/xalloc.h"
 #include "nrm/base/fs.h"
+#include "nrm/reconcile.h"
 #include "nrm/settings.h"
 #include "nrm/status.h"
 #include "cpuset/partition.h"
@@ -336,114 +337,6 @@ pool_status (const struct nrm_topology *t, const struct nrm_pool *p, json_t *cla
                     "devices", devices);
 }
 
-hwloc_bitmap_t
-nrm_status_claimed_cpus (const struct nrm_config *c, const struct nrm_drivers *d)
-{
-  hwloc_bitmap_t all = xbitmap_alloc ();
-  for (size_t i = 0; i < d->n; i++)
-    {
-      const struct nrm_driver_slot *s = &d->slots[i];
-      nrm_error_t err = NULL;
-      if (s->ops->describe == NULL)
-        continue;
-      cleanup_json json_t *claims = nrm_checkpoint_claims (c->state_dir, s->name, &err);
-      nrm_error_release (&err);
-      const char *uid;
-      json_t *cl;
-      json_object_foreach (claims, uid, cl)
-      {
-        if (!nrm_checkpoint_completed (cl))
-          continue;
-        cleanup_json json_t *desc = s->ops->describe (s->self, uid, json_object_get (cl, "state"));
-        hwloc_bitmap_t set = NULL;
-        const char *list = json_string_value (json_object_get (desc, "cpus"));
-        if (list && nrm_cpulist_parse (list, &set, &err) == 0)
-          hwloc_bitmap_or (all, all, set);
-        nrm_error_release (&err);
-        hwloc_bitmap_free (set);
-      }
-    }
-  return all;
-}
-
-hwloc_bitmap_t
-nrm_status_full_memory_nodes (const struct nrm_config *c, const struct nrm_topology *t, const struct nrm_drivers *d)
-{
-  hwloc_bitmap_t full = xbitmap_alloc ();
-  cleanup_free uint64_t *held = xcalloc (t->n_numa ? t->n_numa : 1, sizeof (uint64_t));
-  for (size_t i = 0; i < d->n; i++)
-    {
-      const struct nrm_driver_slot *s = &d->slots[i];
-      nrm_error_t err = NULL;
-      if (strcmp (s->ops->id, "memory") != 0 || s->ops->describe == NULL)
-        continue;
-      cleanup_json json_t *claims = nrm_checkpoint_claims (c->state_dir, s->name, &err);
-      nrm_error_release (&err);
-      const char *uid, *dev;
-      json_t *cl, *v;
-      json_object_foreach (claims, uid, cl)
-      {
-        /* A claim being prepared counts: its memory is as good as gone. */
-        cleanup_json json_t *desc = s->ops->describe (s->self, uid, json_object_get (cl, "state"));
-        json_object_foreach (json_object_get (desc, "devices"), dev, v)
-        {
-          unsigned node;
-          char end;
-          json_t *bytes = json_object_get (v, "memory");
-          if (!json_is_integer (bytes) || sscanf (dev, "numa%u%c", &node, &end) != 1)
-            continue;
-          int ni = nrm_topology_numa_index (t, node);
-          if (ni >= 0 && json_integer_value (bytes) > 0)
-            held[ni] += (uint64_t) json_integer_value (bytes);
-        }
-      }
-    }
-  for (size_t n = 0; n < t->n_numa; n++)
-    {
-      /* What the node's device publishes: allocatable, in whole steps. */
-      uint64_t cap = nrm_topology_node_allocatable_memory (t, n), step = c->publish.memory_granularity;
-      if (step > 0)
-        cap -= cap % step;
-      if (cap > 0 && held[n] >= cap)
-        hwloc_bitmap_set (full, t->numa[n].os_index);
-    }
-  return full;
-}
-
-hwloc_bitmap_t
-nrm_status_shared_mems (const struct nrm_topology *t, hwloc_const_bitmap_t full, bool *starved)
-{
-  hwloc_bitmap_t all = xbitmap_alloc (), shared;
-  for (size_t n = 0; n < t->n_numa; n++)
-    if (t->numa[n].allowed)
-      hwloc_bitmap_set (all, t->numa[n].os_index);
-  shared = xbitmap_dup (all);
-  hwloc_bitmap_andnot (shared, shared, full);
-  *starved = hwloc_bitmap_iszero (shared) && !hwloc_bitmap_iszero (all);
-  if (*starved)
-    {
-      /* Every node's memory is claimed: shared containers must still run
-       * somewhere, so they keep every node (and the claims their memory
-       * limits, memory.max and memory.min, where the claims asked). */
-      hwloc_bitmap_free (shared);
-      return all;
-    }
-  hwloc_bitmap_free (all);
-  return shared;
-}
-
-hwloc_bitmap_t
-nrm_status_shared_cpus (const struct nrm_config *c, const struct nrm_topology *t, hwloc_const_bitmap_t claimed)
-{
-  hwloc_bitmap_t shared = xbitmap_dup (t->online);
-  hwloc_bitmap_andnot (shared, shared, t->disallowed);
-  hwloc_bitmap_andnot (shared, shared, t->isolated);
-  hwloc_bitmap_andnot (shared, shared, claimed);
-  if (c->cpu_options & NRM_OPT_STRICT_CPU_RESERVATION)
-    hwloc_bitmap_andnot (shared, shared, t->reserved);
-  return shared;
-}
-
 /* ", gpu, NUMA node 1, NVIDIA Corporation GH100 [H100 SXM5 80GB]" after a
  * bus id; the bus id first when the view has a device name before it. */
 static void
@@ -550,104 +443,89 @@ settings_view (const struct nrm_config *c, const struct nrm_topology *t, const s
   return json_pack ("{s:o, s:o}", "nodeEntry", entry, "values", values);
 }
 
-int
-nrm_status (struct nrm_config *c, const struct nrm_topology *t, const struct nrm_drivers *drivers, bool as_json,
-            FILE *out, nrm_error_t *err)
+/* One driver's pool in doc's pools, and its claims in all_claims (their
+ * CPUs in exclusive). */
+static int
+add_driver (const struct nrm_config *c, const struct nrm_topology *t, const struct nrm_driver_slot *s, json_t *jp,
+            json_t *all_claims, hwloc_bitmap_t exclusive, nrm_error_t *err)
 {
-  cleanup_json json_t *doc = json_object (), *all_claims = json_object ();
-  cleanup_bitmap hwloc_bitmap_t exclusive = xbitmap_alloc ();
+  struct nrm_pool pool = { 0 };
+  cleanup_json json_t *claims = nrm_checkpoint_claims (c->state_dir, s->name, err);
+  cleanup_json json_t *descs = json_object ();
+  if (claims == NULL || s->ops->pool (s->self, NULL, &pool, err) < 0)
+    return -1;
+  const char *uid;
+  json_t *cl;
+  json_object_foreach (claims, uid, cl)
+  {
+    if (s->ops->describe && nrm_checkpoint_completed (cl))
+      json_object_set_new (descs, uid, s->ops->describe (s->self, uid, json_object_get (cl, "state")));
+  }
+  json_t *ps = pool_status (t, &pool, claims, descs, c->node_name, strcmp (s->ops->id, "cpu") == 0);
+  nrm_pool_done (&pool);
+  /* A PCI driver, generic or vendor (its pool is the PCI driver's):
+   * the functions it leaves to another driver, as of this pool. */
+  if (s->ops->pool == nrm_pci_driver_pool)
+    {
+      cleanup_json json_t *left = nrm_pci_driver_left_out (s->self);
+      json_object_set_new (ps, "leftOut", left_out_view (t, left));
+    }
+  json_array_append_new (jp, ps);
+  json_object_foreach (claims, uid, cl)
+  {
+    json_t *entry = json_object_get (all_claims, uid);
+    if (entry == NULL)
+      {
+        entry
+            = json_pack ("{s:s?, s:s?, s:s?, s:{}}", "namespace", json_string_value (json_object_get (cl, "namespace")),
+                         "name", json_string_value (json_object_get (cl, "name")), "phase",
+                         json_string_value (json_object_get (cl, "phase")), "drivers");
+        if (json_is_string (json_object_get (cl, "podGroup")))
+          json_object_set (entry, "podGroup", json_object_get (cl, "podGroup"));
+        json_object_set_new (all_claims, uid, entry);
+      }
+    json_t *desc = json_object_get (descs, uid);
+    json_t *d = json_object ();
+    size_t k;
+    json_t *dev;
+    json_t *names = json_array ();
+    json_array_foreach (json_object_get (cl, "devices"), k, dev)
+    {
+      json_array_append (names, json_object_get (dev, "device"));
+    }
+    json_object_set_new (d, "devices", names);
+    static const char *const keys[] = { "cpus", "cpuNodes", "memoryNodes", "partition" };
+    for (size_t x = 0; x < sizeof (keys) / sizeof (keys[0]); x++)
+      if (json_is_string (json_object_get (desc, keys[x])))
+        json_object_set (d, keys[x], json_object_get (desc, keys[x]));
+    if (json_object_get (d, "cpus"))
+      {
+        hwloc_bitmap_t set = NULL;
+        nrm_error_t e = NULL;
+        if (nrm_cpulist_parse (json_string_value (json_object_get (d, "cpus")), &set, &e) == 0)
+          {
+            hwloc_bitmap_or (exclusive, exclusive, set);
+            /* How they lie on the machine, as nrm run --dry-run and
+             * the claim's metadata say it. */
+            json_object_set_new (d, "placement", nrm_cpus_layout (t, set, NULL));
+          }
+        nrm_error_release (&e);
+        hwloc_bitmap_free (set);
+      }
+    json_object_set_new (json_object_get (entry, "drivers"), s->name, d);
+  }
+  return 0;
+}
+
+/* The CPU sets, the shared pool's memory nodes, each NUMA node's free
+ * CPUs, the settings and the partitions, into doc. */
+static void
+add_sets (struct nrm_config *c, const struct nrm_topology *t, const struct nrm_drivers *drivers, json_t *doc,
+          hwloc_const_bitmap_t exclusive)
+{
   cleanup_bitmap hwloc_bitmap_t shared = NULL;
   cleanup_free char *ex = NULL, *sh = NULL, *res = NULL, *iso = NULL;
-  int r = -1;
-
-  json_t *jp = json_array ();
-  json_object_set_new (doc, "pools", jp);
-  for (size_t i = 0; i < drivers->n; i++)
-    {
-      const struct nrm_driver_slot *s = &drivers->slots[i];
-      struct nrm_pool pool = { 0 };
-      cleanup_json json_t *claims = nrm_checkpoint_claims (c->state_dir, s->name, err);
-      cleanup_json json_t *descs = json_object ();
-      if (claims == NULL || s->ops->pool (s->self, NULL, &pool, err) < 0)
-        return -1;
-      const char *uid;
-      json_t *cl;
-      json_object_foreach (claims, uid, cl)
-      {
-        if (s->ops->describe && nrm_checkpoint_completed (cl))
-          json_object_set_new (descs, uid, s->ops->describe (s->self, uid, json_object_get (cl, "state")));
-      }
-      json_t *ps = pool_status (t, &pool, claims, descs, c->node_name, strcmp (s->ops->id, "cpu") == 0);
-      nrm_pool_done (&pool);
-      /* A PCI driver, generic or vendor (its pool is the PCI driver's):
-       * the functions it leaves to another driver, as of this pool. */
-      if (s->ops->pool == nrm_pci_driver_pool)
-        {
-          cleanup_json json_t *left = nrm_pci_driver_left_out (s->self);
-          json_object_set_new (ps, "leftOut", left_out_view (t, left));
-        }
-      json_array_append_new (jp, ps);
-      json_object_foreach (claims, uid, cl)
-      {
-        json_t *entry = json_object_get (all_claims, uid);
-        if (entry == NULL)
-          {
-            entry = json_pack ("{s:s?, s:s?, s:s?, s:{}}", "namespace",
-                               json_string_value (json_object_get (cl, "namespace")), "name",
-                               json_string_value (json_object_get (cl, "name")), "phase",
-                               json_string_value (json_object_get (cl, "phase")), "drivers");
-            if (json_is_string (json_object_get (cl, "podGroup")))
-              json_object_set (entry, "podGroup", json_object_get (cl, "podGroup"));
-            json_object_set_new (all_claims, uid, entry);
-          }
-        json_t *desc = json_object_get (descs, uid);
-        json_t *d = json_object ();
-        size_t k;
-        json_t *dev;
-        json_t *names = json_array ();
-        json_array_foreach (json_object_get (cl, "devices"), k, dev)
-        {
-          json_array_append (names, json_object_get (dev, "device"));
-        }
-        json_object_set_new (d, "devices", names);
-        static const char *const keys[] = { "cpus", "cpuNodes", "memoryNodes", "partition" };
-        for (size_t x = 0; x < sizeof (keys) / sizeof (keys[0]); x++)
-          if (json_is_string (json_object_get (desc, keys[x])))
-            json_object_set (d, keys[x], json_object_get (desc, keys[x]));
-        if (json_object_get (d, "cpus"))
-          {
-            hwloc_bitmap_t set = NULL;
-            nrm_error_t e = NULL;
-            if (nrm_cpulist_parse (json_string_value (json_object_get (d, "cpus")), &set, &e) == 0)
-              {
-                hwloc_bitmap_or (exclusive, exclusive, set);
-                /* How they lie on the machine, as nrm run --dry-run and
-                 * the claim's metadata say it. */
-                json_object_set_new (d, "placement", nrm_cpus_layout (t, set, NULL));
-              }
-            nrm_error_release (&e);
-            hwloc_bitmap_free (set);
-          }
-        json_object_set_new (json_object_get (entry, "drivers"), s->name, d);
-      }
-    }
-  json_object_set (doc, "claims", all_claims);
-  /* CPUs that are not on this machine at all: the plugin serves another
-   * machine (or other settings), and nothing below would be true. */
-  {
-    cleanup_bitmap hwloc_bitmap_t gone = xbitmap_dup (exclusive);
-    hwloc_bitmap_andnot (gone, gone, t->online);
-    hwloc_bitmap_andnot (gone, gone, t->offline);
-    if (!hwloc_bitmap_iszero (gone))
-      {
-        cleanup_free char *g = nrm_cpulist_format (gone);
-        return nrm_error_set (err, EINVAL,
-                              "status: claims in `%s` hold CPUs %s, which this machine (%s) does not have: give status "
-                              "the plugin's settings (--topology, the same -c file)",
-                              c->state_dir, g, t->source);
-      }
-  }
-  shared = nrm_status_shared_cpus (c, t, exclusive);
+  shared = nrm_shared_pool_cpus (c, t, exclusive);
   ex = nrm_cpulist_format (exclusive);
   sh = nrm_cpulist_format (shared);
   res = nrm_cpulist_format (t->reserved);
@@ -656,8 +534,8 @@ nrm_status (struct nrm_config *c, const struct nrm_topology *t, const struct nrm
       doc, "cpus", json_pack ("{s:s, s:s, s:s, s:s}", "exclusive", ex, "shared", sh, "reserved", res, "isolated", iso));
   /* The shared pool's memory nodes, as the reconciler writes them. */
   bool starved = false;
-  cleanup_bitmap hwloc_bitmap_t full = nrm_status_full_memory_nodes (c, t, drivers);
-  cleanup_bitmap hwloc_bitmap_t smems = nrm_status_shared_mems (t, full, &starved);
+  cleanup_bitmap hwloc_bitmap_t full = nrm_shared_pool_full_nodes (c->state_dir, t, drivers);
+  cleanup_bitmap hwloc_bitmap_t smems = nrm_shared_pool_mems (t, full, &starved);
   cleanup_free char *full_list = nrm_cpulist_format (full), *smem_list = nrm_cpulist_format (smems);
   json_object_set_new (
       doc, "memoryNodes",
@@ -693,14 +571,11 @@ nrm_status (struct nrm_config *c, const struct nrm_topology *t, const struct nrm
                                     nrm_partition_mode_name ((enum nrm_partition_mode) c->cpu_partition), "available",
                                     pwhy == NULL, "unavailable", pwhy));
   }
-  if (as_json)
-    {
-      if (json_dumpf (doc, out, JSON_INDENT (2)) < 0)
-        goto out;
-      fputc ('\n', out);
-      r = 0;
-      goto out;
-    }
+}
+
+static void
+print_pools (FILE *out, json_t *doc, json_t *all_claims)
+{
   size_t i;
   json_t *p;
   json_array_foreach (json_object_get (doc, "pools"), i, p)
@@ -755,6 +630,11 @@ nrm_status (struct nrm_config *c, const struct nrm_topology *t, const struct nrm
       fprintf (out, ": served by %s\n", json_string_value (json_object_get (d, "servedBy")));
     }
   }
+}
+
+static void
+print_claims (FILE *out, json_t *all_claims)
+{
   fprintf (out, "claims: %zu\n", json_object_size (all_claims));
   const char *uid;
   json_t *cl;
@@ -806,11 +686,29 @@ nrm_status (struct nrm_config *c, const struct nrm_topology *t, const struct nrm
                dash (json_string_value (json_object_get (pl, "numaNodes"))));
     }
   }
-  fprintf (out, "CPUs: exclusive %s; shared %s; reserved %s; isolated %s\n", ex && *ex ? ex : "-", sh && *sh ? sh : "-",
-           res && *res ? res : "-", iso && *iso ? iso : "-");
-  fprintf (out, "Memory nodes: shared %s; claimed in full %s%s\n", *smem_list ? smem_list : "-",
-           *full_list ? full_list : "-", starved ? " (every node: shared containers keep all of them)" : "");
-  json_array_foreach (nodes, i, p)
+}
+
+static const char *
+dash_key (json_t *o, const char *key)
+{
+  return dash (json_string_value (json_object_get (o, key)));
+}
+
+/* The CPU sets, memory nodes, NUMA nodes, partitions and settings. */
+static void
+print_summary (FILE *out, json_t *doc)
+{
+  json_t *cpus = json_object_get (doc, "cpus"), *mem = json_object_get (doc, "memoryNodes");
+  json_t *part = json_object_get (doc, "partition");
+  const char *pwhy = json_string_value (json_object_get (part, "unavailable"));
+  size_t i;
+  json_t *p;
+  fprintf (out, "CPUs: exclusive %s; shared %s; reserved %s; isolated %s\n", dash_key (cpus, "exclusive"),
+           dash_key (cpus, "shared"), dash_key (cpus, "reserved"), dash_key (cpus, "isolated"));
+  fprintf (out, "Memory nodes: shared %s; claimed in full %s%s\n", dash_key (mem, "shared"),
+           dash_key (mem, "claimedInFull"),
+           json_is_true (json_object_get (mem, "starved")) ? " (every node: shared containers keep all of them)" : "");
+  json_array_foreach (json_object_get (doc, "numaNodes"), i, p)
   {
     const char *f = json_string_value (json_object_get (p, "freeCPUs"));
     const char *fi = json_string_value (json_object_get (p, "freeIsolatedCPUs"));
@@ -824,7 +722,7 @@ nrm_status (struct nrm_config *c, const struct nrm_topology *t, const struct nrm
       fprintf (out, "; isolated free %s", fi);
     fputc ('\n', out);
   }
-  fprintf (out, "CPU partitions: %s; %s%s%s\n", nrm_partition_mode_name ((enum nrm_partition_mode) c->cpu_partition),
+  fprintf (out, "CPU partitions: %s; %s%s%s\n", json_string_value (json_object_get (part, "setting")),
            pwhy ? "unavailable (" : "the kernel has remote partitions (cpuset.cpus.exclusive)", pwhy ? pwhy : "",
            pwhy ? ")" : "");
   {
@@ -840,7 +738,46 @@ nrm_status (struct nrm_config *c, const struct nrm_topology *t, const struct nrm
       fprintf (out, "  %-22s %s (%s)\n", key, *val ? val : "-", json_string_value (json_object_get (v, "from")));
     }
   }
-  r = ferror (out) ? nrm_error_set (err, EIO, "cannot write the status") : 0;
-out:
-  return r;
+}
+
+int
+nrm_status (struct nrm_config *c, const struct nrm_topology *t, const struct nrm_drivers *drivers, bool as_json,
+            FILE *out, nrm_error_t *err)
+{
+  cleanup_json json_t *doc = json_object (), *all_claims = json_object ();
+  cleanup_bitmap hwloc_bitmap_t exclusive = xbitmap_alloc ();
+
+  json_t *jp = json_array ();
+  json_object_set_new (doc, "pools", jp);
+  for (size_t i = 0; i < drivers->n; i++)
+    if (add_driver (c, t, &drivers->slots[i], jp, all_claims, exclusive, err) < 0)
+      return -1;
+  json_object_set (doc, "claims", all_claims);
+  /* CPUs that are not on this machine at all: the plugin serves another
+   * machine (or other settings), and nothing below would be true. */
+  {
+    cleanup_bitmap hwloc_bitmap_t gone = xbitmap_dup (exclusive);
+    hwloc_bitmap_andnot (gone, gone, t->online);
+    hwloc_bitmap_andnot (gone, gone, t->offline);
+    if (!hwloc_bitmap_iszero (gone))
+      {
+        cleanup_free char *g = nrm_cpulist_format (gone);
+        return nrm_error_set (err, EINVAL,
+                              "status: claims in `%s` hold CPUs %s, which this machine (%s) does not have: give status "
+                              "the plugin's settings (--topology, the same -c file)",
+                              c->state_dir, g, t->source);
+      }
+  }
+  add_sets (c, t, drivers, doc, exclusive);
+  if (as_json)
+    {
+      if (json_dumpf (doc, out, JSON_INDENT (2)) < 0)
+        return nrm_error_set (err, EIO, "cannot write the status");
+      fputc ('\n', out);
+      return 0;
+    }
+  print_pools (out, doc, all_claims);
+  print_claims (out, all_claims);
+  print_summary (out, doc);
+  return ferror (out) ? nrm_error_set (err, EIO, "cannot write the status") : 0;
 }

@@ -206,8 +206,8 @@ nrm_remove_stale_temps (const char *dir, int depth, unsigned *removed, nrm_error
   return remove_temps_at (dfd, dir, depth, removed, err);
 }
 
-static int
-read_fd (int fd, const char *path, size_t max, char **ret, size_t *len, nrm_error_t *err)
+int
+nrm_read_fd (int fd, const char *path, size_t max, char **ret, size_t *len, nrm_error_t *err)
 {
   cleanup_free char *buf = NULL;
   size_t n = 0, cap = 0;
@@ -244,7 +244,7 @@ nrm_read_file (const char *path, size_t max, char **ret, size_t *len, nrm_error_
   cleanup_close int fd = open (path, O_RDONLY | O_CLOEXEC);
   if (fd < 0)
     return nrm_error_errno (err, errno, "cannot open `%s`", path);
-  return read_fd (fd, path, max, ret, len, err);
+  return nrm_read_fd (fd, path, max, ret, len, err);
 }
 
 int
@@ -262,7 +262,7 @@ nrm_read_regular_at (int dirfd, const char *name, size_t max, char **ret, size_t
     return nrm_error_set (err, EINVAL, "`%s` is not a regular file", name);
   if ((size_t) st.st_size > max)
     return nrm_error_set (err, EFBIG, "`%s` is larger than %zu bytes", name, max);
-  return read_fd (fd, name, max, ret, len, err);
+  return nrm_read_fd (fd, name, max, ret, len, err);
 }
 
 int

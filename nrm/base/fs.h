@@ -49,6 +49,10 @@ int nrm_remove_stale_temps (const char *dir, int depth, unsigned *removed, nrm_e
 /* Reads a whole file (at most max bytes) into a NUL-terminated buffer. */
 int nrm_read_file (const char *path, size_t max, char **ret, size_t *len, nrm_error_t *err);
 
+/* Like nrm_read_file(), from an open descriptor to its end; path names it
+ * in messages. */
+int nrm_read_fd (int fd, const char *path, size_t max, char **ret, size_t *len, nrm_error_t *err);
+
 /* Like nrm_read_file(), for the entry `name` of an open directory, and only
  * when it is a regular file: links are not followed, and a FIFO or device
  * is refused without blocking. */

@@ -4,8 +4,8 @@
 . "$(dirname "$0")/lib.sh"
 : "${NRM_SRCDIR:?run through make check}"
 "$NRM" --help >"$TMP/help" 2>&1 || fail "nrm --help failed"
-options=$(sed -n 's/^  { "\([a-z0-9A-Z-]*\)", \(required\|no\)_argument.*/\1/p' "$NRM_SRCDIR/nrm/main.c")
-[ -n "$options" ] && ok || fail "no options found in nrm/main.c"
+options=$(sed -n "s/^  { \"\([a-z0-9A-Z-]*\)\", \(0\|'.'\),.*/\1/p" "$NRM_SRCDIR/nrm/options.c")
+[ -n "$options" ] && ok || fail "no options found in nrm/options.c"
 for o in $options; do
   grep -q -- "--$o\b" "$TMP/help" && ok || fail "--$o is accepted but not in nrm --help"
 done
