@@ -360,7 +360,8 @@ nrm_reconciler_start (struct nrm_reconciler *r, struct nrm_config *c, const stru
       return;
     }
   nrm_error_t cerr = NULL;
-  if (nrm_cgroup_v2_controller (c->fsroot, "cpuset") == NRM_CGROUP_V2_NONE || nrm_cgroupfs_open (c->fsroot, &r->fs, &cerr) < 0)
+  if (nrm_cgroup_v2_controller (c->fsroot, "cpuset") == NRM_CGROUP_V2_NONE
+      || nrm_cgroupfs_open (c->fsroot, &r->fs, &cerr) < 0)
     {
       nrm_log (NULL, NRM_LOG_WARNING, "no cgroup v2 at %s/sys/fs/cgroup: the shared pool is not managed%s%s",
                here ? "" : c->fsroot, cerr ? ": " : "", cerr ? nrm_error_msg (cerr) : "");
