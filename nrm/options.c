@@ -43,7 +43,10 @@ static const struct
   { "run", "run a command on CPUs (and memory) picked as for a claim, then release them:\n"
            "nrm run {--cpus N | -C LIST} [-N NODES] [--membind NODES] [--memory SIZE]\n"
            "[--dry-run [--json] [-t FILE]] -- COMMAND...\n"
-           "nrm run --pid PID {--cpus N | -C LIST} ...: move a running process onto them" },
+           "nrm run --pid PID {--cpus N | -C LIST} ...: move a running process onto them\n"
+           "The command runs in a transient cgroup v2 (nrm.slice/run-<pid>), or, without a\n"
+           "cgroup v2 cpuset, pinned with sched_setaffinity and set_mempolicy. The CPUs come\n"
+           "from the same state as nrm plugin's, so both can run side by side." },
   { "status", "what nrm has handed out: pools (PCI functions with their holders and those\n"
               "left to other drivers), claims and runs (their CPUs' whole and partial cores, L3\n"
               "groups, packages and NUMA nodes), exclusive and shared CPUs" },
