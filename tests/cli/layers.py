@@ -43,7 +43,9 @@ def sources(srcdir):
                              text=True, check=True).stdout.split()
     except (OSError, subprocess.CalledProcessError):
         out = []
-        for root, _, files in os.walk(srcdir):
+    if not out:  # a tarball's tree (make distcheck), or no git
+        for root, dirs, files in os.walk(srcdir):
+            dirs[:] = [d for d in dirs if not d.startswith((".", "_build", "build"))]
             out += [os.path.relpath(os.path.join(root, f), srcdir) for f in files if f.endswith((".c", ".h"))]
     return sorted(f for f in out if not f.startswith(("tests/", "build")) and ".pb-c." not in f)
 
