@@ -182,14 +182,14 @@ record_gone (json_t *rec, const char *uid, const char *ns, const char *boot)
 static int
 remove_run_cgroup (struct nrm_cgroupfs *fs, const char *cgname, nrm_error_t *err)
 {
-  cleanup_free char *rel = xasprintf ("nrm.slice/%s", cgname);
-  cleanup_free char *dir = xasprintf ("%s/%s", nrm_cgroupfs_root (fs), rel), *part = NULL;
+  cleanup_free char *rel = xasprintf ("nrm.slice/%s", cgname), *part = NULL;
   nrm_error_t e = NULL;
   if (nrm_cgroup_read (fs, rel, "cpuset.cpus.partition", &part, &e) == 0 && strncmp (part, "member", 6) != 0
       && nrm_cgroup_write (fs, rel, "cpuset.cpus.partition", "member", &e) == 0)
     nrm_cgroup_write (fs, rel, "cpuset.cpus.exclusive", "\n", &e);
   nrm_error_release (&e);
-  rmdir (dir);
+  nrm_cgroup_rmdir (fs, rel, &e);
+  nrm_error_release (&e);
   size_t trimmed = 0;
   return nrm_partition_trim (fs, "nrm.slice", &trimmed, err);
 }
@@ -271,16 +271,11 @@ claim_with (const char *uid, const char *name, json_t *results, json_t *config)
 static int
 make_cgroup (struct nrm_cgroupfs *fs, const char *name, nrm_error_t *err)
 {
-  cleanup_free char *parent = xasprintf ("%s/nrm.slice", nrm_cgroupfs_root (fs));
-  cleanup_free char *child = xasprintf ("%s/nrm.slice/%s", nrm_cgroupfs_root (fs), name);
+  cleanup_free char *child = xasprintf ("nrm.slice/%s", name);
   if (nrm_cgroup_write (fs, "", "cgroup.subtree_control", "+cpuset", err) < 0
-      || (mkdir (parent, 0755) < 0 && errno != EEXIST)
+      || nrm_cgroup_mkdir (fs, "nrm.slice", err) < 0
       || nrm_cgroup_write (fs, "nrm.slice", "cgroup.subtree_control", "+cpuset", err) < 0)
-    {
-      if (err && *err == NULL)
-        nrm_error_errno (err, errno, "cannot create `%s`", parent);
-      return -1;
-    }
+    return -1;
   /* The memory and hugetlb controllers are welcome, not needed: a run that
    * asks for a limit fails later, naming the file, when one is missing. */
   static const char *const welcome[] = { "+memory", "+hugetlb" };
@@ -291,9 +286,7 @@ make_cgroup (struct nrm_cgroupfs *fs, const char *name, nrm_error_t *err)
         nrm_cgroup_write (fs, "nrm.slice", "cgroup.subtree_control", welcome[i], &ignored);
       nrm_error_release (&ignored);
     }
-  if (mkdir (child, 0755) < 0 && errno != EEXIST)
-    return nrm_error_errno (err, errno, "cannot create `%s`", child);
-  return 0;
+  return nrm_cgroup_mkdir (fs, child, err);
 }
 
 /* A run's partition: --partition's, else the node's cpu.partition. */
