@@ -25,6 +25,7 @@
 #include "cpuset/placement.h"
 #include "driver/kubelet/checkpoint.h"
 #include "driver/cpu/cpu.h"
+#include "driver/kit.h"
 #include "driver/kubelet/plugin.h"
 #include "driver/registry.h"
 #include "nrm/attach.h"
@@ -41,25 +42,6 @@
 #include "nrm/status.h"
 
 #define RUN_NAMESPACE "nrm-run"
-
-struct run_source
-{
-  json_t *claim; /* the one claim this run prepares */
-};
-
-static int
-run_get (void *self, const char *ns, const char *name, json_t **ret, nrm_error_t *err)
-{
-  struct run_source *s = self;
-  json_t *meta = json_object_get (s->claim, "metadata");
-  if (s->claim && strcmp (ns, json_string_value (json_object_get (meta, "namespace"))) == 0
-      && strcmp (name, json_string_value (json_object_get (meta, "name"))) == 0)
-    {
-      *ret = json_incref (s->claim);
-      return 0;
-    }
-  return nrm_error_set (err, ENOENT, "no such run %s/%s", ns, name);
-}
 
 /* A process's start time (clock ticks since boot), to tell a pid reused. */
 static unsigned long long
@@ -182,14 +164,14 @@ record_gone (json_t *rec, const char *uid, const char *ns, const char *boot)
 static int
 remove_run_cgroup (struct nrm_cgroupfs *fs, const char *cgname, nrm_error_t *err)
 {
-  cleanup_free char *rel = xasprintf ("nrm.slice/%s", cgname);
-  cleanup_free char *dir = xasprintf ("%s/%s", nrm_cgroupfs_root (fs), rel), *part = NULL;
+  cleanup_free char *rel = xasprintf ("nrm.slice/%s", cgname), *part = NULL;
   nrm_error_t e = NULL;
   if (nrm_cgroup_read (fs, rel, "cpuset.cpus.partition", &part, &e) == 0 && strncmp (part, "member", 6) != 0
       && nrm_cgroup_write (fs, rel, "cpuset.cpus.partition", "member", &e) == 0)
     nrm_cgroup_write (fs, rel, "cpuset.cpus.exclusive", "\n", &e);
   nrm_error_release (&e);
-  rmdir (dir);
+  nrm_cgroup_rmdir (fs, rel, &e);
+  nrm_error_release (&e);
   size_t trimmed = 0;
   return nrm_partition_trim (fs, "nrm.slice", &trimmed, err);
 }
@@ -271,16 +253,11 @@ claim_with (const char *uid, const char *name, json_t *results, json_t *config)
 static int
 make_cgroup (struct nrm_cgroupfs *fs, const char *name, nrm_error_t *err)
 {
-  cleanup_free char *parent = xasprintf ("%s/nrm.slice", nrm_cgroupfs_root (fs));
-  cleanup_free char *child = xasprintf ("%s/nrm.slice/%s", nrm_cgroupfs_root (fs), name);
+  cleanup_free char *child = xasprintf ("nrm.slice/%s", name);
   if (nrm_cgroup_write (fs, "", "cgroup.subtree_control", "+cpuset", err) < 0
-      || (mkdir (parent, 0755) < 0 && errno != EEXIST)
+      || nrm_cgroup_mkdir (fs, "nrm.slice", err) < 0
       || nrm_cgroup_write (fs, "nrm.slice", "cgroup.subtree_control", "+cpuset", err) < 0)
-    {
-      if (err && *err == NULL)
-        nrm_error_errno (err, errno, "cannot create `%s`", parent);
-      return -1;
-    }
+    return -1;
   /* The memory and hugetlb controllers are welcome, not needed: a run that
    * asks for a limit fails later, naming the file, when one is missing. */
   static const char *const welcome[] = { "+memory", "+hugetlb" };
@@ -291,9 +268,7 @@ make_cgroup (struct nrm_cgroupfs *fs, const char *name, nrm_error_t *err)
         nrm_cgroup_write (fs, "nrm.slice", "cgroup.subtree_control", welcome[i], &ignored);
       nrm_error_release (&ignored);
     }
-  if (mkdir (child, 0755) < 0 && errno != EEXIST)
-    return nrm_error_errno (err, errno, "cannot create `%s`", child);
-  return 0;
+  return nrm_cgroup_mkdir (fs, child, err);
 }
 
 /* A run's partition: --partition's, else the node's cpu.partition. */
@@ -904,233 +879,342 @@ attach_and_hold (struct nrm_cgroupfs *fs, const char *cgname, const char *name, 
   return 0;
 }
 
-int
-nrm_cmd_run (struct nrm_config *c, struct nrm_topology *t, const struct nrm_run_request *rq, FILE *out, int *ret_status,
-             nrm_error_t *err)
+/* One run from its checks to its release: what its phases share. */
+struct run
 {
-  struct nrm_registry *reg = NULL;
-  struct nrm_drivers drivers = { 0 };
-  struct nrm_driver_slot *drv[2] = { NULL, NULL };
-  struct nrm_plugin *pl[2] = { NULL, NULL };
-  struct run_source src[2] = { { NULL }, { NULL } };
-  struct nrm_cgroupfs *fs = NULL;
-  cleanup_free char *uid = NULL, *name = NULL, *cpus = NULL, *mems = NULL, *cgname = NULL, *scratch = NULL;
-  cleanup_json json_t *config = json_array (), *tried = json_array (), *why = NULL;
-  cleanup_free size_t *order = NULL;
-  cleanup_free uint64_t *free_cpus = NULL, *free_cell = NULL;
-  cleanup_free struct part *parts = xcalloc (t->n_numa + 1, sizeof (struct part));
-  cleanup_free bool *candidate = xcalloc (t->n_numa + 1, sizeof (bool));
-  cleanup_bitmap hwloc_bitmap_t got = NULL;
-  size_t n_parts = 0;
-  bool use_mem = rq->memory != NULL || rq->hugepages_2mi != NULL || rq->hugepages_1gi != NULL;
-  bool prepared[2] = { false, false }, recorded = false, released = true;
-  cleanup_json json_t *mem_env = NULL, *cpu_claims = NULL, *held = NULL;
-  struct nrm_env_binding mem_eb = { 0 }; /* the memory driver's limits, from its environment */
-  int r = -1;
-  const char *state = c->state_dir;
-  struct nrm_attach att = { .pidfd = -1 };
+  struct nrm_config *c;
+  struct nrm_topology *t;
+  const struct nrm_run_request *rq;
+  pid_t self;
+  unsigned long long st;
+  char *uid, *name, *cgname, *scratch;
+  const char *state; /* c->state_dir, or a dry run's scratch copy */
+  struct nrm_attach att;
+  struct nrm_publish_options po;
+  struct nrm_registry *reg;
+  struct nrm_drivers drivers;
+  struct nrm_driver_slot *drv[2]; /* the CPU and memory drivers */
+  struct nrm_plugin *pl[2];
+  bool prepared[2], recorded, released;
+  json_t *config;      /* the CPU claim's opaque configuration (--option) */
+  json_t *cpu_devices; /* the CPU driver's devices by name, as it publishes them */
+  unsigned options;    /* the CPU options placement uses */
+  /* Placement, under the CPU driver's serialize lock. */
+  struct part *parts;
+  size_t n_parts;
+  json_t *tried, *cpu_claims; /* the CPU claims as placement saw them */
+  bool placement_failed;      /* the error is placement's, not the prepare's */
+  /* What the drivers prepared, handed back by the prepares. */
+  struct nrm_plugin_prepared cpu, mem;
+  char *cpus, *mems;
+  hwloc_bitmap_t got;
+  int node; /* the node memory is taken from */
+  struct nrm_env_binding mem_eb;
+  struct nrm_cgroupfs *fs;
+  bool cgroup;
+};
 
-  pid_t self = getpid ();
-  unsigned long long st = start_time (self);
+static bool
+uses_memory (const struct nrm_run_request *rq)
+{
+  return rq->memory != NULL || rq->hugepages_2mi != NULL || rq->hugepages_1gi != NULL;
+}
+
+/* The request checked before anything is opened or taken, and the run's
+ * names: its claims', its record's and its cgroup's. */
+static int
+run_check (struct run *r, nrm_error_t *err)
+{
+  const struct nrm_run_request *rq = r->rq;
+  r->self = getpid ();
+  r->st = start_time (r->self);
   /* --pid: the process is checked before anything is taken. */
   if (rq->attach_pid)
     {
       if (rq->policy == NRM_RUN_MEM_INTERLEAVE || rq->policy == NRM_RUN_MEM_PREFERRED
           || rq->policy == NRM_RUN_MEM_LOCAL)
-        {
-          nrm_error_set (err, EINVAL,
-                         "--pid with %s: only a process itself can set its memory policy (set_mempolicy); "
-                         "--membind NODES moves its pages there",
-                         policy_flags[rq->policy]);
-          goto out;
-        }
-      if (nrm_attach_open (rq->attach_pid, &att, err) < 0)
-        goto out;
+        return nrm_error_set (err, EINVAL,
+                              "--pid with %s: only a process itself can set its memory policy (set_mempolicy); "
+                              "--membind NODES moves its pages there",
+                              policy_flags[rq->policy]);
+      if (nrm_attach_open (rq->attach_pid, &r->att, err) < 0)
+        return -1;
     }
-  name = rq->attach_pid ? xasprintf ("run-%d-%llu-pid-%d", (int) self, st, (int) rq->attach_pid)
-                        : xasprintf ("run-%d-%llu", (int) self, st);
-  uid = xasprintf ("%08x-0000-4000-8000-%012llx", (unsigned) self, st & 0xffffffffffffULL);
-  cgname = xasprintf ("run-%d", (int) self);
-  if (check_nodes (t, rq->cpu_nodes, "--cpunodebind (--numa-node)", true, err) < 0
-      || check_nodes (t, rq->mem_nodes, policy_flags[rq->policy], false, err) < 0)
-    goto out;
-  if (use_mem && rq->policy == NRM_RUN_MEM_INTERLEAVE)
+  r->name = rq->attach_pid ? xasprintf ("run-%d-%llu-pid-%d", (int) r->self, r->st, (int) rq->attach_pid)
+                           : xasprintf ("run-%d-%llu", (int) r->self, r->st);
+  r->uid = xasprintf ("%08x-0000-4000-8000-%012llx", (unsigned) r->self, r->st & 0xffffffffffffULL);
+  r->cgname = xasprintf ("run-%d", (int) r->self);
+  if (check_nodes (r->t, rq->cpu_nodes, "--cpunodebind (--numa-node)", true, err) < 0
+      || check_nodes (r->t, rq->mem_nodes, policy_flags[rq->policy], false, err) < 0)
+    return -1;
+  if (uses_memory (rq) && rq->policy == NRM_RUN_MEM_INTERLEAVE)
+    return nrm_error_set (err, EINVAL,
+                          "--interleave with --memory or huge pages: a run takes its memory from one node's device");
+  return 0;
+}
+
+/* The CPU claim's opaque configuration and the options placement uses:
+ * --option's, else the node's. */
+static int
+run_options (struct run *r, nrm_error_t *err)
+{
+  const struct nrm_run_request *rq = r->rq;
+  r->options = r->po.cpu_options;
+  if (rq->options == NULL || rq->options[0] == NULL)
+    return 0;
+  json_t *list = json_array ();
+  r->options = 0;
+  for (size_t i = 0; rq->options[i]; i++)
     {
-      nrm_error_set (err, EINVAL,
-                     "--interleave with --memory or huge pages: a run takes its memory from one node's device");
-      goto out;
+      json_array_append_new (list, json_string (rq->options[i]));
+      if (nrm_cpu_option_parse (rq->options[i], &r->options, err) < 0)
+        {
+          json_decref (list);
+          return -1;
+        }
     }
+  json_array_append_new (r->config, json_pack ("{s:s, s:{s:s, s:{s:s, s:s, s:o}}}", "source", "FromClaim", "opaque",
+                                               "driver", r->drv[0]->name, "parameters", "apiVersion",
+                                               "cpu.nrm.io/v1alpha1", "kind", "CPUConfig", "options", list));
+  return 0;
+}
+
+/* The CPU and memory drivers, their plugins on the state directory (a
+ * scratch copy for a dry run), and the run's record. */
+static int
+run_open (struct run *r, nrm_error_t *err)
+{
+  struct nrm_config *c = r->c;
   /* A run is the command line of the CPU and memory drivers: their claims,
    * with their names, in their checkpoints. */
-  struct nrm_publish_options po = c->publish;
   struct nrm_driver_selection sel = { "cpu,memory", c->driver_names, c->driver_settings };
   struct nrm_driver_host host
-      = { .topo = t, .node = &po, .fsroot = c->fsroot, .live = c->topology == NULL, .log = nrm_log };
+      = { .topo = r->t, .node = &r->po, .fsroot = c->fsroot, .live = c->topology == NULL, .log = nrm_log };
+  struct nrm_pool pool = { 0 };
+  cleanup_json json_t *names = NULL;
   /* A run takes CPUs by count from a node's consumable device, whatever
    * device mode the plugin publishes: the claims of both are CPU sets. */
-  po.cpu_mode = NRM_CPU_MODE_NUMA;
-  if (nrm_registry_new (&reg, err) < 0 || nrm_drivers_open (reg, &sel, &host, &drivers, err) < 0)
-    goto out;
-  drv[0] = nrm_drivers_find (&drivers, "cpu");
-  drv[1] = nrm_drivers_find (&drivers, "memory");
-  if (rq->dry_run)
+  r->po = c->publish;
+  r->po.cpu_mode = NRM_CPU_MODE_NUMA;
+  if (nrm_registry_new (&r->reg, err) < 0 || nrm_drivers_open (r->reg, &sel, &host, &r->drivers, err) < 0)
+    return -1;
+  r->drv[0] = nrm_drivers_find (&r->drivers, "cpu");
+  r->drv[1] = nrm_drivers_find (&r->drivers, "memory");
+  int pr = nrm_cpu_pool (r->t, &r->po, r->drv[0]->name, &pool, err);
+  if (pr == 0)
+    pr = nrm_kit_index_pool (&pool, &r->cpu_devices, &names, err);
+  nrm_pool_done (&pool);
+  if (pr < 0 || run_options (r, err) < 0)
+    return -1;
+  if (r->rq->dry_run)
     {
       /* A recorded machine shares nothing with this one's state, unless a
        * state directory is given for it. */
-      const char *names[2] = { drv[0]->name, drv[1]->name };
+      const char *dnames[2] = { r->drv[0]->name, r->drv[1]->name };
       struct stat sb;
       bool read_state
           = (c->topology == NULL || strcmp (c->state_dir, NRM_DEFAULT_STATE_DIR) != 0) && stat (c->state_dir, &sb) == 0;
-      if ((scratch = make_scratch (read_state ? c->state_dir : NULL, names, err)) == NULL)
-        goto out;
-      state = scratch;
+      if ((r->scratch = make_scratch (read_state ? c->state_dir : NULL, dnames, err)) == NULL)
+        return -1;
+      r->state = r->scratch;
     }
-  if (rq->options && rq->options[0])
-    json_array_append_new (config, json_pack ("{s:s, s:{s:s, s:{s:s, s:s, s:o}}}", "source", "FromClaim", "opaque",
-                                              "driver", drv[0]->name, "parameters", "apiVersion", "cpu.nrm.io/v1alpha1",
-                                              "kind", "CPUConfig", "options", json_pack ("[]")));
-  for (size_t i = 0; rq->options && rq->options[i]; i++)
-    json_array_append_new (
-        json_object_get (json_object_get (json_object_get (json_array_get (config, 0), "opaque"), "parameters"),
-                         "options"),
-        json_string (rq->options[i]));
-
   for (int i = 0; i < 2; i++)
     {
       struct nrm_plugin_config pc;
-      nrm_config_plugin (c, drv[i]->name, &pc);
-      pc.state_dir = state;
+      nrm_config_plugin (c, r->drv[i]->name, &pc);
+      pc.state_dir = r->state;
       pc.instance_uid = NULL;
       pc.log = nrm_log;
       pc.local = true;
-      pc.claims = (struct nrm_claim_source){ run_get, &src[i] };
-      if (nrm_plugin_start (&pc, drv[i]->ops, drv[i]->self, &pl[i], err) < 0)
-        goto out;
+      if (nrm_plugin_start (&pc, r->drv[i]->ops, r->drv[i]->self, &r->pl[i], err) < 0)
+        return -1;
     }
   /* Runs whose nrm process is gone (killed with -9) still hold their
    * claims, CPUs and memory: released first. */
-  nrm_run_release_stale (c->fsroot, state, pl, 2);
-  if (write_record (state, uid, name, self, st, rq->attach_pid ? &att : NULL, err) < 0)
-    goto out;
-  recorded = true;
+  nrm_run_release_stale (c->fsroot, r->state, r->pl, 2);
+  if (write_record (r->state, r->uid, r->name, r->self, r->st, r->rq->attach_pid ? &r->att : NULL, err) < 0)
+    return -1;
+  r->recorded = true;
+  return 0;
+}
 
-  nrm_error_t e = NULL;
-  cpu_claims = nrm_checkpoint_claims (state, drv[0]->name, &e);
-  held = cpu_claims ? nrm_checkpoint_held (cpu_claims) : NULL;
-  nrm_error_release (&e);
-  if (cpu_claims == NULL)
-    cpu_claims = json_object ();
-  /* Unreadable state: the nodes keep the preference order. */
-  if (held)
-    nrm_cpu_room (t, held, &free_cpus, &free_cell);
-  order = nrm_numa_preference_by_room (t, free_cpus, free_cell);
-  for (size_t i = 0; i < t->n_numa; i++)
-    candidate[i] = !hwloc_bitmap_iszero (t->numa[i].cpus)
-                   && (rq->cpu_nodes == NULL || hwloc_bitmap_isset (rq->cpu_nodes, t->numa[i].os_index))
-                   && (!rq->isolated || hwloc_bitmap_intersects (t->numa[i].cpus, t->isolated));
-  nrm_error_t last = NULL;
-  if (rq->cpu_list)
+/* A part's CPUs placed as the CPU driver places them on its device, from
+ * free (which loses them). */
+static int
+place_part (struct run *r, struct part *pt, hwloc_bitmap_t free_set, nrm_error_t *err)
+{
+  char dev[48], count[16];
+  size_t n;
+  snprintf (dev, sizeof (dev), r->rq->isolated ? "numa%u-isolated" : "numa%u", pt->os);
+  snprintf (count, sizeof (count), "%u", pt->count);
+  json_t *d = json_object_get (r->cpu_devices, dev);
+  if (d == NULL)
+    return nrm_error_set (err, ENODEV, "NUMA node %u: the CPU driver publishes no device %s", pt->os, dev);
+  cleanup_json json_t *consumed = json_pack ("{s:s}", "cpus", count);
+  struct nrm_alloc_result res = { r->drv[0]->name, "run", r->c->node_name, dev, NULL, consumed };
+  pt->pin = xbitmap_alloc ();
+  if (nrm_cpu_consumed (&res, d, &n, err) < 0
+      || nrm_cpu_place_device (r->t, dev, n, r->options, NULL, NULL, free_set, pt->pin, err) < 0)
     {
-      /* -C: exactly these CPUs, from the nodes they are on. */
-      if (check_pin (t, rq, cpu_claims, err) < 0)
-        goto out;
-      for (size_t i = 0; i < t->n_numa; i++)
-        if (hwloc_bitmap_intersects (t->numa[i].cpus, rq->cpu_list))
-          {
-            hwloc_bitmap_t pin = xbitmap_dup (rq->cpu_list);
-            hwloc_bitmap_and (pin, pin, t->numa[i].cpus);
-            parts[n_parts++] = (struct part){ i, t->numa[i].os_index, (unsigned) hwloc_bitmap_weight (pin), pin };
-          }
-      src[0].claim = cpu_claim (uid, name, drv[0]->name, c->node_name, rq->isolated, parts, n_parts, config);
-      json_t *devs = nrm_plugin_prepare (pl[0], RUN_NAMESPACE, name, uid, &last);
-      if (devs == NULL)
+      hwloc_bitmap_free (pt->pin);
+      pt->pin = NULL;
+      return -1;
+    }
+  hwloc_bitmap_andnot (free_set, free_set, pt->pin);
+  return 0;
+}
+
+static void
+drop_parts (struct run *r)
+{
+  for (size_t i = 0; i < r->n_parts; i++)
+    hwloc_bitmap_free (r->parts[i].pin);
+  r->n_parts = 0;
+}
+
+/* --cpus N found no room: why, from the last node's answer. */
+static int
+no_room (struct run *r, nrm_error_t last, nrm_error_t *err)
+{
+  const struct nrm_run_request *rq = r->rq;
+  if (last == NULL && rq->isolated)
+    return nrm_error_set (err, ENOSPC,
+                          "no NUMA node%s has isolated CPUs (--isolated-cpus, or isolcpus= on the kernel "
+                          "command line)",
+                          rq->cpu_nodes ? " asked for" : "");
+  if (last == NULL)
+    return nrm_error_set (err, EINVAL, "no NUMA node asked for has CPUs");
+  *err = last;
+  return nrm_error_wrap (err, "%u CPU%s%s", rq->cpus, rq->cpus == 1 ? "" : "s",
+                         rq->cpu_nodes ? " on the NUMA nodes asked for" : " on any NUMA node");
+}
+
+/* --cpus N: one node, the first in preference order that has room, the
+ * fullest first (a best fit, as the slices offer the nodes to the
+ * scheduler); else several, asked for with -N LIST or needed without it. */
+static int
+place_count (struct run *r, json_t *claims, nrm_error_t *err)
+{
+  const struct nrm_topology *t = r->t;
+  const struct nrm_run_request *rq = r->rq;
+  cleanup_json json_t *held = nrm_checkpoint_held (claims);
+  cleanup_free uint64_t *free_cpus = NULL, *free_cell = NULL;
+  nrm_cpu_room (t, held, &free_cpus, &free_cell);
+  cleanup_free size_t *order = nrm_numa_preference_by_room (t, free_cpus, free_cell);
+  cleanup_bitmap hwloc_bitmap_t free_set = nrm_cpu_unheld (t, held);
+  cleanup_free bool *candidate = xcalloc (t->n_numa + 1, sizeof (bool));
+  size_t n_cand = 0;
+  nrm_error_t last = NULL;
+  for (size_t i = 0; i < t->n_numa; i++)
+    {
+      candidate[i] = !hwloc_bitmap_iszero (t->numa[i].cpus)
+                     && (rq->cpu_nodes == NULL || hwloc_bitmap_isset (rq->cpu_nodes, t->numa[i].os_index))
+                     && (!rq->isolated || hwloc_bitmap_intersects (t->numa[i].cpus, t->isolated));
+      n_cand += candidate[i];
+    }
+  for (size_t k = 0; k < t->n_numa && r->n_parts == 0; k++)
+    {
+      size_t ni = order[k];
+      struct part one = { ni, t->numa[ni].os_index, rq->cpus, NULL };
+      if (!candidate[ni])
+        continue;
+      nrm_error_release (&last);
+      if (place_part (r, &one, free_set, &last) == 0)
+        {
+          r->parts[r->n_parts++] = one;
+          add_tried (r->tried, &one, 1, "fits (the first in preference order, the fullest first)");
+        }
+      else
+        add_tried (r->tried, &one, 1, nrm_error_msg (last));
+    }
+  if (r->n_parts == 0 && last && n_cand > 1 && !rq->isolated
+      && (r->n_parts = spread (t, candidate, free_cpus, rq->cpus, r->parts)) > 1)
+    {
+      nrm_error_release (&last);
+      for (size_t i = 0; i < r->n_parts && last == NULL; i++)
+        place_part (r, &r->parts[i], free_set, &last);
+      if (last == NULL)
+        add_tried (r->tried, r->parts, r->n_parts, "fits across these nodes (no one node had room), nearest first");
+    }
+  if (r->n_parts == 0 || last)
+    {
+      drop_parts (r);
+      return no_room (r, last, err);
+    }
+  return 0;
+}
+
+/* -C: exactly these CPUs, from the nodes they are on; each checked free
+ * under the lock, a held one refused naming its holder. */
+static int
+place_list (struct run *r, json_t *claims, nrm_error_t *err)
+{
+  const struct nrm_topology *t = r->t;
+  if (check_pin (t, r->rq, claims, err) < 0)
+    return -1;
+  for (size_t i = 0; i < t->n_numa; i++)
+    if (hwloc_bitmap_intersects (t->numa[i].cpus, r->rq->cpu_list))
+      {
+        hwloc_bitmap_t pin = xbitmap_dup (r->rq->cpu_list);
+        hwloc_bitmap_and (pin, pin, t->numa[i].cpus);
+        r->parts[r->n_parts++] = (struct part){ i, t->numa[i].os_index, (unsigned) hwloc_bitmap_weight (pin), pin };
+      }
+  add_tried (r->tried, r->parts, r->n_parts, "the CPUs asked for (--physcpubind)");
+  return 0;
+}
+
+/* The CPU claim, chosen under the CPU driver's serialize lock from the
+ * claims held then: placement picks the node and the CPUs, and the claim
+ * names them (CPUConfig cpus), so the prepare in the same hold takes
+ * exactly those. */
+static int
+choose_cpus (void *ctx, json_t *claims, json_t **ret, nrm_error_t *err)
+{
+  struct run *r = ctx;
+  r->cpu_claims = json_deep_copy (claims);
+  if ((r->rq->cpu_list ? place_list (r, claims, err) : place_count (r, claims, err)) < 0)
+    {
+      r->placement_failed = true;
+      return -1;
+    }
+  *ret = cpu_claim (r->uid, r->name, r->drv[0]->name, r->c->node_name, r->rq->isolated, r->parts, r->n_parts,
+                    r->config);
+  return 0;
+}
+
+/* The CPUs: placed and prepared in one hold of the lock; the driver's state
+ * says which CPUs and nodes it took. */
+static int
+run_take_cpus (struct run *r, nrm_error_t *err)
+{
+  const struct nrm_run_request *rq = r->rq;
+  if (nrm_plugin_prepare_local (r->pl[0], RUN_NAMESPACE, r->name, r->uid, choose_cpus, r, &r->cpu, err) < 0)
+    {
+      if (r->placement_failed)
+        return -1;
+      if (rq->cpu_list)
         {
           cleanup_free char *list = nrm_cpulist_format (rq->cpu_list);
-          *err = last;
-          nrm_error_wrap (err, "CPUs %s", list);
-          goto out;
+          return nrm_error_wrap (err, "CPUs %s", list);
         }
-      json_decref (devs);
-      prepared[0] = true;
-      add_tried (tried, parts, n_parts, "the CPUs asked for (--physcpubind)");
+      drop_parts (r);
+      return no_room (r, TAKE_PTR (*err), err);
     }
-  else
-    {
-      /* One node: the first in preference order that has room, the
-       * fullest first (a best fit, as the slices offer the nodes to the
-       * scheduler). */
-      for (size_t k = 0; k < t->n_numa && !prepared[0]; k++)
-        {
-          size_t ni = order[k];
-          if (!candidate[ni])
-            continue;
-          struct part one = { ni, t->numa[ni].os_index, rq->cpus, NULL };
-          json_decref (src[0].claim);
-          src[0].claim = cpu_claim (uid, name, drv[0]->name, c->node_name, rq->isolated, &one, 1, config);
-          nrm_error_release (&last);
-          json_t *devs = nrm_plugin_prepare (pl[0], RUN_NAMESPACE, name, uid, &last);
-          if (devs != NULL)
-            {
-              json_decref (devs);
-              parts[n_parts++] = one;
-              prepared[0] = true;
-              add_tried (tried, &one, 1, "fits (the first in preference order, the fullest first)");
-            }
-          else
-            add_tried (tried, &one, 1, nrm_error_msg (last));
-        }
-      /* Several nodes when none has room alone: asked for with -N LIST,
-       * or needed without it. */
-      size_t n_cand = 0;
-      for (size_t i = 0; i < t->n_numa; i++)
-        n_cand += candidate[i];
-      if (!prepared[0] && last && n_cand > 1 && !rq->isolated && free_cpus
-          && (n_parts = spread (t, candidate, free_cpus, rq->cpus, parts)) > 1)
-        {
-          json_decref (src[0].claim);
-          src[0].claim = cpu_claim (uid, name, drv[0]->name, c->node_name, false, parts, n_parts, config);
-          nrm_error_release (&last);
-          json_t *devs = nrm_plugin_prepare (pl[0], RUN_NAMESPACE, name, uid, &last);
-          if (devs != NULL)
-            {
-              json_decref (devs);
-              prepared[0] = true;
-              add_tried (tried, parts, n_parts, "fits across these nodes (no one node had room), nearest first");
-            }
-        }
-      if (!prepared[0])
-        {
-          n_parts = 0;
-          if (last == NULL && rq->isolated)
-            nrm_error_set (err, ENOSPC,
-                           "no NUMA node%s has isolated CPUs (--isolated-cpus, or isolcpus= on the kernel "
-                           "command line)",
-                           rq->cpu_nodes ? " asked for" : "");
-          else if (last == NULL)
-            nrm_error_set (err, EINVAL, "no NUMA node asked for has CPUs");
-          else
-            {
-              *err = last;
-              nrm_error_wrap (err, "%u CPU%s%s", rq->cpus, rq->cpus == 1 ? "" : "s",
-                              rq->cpu_nodes ? " on the NUMA nodes asked for" : " on any NUMA node");
-            }
-          goto out;
-        }
-    }
-  nrm_error_release (&last);
+  r->prepared[0] = true;
+  r->cpus = xstrdup (json_string_value (json_object_get (r->cpu.state, "cpus")) ?: "");
+  r->mems = xstrdup (json_string_value (json_object_get (r->cpu.state, "mems")) ?: "");
+  return nrm_cpulist_parse (r->cpus, &r->got, err);
+}
 
-  /* What was picked. */
-  {
-    cleanup_json json_t *claims = nrm_plugin_claims (pl[0], err);
-    json_t *cst = json_object_get (json_object_get (claims, uid), "state");
-    cpus = xstrdup (json_string_value (json_object_get (cst, "cpus")) ?: "");
-    mems = xstrdup (json_string_value (json_object_get (cst, "mems")) ?: "");
-    nrm_error_release (err);
-    if (nrm_cpulist_parse (cpus, &got, err) < 0)
-      goto out;
-  }
-  /* The memory nodes: the CPUs' by default; the policy's when it names
-   * some (--preferred adds its node to the CPUs'). */
+/* The memory nodes: the CPUs' by default; the policy's when it names
+ * some (--preferred adds its node to the CPUs'). The node memory is taken
+ * from: the first of --membind or --preferred, else that of the (first)
+ * CPUs; of a kind or tier, the nearest of it with room (memory/place). */
+static int
+run_memory_nodes (struct run *r, nrm_error_t *err)
+{
+  const struct nrm_topology *t = r->t;
+  const struct nrm_run_request *rq = r->rq;
   if (rq->policy == NRM_RUN_MEM_BIND || rq->policy == NRM_RUN_MEM_INTERLEAVE || rq->policy == NRM_RUN_MEM_PREFERRED)
     {
       cleanup_bitmap hwloc_bitmap_t m = xbitmap_alloc ();
@@ -1140,292 +1224,302 @@ nrm_cmd_run (struct nrm_config *c, struct nrm_topology *t, const struct nrm_run_
       if (rq->policy == NRM_RUN_MEM_PREFERRED)
         {
           cleanup_bitmap hwloc_bitmap_t cm = NULL;
-          if (nrm_cpulist_parse (mems, &cm, err) < 0)
-            goto out;
+          if (nrm_cpulist_parse (r->mems, &cm, err) < 0)
+            return -1;
           hwloc_bitmap_or (m, m, cm);
         }
-      free (mems);
-      mems = nrm_cpulist_format (m);
+      free (r->mems);
+      r->mems = nrm_cpulist_format (m);
     }
-  /* The node memory is taken from: the first of --membind or --preferred,
-   * else that of the (first) CPUs. */
-  int node = (int) parts[0].os;
+  r->node = (int) r->parts[0].os;
   if (rq->policy == NRM_RUN_MEM_BIND || rq->policy == NRM_RUN_MEM_PREFERRED)
     for (size_t i = 0; i < t->n_numa; i++)
       if (hwloc_bitmap_isset (rq->mem_nodes, t->numa[i].os_index))
         {
-          node = (int) t->numa[i].os_index;
+          r->node = (int) t->numa[i].os_index;
           break;
         }
   if (rq->memory_kind || rq->memory_tier >= 0)
     {
-      /* The nearest node of that kind or tier with room: HBM beside the
-       * CPUs on a Xeon Max, the far NVM node only when asked. */
+      /* HBM beside the CPUs on a Xeon Max, the far NVM node only when asked. */
       uint64_t bytes = 0;
       size_t pick;
-      int near = nrm_topology_numa_index (t, (unsigned) node);
+      int near = nrm_topology_numa_index (t, (unsigned) r->node);
       if ((rq->memory && nrm_quantity_parse_bytes (rq->memory, &bytes, err) < 0)
           || nrm_memory_pick (t, near >= 0 ? (size_t) near : 0, rq->memory_kind, rq->memory_tier, bytes, NULL, &pick,
                               err)
                  < 0)
-        goto out;
-      node = (int) t->numa[pick].os_index;
+        return -1;
+      r->node = (int) t->numa[pick].os_index;
       if (rq->policy == NRM_RUN_MEM_DEFAULT)
         {
-          free (mems);
-          mems = xasprintf ("%d", node);
+          free (r->mems);
+          r->mems = xasprintf ("%d", r->node);
         }
     }
   for (int h = 0; h < 2; h++)
     {
       const char *want = h == 0 ? rq->hugepages_2mi : rq->hugepages_1gi;
       uint64_t size = h == 0 ? 2u << 20 : 1u << 30;
-      int ni = nrm_topology_numa_index (t, (unsigned) node);
+      int ni = nrm_topology_numa_index (t, (unsigned) r->node);
       bool have = false;
       for (size_t k = 0; want && ni >= 0 && k < t->numa[ni].n_hugepages; k++)
         have |= t->numa[ni].hugepages[k].size == size && t->numa[ni].hugepages[k].count > 0;
       if (want && !have)
-        {
-          nrm_error_set (err, ENOSPC,
-                         "NUMA node %d has no %s huge pages (reserve some in "
-                         "/sys/devices/system/node/node%d/hugepages/hugepages-%ukB/nr_hugepages)",
-                         node, h == 0 ? "2Mi" : "1Gi", node, (unsigned) (size >> 10));
-          goto out;
-        }
+        return nrm_error_set (err, ENOSPC,
+                              "NUMA node %d has no %s huge pages (reserve some in "
+                              "/sys/devices/system/node/node%d/hugepages/hugepages-%ukB/nr_hugepages)",
+                              r->node, h == 0 ? "2Mi" : "1Gi", r->node, (unsigned) (size >> 10));
     }
-  if (use_mem)
-    {
-      /* Memory and huge pages of the CPUs' node; the run's memory is also
-       * its limit (MemoryConfig limit). */
-      char dev[64];
-      const char *md = drv[1]->name;
-      cleanup_json json_t *results = json_array ();
-      cleanup_json json_t *mconfig
-          = json_pack ("[{s:s, s:{s:s, s:{s:s, s:s, s:b}}}]", "source", "FromClaim", "opaque", "driver", md,
-                       "parameters", "apiVersion", "memory.nrm.io/v1alpha1", "kind", "MemoryConfig", "limit", 1);
-      cleanup_free char *what = NULL;
-      if (rq->memory)
-        {
-          snprintf (dev, sizeof (dev), "numa%d", node);
-          json_array_append_new (results, result_for ("memory", md, c->node_name, dev, "memory", rq->memory));
-        }
-      if (rq->hugepages_2mi)
-        {
-          snprintf (dev, sizeof (dev), "numa%d-hugepages-2mi", node);
-          json_array_append_new (results,
-                                 result_for ("hugepages-2mi", md, c->node_name, dev, "hugepages", rq->hugepages_2mi));
-        }
-      if (rq->hugepages_1gi)
-        {
-          snprintf (dev, sizeof (dev), "numa%d-hugepages-1gi", node);
-          json_array_append_new (results,
-                                 result_for ("hugepages-1gi", md, c->node_name, dev, "hugepages", rq->hugepages_1gi));
-        }
-      what = xasprintf ("%s%s%s%s%s%s%s%s on NUMA node %d", rq->memory ? "memory " : "", rq->memory ?: "",
-                        rq->hugepages_2mi ? (rq->memory ? ", " : "") : "", rq->hugepages_2mi ? "2Mi huge pages " : "",
-                        rq->hugepages_2mi ?: "", rq->hugepages_1gi ? (rq->memory || rq->hugepages_2mi ? ", " : "") : "",
-                        rq->hugepages_1gi ? "1Gi huge pages " : "", rq->hugepages_1gi ?: "", node);
-      src[1].claim = claim_with (uid, name, TAKE_PTR (results), mconfig);
-      json_t *devs = nrm_plugin_prepare (pl[1], RUN_NAMESPACE, name, uid, err);
-      if (devs == NULL)
-        {
-          nrm_error_wrap (err, "%s", what);
-          goto out;
-        }
-      json_decref (devs);
-      prepared[1] = true;
-      cleanup_json json_t *mclaims = nrm_plugin_claims (pl[1], err);
-      mem_env = json_incref (json_object_get (json_object_get (json_object_get (mclaims, uid), "edits"), "env"));
-      if (*err)
-        nrm_error_release (err);
-      if (nrm_env_binding_parse (mem_env, name, &mem_eb, err) < 0)
-        goto out;
-    }
+  return 0;
+}
 
-  why = explain (
-      t, got, parts, n_parts, tried, cpu_claims, uid, rq, mems, node,
-      rq->dry_run
-          ? (state == scratch && c->topology && strcmp (c->state_dir, NRM_DEFAULT_STATE_DIR) == 0 ? NULL : c->state_dir)
-          : NULL);
-  if (partition_mode (c, rq) != NRM_PARTITION_OFF)
-    json_object_set_new (why, "partition", partition_view (c, partition_mode (c, rq), rq->partition >= 0));
+/* The memory claim is made before the lock: nothing in it depends on what
+ * is held. */
+static int
+choose_claim (void *ctx, json_t *claims, json_t **ret, nrm_error_t *err)
+{
+  (void) claims;
+  (void) err;
+  *ret = json_incref (ctx);
+  return 0;
+}
+
+/* Memory and huge pages of the run's node; the run's memory is also its
+ * limit (MemoryConfig limit). The driver's container edits come back with
+ * the prepare: the limits the commit writes, the variables the command
+ * gets. */
+static int
+run_take_memory (struct run *r, nrm_error_t *err)
+{
+  const struct nrm_run_request *rq = r->rq;
+  const char *md = r->drv[1]->name, *node_name = r->c->node_name;
+  char dev[64];
+  if (!uses_memory (rq))
+    return 0;
+  cleanup_json json_t *results = json_array ();
+  cleanup_json json_t *mconfig
+      = json_pack ("[{s:s, s:{s:s, s:{s:s, s:s, s:b}}}]", "source", "FromClaim", "opaque", "driver", md, "parameters",
+                   "apiVersion", "memory.nrm.io/v1alpha1", "kind", "MemoryConfig", "limit", 1);
+  if (rq->memory)
+    {
+      snprintf (dev, sizeof (dev), "numa%d", r->node);
+      json_array_append_new (results, result_for ("memory", md, node_name, dev, "memory", rq->memory));
+    }
+  if (rq->hugepages_2mi)
+    {
+      snprintf (dev, sizeof (dev), "numa%d-hugepages-2mi", r->node);
+      json_array_append_new (results,
+                             result_for ("hugepages-2mi", md, node_name, dev, "hugepages", rq->hugepages_2mi));
+    }
+  if (rq->hugepages_1gi)
+    {
+      snprintf (dev, sizeof (dev), "numa%d-hugepages-1gi", r->node);
+      json_array_append_new (results,
+                             result_for ("hugepages-1gi", md, node_name, dev, "hugepages", rq->hugepages_1gi));
+    }
+  cleanup_json json_t *claim = claim_with (r->uid, r->name, TAKE_PTR (results), mconfig);
+  if (nrm_plugin_prepare_local (r->pl[1], RUN_NAMESPACE, r->name, r->uid, choose_claim, claim, &r->mem, err) < 0)
+    return nrm_error_wrap (
+        err, "%s%s%s%s%s%s%s%s on NUMA node %d", rq->memory ? "memory " : "", rq->memory ?: "",
+        rq->hugepages_2mi ? (rq->memory ? ", " : "") : "", rq->hugepages_2mi ? "2Mi huge pages " : "",
+        rq->hugepages_2mi ?: "", rq->hugepages_1gi ? (rq->memory || rq->hugepages_2mi ? ", " : "") : "",
+        rq->hugepages_1gi ? "1Gi huge pages " : "", rq->hugepages_1gi ?: "", r->node);
+  r->prepared[1] = true;
+  return nrm_env_binding_parse (json_object_get (r->mem.edits, "env"), r->name, &r->mem_eb, err);
+}
+
+/* Why these CPUs and this memory: printed for a dry run, one line in the
+ * log for a real one (with each node that had no room). */
+static void
+run_explain (struct run *r, FILE *out)
+{
+  const struct nrm_run_request *rq = r->rq;
+  struct nrm_config *c = r->c;
+  enum nrm_partition_mode pm = partition_mode (c, rq);
+  cleanup_json json_t *why = explain (
+      r->t, r->got, r->parts, r->n_parts, r->tried, r->cpu_claims, r->uid, rq, r->mems, r->node,
+      rq->dry_run ? (c->topology && strcmp (c->state_dir, NRM_DEFAULT_STATE_DIR) == 0 ? NULL : c->state_dir) : NULL);
+  if (pm != NRM_PARTITION_OFF)
+    json_object_set_new (why, "partition", partition_view (c, pm, rq->partition >= 0));
   if (rq->attach_pid)
-    json_object_set_new (
-        why, "attach",
-        json_pack ("{s:i, s:s, s:i}", "pid", (int) att.pid, "command", att.comm, "threads", (int) att.n_threads));
+    json_object_set_new (why, "attach",
+                         json_pack ("{s:i, s:s, s:i}", "pid", (int) r->att.pid, "command", r->att.comm, "threads",
+                                    (int) r->att.n_threads));
+  if (rq->dry_run && rq->json)
+    {
+      cleanup_free char *text = json_dumps (why, JSON_INDENT (2));
+      fprintf (out, "%s\n", text);
+      return;
+    }
   if (rq->dry_run)
     {
-      if (rq->json)
-        {
-          cleanup_free char *text = json_dumps (why, JSON_INDENT (2));
-          fprintf (out, "%s\n", text);
-        }
-      else
-        print_explanation (out, why, rq->argv);
-      *ret_status = 0;
-      r = 0;
-      goto out;
+      print_explanation (out, why, rq->argv);
+      return;
     }
-  /* The same reasons as a dry run's, in one line, and each node that had
-   * no room. */
-  {
-    size_t i;
-    json_t *v;
-    json_array_foreach (tried, i, v) if (i + 1 < json_array_size (tried))
-        nrm_log (NULL, NRM_LOG_INFO, "run %s: NUMA node %s skipped: %s", name,
-                 json_string_value (json_object_get (v, "nodes")), json_string_value (json_object_get (v, "result")));
-    nrm_log (NULL, NRM_LOG_INFO,
-             "run %s: CPUs %s (whole cores %s, partial cores %s; L3 groups %s; NUMA nodes %s), memory nodes %s "
-             "(policy %s)",
-             name, cpus, dash (json_string_value (json_object_get (why, "wholeCores"))),
-             dash (json_string_value (json_object_get (why, "partialCores"))),
-             dash (json_string_value (json_object_get (why, "l3Groups"))),
-             dash (json_string_value (json_object_get (why, "numaNodes"))), mems, policy_name (rq->policy));
-  }
+  size_t i;
+  json_t *v;
+  json_array_foreach (r->tried, i, v) if (i + 1 < json_array_size (r->tried))
+      nrm_log (NULL, NRM_LOG_INFO, "run %s: NUMA node %s skipped: %s", r->name,
+               json_string_value (json_object_get (v, "nodes")), json_string_value (json_object_get (v, "result")));
+  nrm_log (NULL, NRM_LOG_INFO,
+           "run %s: CPUs %s (whole cores %s, partial cores %s; L3 groups %s; NUMA nodes %s), memory nodes %s "
+           "(policy %s)",
+           r->name, r->cpus, dash (json_string_value (json_object_get (why, "wholeCores"))),
+           dash (json_string_value (json_object_get (why, "partialCores"))),
+           dash (json_string_value (json_object_get (why, "l3Groups"))),
+           dash (json_string_value (json_object_get (why, "numaNodes"))), r->mems, policy_name (rq->policy));
+}
 
-  bool cgroup = nrm_cgroup_v2_controller (c->fsroot, "cpuset") == NRM_CGROUP_V2_WITH;
-  if (cgroup)
+/* The binding: the run's cgroup nrm.slice/run-<pid> through the cgroup
+ * layer (a cpuset partition where one is asked for); without cgroup v2
+ * cpuset, the command pins itself (run_command) and the limits are held,
+ * not enforced. */
+static int
+run_bind (struct run *r, nrm_error_t *err)
+{
+  const struct nrm_run_request *rq = r->rq;
+  r->cgroup = nrm_cgroup_v2_controller (r->c->fsroot, "cpuset") == NRM_CGROUP_V2_WITH;
+  if (r->cgroup)
     {
-      struct nrm_binding b = { .cpus = cpus, .memory = { .mems = mems } };
-      nrm_env_binding_memory (&mem_eb, &b.memory);
-      cleanup_free char *rel = xasprintf ("nrm.slice/%s", cgname);
-      if (nrm_cgroupfs_open (c->fsroot, &fs, err) < 0 || make_cgroup (fs, cgname, err) < 0
-          || nrm_binding_apply (fs, rel, &b, err) < 0)
-        goto out;
-      if (make_partition (fs, rel, name, cpus, partition_mode (c, rq), rq->partition >= 0, err) < 0)
-        goto out;
+      struct nrm_binding b = { .cpus = r->cpus, .memory = { .mems = r->mems } };
+      nrm_env_binding_memory (&r->mem_eb, &b.memory);
+      cleanup_free char *rel = xasprintf ("nrm.slice/%s", r->cgname);
+      if (nrm_cgroupfs_open (r->c->fsroot, &r->fs, err) < 0 || make_cgroup (r->fs, r->cgname, err) < 0
+          || nrm_binding_apply (r->fs, rel, &b, err) < 0)
+        return -1;
+      return make_partition (r->fs, rel, r->name, r->cpus, partition_mode (r->c, rq), rq->partition >= 0, err);
     }
-  else if (rq->partition > NRM_PARTITION_OFF)
-    {
-      nrm_error_set (err, ENOTSUP, "--partition %s: no cgroup v2 cpuset here (cgroup v1?), so no cpuset partition",
-                     nrm_partition_mode_name ((enum nrm_partition_mode) rq->partition));
-      goto out;
-    }
-  else if (rq->attach_pid)
+  if (rq->partition > NRM_PARTITION_OFF)
+    return nrm_error_set (err, ENOTSUP,
+                          "--partition %s: no cgroup v2 cpuset here (cgroup v1?), so no cpuset partition",
+                          nrm_partition_mode_name ((enum nrm_partition_mode) rq->partition));
+  if (rq->attach_pid)
     nrm_log (NULL, NRM_LOG_INFO,
              "no cgroup v2 cpuset here: pinning every thread of process %d with sched_setaffinity, its pages "
              "moved with migrate_pages",
-             (int) att.pid);
+             (int) r->att.pid);
   else
     nrm_log (NULL, NRM_LOG_INFO, "no cgroup v2 cpuset here: pinning with sched_setaffinity and set_mempolicy");
-  if (!cgroup)
-    {
-      if (mem_eb.memory_max || mem_eb.n_hugetlb)
-        nrm_log (NULL, NRM_LOG_INFO,
-                 "without cgroup v2 the memory and huge pages are held for this run but not "
-                 "enforced as limits");
-    }
+  if (r->mem_eb.memory_max || r->mem_eb.n_hugetlb)
+    nrm_log (NULL, NRM_LOG_INFO,
+             "without cgroup v2 the memory and huge pages are held for this run but not "
+             "enforced as limits");
+  return 0;
+}
 
-  if (rq->attach_pid)
-    {
-      r = attach_and_hold (fs, cgname, name, cpus, mems, &att, ret_status, err);
-      goto out;
-    }
+/* The command's environment: its CPUs and memory nodes, and the memory
+ * driver's variables as a container gets them from its edits. */
+static void
+command_env (struct run *r)
+{
+  size_t i, ml = strlen (nrm_env_name[NRM_ENV_MEMS]);
+  json_t *v;
+  setenv (nrm_env_name[NRM_ENV_CPUS], r->cpus, 1);
+  setenv (nrm_env_name[NRM_ENV_MEMS], r->mems, 1);
+  json_array_foreach (json_object_get (r->mem.edits, "env"), i, v)
+  {
+    const char *kv = json_string_value (v), *eq = kv ? strchr (kv, '=') : NULL;
+    if (eq && !(strncmp (kv, nrm_env_name[NRM_ENV_MEMS], ml) == 0 && kv[ml] == '='))
+      {
+        cleanup_free char *k = xstrndup (kv, (size_t) (eq - kv));
+        setenv (k, eq + 1, 1);
+      }
+  }
+}
 
+/* In the child, once the parent has moved it into the cgroup: pinned
+ * where there is no cgroup, numactl's memory policy, then the command. */
+static void __attribute__ ((noreturn))
+child_exec (const struct run *r, int go, pid_t parent)
+{
+  const struct nrm_run_request *rq = r->rq;
+  char ok;
+  /* If nrm run dies (kill -9), the command dies too: its CPUs may be
+   * handed out again once the next run releases the stale claim. */
+  if (prctl (PR_SET_PDEATHSIG, SIGKILL) < 0 || getppid () != parent || read (go, &ok, 1) != 1)
+    _exit (NRM_RUN_EXIT_FAILED);
+  if (!r->cgroup || rq->policy != NRM_RUN_MEM_DEFAULT)
+    {
+      /* --preferred names one node. */
+      int mem_node_first = rq->mem_nodes && !is_all (rq->mem_nodes) ? hwloc_bitmap_first (rq->mem_nodes) : -1;
+      struct bitmask *cm = numa_parse_cpustring_all (r->cpus);
+      struct bitmask *mm = numa_parse_nodestring_all (r->mems);
+      if (cm == NULL || mm == NULL || (!r->cgroup && numa_sched_setaffinity (0, cm) < 0))
+        {
+          fprintf (stderr, "nrm run: cannot pin to CPUs %s\n", r->cpus);
+          _exit (NRM_RUN_EXIT_FAILED);
+        }
+      /* numactl's policies through libnuma's set_mempolicy wrappers;
+       * without one, bound to the CPUs' nodes (the cgroup's cpuset.mems
+       * does that where there is one). */
+      int want = MPOL_BIND;
+      if (rq->policy == NRM_RUN_MEM_INTERLEAVE)
+        {
+          want = MPOL_INTERLEAVE;
+          numa_set_interleave_mask (mm);
+        }
+      else if (rq->policy == NRM_RUN_MEM_PREFERRED)
+        {
+          want = MPOL_PREFERRED;
+          numa_set_preferred (mem_node_first);
+        }
+      else if (rq->policy == NRM_RUN_MEM_LOCAL)
+        {
+          want = MPOL_DEFAULT;
+          numa_set_localalloc ();
+        }
+      else
+        numa_set_membind (mm);
+      /* libnuma reports a failure only on stderr: the policy is read back.
+       * Local allocation reads back as MPOL_LOCAL (4) on newer libnuma. */
+      int mode = -1;
+      if (get_mempolicy (&mode, NULL, 0, NULL, 0) < 0 || (mode != want && !(want == MPOL_DEFAULT && mode == 4)))
+        {
+          fprintf (stderr, "nrm run: cannot set the memory policy %s on nodes %s\n", policy_name (rq->policy),
+                   r->mems);
+          _exit (NRM_RUN_EXIT_FAILED);
+        }
+      numa_free_cpumask (cm);
+      numa_free_nodemask (mm);
+    }
+  execvp (rq->argv[0], rq->argv);
+  /* env(1)'s codes: 127 not found, 126 found but not executable. */
+  int exec_errno = errno;
+  fprintf (stderr, "nrm run: cannot run `%s`: %s\n", rq->argv[0], strerror (exec_errno));
+  _exit (exec_errno == ENOENT || exec_errno == ENOTDIR ? NRM_RUN_EXIT_NOT_FOUND : NRM_RUN_EXIT_CANNOT_EXEC);
+}
+
+/* The command started in the run's cgroup (it waits on a pipe until it is
+ * there), signals forwarded to it, and waited for. */
+static int
+run_command (struct run *r, int *ret_status, nrm_error_t *err)
+{
   int go[2];
   if (pipe2 (go, O_CLOEXEC) < 0)
-    {
-      nrm_error_errno (err, errno, "pipe");
-      goto out;
-    }
-  setenv (nrm_env_name[NRM_ENV_CPUS], cpus, 1);
-  setenv (nrm_env_name[NRM_ENV_MEMS], mems, 1);
-  /* The memory driver's variables, as a container gets them. */
-  {
-    size_t i;
-    json_t *v;
-    json_array_foreach (mem_env, i, v)
-    {
-      const char *kv = json_string_value (v), *eq = kv ? strchr (kv, '=') : NULL;
-      size_t ml = strlen (nrm_env_name[NRM_ENV_MEMS]);
-      if (eq && !(strncmp (kv, nrm_env_name[NRM_ENV_MEMS], ml) == 0 && kv[ml] == '='))
-        {
-          cleanup_free char *k = xstrndup (kv, (size_t) (eq - kv));
-          setenv (k, eq + 1, 1);
-        }
-    }
-  }
-  /* --preferred names one node. */
-  int mem_node_first = rq->mem_nodes && !is_all (rq->mem_nodes) ? hwloc_bitmap_first (rq->mem_nodes) : -1;
+    return nrm_error_errno (err, errno, "pipe");
+  command_env (r);
   pid_t parent = getpid ();
   child_pid = fork ();
   if (child_pid < 0)
-    {
-      nrm_error_errno (err, errno, "fork");
-      goto out;
-    }
+    return nrm_error_errno (err, errno, "fork");
   if (child_pid == 0)
     {
-      char ok;
       close (go[1]);
-      /* If nrm run dies (kill -9), the command dies too: its CPUs may be
-       * handed out again once the next run releases the stale claim. */
-      if (prctl (PR_SET_PDEATHSIG, SIGKILL) < 0 || getppid () != parent)
-        _exit (NRM_RUN_EXIT_FAILED);
-      /* Wait until the parent has moved us into the cgroup. */
-      if (read (go[0], &ok, 1) != 1)
-        _exit (NRM_RUN_EXIT_FAILED);
-      if (!cgroup || rq->policy != NRM_RUN_MEM_DEFAULT)
-        {
-          struct bitmask *cm = numa_parse_cpustring_all (cpus);
-          struct bitmask *mm = numa_parse_nodestring_all (mems);
-          if (cm == NULL || mm == NULL || (!cgroup && numa_sched_setaffinity (0, cm) < 0))
-            {
-              fprintf (stderr, "nrm run: cannot pin to CPUs %s\n", cpus);
-              _exit (NRM_RUN_EXIT_FAILED);
-            }
-          /* numactl's policies through libnuma's set_mempolicy wrappers;
-           * without one, bound to the CPUs' nodes (the cgroup's
-           * cpuset.mems does that where there is one). */
-          int want = MPOL_BIND;
-          if (rq->policy == NRM_RUN_MEM_INTERLEAVE)
-            {
-              want = MPOL_INTERLEAVE;
-              numa_set_interleave_mask (mm);
-            }
-          else if (rq->policy == NRM_RUN_MEM_PREFERRED)
-            {
-              want = MPOL_PREFERRED;
-              numa_set_preferred (mem_node_first);
-            }
-          else if (rq->policy == NRM_RUN_MEM_LOCAL)
-            {
-              want = MPOL_DEFAULT;
-              numa_set_localalloc ();
-            }
-          else
-            numa_set_membind (mm);
-          /* libnuma reports a failure only on stderr: the policy is read
-           * back. */
-          int mode = -1;
-          /* Local allocation reads back as MPOL_LOCAL (4) on newer libnuma. */
-          if (get_mempolicy (&mode, NULL, 0, NULL, 0) < 0 || (mode != want && !(want == MPOL_DEFAULT && mode == 4)))
-            {
-              fprintf (stderr, "nrm run: cannot set the memory policy %s on nodes %s\n", policy_name (rq->policy),
-                       mems);
-              _exit (NRM_RUN_EXIT_FAILED);
-            }
-          numa_free_cpumask (cm);
-          numa_free_nodemask (mm);
-        }
-      execvp (rq->argv[0], rq->argv);
-      /* env(1)'s codes: 127 not found, 126 found but not executable. */
-      int exec_errno = errno;
-      fprintf (stderr, "nrm run: cannot run `%s`: %s\n", rq->argv[0], strerror (exec_errno));
-      _exit (exec_errno == ENOENT || exec_errno == ENOTDIR ? NRM_RUN_EXIT_NOT_FOUND : NRM_RUN_EXIT_CANNOT_EXEC);
+      child_exec (r, go[0], parent);
     }
   close (go[0]);
-  if (cgroup)
+  if (r->cgroup)
     {
       char pidtext[32];
-      cleanup_free char *rel = xasprintf ("nrm.slice/%s", cgname);
+      cleanup_free char *rel = xasprintf ("nrm.slice/%s", r->cgname);
       snprintf (pidtext, sizeof (pidtext), "%d", (int) child_pid);
-      if (nrm_cgroup_write (fs, rel, "cgroup.procs", pidtext, err) < 0)
+      if (nrm_cgroup_write (r->fs, rel, "cgroup.procs", pidtext, err) < 0)
         {
           kill (child_pid, SIGKILL);
           waitpid (child_pid, NULL, 0);
           close (go[1]);
-          goto out;
+          return -1;
         }
     }
   signal (SIGINT, forward);
@@ -1439,44 +1533,93 @@ nrm_cmd_run (struct nrm_config *c, struct nrm_topology *t, const struct nrm_run_
   while (waitpid (child_pid, &status, 0) < 0 && errno == EINTR)
     ;
   *ret_status = WIFEXITED (status) ? WEXITSTATUS (status) : 128 + WTERMSIG (status);
-  r = 0;
-out:
-  /* Released when the command ends, however it ends. */
+  return 0;
+}
+
+/* Released when the command ends, however it ends; a claim that could not
+ * be released keeps its record: the next run or the plugin releases it
+ * once this process is gone. */
+static void
+run_close (struct run *r)
+{
   for (int i = 1; i >= 0; i--)
     {
       nrm_error_t uerr = NULL;
-      if (prepared[i] && nrm_plugin_unprepare (pl[i], uid, &uerr) < 0)
+      if (r->prepared[i] && nrm_plugin_unprepare (r->pl[i], r->uid, &uerr) < 0)
         {
-          nrm_log (NULL, NRM_LOG_ERROR, "run %s: %s", name, nrm_error_msg (uerr));
+          nrm_log (NULL, NRM_LOG_ERROR, "run %s: %s", r->name, nrm_error_msg (uerr));
           nrm_error_release (&uerr);
-          released = false;
+          r->released = false;
         }
-      nrm_plugin_stop (pl[i]);
-      json_decref (src[i].claim);
+      nrm_plugin_stop (r->pl[i]);
     }
-  /* A claim that could not be released keeps its record: the next run or
-   * the plugin releases it once this process is gone. */
-  if (recorded && released)
+  if (r->recorded && r->released)
     {
-      cleanup_free char *path = record_path (c->state_dir, uid);
+      cleanup_free char *path = record_path (r->c->state_dir, r->uid);
       unlink (path);
     }
-  nrm_attach_close (&att);
-  nrm_drivers_close (&drivers);
-  nrm_registry_free (reg);
-  for (size_t i = 0; i < n_parts; i++)
-    hwloc_bitmap_free (parts[i].pin);
-  if (scratch)
-    remove_scratch (scratch);
-  if (fs)
+  nrm_plugin_prepared_done (&r->cpu);
+  nrm_plugin_prepared_done (&r->mem);
+  nrm_attach_close (&r->att);
+  nrm_drivers_close (&r->drivers);
+  nrm_registry_free (r->reg);
+  drop_parts (r);
+  if (r->scratch)
+    remove_scratch (r->scratch);
+  if (r->fs)
     {
       nrm_error_t terr = NULL;
-      if (remove_run_cgroup (fs, cgname, &terr) < 0)
+      if (remove_run_cgroup (r->fs, r->cgname, &terr) < 0)
         {
-          nrm_log (NULL, NRM_LOG_WARNING, "run %s: %s", name, nrm_error_msg (terr));
+          nrm_log (NULL, NRM_LOG_WARNING, "run %s: %s", r->name, nrm_error_msg (terr));
           nrm_error_release (&terr);
         }
-      nrm_cgroupfs_close (fs);
+      nrm_cgroupfs_close (r->fs);
     }
-  return r;
+  json_decref (r->config);
+  json_decref (r->cpu_devices);
+  json_decref (r->tried);
+  json_decref (r->cpu_claims);
+  hwloc_bitmap_free (r->got);
+  free (r->parts);
+  free (r->uid);
+  free (r->name);
+  free (r->cgname);
+  free (r->scratch);
+  free (r->cpus);
+  free (r->mems);
+}
+
+/* Forward: the request checked, the drivers opened, the CPUs placed and
+ * prepared, the memory prepared, the choice explained, the binding made,
+ * the command run (or the process attached); then everything released. */
+int
+nrm_cmd_run (struct nrm_config *c, struct nrm_topology *t, const struct nrm_run_request *rq, FILE *out, int *ret_status,
+             nrm_error_t *err)
+{
+  struct run r = { .c = c,
+                   .t = t,
+                   .rq = rq,
+                   .state = c->state_dir,
+                   .att = { .pidfd = -1 },
+                   .released = true,
+                   .config = json_array (),
+                   .tried = json_array (),
+                   .parts = xcalloc (t->n_numa + 1, sizeof (struct part)) };
+  int ret = -1;
+  if (run_check (&r, err) < 0 || run_open (&r, err) < 0 || run_take_cpus (&r, err) < 0
+      || run_memory_nodes (&r, err) < 0 || run_take_memory (&r, err) < 0)
+    goto out;
+  run_explain (&r, out);
+  if (rq->dry_run)
+    {
+      *ret_status = 0;
+      ret = 0;
+    }
+  else if (run_bind (&r, err) == 0)
+    ret = rq->attach_pid ? attach_and_hold (r.fs, r.cgname, r.name, r.cpus, r.mems, &r.att, ret_status, err)
+                         : run_command (&r, ret_status, err);
+out:
+  run_close (&r);
+  return ret;
 }

@@ -414,27 +414,20 @@ take_device (struct cpu_driver *d, const struct nrm_alloc_result *r, json_t *con
       hwloc_bitmap_or (claim, claim, cpus);
       return 0;
     }
-  nrm_quantity_t q;
-  if (nrm_kit_consumed_checked (r, dev, "cpus", &q, err) < 0)
+  size_t count;
+  if (nrm_cpu_consumed (r, dev, &count, err) < 0)
     return -1;
-  if (q % NRM_QUANTITY_ONE != 0)
-    return nrm_error_set (err, EINVAL, "device %s: a fraction of a CPU cannot be exclusive", r->device);
-  struct nrm_cpu_request req
-      = { .count = (size_t) (q / NRM_QUANTITY_ONE),
-          .within = cpus,
-          .options = cs.options,
-          .cpu_kind = cs.cpu_kind[0] ? cs.cpu_kind : NULL,
-          .isolated = hwloc_bitmap_isincluded (cpus, d->t->isolated) && !hwloc_bitmap_iszero (cpus),
-          .near = near && hwloc_bitmap_intersects (near, cpus) ? near : NULL };
-  *placed_near = req.near != NULL;
+  hwloc_const_bitmap_t near_here = near && hwloc_bitmap_intersects (near, cpus) ? near : NULL;
+  *placed_near = near_here != NULL;
   cleanup_bitmap hwloc_bitmap_t free_set = xbitmap_dup (d->t->online);
   cleanup_bitmap hwloc_bitmap_t got = xbitmap_alloc ();
   hwloc_bitmap_andnot (free_set, free_set, d->taken);
   hwloc_bitmap_andnot (free_set, free_set, claim);
   if (pin_text)
     {
-      /* Exactly the CPUs asked for (nrm run -C): all of the device, free,
-       * and as many as the capacity consumed. */
+      /* Exactly the CPUs asked for (nrm run -C, or the CPUs nrm run
+       * placed): all of the device, free, and as many as the capacity
+       * consumed. */
       cleanup_bitmap hwloc_bitmap_t pin = NULL, bad = NULL;
       if (nrm_cpulist_parse (pin_text, &pin, err) < 0)
         return -1;
@@ -451,15 +444,46 @@ take_device (struct cpu_driver *d, const struct nrm_alloc_result *r, json_t *con
           cleanup_free char *list = nrm_cpulist_format (bad);
           return nrm_error_set (err, EBUSY, "device %s: CPUs %s are already in use", r->device, list);
         }
-      if ((size_t) hwloc_bitmap_weight (pin) != req.count)
+      if ((size_t) hwloc_bitmap_weight (pin) != count)
         return nrm_error_set (err, EINVAL, "device %s: `cpus` %s names %d CPUs, the claim consumes %zu", r->device,
-                              pin_text, hwloc_bitmap_weight (pin), req.count);
+                              pin_text, hwloc_bitmap_weight (pin), count);
       hwloc_bitmap_or (claim, claim, pin);
       return 0;
     }
-  if (nrm_place_cpus (d->t, free_set, &req, got, err) < 0)
-    return nrm_error_wrap (err, "device %s", r->device);
+  if (nrm_cpu_place_device (d->t, r->device, count, cs.options, cs.cpu_kind[0] ? cs.cpu_kind : NULL, near_here,
+                            free_set, got, err)
+      < 0)
+    return -1;
   hwloc_bitmap_or (claim, claim, got);
+  return 0;
+}
+
+int
+nrm_cpu_consumed (const struct nrm_alloc_result *r, json_t *dev, size_t *count, nrm_error_t *err)
+{
+  nrm_quantity_t q;
+  if (nrm_kit_consumed_checked (r, dev, "cpus", &q, err) < 0)
+    return -1;
+  if (q % NRM_QUANTITY_ONE != 0)
+    return nrm_error_set (err, EINVAL, "device %s: a fraction of a CPU cannot be exclusive", r->device);
+  *count = (size_t) (q / NRM_QUANTITY_ONE);
+  return 0;
+}
+
+int
+nrm_cpu_place_device (const struct nrm_topology *t, const char *device, size_t count, unsigned options,
+                      const char *cpu_kind, hwloc_const_bitmap_t near, hwloc_const_bitmap_t free,
+                      hwloc_bitmap_t got, nrm_error_t *err)
+{
+  cleanup_bitmap hwloc_bitmap_t cpus = nrm_cpu_device_cpus (t, device);
+  struct nrm_cpu_request req = { .count = count,
+                                 .within = cpus,
+                                 .options = options,
+                                 .cpu_kind = cpu_kind,
+                                 .isolated = hwloc_bitmap_isincluded (cpus, t->isolated) && !hwloc_bitmap_iszero (cpus),
+                                 .near = near };
+  if (nrm_place_cpus (t, free, &req, got, err) < 0)
+    return nrm_error_wrap (err, "device %s", device);
   return 0;
 }
 
@@ -726,10 +750,10 @@ order_by_room (const struct nrm_topology *t, struct nrm_pool *p, const uint64_t 
         json_array_set (p->devices, slot[next++], json_array_get (devs, slot[j]));
 }
 
-void
-nrm_cpu_room (const struct nrm_topology *t, json_t *held, uint64_t **free_cpus, uint64_t **free_cell)
+hwloc_bitmap_t
+nrm_cpu_unheld (const struct nrm_topology *t, json_t *held)
 {
-  cleanup_bitmap hwloc_bitmap_t free_set = xbitmap_dup (t->online);
+  hwloc_bitmap_t free_set = xbitmap_dup (t->online);
   const char *uid;
   json_t *st;
   json_object_foreach (held, uid, st)
@@ -742,6 +766,13 @@ nrm_cpu_room (const struct nrm_topology *t, json_t *held, uint64_t **free_cpus, 
     nrm_error_release (&e);
     hwloc_bitmap_free (set);
   }
+  return free_set;
+}
+
+void
+nrm_cpu_room (const struct nrm_topology *t, json_t *held, uint64_t **free_cpus, uint64_t **free_cell)
+{
+  cleanup_bitmap hwloc_bitmap_t free_set = nrm_cpu_unheld (t, held);
   hwloc_bitmap_andnot (free_set, free_set, t->isolated);
   *free_cpus = xcalloc (t->n_numa + 1, sizeof (uint64_t));
   *free_cell = xcalloc (t->n_numa + 1, sizeof (uint64_t));

@@ -89,6 +89,21 @@ op_prepare (struct nrm_plugin *p, struct nrm_plugin_op *o)
   o->stage = OP_PREPARED;
 }
 
+/* A local prepare's claim, chosen under the lock from the claims held;
+ * false when the op is done (its choice failed). */
+static bool
+op_choose (struct nrm_plugin *p, struct nrm_plugin_op *o, json_t *claims)
+{
+  if (o->claim == NULL
+      && (o->choose (o->choose_ctx, claims, &o->claim, &o->err) < 0
+          || nrm_claim_allocation (p->driver, p->node_name, o->claim, o->uid, &o->a, &o->err) < 0))
+    {
+      o->stage = OP_DONE;
+      return false;
+    }
+  return true;
+}
+
 /* One batch of nrm_plugin_submit(): its ops, its place in the pipeline (0: none,
  * its ops failed before they took anything), and what it writes. */
 struct batch
@@ -147,6 +162,8 @@ batch_apply (struct nrm_plugin *p, struct batch *b)
           changed = true;
           continue;
         }
+      if (o->choose && !op_choose (p, o, claims))
+        continue;
       o->a.view.ns = o->ns;
       o->a.view.name = o->name;
       o->a.view.metadata = p->cfg.device_metadata && !p->cfg.local;

@@ -756,6 +756,45 @@ nrm_plugin_prepare (struct nrm_plugin *p, const char *ns, const char *name, cons
 }
 
 int
+nrm_plugin_prepare_local (struct nrm_plugin *p, const char *ns, const char *name, const char *uid,
+                          nrm_plugin_choose_fn choose, void *ctx, struct nrm_plugin_prepared *out, nrm_error_t *err)
+{
+  struct nrm_plugin_op o = { .ns = ns, .name = name, .uid = uid, .choose = choose, .choose_ctx = ctx };
+  memset (out, 0, sizeof (*out));
+  nrm_plugin_submit (p, &o);
+  if (o.err == NULL && o.prep.state == NULL)
+    nrm_error_set (&o.err, EEXIST, "claim %s was prepared already", uid);
+  if (o.err == NULL)
+    {
+      out->devices = TAKE_PTR (o.devs);
+      out->state = json_incref (o.prep.state);
+      out->edits = TAKE_PTR (o.edits);
+    }
+  nrm_prepared_done (&o.prep);
+  nrm_allocation_done (&o.a);
+  json_decref (o.claim);
+  json_decref (o.edits);
+  json_decref (o.devs);
+  if (o.err)
+    {
+      *err = o.err;
+      return -1;
+    }
+  if (p->cfg.on_change)
+    p->cfg.on_change (p->cfg.on_change_ctx);
+  return 0;
+}
+
+void
+nrm_plugin_prepared_done (struct nrm_plugin_prepared *out)
+{
+  json_decref (out->devices);
+  json_decref (out->state);
+  json_decref (out->edits);
+  memset (out, 0, sizeof (*out));
+}
+
+int
 nrm_plugin_unprepare (struct nrm_plugin *p, const char *uid, nrm_error_t *err)
 {
   return unprepare_claim (p, uid, err);

@@ -60,6 +60,28 @@ int nrm_plugin_start (const struct nrm_plugin_config *cfg, const struct nrm_driv
 json_t *nrm_plugin_prepare (struct nrm_plugin *p, const char *ns, const char *name, const char *uid, nrm_error_t *err);
 int nrm_plugin_unprepare (struct nrm_plugin *p, const char *uid, nrm_error_t *err);
 
+/* Local use (nrm run): the claim is chosen under the serialize lock that
+ * its prepare takes, and prepared in that same hold, once: what choose
+ * saw held is what the driver sees. choose gets the checkpoint's claims as
+ * they stand (uid -> entry with namespace, name, phase, state; borrowed)
+ * and returns the ResourceClaim to prepare (a new reference) or -1 with an
+ * error, which the prepare returns. The claim's uid must be uid. */
+typedef int (*nrm_plugin_choose_fn) (void *ctx, json_t *claims, json_t **ret, nrm_error_t *err);
+
+/* What a local prepare hands back to its caller (new references): the
+ * devices, the driver's state and its container edits ({env, ...}, as a
+ * CDI spec has them), so that nothing reads them back from the
+ * checkpoint. */
+struct nrm_plugin_prepared
+{
+  json_t *devices, *state, *edits;
+};
+
+int nrm_plugin_prepare_local (struct nrm_plugin *p, const char *ns, const char *name, const char *uid,
+                              nrm_plugin_choose_fn choose, void *ctx, struct nrm_plugin_prepared *out,
+                              nrm_error_t *err);
+void nrm_plugin_prepared_done (struct nrm_plugin_prepared *out);
+
 /* The prepared claims as the checkpoint has them (uid -> entry with
  * namespace, name, phase, devices, state, edits), a new reference. */
 json_t *nrm_plugin_claims (struct nrm_plugin *p, nrm_error_t *err);

@@ -246,6 +246,50 @@ nrm_cgroup_exists (struct nrm_cgroupfs *fs, const char *cgroup)
   return fd >= 0;
 }
 
+/* The directory that holds cgroup's last component, opened from the root
+ * as open_at() does; *leaf points into copy at that component. */
+static int
+open_parent (struct nrm_cgroupfs *fs, char *copy, const char **leaf)
+{
+  char *slash = strrchr (copy, '/');
+  if (slash == NULL)
+    {
+      *leaf = copy;
+      return dup (fs->fd);
+    }
+  *slash = '\0';
+  *leaf = slash + 1;
+  return open_at (fs, copy, O_RDONLY | O_DIRECTORY);
+}
+
+int
+nrm_cgroup_mkdir (struct nrm_cgroupfs *fs, const char *cgroup, nrm_error_t *err)
+{
+  const char *leaf;
+  const char *c = cgroup[0] == '/' ? cgroup + 1 : cgroup;
+  if (!nrm_cgroup_path_valid (cgroup) || *c == '\0')
+    return nrm_error_set (err, EINVAL, "invalid cgroup path `%s`", cgroup);
+  cleanup_free char *copy = xstrdup (c);
+  cleanup_close int dir = open_parent (fs, copy, &leaf);
+  if (dir < 0 || (mkdirat (dir, leaf, 0755) < 0 && errno != EEXIST))
+    return nrm_error_errno (err, errno, "cannot create cgroup `%s` under `%s`", c, fs->root);
+  return 0;
+}
+
+int
+nrm_cgroup_rmdir (struct nrm_cgroupfs *fs, const char *cgroup, nrm_error_t *err)
+{
+  const char *leaf;
+  const char *c = cgroup[0] == '/' ? cgroup + 1 : cgroup;
+  if (!nrm_cgroup_path_valid (cgroup) || *c == '\0')
+    return nrm_error_set (err, EINVAL, "invalid cgroup path `%s`", cgroup);
+  cleanup_free char *copy = xstrdup (c);
+  cleanup_close int dir = open_parent (fs, copy, &leaf);
+  if (dir < 0 || unlinkat (dir, leaf, AT_REMOVEDIR) < 0)
+    return nrm_error_errno (err, errno, "cannot remove cgroup `%s` under `%s`", c, fs->root);
+  return 0;
+}
+
 bool
 nrm_cgroup_value_bytes (const char *s, unsigned long long *v)
 {

@@ -40,6 +40,11 @@ int nrm_cgroup_write (struct nrm_cgroupfs *fs, const char *cgroup, const char *f
                       nrm_error_t *err);
 bool nrm_cgroup_exists (struct nrm_cgroupfs *fs, const char *cgroup);
 
+/* Makes a cgroup (its parent must exist; one that exists is fine), and
+ * removes one (only an empty one goes: the kernel refuses the rest). */
+int nrm_cgroup_mkdir (struct nrm_cgroupfs *fs, const char *cgroup, nrm_error_t *err);
+int nrm_cgroup_rmdir (struct nrm_cgroupfs *fs, const char *cgroup, nrm_error_t *err);
+
 /* A control file's value as a byte count: false for "max" and anything
  * but plain digits that fit. */
 bool nrm_cgroup_value_bytes (const char *s, unsigned long long *v);

@@ -503,6 +503,31 @@ test_watch (void **state)
   nrm_cgroupfs_close (fs);
 }
 
+/* A cgroup is made and removed through the root handle; a path that
+ * leaves the root is refused. */
+static void
+test_mkdir (void **state)
+{
+  (void) state;
+  nrm_error_t err = NULL;
+  struct nrm_cgroupfs *fs = fake_cgroupfs (root);
+  assert_int_equal (nrm_cgroup_mkdir (fs, "nrm.slice", &err), 0);
+  assert_int_equal (nrm_cgroup_mkdir (fs, "nrm.slice", &err), 0); /* there already */
+  assert_int_equal (nrm_cgroup_mkdir (fs, "/nrm.slice/run-1", &err), 0);
+  cleanup_free char *path = xasprintf ("%s/sys/fs/cgroup/nrm.slice/run-1", root);
+  assert_int_equal (access (path, F_OK), 0);
+  assert_int_equal (nrm_cgroup_rmdir (fs, "nrm.slice/run-1", &err), 0);
+  assert_int_not_equal (access (path, F_OK), 0);
+  assert_int_equal (nrm_cgroup_rmdir (fs, "nrm.slice/run-1", &err), -1);
+  nrm_error_release (&err);
+  assert_int_equal (nrm_cgroup_mkdir (fs, "nrm.slice/../x", &err), -1);
+  nrm_error_release (&err);
+  assert_int_equal (nrm_cgroup_mkdir (fs, "no-such/run-2", &err), -1);
+  assert_non_null (strstr (nrm_error_msg (err), "no-such/run-2"));
+  nrm_error_release (&err);
+  nrm_cgroupfs_close (fs);
+}
+
 int
 main (void)
 {
@@ -514,6 +539,7 @@ main (void)
     cmocka_unit_test (test_hook_memory_bounds),
     cmocka_unit_test (test_reconcile_mems),
     cmocka_unit_test (test_watch),
+    cmocka_unit_test (test_mkdir),
   };
   return cmocka_run_group_tests_name ("commit", tests, setup, teardown);
 }
