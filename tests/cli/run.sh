@@ -214,11 +214,23 @@ if python3 -c "$POL" >/dev/null 2>&1; then
 fi
 
 if [ "$ncpu" -ge 2 ]; then
+  # child_of PID NAME: the pid of PID's child NAME (the command nrm run
+  # started once it held its CPUs), waiting up to 10 s for it.
+  child_of () { for _ in $(seq 100); do pgrep -P "$1" "$2" && return 0; sleep 0.1; done; return 1; }
+  # ended PID: PID is gone, or a zombie, waiting up to 10 s for it.
+  ended () {
+    for _ in $(seq 100); do
+      st=$(ps -o stat= -p "$1" 2>/dev/null | cut -c1)
+      { [ -z "$st" ] || [ "$st" = Z ]; } && return 0
+      sleep 0.1
+    done
+    return 1
+  }
   # A CPU held by another run is refused, naming the holder; a dry run
   # shows what is held.
   $RUN -C 0 -- sleep 2 2>/dev/null &
   a=$!
-  sleep 0.5
+  child_of $a sleep >/dev/null
   expect_error "-C held" "CPU 0 is held by run nrm-run/run-$a-" -- run --state-dir "$S" --min-shared-cpus 0 -C 0 -- touch "$TMP/ran"
   $RUN --dry-run --cpus 1 >"$TMP/out" 2>&1
   grep -q "held by nrm-run/run-$a-.*CPUs 0" "$TMP/out" && ok || fail "dry run does not show the held CPU: $(cat "$TMP/out")"
@@ -227,7 +239,7 @@ if [ "$ncpu" -ge 2 ]; then
   # Two runs at once never share a CPU.
   $RUN --cpus 1 -- sh -c 'echo $NRM_CPUS; sleep 2' >"$TMP/a" 2>/dev/null &
   a=$!
-  sleep 0.5
+  for _ in $(seq 100); do [ -s "$TMP/a" ] && break; sleep 0.1; done
   $RUN --cpus 1 -- sh -c 'echo $NRM_CPUS' >"$TMP/b" 2>/dev/null || fail "second concurrent run failed"
   wait $a
   [ -s "$TMP/a" ] && [ "$(cat "$TMP/a")" != "$(cat "$TMP/b")" ] && ok \
@@ -237,28 +249,25 @@ if [ "$ncpu" -ge 2 ]; then
   # next run releases the stale claim.
   $RUN --cpus "$ncpu" -- sleep 30 2>/dev/null &
   r=$!
-  sleep 0.5
+  child_of $r sleep >/dev/null
   pkill -9 -P $r sleep
   wait $r
   $RUN --cpus "$ncpu" -- true 2>/dev/null && ok || fail "CPUs not released after the command was killed"
   $RUN --cpus "$ncpu" -- sleep 30 2>/dev/null &
   r=$!
-  sleep 0.5
-  child=$(pgrep -P $r sleep)
+  child=$(child_of $r sleep)
   kill -9 $r
   wait $r 2>/dev/null
-  sleep 0.3
   # Gone, or a zombie waiting for its new parent to reap it.
-  state=$(ps -o stat= -p "$child" 2>/dev/null | cut -c1)
-  [ -n "$child" ] && { [ -z "$state" ] || [ "$state" = Z ]; } && ok || fail "the command outlived its killed nrm run ($state)"
+  [ -n "$child" ] && ended "$child" && ok \
+    || fail "the command outlived its killed nrm run ($(ps -o stat= -p "${child:-0}" 2>/dev/null))"
   $RUN --cpus "$ncpu" -- true 2>"$TMP/err" && ok || fail "stale claim of a killed nrm run kept: $(cat "$TMP/err")"
   grep -q "its nrm process is gone" "$TMP/err" && ok || fail "the stale claim was not reported"
   # A run killed with -9 (its command is ended too): its claim stays behind.
   killed_run () {
     $RUN "$@" -- sleep 30 2>/dev/null &
     r=$!
-    sleep 0.5
-    child=$(pgrep -P $r sleep)
+    child=$(child_of $r sleep)
     kill -9 $r
     wait $r 2>/dev/null
     [ -n "$child" ] && kill $child
