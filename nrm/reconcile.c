@@ -19,7 +19,7 @@
 #include "nrm/base/cleanup.h"
 #include "nrm/base/quantity.h"
 #include "nrm/base/xalloc.h"
-#include "nrm/log.h"
+#include "nrm/logging.h"
 #include "nrm/reconcile.h"
 
 /* --- what the claims hold ------------------------------------------------ */

@@ -34,7 +34,7 @@
 #include "nrm/base/xalloc.h"
 #include "nrm/base/fs.h"
 #include "nrm/commit.h"
-#include "nrm/log.h"
+#include "nrm/logging.h"
 #include "nrm/run.h"
 #include "memory/place.h"
 #include "memory/policy.h"
