@@ -16,6 +16,7 @@
 #include "driver/memory/memory.h"
 #include "memory/policy.h"
 #include "driver/memory/ondemand.h"
+#include "driver/names.h"
 #include "nrm/base/cleanup.h"
 #include "nrm/base/xalloc.h"
 
@@ -229,10 +230,10 @@ take_ondemand (struct memory_driver *d, const char *uid, json_t *bytes, nrm_erro
   cleanup_free uint64_t *unclaimed = xcalloc (d->t->n_numa + 1, sizeof (uint64_t));
   for (size_t i = 0; i < d->t->n_numa; i++)
     {
-      char dev[32];
+      char dev[NRM_NUMA_NAME_MAX];
       const char *key;
       nrm_quantity_t cap;
-      snprintf (dev, sizeof (dev), "numa%u", d->t->numa[i].os_index);
+      nrm_numa_name (dev, sizeof (dev), d->t->numa[i].os_index, NRM_NUMA_NAME_NODE, NULL);
       json_t *x = json_object_get (d->devices, dev);
       json_int_t used = json_integer_value (json_object_get (d->used, dev));
       if (x && device_capacity (x, &key, &cap) == 0 && (json_int_t) (cap / NRM_QUANTITY_ONE) > used)

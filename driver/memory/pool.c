@@ -9,6 +9,7 @@
 #include "driver/devices.h"
 #include "driver/memory/memory.h"
 #include "driver/memory/ondemand.h"
+#include "driver/names.h"
 #include "driver/jsonattr.h"
 #include "nrm/base/quantity.h"
 #include "nrm/base/cleanup.h"
@@ -135,7 +136,7 @@ nrm_memory_pool_online (const struct nrm_topology *t, const struct nrm_publish_o
         }
       jattr_bool (attrs, "hugeTLB", false);
       nrm_device_numa_attribute (t, o, attrs, &i, 1);
-      snprintf (name, sizeof (name), "numa%u", n->os_index);
+      nrm_numa_name (name, sizeof (name), n->os_index, NRM_NUMA_NAME_NODE, NULL);
       json_t *dev = json_pack ("{s:s, s:o, s:{s:o}, s:b}", "name", name, "attributes", attrs, "capacity", "memory", cap,
                                "allowMultipleAllocations", 1);
       if (o->node_allocatable)
@@ -169,13 +170,10 @@ nrm_memory_pool_online (const struct nrm_topology *t, const struct nrm_publish_o
             }
           json_t *cap = total > n->reserved_hugepages[h] ? consumable (total - n->reserved_hugepages[h], size) : NULL;
           cleanup_free char *ps = nrm_pagesize_name (size);
-          char name[64], lower[32], resource[48];
+          char name[NRM_NUMA_NAME_MAX], resource[48];
           if (cap == NULL)
             continue;
-          snprintf (lower, sizeof (lower), "%s", ps);
-          for (char *c = lower; *c; c++)
-            *c = (char) (*c >= 'A' && *c <= 'Z' ? *c - 'A' + 'a' : *c);
-          snprintf (name, sizeof (name), "numa%u-hugepages-%s", n->os_index, lower);
+          nrm_numa_name (name, sizeof (name), n->os_index, NRM_NUMA_NAME_HUGEPAGES, ps);
           snprintf (resource, sizeof (resource), "hugepages-%s", ps);
           json_t *attrs = json_object ();
           memory_attributes (t, i, attrs);
