@@ -20,8 +20,6 @@ void
 nrm_publish_options_init (struct nrm_publish_options *o)
 {
   memset (o, 0, sizeof (*o));
-  o->cpu_mode = NRM_CPU_MODE_NUMA;
-  o->memory_granularity = 1024 * 1024;
   o->api_minor = 36;
 }
 

@@ -300,7 +300,7 @@ make_cgroup (struct nrm_cgroupfs *fs, const char *name, nrm_error_t *err)
 static enum nrm_partition_mode
 partition_mode (const struct nrm_config *c, const struct nrm_run_request *rq)
 {
-  return (enum nrm_partition_mode) (rq->partition >= 0 ? rq->partition : (int) c->cpu_partition);
+  return (enum nrm_partition_mode) (rq->partition >= 0 ? rq->partition : (int) c->cpu.partition);
 }
 
 /* The run's cgroup made a cpuset partition m: asked for (--partition), one
@@ -963,12 +963,9 @@ nrm_cmd_run (struct nrm_config *c, struct nrm_topology *t, const struct nrm_run_
   /* A run is the command line of the CPU and memory drivers: their claims,
    * with their names, in their checkpoints. */
   struct nrm_publish_options po = c->publish;
-  struct nrm_driver_selection sel = { "cpu,memory", c->driver_names, c->driver_settings };
+  struct nrm_driver_selection sel = { "cpu,memory", c->driver_names, nrm_config_run_settings (c) };
   struct nrm_driver_host host
       = { .topo = t, .node = &po, .fsroot = c->fsroot, .live = c->topology == NULL, .log = nrm_log };
-  /* A run takes CPUs by count from a node's consumable device, whatever
-   * device mode the plugin publishes: the claims of both are CPU sets. */
-  po.cpu_mode = NRM_CPU_MODE_NUMA;
   if (nrm_registry_new (&reg, err) < 0 || nrm_drivers_open (reg, &sel, &host, &drivers, err) < 0)
     goto out;
   drv[0] = nrm_drivers_find (&drivers, "cpu");

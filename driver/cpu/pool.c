@@ -403,13 +403,13 @@ partitioned_devices (const struct nrm_topology *t, const struct nrm_publish_opti
 }
 
 int
-nrm_cpu_pool (const struct nrm_topology *t, const struct nrm_publish_options *o, const char *driver,
-              struct nrm_pool *ret, nrm_error_t *err)
+nrm_cpu_pool (const struct nrm_topology *t, const struct nrm_publish_options *o, enum nrm_cpu_mode mode,
+              const char *driver, struct nrm_pool *ret, nrm_error_t *err)
 {
   cleanup_free size_t *order = nrm_numa_preference (t);
   struct nrm_pool p = { .driver = xstrdup (driver), .devices = json_array (), .counter_sets = json_array () };
 
-  if (o->cpu_mode == NRM_CPU_MODE_NUMA)
+  if (mode == NRM_CPU_MODE_NUMA)
     for (size_t k = 0; k < t->n_numa; k++)
       node_device (t, o, order[k], false, p.devices);
   else

@@ -90,15 +90,16 @@ allocatable (const struct nrm_topology *t, const struct nrm_ondemand *od, size_t
 }
 
 int
-nrm_memory_pool (const struct nrm_topology *t, const struct nrm_publish_options *o, const char *driver,
-                 const struct nrm_ondemand *od, struct nrm_pool *ret, nrm_error_t *err)
+nrm_memory_pool (const struct nrm_topology *t, const struct nrm_publish_options *o, uint64_t granularity,
+                 const char *driver, const struct nrm_ondemand *od, struct nrm_pool *ret, nrm_error_t *err)
 {
-  return nrm_memory_pool_online (t, o, driver, od, NULL, ret, err);
+  return nrm_memory_pool_online (t, o, granularity, driver, od, NULL, ret, err);
 }
 
 int
-nrm_memory_pool_online (const struct nrm_topology *t, const struct nrm_publish_options *o, const char *driver,
-                        const struct nrm_ondemand *od, const int64_t *change, struct nrm_pool *ret, nrm_error_t *err)
+nrm_memory_pool_online (const struct nrm_topology *t, const struct nrm_publish_options *o, uint64_t granularity,
+                        const char *driver, const struct nrm_ondemand *od, const int64_t *change, struct nrm_pool *ret,
+                        nrm_error_t *err)
 {
   cleanup_free size_t *pref = nrm_numa_preference (t);
   cleanup_free size_t *order = xcalloc (2 * (t->n_numa ? t->n_numa : 1), sizeof (size_t));
@@ -123,7 +124,7 @@ nrm_memory_pool_online (const struct nrm_topology *t, const struct nrm_publish_o
         avail = (uint64_t) -change[i] < avail ? avail - (uint64_t) -change[i] : 0;
       else if (change)
         avail += (uint64_t) change[i];
-      json_t *cap = consumable (avail - avail % o->memory_granularity, o->memory_granularity);
+      json_t *cap = consumable (avail - avail % granularity, granularity);
       char name[32];
       if (cap == NULL)
         continue;
