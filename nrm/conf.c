@@ -373,6 +373,62 @@ nrm_config_set_shared_pool_cgroups (struct nrm_config *c, const char *list, nrm_
   return 0;
 }
 
+/* pci, and driverSettings.<id>: the drivers check their own settings
+ * when they start (their errors name the key); only driverName is the
+ * framework's. */
+static int
+load_driver_sections (struct nrm_config *c, const char *key, json_t *v, nrm_error_t *err)
+{
+  const char *id;
+  json_t *section;
+  WANT (v, json_is_object, key, "an object");
+  json_t *all = key[0] == 'p' ? json_pack ("{s:O}", "pci", v) : json_incref (v);
+  json_object_foreach (all, id, section)
+  {
+    if (!json_is_object (section))
+      {
+        json_decref (all);
+        return nrm_error_set (err, EINVAL, "key `%s%s` must be an object", key[0] == 'p' ? "" : "driverSettings.", id);
+      }
+    json_t *copy = json_deep_copy (section), *name = json_object_get (copy, "driverName");
+    if (name && key[0] == 'p')
+      {
+        if (!json_is_string (name))
+          {
+            json_decref (copy);
+            json_decref (all);
+            return nrm_error_set (err, EINVAL, "key `pci.driverName` must be a string");
+          }
+        json_object_set (c->driver_names, "pci", name);
+        json_object_del (copy, "driverName");
+      }
+    json_object_set_new (c->driver_settings, id, copy);
+  }
+  json_decref (all);
+  return 0;
+}
+
+/* drivers: a list of driver ids, as --drivers takes them. */
+static int
+load_drivers (struct nrm_config *c, const char *key, json_t *v, nrm_error_t *err)
+{
+  size_t k;
+  json_t *o;
+  cleanup_free char *list = NULL;
+  WANT (v, json_is_array, key, "a list of driver ids");
+  json_array_foreach (v, k, o)
+  {
+    char *next = NULL;
+    WANT (o, json_is_string, "drivers[]", "a string");
+    if (strchr (json_string_value (o), ',') != NULL)
+      return nrm_error_set (err, EINVAL, "key `drivers`: `%s` is not a driver id", json_string_value (o));
+    next = xasprintf ("%s%s%s", list ? list : "", list ? "," : "", json_string_value (o));
+    free (list);
+    list = next;
+  }
+  return nrm_config_set_string (&c->drivers, list ? list : "", err);
+}
+
 static int
 load_key (struct nrm_config *c, const char *key, json_t *v, nrm_error_t *err)
 {
@@ -442,54 +498,12 @@ load_key (struct nrm_config *c, const char *key, json_t *v, nrm_error_t *err)
       }
     else if (strcmp (key, "pci") == 0 || strcmp (key, "driverSettings") == 0)
       {
-        /* The drivers check their own settings when they start (their
-         * errors name the key); only driverName is the framework's. */
-        const char *id;
-        json_t *section;
-        WANT (v, json_is_object, key, "an object");
-        json_t *all = key[0] == 'p' ? json_pack ("{s:O}", "pci", v) : json_incref (v);
-        json_object_foreach (all, id, section)
-        {
-          if (!json_is_object (section))
-            {
-              json_decref (all);
-              return nrm_error_set (err, EINVAL, "key `%s%s` must be an object", key[0] == 'p' ? "" : "driverSettings.",
-                                    id);
-            }
-          json_t *copy = json_deep_copy (section), *name = json_object_get (copy, "driverName");
-          if (name && key[0] == 'p')
-            {
-              if (!json_is_string (name))
-                {
-                  json_decref (copy);
-                  json_decref (all);
-                  return nrm_error_set (err, EINVAL, "key `pci.driverName` must be a string");
-                }
-              json_object_set (c->driver_names, "pci", name);
-              json_object_del (copy, "driverName");
-            }
-          json_object_set_new (c->driver_settings, id, copy);
-        }
-        json_decref (all);
+        if (load_driver_sections (c, key, v, err) < 0)
+          return -1;
       }
     else if (strcmp (key, "drivers") == 0)
       {
-        /* A list of driver ids, as --drivers takes them. */
-        size_t k;
-        json_t *o;
-        cleanup_free char *list = NULL;
-        WANT (v, json_is_array, key, "a list of driver ids");
-        json_array_foreach (v, k, o)
-        {
-          char *next = NULL;
-          WANT (o, json_is_string, "drivers[]", "a string");
-          if (strchr (json_string_value (o), ',') != NULL)
-            return nrm_error_set (err, EINVAL, "key `drivers`: `%s` is not a driver id", json_string_value (o));
-          next = xasprintf ("%s%s%s", list ? list : "", list ? "," : "", json_string_value (o));
-          free (list);
-          list = next;
-        }
-        if (nrm_config_set_string (&c->drivers, list ? list : "", err) < 0)
+        if (load_drivers (c, key, v, err) < 0)
           return -1;
       }
     else if (strcmp (key, "deviceMetadata") == 0)
