@@ -762,17 +762,31 @@ nrm_cpu_options_check (unsigned options, nrm_error_t *err)
   return 0;
 }
 
+static const struct
+{
+  const char *name;
+  unsigned flag;
+} known_options[] = { { "full-pcpus-only", NRM_OPT_FULL_PCPUS_ONLY },
+                      { "distribute-cpus-across-cores", NRM_OPT_DISTRIBUTE_ACROSS_CORES },
+                      { "strict-cpu-reservation", NRM_OPT_STRICT_CPU_RESERVATION },
+                      { "prefer-align-cpus-by-uncorecache", NRM_OPT_PREFER_ALIGN_UNCORECACHE },
+                      /* The engine's own: their names are refused (below). */
+                      { "distribute-cpus-across-numa", NRM_OPT_DISTRIBUTE_ACROSS_NUMA },
+                      { "align-by-socket", NRM_OPT_ALIGN_BY_SOCKET } };
+#define N_ACCEPTED 4
+
+const char *
+nrm_cpu_option_name (unsigned flag)
+{
+  for (size_t i = 0; i < sizeof (known_options) / sizeof (known_options[0]); i++)
+    if (known_options[i].flag == flag)
+      return known_options[i].name;
+  return NULL;
+}
+
 int
 nrm_cpu_option_parse (const char *name, unsigned *ret, nrm_error_t *err)
 {
-  static const struct
-  {
-    const char *name;
-    unsigned flag;
-  } opts[] = { { "full-pcpus-only", NRM_OPT_FULL_PCPUS_ONLY },
-               { "distribute-cpus-across-cores", NRM_OPT_DISTRIBUTE_ACROSS_CORES },
-               { "strict-cpu-reservation", NRM_OPT_STRICT_CPU_RESERVATION },
-               { "prefer-align-cpus-by-uncorecache", NRM_OPT_PREFER_ALIGN_UNCORECACHE } };
   /* The kubelet's options that choose between NUMA nodes or sockets: every
    * request takes its CPUs from one numa<N> device, so they could never act;
    * refused rather than accepted and ignored. */
@@ -781,10 +795,10 @@ nrm_cpu_option_parse (const char *name, unsigned *ret, nrm_error_t *err)
     const char *name, *instead;
   } refused[] = { { "distribute-cpus-across-numa", "one request per NUMA node, with the same count in each" },
                   { "align-by-socket", "a matchAttribute constraint on cpu.nrm.io/socket" } };
-  for (size_t i = 0; i < sizeof (opts) / sizeof (opts[0]); i++)
-    if (strcmp (opts[i].name, name) == 0)
+  for (size_t i = 0; i < N_ACCEPTED; i++)
+    if (strcmp (known_options[i].name, name) == 0)
       {
-        *ret |= opts[i].flag;
+        *ret |= known_options[i].flag;
         return 0;
       }
   for (size_t i = 0; i < sizeof (refused) / sizeof (refused[0]); i++)

@@ -64,6 +64,8 @@ int nrm_cpu_options_check (unsigned options, nrm_error_t *err);
  * distribute-cpus-across-numa and align-by-socket are refused with the
  * reason: a request is placed inside one NUMA node's device. */
 int nrm_cpu_option_parse (const char *name, unsigned *ret, nrm_error_t *err);
+/* The kubelet's name of one option (a single flag), or NULL. */
+const char *nrm_cpu_option_name (unsigned flag);
 
 /* How a set of CPUs lies on the machine, as nrm run --dry-run, nrm status
  * and a claim's metadata tell it: {"wholeCores": cores all of whose CPUs

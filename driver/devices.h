@@ -16,23 +16,11 @@
  * (resource.k8s.io/v1 ResourceSliceMaxAttributeValuesPerDevice). */
 #define NRM_MAX_ATTR_VALUES 48
 
-/* How CPUs are published. */
-enum nrm_cpu_mode
-{
-  /* One device per NUMA node with consumable capacity "cpus". */
-  NRM_CPU_MODE_NUMA,
-  /* Exclusive whole-node, whole-L3 and whole-core devices over shared counters. */
-  NRM_CPU_MODE_PARTITIONED,
-};
-
+/* What every driver's devices are written for: the node and the API
+ * server. Settings of one driver are its own (nrm_driver_host.settings). */
 struct nrm_publish_options
 {
   const char *node_name;
-  /* Settings of the built-in CPU and memory drivers. */
-  enum nrm_cpu_mode cpu_mode;
-  unsigned cpu_options;        /* node-wide placement options (enum nrm_cpu_option) */
-  size_t min_shared_cpus;      /* allocatable CPUs that must stay shared */
-  uint64_t memory_granularity; /* bytes; the step of consumable memory */
   /* API server feature gates the output may rely on (alpha in 1.36, off by default). */
   bool list_attributes;  /* DRAListTypeAttributes */
   bool node_allocatable; /* DRANodeAllocatableResources (KEP-5517) */
@@ -41,9 +29,6 @@ struct nrm_publish_options
    * it. 1.37 replaced nodeAllocatableResourceMappings with
    * nodeAllocatableResources. */
   unsigned api_minor;
-  /* cpu.partition: exclusive claims' containers made cpuset partitions
-   * (enum nrm_partition_mode of cpuset/partition.h; 0 off). */
-  unsigned cpu_partition;
 };
 
 /* The devices of one driver's pool on this node, in preference order, and

@@ -18,15 +18,15 @@
 #include "nrm/base/log.h"
 #include "topology/topology.h"
 
-#define NRM_DRIVER_ABI 3
+#define NRM_DRIVER_ABI 4
 #define NRM_DRIVER_SYMBOL "nrm_driver_component"
 
 /* What the framework hands every driver; borrowed, valid until free(). */
 struct nrm_driver_host
 {
   const struct nrm_topology *topo;
-  /* Node-wide settings: node name, API gates, and the settings of the
-   * built-in drivers (CPU mode, options, memory step). */
+  /* Node-wide settings: the node name and the API server's gates and
+   * release. A driver's own settings come in settings, below. */
   const struct nrm_publish_options *node;
   const char *name;   /* this driver's name, a DNS subdomain (cpu.nrm.io) */
   const char *fsroot; /* prefix of /sys, /dev and /proc: "/" or a fake tree */

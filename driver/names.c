@@ -2,6 +2,9 @@
 #include "config.h"
 
 #include <ctype.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "driver/names.h"
@@ -85,4 +88,40 @@ nrm_base_request (const char *request)
 {
   const char *slash = strchr (request, '/');
   return slash ? xstrndup (request, (size_t) (slash - request)) : xstrdup (request);
+}
+
+char *
+nrm_numa_name (char *buf, size_t size, unsigned node, enum nrm_numa_name_kind kind, const char *page_size)
+{
+  snprintf (buf, size, "numa%u%s%s", node,
+            kind == NRM_NUMA_NAME_ISOLATED    ? "-isolated"
+            : kind == NRM_NUMA_NAME_HUGEPAGES ? "-hugepages-"
+                                              : "",
+            kind == NRM_NUMA_NAME_HUGEPAGES && page_size ? page_size : "");
+  if (kind == NRM_NUMA_NAME_HUGEPAGES)
+    for (char *c = strrchr (buf, '-'); c && *c; c++)
+      *c = (char) tolower ((unsigned char) *c);
+  return buf;
+}
+
+bool
+nrm_numa_name_parse (const char *name, unsigned *node, enum nrm_numa_name_kind *kind)
+{
+  char *end = NULL;
+  if (name == NULL || strncmp (name, "numa", 4) != 0 || !isdigit ((unsigned char) name[4]))
+    return false;
+  errno = 0;
+  unsigned long v = strtoul (name + 4, &end, 10);
+  if (errno || v > 0xffffffffUL)
+    return false;
+  if (*end == '\0')
+    *kind = NRM_NUMA_NAME_NODE;
+  else if (strcmp (end, "-isolated") == 0)
+    *kind = NRM_NUMA_NAME_ISOLATED;
+  else if (strncmp (end, "-hugepages-", 11) == 0 && end[11] != '\0')
+    *kind = NRM_NUMA_NAME_HUGEPAGES;
+  else
+    return false;
+  *node = (unsigned) v;
+  return true;
 }

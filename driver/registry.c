@@ -403,11 +403,12 @@ out:
 }
 
 int
-nrm_node_slices (const struct nrm_topology *t, const struct nrm_publish_options *o, json_t **ret, nrm_error_t *err)
+nrm_node_slices (const struct nrm_topology *t, const struct nrm_publish_options *o, json_t *settings, json_t **ret,
+                 nrm_error_t *err)
 {
   struct nrm_registry *reg = NULL;
   struct nrm_drivers d = { 0 };
-  struct nrm_driver_selection sel = { NULL, NULL, NULL };
+  struct nrm_driver_selection sel = { NULL, NULL, settings };
   struct nrm_driver_host h = { .topo = t, .node = o, .fsroot = "/" };
   int r = -1;
   if (nrm_registry_new (&reg, err) == 0 && nrm_drivers_open (reg, &sel, &h, &d, err) == 0)

@@ -77,7 +77,9 @@ int nrm_drivers_slices (const struct nrm_drivers *d, const struct nrm_publish_op
                         json_t **ret, nrm_error_t *err);
 
 /* The slices of every built-in driver under its default name, for a
- * recorded or live machine with no claims (nrm slices, tests). */
-int nrm_node_slices (const struct nrm_topology *t, const struct nrm_publish_options *o, json_t **ret, nrm_error_t *err);
+ * recorded or live machine with no claims (tests); settings: driver id ->
+ * the driver's settings, or NULL. */
+int nrm_node_slices (const struct nrm_topology *t, const struct nrm_publish_options *o, json_t *settings, json_t **ret,
+                     nrm_error_t *err);
 
 #endif

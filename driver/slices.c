@@ -8,6 +8,7 @@
 
 #include "driver/devices.h"
 #include "driver/jsonattr.h"
+#include "driver/names.h"
 #include "nrm/base/cleanup.h"
 #include "nrm/base/xalloc.h"
 
@@ -19,8 +20,6 @@ void
 nrm_publish_options_init (struct nrm_publish_options *o)
 {
   memset (o, 0, sizeof (*o));
-  o->cpu_mode = NRM_CPU_MODE_NUMA;
-  o->memory_granularity = 1024 * 1024;
   o->api_minor = 36;
 }
 
@@ -145,12 +144,11 @@ int
 nrm_numa_device_index (const struct nrm_topology *t, const char *name, bool *isolated)
 {
   unsigned os;
-  int end = 0;
-  if (name == NULL || strncmp (name, "numa", 4) != 0 || name[4] < '0' || name[4] > '9'
-      || sscanf (name, "numa%u%n", &os, &end) != 1)
+  enum nrm_numa_name_kind kind;
+  if (!nrm_numa_name_parse (name, &os, &kind) || kind == NRM_NUMA_NAME_HUGEPAGES)
     return -1;
-  bool iso = strcmp (name + end, "-isolated") == 0;
-  if (name[end] != '\0' && !(iso && isolated != NULL))
+  bool iso = kind == NRM_NUMA_NAME_ISOLATED;
+  if (iso && isolated == NULL)
     return -1;
   if (isolated)
     *isolated = iso;

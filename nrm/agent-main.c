@@ -19,7 +19,7 @@
 #include "nrm/base/cleanup.h"
 #include "nrm/cli.h"
 #include "nrm/controller.h"
-#include "nrm/log.h"
+#include "nrm/logging.h"
 #include "nrm/run.h"
 #include "nrm/setup.h"
 

@@ -23,7 +23,7 @@
 #include "nrm/base/fs.h"
 #include "nrm/base/xalloc.h"
 #include "nrm/http.h"
-#include "nrm/log.h"
+#include "nrm/logging.h"
 #include "nrm/metrics.h"
 #include "nrm/reconcile.h"
 #include "nrm/refresh.h"

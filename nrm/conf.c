@@ -16,9 +16,11 @@
 #include "nrm/base/quantity.h"
 #include "nrm/base/cleanup.h"
 #include "nrm/base/xalloc.h"
+#include "driver/memory/memory.h"
 #include "driver/registry.h"
 #include "nrm/conf.h"
 #include "nrm/base/fs.h"
+#include "nrm/base/text.h"
 #include "nrm/base/yaml.h"
 
 void
@@ -26,7 +28,8 @@ nrm_config_init (struct nrm_config *c)
 {
   memset (c, 0, sizeof (*c));
   nrm_publish_options_init (&c->publish);
-  c->min_shared_cpus = 1;
+  nrm_cpu_settings_init (&c->cpu);
+  c->memory_granularity = NRM_MEMORY_GRANULARITY;
   c->reconcile_interval = 5;
   c->api_qps = 20;
   c->api_burst = 100;
@@ -57,6 +60,7 @@ nrm_config_done (struct nrm_config *c)
   free (c->driver_dir);
   json_decref (c->driver_names);
   json_decref (c->driver_settings);
+  json_decref (c->run_settings);
   json_decref (c->nodes);
   json_decref (c->sources);
   json_decref (c->shared_pool_cgroups);
@@ -225,13 +229,7 @@ nrm_config_set_feature_gates (struct nrm_config *c, const char *spec, nrm_error_
 int
 nrm_config_set_cpu_mode (struct nrm_config *c, const char *mode, nrm_error_t *err)
 {
-  if (strcmp (mode, "numa") == 0)
-    c->publish.cpu_mode = NRM_CPU_MODE_NUMA;
-  else if (strcmp (mode, "partitioned") == 0)
-    c->publish.cpu_mode = NRM_CPU_MODE_PARTITIONED;
-  else
-    return nrm_error_set (err, EINVAL, "unknown CPU device mode `%s` (numa or partitioned)", mode);
-  return 0;
+  return nrm_cpu_mode_parse (mode, &c->cpu.mode, err);
 }
 
 int
@@ -245,41 +243,17 @@ nrm_config_set_cpu_options (struct nrm_config *c, const char *list, nrm_error_t 
       return -1;
   if (nrm_cpu_options_check (opts, err) < 0)
     return -1;
-  c->cpu_options = opts;
+  c->cpu.options = opts;
   return 0;
 }
 
 /* --- config file --------------------------------------------------------- */
 
-static const char *
-type_name (json_t *v)
-{
-  switch (json_typeof (v))
-    {
-    case JSON_OBJECT:
-      return "an object";
-    case JSON_ARRAY:
-      return "a list";
-    case JSON_STRING:
-      return "a string";
-    case JSON_INTEGER:
-      return "an integer";
-    case JSON_REAL:
-      return "a number";
-    case JSON_TRUE:
-    case JSON_FALSE:
-      return "a boolean";
-    case JSON_NULL:
-      return "null";
-    }
-  return "?";
-}
-
 #define WANT(v, pred, key, what)                                                                                       \
   do                                                                                                                   \
     {                                                                                                                  \
       if (!pred (v))                                                                                                   \
-        return nrm_error_set (err, EINVAL, "key `%s` must be %s, not %s", key, what, type_name (v));                   \
+        return nrm_error_set (err, EINVAL, "key `%s` must be %s, not %s", key, what, nrm_json_type_name (v));          \
     }                                                                                                                  \
   while (0)
 
@@ -311,27 +285,10 @@ load_reserved_memory (struct nrm_config *c, json_t *v, nrm_error_t *err)
     {
       if (!json_is_string (x))
         return nrm_error_set (err, EINVAL, "key `%s.limits.%s` must be a quantity string, not %s", where, key,
-                              type_name (x));
+                              nrm_json_type_name (x));
       if (add_reserved (c, (unsigned) json_integer_value (node), key, json_string_value (x), err) < 0)
         return nrm_error_wrap (err, "key `%s`", where);
     }
-  }
-  return 0;
-}
-
-static int
-load_section (json_t *v, const char *section, const char *const *keys, nrm_error_t *err)
-{
-  const char *key;
-  json_t *x;
-  WANT (v, json_is_object, section, "an object");
-  json_object_foreach (v, key, x)
-  {
-    bool ok = false;
-    for (const char *const *k = keys; *k; k++)
-      ok |= strcmp (*k, key) == 0;
-    if (!ok)
-      return nrm_error_set (err, EINVAL, "unknown key `%s.%s`", section, key);
   }
   return 0;
 }
@@ -416,6 +373,62 @@ nrm_config_set_shared_pool_cgroups (struct nrm_config *c, const char *list, nrm_
   return 0;
 }
 
+/* pci, and driverSettings.<id>: the drivers check their own settings
+ * when they start (their errors name the key); only driverName is the
+ * framework's. */
+static int
+load_driver_sections (struct nrm_config *c, const char *key, json_t *v, nrm_error_t *err)
+{
+  const char *id;
+  json_t *section;
+  WANT (v, json_is_object, key, "an object");
+  json_t *all = key[0] == 'p' ? json_pack ("{s:O}", "pci", v) : json_incref (v);
+  json_object_foreach (all, id, section)
+  {
+    if (!json_is_object (section))
+      {
+        json_decref (all);
+        return nrm_error_set (err, EINVAL, "key `%s%s` must be an object", key[0] == 'p' ? "" : "driverSettings.", id);
+      }
+    json_t *copy = json_deep_copy (section), *name = json_object_get (copy, "driverName");
+    if (name && key[0] == 'p')
+      {
+        if (!json_is_string (name))
+          {
+            json_decref (copy);
+            json_decref (all);
+            return nrm_error_set (err, EINVAL, "key `pci.driverName` must be a string");
+          }
+        json_object_set (c->driver_names, "pci", name);
+        json_object_del (copy, "driverName");
+      }
+    json_object_set_new (c->driver_settings, id, copy);
+  }
+  json_decref (all);
+  return 0;
+}
+
+/* drivers: a list of driver ids, as --drivers takes them. */
+static int
+load_drivers (struct nrm_config *c, const char *key, json_t *v, nrm_error_t *err)
+{
+  size_t k;
+  json_t *o;
+  cleanup_free char *list = NULL;
+  WANT (v, json_is_array, key, "a list of driver ids");
+  json_array_foreach (v, k, o)
+  {
+    char *next = NULL;
+    WANT (o, json_is_string, "drivers[]", "a string");
+    if (strchr (json_string_value (o), ',') != NULL)
+      return nrm_error_set (err, EINVAL, "key `drivers`: `%s` is not a driver id", json_string_value (o));
+    next = xasprintf ("%s%s%s", list ? list : "", list ? "," : "", json_string_value (o));
+    free (list);
+    list = next;
+  }
+  return nrm_config_set_string (&c->drivers, list ? list : "", err);
+}
+
 static int
 load_key (struct nrm_config *c, const char *key, json_t *v, nrm_error_t *err)
 {
@@ -445,49 +458,17 @@ load_key (struct nrm_config *c, const char *key, json_t *v, nrm_error_t *err)
       }
     else if (strcmp (key, "cpu") == 0)
       {
-        static const char *const keys[]
-            = { "mode", "driverName", "options", "minSharedCPUs", "partition", "sharedPoolCgroups", NULL };
-        json_t *part = json_object_get (v, "partition");
-        json_t *spc = json_object_get (v, "sharedPoolCgroups");
+        /* driverName is the framework's, sharedPoolCgroups the
+         * reconciler's; the CPU driver reads the rest. */
+        WANT (v, json_is_object, key, "an object");
+        json_t *spc = json_object_get (v, "sharedPoolCgroups"), *name = json_object_get (v, "driverName");
+        cleanup_json json_t *own = json_copy (v);
+        json_object_del (own, "sharedPoolCgroups");
+        json_object_del (own, "driverName");
         if (spc && shared_pool_cgroups_set (c, spc, "key `cpu.sharedPoolCgroups`", err) < 0)
           return -1;
-        if (part)
-          {
-            enum nrm_partition_mode m;
-            if (nrm_partition_mode_parse (json_string_value (part), "key `cpu.partition`", &m, err) < 0)
-              return -1;
-            c->cpu_partition = m;
-          }
-        json_t *min = json_object_get (v, "minSharedCPUs");
-        if (min && (!json_is_integer (min) || json_integer_value (min) < 0 || json_integer_value (min) > 100000))
-          return nrm_error_set (err, EINVAL, "key `cpu.minSharedCPUs` must be a non-negative integer");
-        if (min)
-          c->min_shared_cpus = (long) json_integer_value (min);
-        json_t *mode = json_object_get (v, "mode"), *name = json_object_get (v, "driverName");
-        json_t *options = json_object_get (v, "options");
-        if (load_section (v, key, keys, err) < 0)
+        if (nrm_cpu_settings_read (own, &c->cpu, err) < 0)
           return -1;
-        if (options)
-          {
-            size_t k;
-            json_t *o;
-            WANT (options, json_is_array, "cpu.options", "a list of option names");
-            c->cpu_options = 0;
-            json_array_foreach (options, k, o)
-            {
-              WANT (o, json_is_string, "cpu.options[]", "a string");
-              if (nrm_cpu_option_parse (json_string_value (o), &c->cpu_options, err) < 0)
-                return nrm_error_wrap (err, "key `cpu.options`");
-            }
-            if (nrm_cpu_options_check (c->cpu_options, err) < 0)
-              return nrm_error_wrap (err, "key `cpu.options`");
-          }
-        if (mode)
-          {
-            WANT (mode, json_is_string, "cpu.mode", "a string");
-            if (nrm_config_set_cpu_mode (c, json_string_value (mode), err) < 0)
-              return nrm_error_wrap (err, "key `cpu.mode`");
-          }
         if (name)
           {
             WANT (name, json_is_string, "cpu.driverName", "a string");
@@ -496,33 +477,19 @@ load_key (struct nrm_config *c, const char *key, json_t *v, nrm_error_t *err)
       }
     else if (strcmp (key, "memory") == 0)
       {
-        static const char *const keys[] = { "granularity", "driverName", "hugepagesOnDemand", "health", NULL };
-        json_t *g = json_object_get (v, "granularity"), *name = json_object_get (v, "driverName");
-        if (load_section (v, key, keys, err) < 0)
+        /* driverName is the framework's; the memory driver reads the rest
+         * (and checks it here, so that a bad key fails at once), its keys
+         * added to those an earlier section set. */
+        WANT (v, json_is_object, key, "an object");
+        json_t *name = json_object_get (v, "driverName");
+        cleanup_json json_t *own = json_copy (v);
+        json_object_del (own, "driverName");
+        if (nrm_memory_settings_read (own, &c->memory_granularity, err) < 0)
           return -1;
-        /* The memory driver's own settings: it checks them when it starts
-         * (its errors name the key). */
-        static const char *const own[] = { "hugepagesOnDemand", "health" };
-        for (size_t k = 0; k < 2; k++)
-          {
-            json_t *x = json_object_get (v, own[k]);
-            if (x == NULL)
-              continue;
-            json_t *mine = json_object_get (c->driver_settings, "memory");
-            if (mine == NULL)
-              json_object_set_new (c->driver_settings, "memory", mine = json_object ());
-            json_object_set (mine, own[k], x);
-          }
-        if (g)
-          {
-            uint64_t bytes;
-            WANT (g, json_is_string, "memory.granularity", "a quantity string");
-            if (nrm_quantity_parse_bytes (json_string_value (g), &bytes, err) < 0)
-              return nrm_error_wrap (err, "key `memory.granularity`");
-            if (bytes == 0)
-              return nrm_error_set (err, EINVAL, "key `memory.granularity` must be positive");
-            c->publish.memory_granularity = bytes;
-          }
+        json_t *mine = json_object_get (c->driver_settings, "memory");
+        if (mine == NULL)
+          json_object_set_new (c->driver_settings, "memory", mine = json_object ());
+        json_object_update (mine, own);
         if (name)
           {
             WANT (name, json_is_string, "memory.driverName", "a string");
@@ -531,54 +498,12 @@ load_key (struct nrm_config *c, const char *key, json_t *v, nrm_error_t *err)
       }
     else if (strcmp (key, "pci") == 0 || strcmp (key, "driverSettings") == 0)
       {
-        /* The drivers check their own settings when they start (their
-         * errors name the key); only driverName is the framework's. */
-        const char *id;
-        json_t *section;
-        WANT (v, json_is_object, key, "an object");
-        json_t *all = key[0] == 'p' ? json_pack ("{s:O}", "pci", v) : json_incref (v);
-        json_object_foreach (all, id, section)
-        {
-          if (!json_is_object (section))
-            {
-              json_decref (all);
-              return nrm_error_set (err, EINVAL, "key `%s%s` must be an object", key[0] == 'p' ? "" : "driverSettings.",
-                                    id);
-            }
-          json_t *copy = json_deep_copy (section), *name = json_object_get (copy, "driverName");
-          if (name && key[0] == 'p')
-            {
-              if (!json_is_string (name))
-                {
-                  json_decref (copy);
-                  json_decref (all);
-                  return nrm_error_set (err, EINVAL, "key `pci.driverName` must be a string");
-                }
-              json_object_set (c->driver_names, "pci", name);
-              json_object_del (copy, "driverName");
-            }
-          json_object_set_new (c->driver_settings, id, copy);
-        }
-        json_decref (all);
+        if (load_driver_sections (c, key, v, err) < 0)
+          return -1;
       }
     else if (strcmp (key, "drivers") == 0)
       {
-        /* A list of driver ids, as --drivers takes them. */
-        size_t k;
-        json_t *o;
-        cleanup_free char *list = NULL;
-        WANT (v, json_is_array, key, "a list of driver ids");
-        json_array_foreach (v, k, o)
-        {
-          char *next = NULL;
-          WANT (o, json_is_string, "drivers[]", "a string");
-          if (strchr (json_string_value (o), ',') != NULL)
-            return nrm_error_set (err, EINVAL, "key `drivers`: `%s` is not a driver id", json_string_value (o));
-          next = xasprintf ("%s%s%s", list ? list : "", list ? "," : "", json_string_value (o));
-          free (list);
-          list = next;
-        }
-        if (nrm_config_set_string (&c->drivers, list ? list : "", err) < 0)
+        if (load_drivers (c, key, v, err) < 0)
           return -1;
       }
     else if (strcmp (key, "deviceMetadata") == 0)
@@ -695,7 +620,7 @@ load_root (struct nrm_config *c, json_t *root, nrm_error_t *err)
   json_t *v;
 
   if (!json_is_object (root))
-    return nrm_error_set (err, EINVAL, "the top level must be an object, not %s", type_name (root));
+    return nrm_error_set (err, EINVAL, "the top level must be an object, not %s", nrm_json_type_name (root));
   json_object_foreach (root, key, v)
   {
     if (load_key (c, key, v, err) < 0)
@@ -772,7 +697,7 @@ load_nodes (struct nrm_config *c, json_t *v, nrm_error_t *err)
         {
           if (!json_is_string (x))
             return nrm_error_set (err, EINVAL, "key `%s.selector.matchLabels.%s` must be a string, not %s", where, key,
-                                  type_name (x));
+                                  nrm_json_type_name (x));
         }
       }
     /* Checked now, on a scratch config: a bad entry fails on every node,
@@ -838,6 +763,13 @@ entry_matches (const struct nrm_config *c, json_t *e, json_t *labels)
   return true;
 }
 
+/* The CPU driver's settings, as it reads them (nrm_driver_host.settings). */
+static void
+hand_on (struct nrm_config *c)
+{
+  json_object_set_new (c->driver_settings, "cpu", nrm_cpu_settings_json (&c->cpu));
+}
+
 int
 nrm_config_apply_node_entry (struct nrm_config *c, size_t index, nrm_error_t *err)
 {
@@ -872,10 +804,7 @@ nrm_config_apply_node_entry (struct nrm_config *c, size_t index, nrm_error_t *er
     return -1;
   json_object_foreach (mine, key, v) { note_sources (c, key, v, where); }
   c->node_entry = (long) index;
-  /* What nrm_config_finish() handed on. */
-  c->publish.cpu_options = c->cpu_options;
-  c->publish.min_shared_cpus = (size_t) c->min_shared_cpus;
-  c->publish.cpu_partition = c->cpu_partition;
+  hand_on (c);
   return 0;
 }
 
@@ -1151,9 +1080,7 @@ nrm_config_finish (struct nrm_config *c, nrm_error_t *err)
   if (c->driver_dir && c->driver_dir[0] != '/')
     return nrm_error_set (err, EINVAL, "the driver directory `%s` must be an absolute path", c->driver_dir);
   c->publish.node_name = c->node_name;
-  c->publish.cpu_options = c->cpu_options;
-  c->publish.min_shared_cpus = (size_t) c->min_shared_cpus;
-  c->publish.cpu_partition = c->cpu_partition;
+  hand_on (c);
   const struct
   {
     char **field;
@@ -1209,4 +1136,15 @@ nrm_config_drivers (const struct nrm_config *c, struct nrm_driver_selection *sel
   sel->ids = c->drivers;
   sel->names = c->driver_names;
   sel->settings = c->driver_settings;
+}
+
+json_t *
+nrm_config_run_settings (struct nrm_config *c)
+{
+  struct nrm_cpu_settings numa = c->cpu;
+  numa.mode = NRM_CPU_MODE_NUMA;
+  json_decref (c->run_settings);
+  c->run_settings = json_copy (c->driver_settings);
+  json_object_set_new (c->run_settings, "cpu", nrm_cpu_settings_json (&numa));
+  return c->run_settings;
 }

@@ -4,6 +4,7 @@
 
 #include <stdbool.h>
 
+#include "driver/cpu/cpu.h"
 #include "driver/devices.h"
 #include "driver/kubelet/plugin.h"
 #include "nrm/base/error.h"
@@ -20,11 +21,14 @@ struct nrm_config
   char *drivers;           /* enabled driver ids, "cpu,memory"; NULL: every registered one */
   char *driver_dir;        /* shared-object drivers to load, or NULL */
   json_t *driver_names;    /* driver id -> name (cpu.driverName, memory.driverName) */
-  json_t *driver_settings; /* driver id -> its settings (pci, memory.health, driverSettings.<id>) */
+  json_t *driver_settings; /* driver id -> its settings (cpu, memory, pci, driverSettings.<id>) */
+  json_t *run_settings;    /* the same for nrm run (nrm_config_run_settings) */
 
-  unsigned cpu_options;        /* node-wide placement options (enum nrm_cpu_option) */
-  long min_shared_cpus;        /* allocatable CPUs kept shared (1) */
-  unsigned cpu_partition;      /* cpu.partition: enum nrm_partition_mode (off) */
+  /* The built-in drivers' settings that nrm's own commands need too (nrm
+   * status, nrm run, the reconciler); the drivers get them in
+   * driver_settings. */
+  struct nrm_cpu_settings cpu; /* cpu.mode, cpu.options, cpu.minSharedCPUs, cpu.partition */
+  uint64_t memory_granularity; /* memory.granularity, bytes */
   json_t *shared_pool_cgroups; /* cpu.sharedPoolCgroups: host cgroup subtrees, strings ([]) */
   long reconcile_interval;     /* seconds between shared-pool passes (5); 0: off */
   char *hook_path;             /* nrm executable for the CDI hook; "": no hook */
@@ -119,6 +123,11 @@ void nrm_config_plugin (const struct nrm_config *c, const char *driver, struct n
 /* The driver selection the config makes (borrowed). */
 struct nrm_driver_selection;
 void nrm_config_drivers (const struct nrm_config *c, struct nrm_driver_selection *sel);
+/* The drivers' settings for nrm run (borrowed, until the next call): the
+ * CPU driver's in numa mode, whatever device mode the plugin publishes, as
+ * a run takes CPUs by count from a node's consumable device (the claims of
+ * both modes are CPU sets). */
+json_t *nrm_config_run_settings (struct nrm_config *c);
 
 /* Fills defaults (node name from $NODE_NAME or the host name) and checks
  * names; call once all sources are read. */

@@ -16,7 +16,7 @@
 #include "nrm/base/clock.h"
 #include "nrm/base/xalloc.h"
 #include "nrm/controller.h"
-#include "nrm/log.h"
+#include "nrm/logging.h"
 
 /* client-go's defaults: a lease lasts 15 s, the leader renews it within
  * 10 s or steps down, candidates retry every 2 s. */

@@ -392,7 +392,7 @@ static const struct row rows[] = {
     "API requests allowed above --api-qps (100)" },
   { "http-address", 0, "A:PORT", CMD_PLUGIN, "httpAddress", NULL, K_STRING, CFG (http_address), 0, 0, NULL,
     "serve /healthz, /readyz and /metrics (Prometheus) there" },
-  { "min-shared-cpus", 0, "N", CMD_PLUGIN | CMD_RUN, "cpu.minSharedCPUs", NULL, K_LONG, CFG (min_shared_cpus), 0,
+  { "min-shared-cpus", 0, "N", CMD_PLUGIN | CMD_RUN, "cpu.minSharedCPUs", NULL, K_LONG, CFG (cpu.min_shared_cpus), 0,
     100000, NULL, "allocatable CPUs that always stay shared (1)" },
   { "reconcile-interval", 0, "S", CMD_PLUGIN, "reconcileIntervalSeconds", NULL, K_LONG, CFG (reconcile_interval), 0,
     86400, NULL, "seconds between passes that keep every container on the\nshared pool or its claim's CPUs (5; 0 turns it off)" },

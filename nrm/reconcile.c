@@ -19,7 +19,7 @@
 #include "nrm/base/cleanup.h"
 #include "nrm/base/quantity.h"
 #include "nrm/base/xalloc.h"
-#include "nrm/log.h"
+#include "nrm/logging.h"
 #include "nrm/reconcile.h"
 
 /* --- what the claims hold ------------------------------------------------ */
@@ -76,7 +76,7 @@ nrm_shared_pool_cpus (const struct nrm_config *c, const struct nrm_topology *t, 
   hwloc_bitmap_andnot (shared, shared, t->disallowed);
   hwloc_bitmap_andnot (shared, shared, t->isolated);
   hwloc_bitmap_andnot (shared, shared, claimed);
-  if (c->cpu_options & NRM_OPT_STRICT_CPU_RESERVATION)
+  if (c->cpu.options & NRM_OPT_STRICT_CPU_RESERVATION)
     hwloc_bitmap_andnot (shared, shared, t->reserved);
   return shared;
 }

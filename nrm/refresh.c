@@ -13,7 +13,7 @@
 #include "driver/kubelet/checkpoint.h"
 #include "nrm/base/cleanup.h"
 #include "nrm/base/xalloc.h"
-#include "nrm/log.h"
+#include "nrm/logging.h"
 #include "nrm/refresh.h"
 
 struct nrm_refresher

@@ -27,6 +27,7 @@
 #include "driver/cpu/cpu.h"
 #include "driver/kit.h"
 #include "driver/kubelet/plugin.h"
+#include "driver/names.h"
 #include "driver/registry.h"
 #include "nrm/attach.h"
 #include "nrm/base/cgroupfs.h"
@@ -35,7 +36,7 @@
 #include "nrm/base/xalloc.h"
 #include "nrm/base/fs.h"
 #include "nrm/commit.h"
-#include "nrm/log.h"
+#include "nrm/logging.h"
 #include "nrm/run.h"
 #include "memory/place.h"
 #include "memory/policy.h"
@@ -275,7 +276,7 @@ make_cgroup (struct nrm_cgroupfs *fs, const char *name, nrm_error_t *err)
 static enum nrm_partition_mode
 partition_mode (const struct nrm_config *c, const struct nrm_run_request *rq)
 {
-  return (enum nrm_partition_mode) (rq->partition >= 0 ? rq->partition : (int) c->cpu_partition);
+  return (enum nrm_partition_mode) (rq->partition >= 0 ? rq->partition : (int) c->cpu.partition);
 }
 
 /* The run's cgroup made a cpuset partition m: asked for (--partition), one
@@ -445,7 +446,7 @@ cpu_claim (const char *uid, const char *name, const char *driver, const char *po
         snprintf (req, sizeof (req), "run");
       else
         snprintf (req, sizeof (req), "run-%zu", i);
-      snprintf (dev, sizeof (dev), isolated ? "numa%u-isolated" : "numa%u", parts[i].os);
+      nrm_numa_name (dev, sizeof (dev), parts[i].os, isolated ? NRM_NUMA_NAME_ISOLATED : NRM_NUMA_NAME_NODE, NULL);
       snprintf (count, sizeof (count), "%u", parts[i].count);
       json_array_append_new (results, json_pack ("{s:s, s:s, s:s, s:s, s:{s:s}}", "request", req, "driver", driver,
                                                  "pool", pool, "device", dev, "consumedCapacity", "cpus", count));
@@ -959,7 +960,7 @@ static int
 run_options (struct run *r, nrm_error_t *err)
 {
   const struct nrm_run_request *rq = r->rq;
-  r->options = r->po.cpu_options;
+  r->options = r->c->cpu.options;
   if (rq->options == NULL || rq->options[0] == NULL)
     return 0;
   json_t *list = json_array ();
@@ -987,20 +988,20 @@ run_open (struct run *r, nrm_error_t *err)
   struct nrm_config *c = r->c;
   /* A run is the command line of the CPU and memory drivers: their claims,
    * with their names, in their checkpoints. */
-  struct nrm_driver_selection sel = { "cpu,memory", c->driver_names, c->driver_settings };
+  struct nrm_driver_selection sel = { "cpu,memory", c->driver_names, nrm_config_run_settings (c) };
   struct nrm_driver_host host
       = { .topo = r->t, .node = &r->po, .fsroot = c->fsroot, .live = c->topology == NULL, .log = nrm_log };
   struct nrm_pool pool = { 0 };
   cleanup_json json_t *names = NULL;
   /* A run takes CPUs by count from a node's consumable device, whatever
-   * device mode the plugin publishes: the claims of both are CPU sets. */
+   * device mode the plugin publishes (nrm_config_run_settings() gives the
+   * CPU driver numa mode): the claims of both are CPU sets. */
   r->po = c->publish;
-  r->po.cpu_mode = NRM_CPU_MODE_NUMA;
   if (nrm_registry_new (&r->reg, err) < 0 || nrm_drivers_open (r->reg, &sel, &host, &r->drivers, err) < 0)
     return -1;
   r->drv[0] = nrm_drivers_find (&r->drivers, "cpu");
   r->drv[1] = nrm_drivers_find (&r->drivers, "memory");
-  int pr = nrm_cpu_pool (r->t, &r->po, r->drv[0]->name, &pool, err);
+  int pr = nrm_cpu_pool (r->t, &r->po, NRM_CPU_MODE_NUMA, r->drv[0]->name, &pool, err);
   if (pr == 0)
     pr = nrm_kit_index_pool (&pool, &r->cpu_devices, &names, err);
   nrm_pool_done (&pool);
@@ -1045,7 +1046,7 @@ place_part (struct run *r, struct part *pt, hwloc_bitmap_t free_set, nrm_error_t
 {
   char dev[48], count[16];
   size_t n;
-  snprintf (dev, sizeof (dev), r->rq->isolated ? "numa%u-isolated" : "numa%u", pt->os);
+  nrm_numa_name (dev, sizeof (dev), pt->os, r->rq->isolated ? NRM_NUMA_NAME_ISOLATED : NRM_NUMA_NAME_NODE, NULL);
   snprintf (count, sizeof (count), "%u", pt->count);
   json_t *d = json_object_get (r->cpu_devices, dev);
   if (d == NULL)
@@ -1177,8 +1178,8 @@ choose_cpus (void *ctx, json_t *claims, json_t **ret, nrm_error_t *err)
       r->placement_failed = true;
       return -1;
     }
-  *ret = cpu_claim (r->uid, r->name, r->drv[0]->name, r->c->node_name, r->rq->isolated, r->parts, r->n_parts,
-                    r->config);
+  *ret
+      = cpu_claim (r->uid, r->name, r->drv[0]->name, r->c->node_name, r->rq->isolated, r->parts, r->n_parts, r->config);
   return 0;
 }
 
@@ -1303,28 +1304,26 @@ run_take_memory (struct run *r, nrm_error_t *err)
                    "apiVersion", "memory.nrm.io/v1alpha1", "kind", "MemoryConfig", "limit", 1);
   if (rq->memory)
     {
-      snprintf (dev, sizeof (dev), "numa%d", r->node);
+      nrm_numa_name (dev, sizeof (dev), (unsigned) r->node, NRM_NUMA_NAME_NODE, NULL);
       json_array_append_new (results, result_for ("memory", md, node_name, dev, "memory", rq->memory));
     }
   if (rq->hugepages_2mi)
     {
-      snprintf (dev, sizeof (dev), "numa%d-hugepages-2mi", r->node);
-      json_array_append_new (results,
-                             result_for ("hugepages-2mi", md, node_name, dev, "hugepages", rq->hugepages_2mi));
+      nrm_numa_name (dev, sizeof (dev), (unsigned) r->node, NRM_NUMA_NAME_HUGEPAGES, "2Mi");
+      json_array_append_new (results, result_for ("hugepages-2mi", md, node_name, dev, "hugepages", rq->hugepages_2mi));
     }
   if (rq->hugepages_1gi)
     {
-      snprintf (dev, sizeof (dev), "numa%d-hugepages-1gi", r->node);
-      json_array_append_new (results,
-                             result_for ("hugepages-1gi", md, node_name, dev, "hugepages", rq->hugepages_1gi));
+      nrm_numa_name (dev, sizeof (dev), (unsigned) r->node, NRM_NUMA_NAME_HUGEPAGES, "1Gi");
+      json_array_append_new (results, result_for ("hugepages-1gi", md, node_name, dev, "hugepages", rq->hugepages_1gi));
     }
   cleanup_json json_t *claim = claim_with (r->uid, r->name, TAKE_PTR (results), mconfig);
   if (nrm_plugin_prepare_local (r->pl[1], RUN_NAMESPACE, r->name, r->uid, choose_claim, claim, &r->mem, err) < 0)
-    return nrm_error_wrap (
-        err, "%s%s%s%s%s%s%s%s on NUMA node %d", rq->memory ? "memory " : "", rq->memory ?: "",
-        rq->hugepages_2mi ? (rq->memory ? ", " : "") : "", rq->hugepages_2mi ? "2Mi huge pages " : "",
-        rq->hugepages_2mi ?: "", rq->hugepages_1gi ? (rq->memory || rq->hugepages_2mi ? ", " : "") : "",
-        rq->hugepages_1gi ? "1Gi huge pages " : "", rq->hugepages_1gi ?: "", r->node);
+    return nrm_error_wrap (err, "%s%s%s%s%s%s%s%s on NUMA node %d", rq->memory ? "memory " : "", rq->memory ?: "",
+                           rq->hugepages_2mi ? (rq->memory ? ", " : "") : "",
+                           rq->hugepages_2mi ? "2Mi huge pages " : "", rq->hugepages_2mi ?: "",
+                           rq->hugepages_1gi ? (rq->memory || rq->hugepages_2mi ? ", " : "") : "",
+                           rq->hugepages_1gi ? "1Gi huge pages " : "", rq->hugepages_1gi ?: "", r->node);
   r->prepared[1] = true;
   return nrm_env_binding_parse (json_object_get (r->mem.edits, "env"), r->name, &r->mem_eb, err);
 }
@@ -1391,8 +1390,7 @@ run_bind (struct run *r, nrm_error_t *err)
       return make_partition (r->fs, rel, r->name, r->cpus, partition_mode (r->c, rq), rq->partition >= 0, err);
     }
   if (rq->partition > NRM_PARTITION_OFF)
-    return nrm_error_set (err, ENOTSUP,
-                          "--partition %s: no cgroup v2 cpuset here (cgroup v1?), so no cpuset partition",
+    return nrm_error_set (err, ENOTSUP, "--partition %s: no cgroup v2 cpuset here (cgroup v1?), so no cpuset partition",
                           nrm_partition_mode_name ((enum nrm_partition_mode) rq->partition));
   if (rq->attach_pid)
     nrm_log (NULL, NRM_LOG_INFO,
@@ -1430,8 +1428,7 @@ command_env (struct run *r)
 
 /* In the child, once the parent has moved it into the cgroup: pinned
  * where there is no cgroup, numactl's memory policy, then the command. */
-static void __attribute__ ((noreturn))
-child_exec (const struct run *r, int go, pid_t parent)
+static void __attribute__ ((noreturn)) child_exec (const struct run *r, int go, pid_t parent)
 {
   const struct nrm_run_request *rq = r->rq;
   char ok;
@@ -1476,8 +1473,7 @@ child_exec (const struct run *r, int go, pid_t parent)
       int mode = -1;
       if (get_mempolicy (&mode, NULL, 0, NULL, 0) < 0 || (mode != want && !(want == MPOL_DEFAULT && mode == 4)))
         {
-          fprintf (stderr, "nrm run: cannot set the memory policy %s on nodes %s\n", policy_name (rq->policy),
-                   r->mems);
+          fprintf (stderr, "nrm run: cannot set the memory policy %s on nodes %s\n", policy_name (rq->policy), r->mems);
           _exit (NRM_RUN_EXIT_FAILED);
         }
       numa_free_cpumask (cm);
@@ -1607,8 +1603,8 @@ nrm_cmd_run (struct nrm_config *c, struct nrm_topology *t, const struct nrm_run_
                    .tried = json_array (),
                    .parts = xcalloc (t->n_numa + 1, sizeof (struct part)) };
   int ret = -1;
-  if (run_check (&r, err) < 0 || run_open (&r, err) < 0 || run_take_cpus (&r, err) < 0
-      || run_memory_nodes (&r, err) < 0 || run_take_memory (&r, err) < 0)
+  if (run_check (&r, err) < 0 || run_open (&r, err) < 0 || run_take_cpus (&r, err) < 0 || run_memory_nodes (&r, err) < 0
+      || run_take_memory (&r, err) < 0)
     goto out;
   run_explain (&r, out);
   if (rq->dry_run)

@@ -16,11 +16,6 @@
 #define SETTINGS_VERSION 1
 #define SETTINGS_MAX (1 << 20)
 
-static const char *const option_names[] = {
-  "full-pcpus-only",        "distribute-cpus-across-numa",      "align-by-socket", "distribute-cpus-across-cores",
-  "strict-cpu-reservation", "prefer-align-cpus-by-uncorecache",
-};
-
 /* Each compared key, and how a message names it. */
 static const struct
 {
@@ -51,10 +46,10 @@ nrm_settings_record (const struct nrm_config *c, const struct nrm_topology *t, c
   if (c->topology)
     machine = realpath (c->topology, path) ? path : c->topology;
   cleanup_free char *options = xstrdup (""), *memory = xstrdup ("");
-  for (size_t i = 0; i < sizeof (option_names) / sizeof (option_names[0]); i++)
-    if (c->cpu_options & (1u << i))
+  for (unsigned bit = 0; bit < 8 * sizeof (c->cpu.options); bit++)
+    if (c->cpu.options & (1u << bit))
       {
-        char *o = xasprintf ("%s%s%s", options, *options ? "," : "", option_names[i]);
+        char *o = xasprintf ("%s%s%s", options, *options ? "," : "", nrm_cpu_option_name (1u << bit));
         free (options);
         options = o;
       }
@@ -81,13 +76,12 @@ nrm_settings_record (const struct nrm_config *c, const struct nrm_topology *t, c
   for (size_t i = 0; i < d->n; i++)
     json_object_set_new (drivers, d->slots[i].ops->id, json_string (d->slots[i].name));
   char gran[32];
-  snprintf (gran, sizeof (gran), "%" PRIu64, c->publish.memory_granularity);
+  snprintf (gran, sizeof (gran), "%" PRIu64, c->memory_granularity);
   return json_pack ("{s:i, s:s, s:s, s:s, s:s, s:o, s:o, s:s, s:s, s:o, s:I, s:O}", "version", SETTINGS_VERSION,
                     "machine", machine, "nodeName", c->node_name ? c->node_name : "", "cpuMode",
-                    c->publish.cpu_mode == NRM_CPU_MODE_PARTITIONED ? "partitioned" : "numa", "cpuOptions", options,
-                    "reservedCPUs", jlist (t->reserved), "isolatedCPUs", jlist (t->isolated), "reservedMemory", memory,
-                    "memoryGranularity", gran, "drivers", drivers, "nodeEntry", (json_int_t) c->node_entry, "sources",
-                    c->sources);
+                    nrm_cpu_mode_name (c->cpu.mode), "cpuOptions", options, "reservedCPUs", jlist (t->reserved),
+                    "isolatedCPUs", jlist (t->isolated), "reservedMemory", memory, "memoryGranularity", gran, "drivers",
+                    drivers, "nodeEntry", (json_int_t) c->node_entry, "sources", c->sources);
 }
 
 int

@@ -7,7 +7,7 @@
 #include <sys/stat.h>
 
 #include "nrm/base/cleanup.h"
-#include "nrm/log.h"
+#include "nrm/logging.h"
 #include "nrm/setup.h"
 
 int

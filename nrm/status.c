@@ -421,7 +421,7 @@ settings_view (const struct nrm_config *c, const struct nrm_topology *t, const s
           v = pci ? json_dumps (pci, JSON_COMPACT | JSON_SORT_KEYS) : xstrdup ("");
         }
       else if (strcmp (keys[i].key, "cpu.partition") == 0)
-        v = xstrdup (nrm_partition_mode_name ((enum nrm_partition_mode) c->cpu_partition));
+        v = xstrdup (nrm_partition_mode_name ((enum nrm_partition_mode) c->cpu.partition));
       else if (strcmp (keys[i].key, "cpu.sharedPoolCgroups") == 0)
         {
           v = xstrdup ("");
@@ -435,7 +435,7 @@ settings_view (const struct nrm_config *c, const struct nrm_topology *t, const s
           }
         }
       else
-        v = xasprintf ("%ld", c->min_shared_cpus);
+        v = xasprintf ("%ld", c->cpu.min_shared_cpus);
       json_object_set_new (values, keys[i].key,
                            json_pack ("{s:s, s:s}", "value", v, "from", nrm_config_source (c, keys[i].key)));
     }
@@ -568,7 +568,7 @@ add_sets (struct nrm_config *c, const struct nrm_topology *t, const struct nrm_d
     nrm_partition_available (c->fsroot, &pwhy);
     json_object_set_new (doc, "partition",
                          json_pack ("{s:s, s:b, s:s?}", "setting",
-                                    nrm_partition_mode_name ((enum nrm_partition_mode) c->cpu_partition), "available",
+                                    nrm_partition_mode_name ((enum nrm_partition_mode) c->cpu.partition), "available",
                                     pwhy == NULL, "unavailable", pwhy));
   }
 }

@@ -5,9 +5,42 @@
 #include "driver/devices.h"
 #include "driver/driver.h"
 
+/* How CPUs are published. */
+enum nrm_cpu_mode
+{
+  /* One device per NUMA node with consumable capacity "cpus". */
+  NRM_CPU_MODE_NUMA,
+  /* Exclusive whole-node, whole-L3 and whole-core devices over shared counters. */
+  NRM_CPU_MODE_PARTITIONED,
+};
+
+/* The CPU driver's settings: its section of the configuration (the config
+ * file's `cpu`, its flags --cpu-mode, --cpu-options, --min-shared-cpus),
+ * which it gets as nrm_driver_host.settings. nrm keeps one as well, for
+ * what its own commands need of them (nrm status, nrm run, the
+ * reconciler). */
+struct nrm_cpu_settings
+{
+  enum nrm_cpu_mode mode; /* mode (numa) */
+  unsigned options;       /* options: node-wide placement options (enum nrm_cpu_option) */
+  long min_shared_cpus;   /* minSharedCPUs: allocatable CPUs that must stay shared (1) */
+  unsigned partition;     /* partition: exclusive claims' containers made cpuset
+                           * partitions (enum nrm_partition_mode; off) */
+};
+
+void nrm_cpu_settings_init (struct nrm_cpu_settings *s);
+/* The keys of a `cpu` section (NULL: none) onto s; each one checked, the
+ * error naming the key (`cpu.mode`); an unknown key is an error. s is left
+ * as it was on error. */
+int nrm_cpu_settings_read (json_t *section, struct nrm_cpu_settings *s, nrm_error_t *err);
+/* The section that reads back as s (a new reference). */
+json_t *nrm_cpu_settings_json (const struct nrm_cpu_settings *s);
+int nrm_cpu_mode_parse (const char *name, enum nrm_cpu_mode *ret, nrm_error_t *err);
+const char *nrm_cpu_mode_name (enum nrm_cpu_mode m);
+
 /* The CPU driver's pool (its devices for this node, in preference order). */
-int nrm_cpu_pool (const struct nrm_topology *t, const struct nrm_publish_options *o, const char *driver,
-                  struct nrm_pool *ret, nrm_error_t *err);
+int nrm_cpu_pool (const struct nrm_topology *t, const struct nrm_publish_options *o, enum nrm_cpu_mode mode,
+                  const char *driver, struct nrm_pool *ret, nrm_error_t *err);
 
 /* The free (unheld, allocatable, not isolated) CPUs of each NUMA node, and
  * the most of them in one L3 group (both per node index, allocated), given

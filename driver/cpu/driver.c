@@ -33,6 +33,7 @@ struct cpu_driver
 {
   const struct nrm_topology *t;
   struct nrm_publish_options o;
+  struct nrm_cpu_settings s; /* its section of the configuration */
   char *name;
   json_t *devices; /* name -> Device, as published */
   json_t *names;   /* device names in pool order */
@@ -319,7 +320,7 @@ cpu_settings (struct cpu_driver *d, json_t *config, const char *request, struct 
   json_t *entry;
   free (cs->cpus);
   memset (cs, 0, sizeof (*cs));
-  cs->options = d->o.cpu_options;
+  cs->options = d->s.options;
   cs->partition = -1;
   json_array_foreach (config, i, entry)
   {
@@ -472,8 +473,8 @@ nrm_cpu_consumed (const struct nrm_alloc_result *r, json_t *dev, size_t *count, 
 
 int
 nrm_cpu_place_device (const struct nrm_topology *t, const char *device, size_t count, unsigned options,
-                      const char *cpu_kind, hwloc_const_bitmap_t near, hwloc_const_bitmap_t free,
-                      hwloc_bitmap_t got, nrm_error_t *err)
+                      const char *cpu_kind, hwloc_const_bitmap_t near, hwloc_const_bitmap_t free, hwloc_bitmap_t got,
+                      nrm_error_t *err)
 {
   cleanup_bitmap hwloc_bitmap_t cpus = nrm_cpu_device_cpus (t, device);
   struct nrm_cpu_request req = { .count = count,
@@ -550,21 +551,21 @@ cpu_prepare (void *self, const struct nrm_claim_view *c, struct nrm_prepared *ou
     if (take_device (d, &c->results[i], c->config, ns.all, claim, &shared, &asked, &placed_near[i], err) < 0)
       return -1;
   /* Never hand out the last shared CPUs: every other pod runs there. */
-  if (d->o.min_shared_cpus > 0)
+  if (d->s.min_shared_cpus > 0)
     {
       cleanup_bitmap hwloc_bitmap_t left = allocatable (d->t);
       hwloc_bitmap_andnot (left, left, d->t->isolated);
       hwloc_bitmap_andnot (left, left, d->taken);
       hwloc_bitmap_andnot (left, left, claim);
       int w = hwloc_bitmap_weight (left);
-      if ((size_t) w < d->o.min_shared_cpus)
-        return nrm_error_set (err, ENOSPC, "this claim would leave %d shared CPU%s, fewer than the minimum of %zu", w,
-                              w == 1 ? "" : "s", d->o.min_shared_cpus);
+      if (w < d->s.min_shared_cpus)
+        return nrm_error_set (err, ENOSPC, "this claim would leave %d shared CPU%s, fewer than the minimum of %ld", w,
+                              w == 1 ? "" : "s", d->s.min_shared_cpus);
     }
   /* A cpuset partition: the claim's setting, else the node's. Asked for
    * by the claim, one that cannot be had refuses the claim; by the node,
    * the container runs without it and the claim's metadata says why. */
-  enum nrm_partition_mode pm = asked >= 0 ? (enum nrm_partition_mode) asked : d->o.cpu_partition;
+  enum nrm_partition_mode pm = asked >= 0 ? (enum nrm_partition_mode) asked : d->s.partition;
   cleanup_free char *pnote = NULL;
   if (pm != NRM_PARTITION_OFF)
     {
@@ -786,9 +787,9 @@ static int
 cpu_pool (void *self, json_t *held, struct nrm_pool *ret, nrm_error_t *err)
 {
   struct cpu_driver *d = self;
-  if (nrm_cpu_pool (d->t, &d->o, d->name, ret, err) < 0)
+  if (nrm_cpu_pool (d->t, &d->o, d->s.mode, d->name, ret, err) < 0)
     return -1;
-  if (held == NULL || d->o.cpu_mode != NRM_CPU_MODE_NUMA)
+  if (held == NULL || d->s.mode != NRM_CPU_MODE_NUMA)
     return 0;
   cleanup_free uint64_t *free_cpus = NULL, *free_cell = NULL;
   nrm_cpu_room (d->t, held, &free_cpus, &free_cell);
@@ -834,7 +835,9 @@ cpu_new (const struct nrm_driver_host *h, void **ret, nrm_error_t *err)
   d->log = h->log;
   d->log_ctx = h->log_ctx;
   d->sysfs = h->live || !root;
-  if (nrm_cpu_pool (d->t, &d->o, d->name, &pool, err) < 0
+  nrm_cpu_settings_init (&d->s);
+  if (nrm_cpu_settings_read (h->settings, &d->s, err) < 0
+      || nrm_cpu_pool (d->t, &d->o, d->s.mode, d->name, &pool, err) < 0
       || nrm_kit_index_pool (&pool, &d->devices, &d->names, err) < 0)
     {
       nrm_pool_done (&pool);

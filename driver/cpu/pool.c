@@ -9,6 +9,7 @@
 #include "driver/cpu/cpu.h"
 #include "driver/devices.h"
 #include "driver/jsonattr.h"
+#include "driver/names.h"
 #include "nrm/base/cleanup.h"
 #include "nrm/base/xalloc.h"
 
@@ -192,7 +193,8 @@ node_device (const struct nrm_topology *t, const struct nrm_publish_options *o, 
     hwloc_bitmap_andnot (set, set, t->isolated);
   if (hwloc_bitmap_iszero (set))
     return;
-  snprintf (name, sizeof (name), isolated ? "numa%u-isolated" : "numa%u", t->numa[i].os_index);
+  nrm_numa_name (name, sizeof (name), t->numa[i].os_index, isolated ? NRM_NUMA_NAME_ISOLATED : NRM_NUMA_NAME_NODE,
+                 NULL);
   consumable_device (t, o, i, set, name, isolated, devices);
 }
 
@@ -294,7 +296,7 @@ partitioned_devices (const struct nrm_topology *t, const struct nrm_publish_opti
       /* More cells than counters: one counter for the node, no L3 devices. */
       if (node_cells (t, allocs[i], cells, &n_cells, max_cells) < 0)
         merged[i] = true;
-      snprintf (setname, sizeof (setname), "numa%u", t->numa[i].os_index);
+      nrm_numa_name (setname, sizeof (setname), t->numa[i].os_index, NRM_NUMA_NAME_NODE, NULL);
       json_t *counters = json_object ();
       json_t *use = json_object ();
       if (merged[i])
@@ -316,7 +318,7 @@ partitioned_devices (const struct nrm_topology *t, const struct nrm_publish_opti
       json_t *attrs = json_object ();
       cpu_attributes (t, o, attrs, &i, 1, &st);
       jattr_int (attrs, "reservedCPUs", (int64_t) st.reserved);
-      snprintf (name, sizeof (name), "numa%u", t->numa[i].os_index);
+      nrm_numa_name (name, sizeof (name), t->numa[i].os_index, NRM_NUMA_NAME_NODE, NULL);
       json_array_append_new (
           devices, partitioned_device (t, &i, 1, name, "numa", attrs, st.cpus,
                                        json_pack ("[{s:s, s:o}]", "counterSet", setname, "counters", use), o));
@@ -352,7 +354,7 @@ partitioned_devices (const struct nrm_topology *t, const struct nrm_publish_opti
               char setname[32], cname[32];
               hwloc_bitmap_and (part, part, allocs[nodes[k]]);
               hwloc_bitmap_or (set, set, part);
-              snprintf (setname, sizeof (setname), "numa%u", t->numa[nodes[k]].os_index);
+              nrm_numa_name (setname, sizeof (setname), t->numa[nodes[k]].os_index, NRM_NUMA_NAME_NODE, NULL);
               cell_name (t, (int) l, false, cname, sizeof (cname));
               json_array_append_new (consumes, consumption (setname, cname, (size_t) hwloc_bitmap_weight (part)));
             }
@@ -386,7 +388,7 @@ partitioned_devices (const struct nrm_topology *t, const struct nrm_publish_opti
           jattr_int (attrs, "coreID", hwloc_bitmap_first (core->cpus));
           if (core->l3 >= 0)
             jattr_int (attrs, "l3CacheID", t->l3[core->l3].os_index);
-          snprintf (setname, sizeof (setname), "numa%u", t->numa[i].os_index);
+          nrm_numa_name (setname, sizeof (setname), t->numa[i].os_index, NRM_NUMA_NAME_NODE, NULL);
           cell_name (t, core->l3, merged[i], cname, sizeof (cname));
           snprintf (name, sizeof (name), "core%d", hwloc_bitmap_first (core->cpus));
           json_array_append_new (devices,
@@ -401,13 +403,13 @@ partitioned_devices (const struct nrm_topology *t, const struct nrm_publish_opti
 }
 
 int
-nrm_cpu_pool (const struct nrm_topology *t, const struct nrm_publish_options *o, const char *driver,
-              struct nrm_pool *ret, nrm_error_t *err)
+nrm_cpu_pool (const struct nrm_topology *t, const struct nrm_publish_options *o, enum nrm_cpu_mode mode,
+              const char *driver, struct nrm_pool *ret, nrm_error_t *err)
 {
   cleanup_free size_t *order = nrm_numa_preference (t);
   struct nrm_pool p = { .driver = xstrdup (driver), .devices = json_array (), .counter_sets = json_array () };
 
-  if (o->cpu_mode == NRM_CPU_MODE_NUMA)
+  if (mode == NRM_CPU_MODE_NUMA)
     for (size_t k = 0; k < t->n_numa; k++)
       node_device (t, o, order[k], false, p.devices);
   else

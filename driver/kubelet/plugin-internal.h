@@ -120,7 +120,7 @@ struct nrm_plugin_op
 {
   bool unprepare;
   const char *ns, *name, *uid;
-  json_t *claim;           /* prepare: the claim as read */
+  json_t *claim; /* prepare: the claim as read */
   /* A local prepare: the claim is chosen under the lock (claim NULL until
    * then), from the claims held (nrm_plugin_prepare_local). */
   nrm_plugin_choose_fn choose;

@@ -16,7 +16,10 @@
 #include "driver/memory/memory.h"
 #include "memory/policy.h"
 #include "driver/memory/ondemand.h"
+#include "driver/names.h"
 #include "nrm/base/cleanup.h"
+#include "nrm/base/quantity.h"
+#include "nrm/base/text.h"
 #include "nrm/base/xalloc.h"
 
 struct claim_entry
@@ -30,6 +33,7 @@ struct memory_driver
 {
   const struct nrm_topology *t;
   struct nrm_publish_options o;
+  uint64_t granularity; /* bytes: the step of consumable memory (memory.granularity) */
   char *name;
   json_t *devices; /* name -> Device, as last published */
   json_t *names;   /* device names in pool order, at the start */
@@ -193,7 +197,7 @@ build_pool (struct memory_driver *d, struct nrm_pool *ret, nrm_error_t *err)
   cleanup_free int64_t *change = xcalloc (d->t->n_numa + 1, sizeof (*change));
   if (d->health)
     nrm_memory_health_online_change (d->health, change);
-  return nrm_memory_pool_online (d->t, &d->o, d->name, d->od, change, ret, err);
+  return nrm_memory_pool_online (d->t, &d->o, d->granularity, d->name, d->od, change, ret, err);
 }
 
 /* The devices again, after a pool was raised or lowered: the memory left
@@ -229,10 +233,10 @@ take_ondemand (struct memory_driver *d, const char *uid, json_t *bytes, nrm_erro
   cleanup_free uint64_t *unclaimed = xcalloc (d->t->n_numa + 1, sizeof (uint64_t));
   for (size_t i = 0; i < d->t->n_numa; i++)
     {
-      char dev[32];
+      char dev[NRM_NUMA_NAME_MAX];
       const char *key;
       nrm_quantity_t cap;
-      snprintf (dev, sizeof (dev), "numa%u", d->t->numa[i].os_index);
+      nrm_numa_name (dev, sizeof (dev), d->t->numa[i].os_index, NRM_NUMA_NAME_NODE, NULL);
       json_t *x = json_object_get (d->devices, dev);
       json_int_t used = json_integer_value (json_object_get (d->used, dev));
       if (x && device_capacity (x, &key, &cap) == 0 && (json_int_t) (cap / NRM_QUANTITY_ONE) > used)
@@ -292,20 +296,42 @@ mem_bind (void *self, const struct nrm_claim_view *c, json_t **ret, nrm_error_t 
   return 0;
 }
 
-/* The memory driver's own settings (memory.hugepagesOnDemand and
- * memory.health, which health.c reads). */
-static int
-check_settings (const struct nrm_driver_host *h, struct nrm_ondemand **od, nrm_error_t *err)
+int
+nrm_memory_settings_read (json_t *section, uint64_t *granularity, nrm_error_t *err)
 {
   const char *key;
   json_t *v;
-  json_object_foreach (h->settings, key, v)
+  if (section && !json_is_object (section))
+    return nrm_error_set (err, EINVAL, "key `memory` must be an object, not %s", nrm_json_type_name (section));
+  json_object_foreach (section, key, v)
   {
-    if (strcmp (key, "hugepagesOnDemand") != 0 && strcmp (key, "health") != 0)
+    if (strcmp (key, "hugepagesOnDemand") != 0 && strcmp (key, "health") != 0 && strcmp (key, "granularity") != 0)
       return nrm_error_set (
           err, EINVAL, "unknown key `memory.%.64s` (known: granularity, driverName, hugepagesOnDemand, health)", key);
   }
-  return nrm_ondemand_new (h, json_object_get (h->settings, "hugepagesOnDemand"), od, err);
+  json_t *g = json_object_get (section, "granularity");
+  uint64_t bytes;
+  if (g == NULL)
+    return 0;
+  if (!json_is_string (g))
+    return nrm_error_set (err, EINVAL, "key `memory.granularity` must be a quantity string, not %s",
+                          nrm_json_type_name (g));
+  if (nrm_quantity_parse_bytes (json_string_value (g), &bytes, err) < 0)
+    return nrm_error_wrap (err, "key `memory.granularity`");
+  if (bytes == 0)
+    return nrm_error_set (err, EINVAL, "key `memory.granularity` must be positive");
+  *granularity = bytes;
+  return 0;
+}
+
+/* The memory driver's own settings; health.c reads memory.health. */
+static int
+check_settings (const struct nrm_driver_host *h, struct memory_driver *d, nrm_error_t *err)
+{
+  d->granularity = NRM_MEMORY_GRANULARITY;
+  if (nrm_memory_settings_read (h->settings, &d->granularity, err) < 0)
+    return -1;
+  return nrm_ondemand_new (h, json_object_get (h->settings, "hugepagesOnDemand"), &d->od, err);
 }
 
 static int
@@ -577,7 +603,7 @@ mem_new (const struct nrm_driver_host *h, void **ret, nrm_error_t *err)
   d->name = xstrdup (h->name);
   d->used = json_object ();
   pthread_mutex_init (&d->lock, NULL);
-  if (check_settings (h, &d->od, err) < 0 || nrm_memory_health_new (h, &d->health, err) < 0)
+  if (check_settings (h, d, err) < 0 || nrm_memory_health_new (h, &d->health, err) < 0)
     {
       mem_free (d);
       return -1;

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "driver/memory/health.h"
+#include "driver/names.h"
 #include "memory/health.h"
 #include "nrm/base/cleanup.h"
 #include "nrm/base/quantity.h"
@@ -305,15 +306,15 @@ nrm_memory_health_report (struct nrm_memory_health *mh, json_t *names, struct nr
     {
       const char *name = json_string_value (json_array_get (names, j));
       unsigned node;
-      int used = 0;
+      enum nrm_numa_name_kind kind;
       size_t i = 0;
-      if (name == NULL || sscanf (name, "numa%u%n", &node, &used) != 1)
+      if (!nrm_numa_name_parse (name, &node, &kind))
         continue;
       while (i < t->n_numa && t->numa[i].os_index != node)
         i++;
       if (i == t->n_numa)
         continue;
-      bool ordinary = name[used] == '\0';
+      bool ordinary = kind == NRM_NUMA_NAME_NODE;
       struct verdict v = { 0 };
       errors_of (&v, lists[i], ce[i], ue[i], mh->threshold, false);
       errors_of (&v, lists[n], ce[n], ue[n], mh->threshold, true);

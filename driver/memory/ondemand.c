@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "driver/memory/ondemand.h"
+#include "driver/names.h"
 #include "memory/hugepages.h"
 #include "nrm/base/cleanup.h"
 #include "nrm/base/fs.h"
@@ -22,17 +23,17 @@
 
 struct slot
 {
-  size_t i, k;        /* numa[i].hugepages[k] */
-  unsigned node;      /* its os index */
-  uint64_t size;      /* page size, bytes */
-  uint64_t baseline;  /* pages the administrator configured */
-  uint64_t target;    /* pages nrm set */
-  uint64_t reserved;  /* pages reserved for the system (reservedMemory) */
-  uint64_t room;      /* pages that may be raised above the baseline */
-  bool journaled;     /* the journal has an entry: baseline and target hold */
-  json_t *claims;     /* uid -> {pages, since} */
-  char device[64];    /* numa<N>-hugepages-<size> */
-  char size_name[16]; /* 2Mi */
+  size_t i, k;                    /* numa[i].hugepages[k] */
+  unsigned node;                  /* its os index */
+  uint64_t size;                  /* page size, bytes */
+  uint64_t baseline;              /* pages the administrator configured */
+  uint64_t target;                /* pages nrm set */
+  uint64_t reserved;              /* pages reserved for the system (reservedMemory) */
+  uint64_t room;                  /* pages that may be raised above the baseline */
+  bool journaled;                 /* the journal has an entry: baseline and target hold */
+  json_t *claims;                 /* uid -> {pages, since} */
+  char device[NRM_NUMA_NAME_MAX]; /* numa<N>-hugepages-<size> */
+  char size_name[16];             /* 2Mi */
 };
 
 struct nrm_ondemand
@@ -282,9 +283,7 @@ nrm_ondemand_new (const struct nrm_driver_host *h, json_t *setting, struct nrm_o
         s->claims = json_object ();
         cleanup_free char *ps = nrm_pagesize_name (s->size);
         snprintf (s->size_name, sizeof (s->size_name), "%s", ps);
-        snprintf (s->device, sizeof (s->device), "numa%u-hugepages-%s", s->node, ps);
-        for (char *c = s->device; *c; c++)
-          *c = (char) (*c >= 'A' && *c <= 'Z' ? *c - 'A' + 'a' : *c);
+        nrm_numa_name (s->device, sizeof (s->device), s->node, NRM_NUMA_NAME_HUGEPAGES, ps);
       }
   if (parse_setting (t, setting, od, err) < 0)
     {

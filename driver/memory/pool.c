@@ -9,6 +9,7 @@
 #include "driver/devices.h"
 #include "driver/memory/memory.h"
 #include "driver/memory/ondemand.h"
+#include "driver/names.h"
 #include "driver/jsonattr.h"
 #include "nrm/base/quantity.h"
 #include "nrm/base/cleanup.h"
@@ -89,15 +90,16 @@ allocatable (const struct nrm_topology *t, const struct nrm_ondemand *od, size_t
 }
 
 int
-nrm_memory_pool (const struct nrm_topology *t, const struct nrm_publish_options *o, const char *driver,
-                 const struct nrm_ondemand *od, struct nrm_pool *ret, nrm_error_t *err)
+nrm_memory_pool (const struct nrm_topology *t, const struct nrm_publish_options *o, uint64_t granularity,
+                 const char *driver, const struct nrm_ondemand *od, struct nrm_pool *ret, nrm_error_t *err)
 {
-  return nrm_memory_pool_online (t, o, driver, od, NULL, ret, err);
+  return nrm_memory_pool_online (t, o, granularity, driver, od, NULL, ret, err);
 }
 
 int
-nrm_memory_pool_online (const struct nrm_topology *t, const struct nrm_publish_options *o, const char *driver,
-                        const struct nrm_ondemand *od, const int64_t *change, struct nrm_pool *ret, nrm_error_t *err)
+nrm_memory_pool_online (const struct nrm_topology *t, const struct nrm_publish_options *o, uint64_t granularity,
+                        const char *driver, const struct nrm_ondemand *od, const int64_t *change, struct nrm_pool *ret,
+                        nrm_error_t *err)
 {
   cleanup_free size_t *pref = nrm_numa_preference (t);
   cleanup_free size_t *order = xcalloc (2 * (t->n_numa ? t->n_numa : 1), sizeof (size_t));
@@ -122,7 +124,7 @@ nrm_memory_pool_online (const struct nrm_topology *t, const struct nrm_publish_o
         avail = (uint64_t) -change[i] < avail ? avail - (uint64_t) -change[i] : 0;
       else if (change)
         avail += (uint64_t) change[i];
-      json_t *cap = consumable (avail - avail % o->memory_granularity, o->memory_granularity);
+      json_t *cap = consumable (avail - avail % granularity, granularity);
       char name[32];
       if (cap == NULL)
         continue;
@@ -135,7 +137,7 @@ nrm_memory_pool_online (const struct nrm_topology *t, const struct nrm_publish_o
         }
       jattr_bool (attrs, "hugeTLB", false);
       nrm_device_numa_attribute (t, o, attrs, &i, 1);
-      snprintf (name, sizeof (name), "numa%u", n->os_index);
+      nrm_numa_name (name, sizeof (name), n->os_index, NRM_NUMA_NAME_NODE, NULL);
       json_t *dev = json_pack ("{s:s, s:o, s:{s:o}, s:b}", "name", name, "attributes", attrs, "capacity", "memory", cap,
                                "allowMultipleAllocations", 1);
       if (o->node_allocatable)
@@ -169,13 +171,10 @@ nrm_memory_pool_online (const struct nrm_topology *t, const struct nrm_publish_o
             }
           json_t *cap = total > n->reserved_hugepages[h] ? consumable (total - n->reserved_hugepages[h], size) : NULL;
           cleanup_free char *ps = nrm_pagesize_name (size);
-          char name[64], lower[32], resource[48];
+          char name[NRM_NUMA_NAME_MAX], resource[48];
           if (cap == NULL)
             continue;
-          snprintf (lower, sizeof (lower), "%s", ps);
-          for (char *c = lower; *c; c++)
-            *c = (char) (*c >= 'A' && *c <= 'Z' ? *c - 'A' + 'a' : *c);
-          snprintf (name, sizeof (name), "numa%u-hugepages-%s", n->os_index, lower);
+          nrm_numa_name (name, sizeof (name), n->os_index, NRM_NUMA_NAME_HUGEPAGES, ps);
           snprintf (resource, sizeof (resource), "hugepages-%s", ps);
           json_t *attrs = json_object ();
           memory_attributes (t, i, attrs);

@@ -116,3 +116,27 @@ nrm_text_bound (const char *s, size_t max)
   *o = '\0';
   return out;
 }
+
+const char *
+nrm_json_type_name (json_t *v)
+{
+  switch (json_typeof (v))
+    {
+    case JSON_OBJECT:
+      return "an object";
+    case JSON_ARRAY:
+      return "a list";
+    case JSON_STRING:
+      return "a string";
+    case JSON_INTEGER:
+      return "an integer";
+    case JSON_REAL:
+      return "a number";
+    case JSON_TRUE:
+    case JSON_FALSE:
+      return "a boolean";
+    case JSON_NULL:
+      return "null";
+    }
+  return "?";
+}

@@ -2,6 +2,7 @@
 #ifndef NRM_TEXT_H
 #define NRM_TEXT_H
 
+#include <jansson.h>
 #include <stdbool.h>
 #include <stddef.h>
 
@@ -19,5 +20,9 @@ char *nrm_quote (const char *s, size_t len, size_t max);
  * a cut), with every byte that is not UTF-8 replaced by '?': what may go
  * into a protobuf string that a peer must be able to decode. */
 char *nrm_text_bound (const char *s, size_t max);
+
+/* What a JSON value is, for a message on a setting of the wrong type: "an
+ * object", "a list", "a string", "an integer", ... */
+const char *nrm_json_type_name (json_t *v);
 
 #endif

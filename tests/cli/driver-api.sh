@@ -20,6 +20,12 @@ for h in $NRM_PUBLIC_HEADERS; do
   $CC $cflags -fsyntax-only "$TMP/one.c" 2>"$TMP/err" && ok || fail "$h does not compile on its own: $(cat "$TMP/err")"
 done
 
+# No built-in driver's settings: each driver gets its own in nrm_driver_host.settings.
+for h in $NRM_PUBLIC_HEADERS; do
+  grep -nE 'cpu_mode|cpu_options|min_shared_cpus|cpu_partition|memory_granularity' "$NRM_SRCDIR/$h" >"$TMP/err" \
+    && fail "$h carries a built-in driver's settings: $(cat "$TMP/err")" || ok
+done
+
 # The example, built as outside the tree, then loaded by nrm.
 mkdir "$TMP/drivers"
 # shellcheck disable=SC2086

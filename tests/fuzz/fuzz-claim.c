@@ -48,12 +48,13 @@ LLVMFuzzerInitialize (int *argc, char ***argv)
       struct nrm_publish_options o;
       nrm_publish_options_init (&o);
       o.node_name = "fuzz";
-      o.cpu_mode = i >= 2 ? NRM_CPU_MODE_PARTITIONED : NRM_CPU_MODE_NUMA;
-      o.min_shared_cpus = 1;
       static struct nrm_driver_host h;
       static struct nrm_publish_options opts[4];
       opts[i] = o;
       h = (struct nrm_driver_host){ .topo = t, .node = &opts[i], .fsroot = "/" };
+      /* The CPU driver's settings: its mode, one CPU kept shared. */
+      if (i % 2 == 0)
+        h.settings = json_pack ("{s:s, s:i}", "mode", i >= 2 ? "partitioned" : "numa", "minSharedCPUs", 1);
       const struct nrm_driver_ops *ops = nrm_registry_find (reg, i % 2 ? "memory" : "cpu");
       h.name = ops->default_name;
       void *d = NULL;

@@ -25,7 +25,7 @@
 #include "nrm/base/cleanup.h"
 #include "nrm/base/fs.h"
 #include "nrm/base/xalloc.h"
-#include "nrm/log.h"
+#include "nrm/logging.h"
 #include "tests/plugin/kubelet.h"
 
 #define TOPO_2N "24em64t-2n6c2t-pci.xml"

@@ -54,12 +54,12 @@ test_good_file (void **state)
   assert_string_equal (c.node_name, "worker-1");
   assert_string_equal (c.publish.node_name, "worker-1");
   assert_string_equal (json_string_value (json_object_get (c.driver_names, "cpu")), "cpu.example.com");
-  assert_int_equal (c.publish.cpu_mode, NRM_CPU_MODE_PARTITIONED);
-  assert_int_equal (c.publish.cpu_partition, NRM_PARTITION_ISOLATED);
+  assert_int_equal (c.cpu.mode, NRM_CPU_MODE_PARTITIONED);
+  assert_int_equal (c.cpu.partition, NRM_PARTITION_ISOLATED);
   /* Kept without the leading '/', as the reconciler compares them. */
   assert_int_equal (json_array_size (c.shared_pool_cgroups), 2);
   assert_string_equal (json_string_value (json_array_get (c.shared_pool_cgroups, 1)), "machine.slice");
-  assert_int_equal (c.publish.memory_granularity, 4 << 20);
+  assert_int_equal (c.memory_granularity, 4 << 20);
   /* The memory driver's own setting reaches it (it checks it). */
   assert_string_equal (
       json_string_value (json_object_get (
@@ -184,8 +184,8 @@ test_nodes (void **state)
   cleanup_free char *w2 = resolve (&c, "w2", NULL);
   assert_string_equal (w2, "0-1");
   assert_int_equal (c.node_entry, 1);
-  assert_int_equal (c.publish.cpu_mode, NRM_CPU_MODE_PARTITIONED);
-  assert_int_equal (c.min_shared_cpus, 2);
+  assert_int_equal (c.cpu.mode, NRM_CPU_MODE_PARTITIONED);
+  assert_int_equal (c.cpu.min_shared_cpus, 2);
   assert_int_equal (c.node.n_reserved_memory, 1);
   assert_string_equal (nrm_config_source (&c, "reservedCPUs"), "nodes[1]");
   assert_string_equal (nrm_config_source (&c, "cpu.mode"), "nodes[1]");
@@ -196,8 +196,8 @@ test_nodes (void **state)
   cleanup_free char *w2l = resolve (&c, "w2", "{\"pool\": \"big\", \"zone\": \"a\"}");
   assert_string_equal (w2l, "0-3");
   assert_int_equal (c.node_entry, 0);
-  assert_int_equal (c.publish.memory_granularity, 2 << 20);
-  assert_int_equal (c.publish.cpu_mode, NRM_CPU_MODE_NUMA);
+  assert_int_equal (c.memory_granularity, 2 << 20);
+  assert_int_equal (c.cpu.mode, NRM_CPU_MODE_NUMA);
   nrm_config_done (&c);
   /* Labels that differ, and no labels at all: only names match. */
   cleanup_free char *other = resolve (&c, "w3", "{\"pool\": \"small\"}");
@@ -228,7 +228,7 @@ test_nodes_flags_win (void **state)
   cleanup_free char *cpus = nrm_cpulist_format (c.node.reserved_cpus);
   assert_string_equal (cpus, "7");
   assert_string_equal (nrm_config_source (&c, "reservedCPUs"), "flag");
-  assert_int_equal (c.publish.cpu_mode, NRM_CPU_MODE_PARTITIONED);
+  assert_int_equal (c.cpu.mode, NRM_CPU_MODE_PARTITIONED);
   nrm_config_done (&c);
   unlink (path);
 }

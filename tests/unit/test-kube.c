@@ -237,7 +237,7 @@ test_config_yaml (void **state)
   assert_true (c.no_publish);
   assert_true (c.api_qps == 2.5);
   assert_int_equal (c.api_burst, 4);
-  assert_int_equal (c.publish.cpu_mode, NRM_CPU_MODE_PARTITIONED);
+  assert_int_equal (c.cpu.mode, NRM_CPU_MODE_PARTITIONED);
   nrm_config_done (&c);
   unlink (path);
 

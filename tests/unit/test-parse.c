@@ -160,6 +160,30 @@ test_names (void **state)
   free (p);
 }
 
+/* The devices of a NUMA node: made and read by one helper. */
+static void
+test_numa_names (void **state)
+{
+  (void) state;
+  char b[NRM_NUMA_NAME_MAX];
+  unsigned node = 0;
+  enum nrm_numa_name_kind kind;
+  assert_string_equal (nrm_numa_name (b, sizeof (b), 3, NRM_NUMA_NAME_NODE, NULL), "numa3");
+  assert_string_equal (nrm_numa_name (b, sizeof (b), 0, NRM_NUMA_NAME_ISOLATED, NULL), "numa0-isolated");
+  assert_string_equal (nrm_numa_name (b, sizeof (b), 12, NRM_NUMA_NAME_HUGEPAGES, "1Gi"), "numa12-hugepages-1gi");
+  assert_true (nrm_numa_name_parse ("numa12-hugepages-1gi", &node, &kind));
+  assert_int_equal (node, 12);
+  assert_int_equal (kind, NRM_NUMA_NAME_HUGEPAGES);
+  assert_true (nrm_numa_name_parse ("numa7-isolated", &node, &kind));
+  assert_int_equal (node, 7);
+  assert_int_equal (kind, NRM_NUMA_NAME_ISOLATED);
+  assert_true (nrm_numa_name_parse ("numa0", &node, &kind));
+  assert_int_equal (kind, NRM_NUMA_NAME_NODE);
+  const char *bad[] = { "numa", "numa-1", "numa1x", "numa1-hugepages-", "l3-0", "core4", "Numa1", NULL };
+  for (size_t i = 0; bad[i]; i++)
+    assert_false (nrm_numa_name_parse (bad[i], &node, &kind));
+}
+
 /* A claim's allocation as one driver sees it: its own results (in this
  * node's pool), every driver's results (a GPU of another vendor too, so a
  * CPU driver can align with it), its opaque configuration only; the
@@ -485,10 +509,11 @@ int
 main (void)
 {
   const struct CMUnitTest tests[] = {
-    cmocka_unit_test (test_cpulist),      cmocka_unit_test (test_claim_view),
-    cmocka_unit_test (test_quantity),     cmocka_unit_test (test_names),
-    cmocka_unit_test (test_text),         cmocka_unit_test (test_consumed_checked),
-    cmocka_unit_test (test_write_atomic), cmocka_unit_test (test_write_staged),
+    cmocka_unit_test (test_cpulist),          cmocka_unit_test (test_claim_view),
+    cmocka_unit_test (test_quantity),         cmocka_unit_test (test_names),
+    cmocka_unit_test (test_numa_names),       cmocka_unit_test (test_text),
+    cmocka_unit_test (test_consumed_checked), cmocka_unit_test (test_write_atomic),
+    cmocka_unit_test (test_write_staged),
   };
   return cmocka_run_group_tests (tests, NULL, NULL);
 }

@@ -16,6 +16,7 @@
 
 #include <cmocka.h>
 
+#include "driver/memory/memory.h"
 #include "driver/registry.h"
 #include "nrm/base/cleanup.h"
 #include "nrm/base/quantity.h"
@@ -118,7 +119,7 @@ test_offlined_memory (void **state)
 
   uint64_t start = capacity (&d.slots[0], 0);
   uint64_t allocatable = nrm_topology_node_allocatable_memory (t, 0);
-  allocatable -= allocatable % o.memory_granularity;
+  allocatable -= allocatable % NRM_MEMORY_GRANULARITY;
   assert_int_equal (start, allocatable);
   /* Two blocks of node 0 go offline: the pool offers less. */
   block (1, 0, "offline\n");

@@ -15,7 +15,9 @@
 #include <cmocka.h>
 
 #include "driver/k8s/binding.h"
+#include "driver/cpu/cpu.h"
 #include "driver/devices.h"
+#include "driver/memory/memory.h"
 #include "driver/registry.h"
 #include "nrm/base/quantity.h"
 #include "nrm/base/cleanup.h"
@@ -26,14 +28,31 @@
 #define CPU_DRIVER "cpu.nrm.io"
 #define MEMORY_DRIVER "memory.nrm.io"
 
+/* The drivers' settings: the CPU driver's device mode. */
+static json_t *
+settings_of (enum nrm_cpu_mode mode)
+{
+  return json_pack ("{s:{s:s}}", "cpu", "mode", nrm_cpu_mode_name (mode));
+}
+
+/* The node's slices with the CPU driver in this mode. */
+static int
+node_slices (const struct nrm_topology *t, const struct nrm_publish_options *o, enum nrm_cpu_mode mode, json_t **ret,
+             nrm_error_t *err)
+{
+  cleanup_json json_t *settings = settings_of (mode);
+  return nrm_node_slices (t, o, settings, ret, err);
+}
+
 /* The node's slices while one claim of the CPU driver holds cpus. */
 static int
-slices_held (const struct nrm_topology *t, const struct nrm_publish_options *o, const char *cpus, json_t **ret,
-             nrm_error_t *err)
+slices_held (const struct nrm_topology *t, const struct nrm_publish_options *o, enum nrm_cpu_mode mode,
+             const char *cpus, json_t **ret, nrm_error_t *err)
 {
   struct nrm_registry *reg = NULL;
   struct nrm_drivers d = { 0 };
-  struct nrm_driver_selection sel = { NULL, NULL, NULL };
+  cleanup_json json_t *settings = settings_of (mode);
+  struct nrm_driver_selection sel = { NULL, NULL, settings };
   struct nrm_driver_host h = { .topo = t, .node = o, .fsroot = "/" };
   cleanup_json json_t *held = json_pack ("{s:{s:{s:s}}}", CPU_DRIVER, "u1", "cpus", cpus);
   int r = -1;
@@ -78,11 +97,11 @@ load_reserved (const char *file, bool reserve)
 }
 
 static json_t *
-slices (const struct nrm_topology *t, const struct nrm_publish_options *o)
+slices (const struct nrm_topology *t, const struct nrm_publish_options *o, enum nrm_cpu_mode mode)
 {
   nrm_error_t err = NULL;
   json_t *list = NULL;
-  if (nrm_node_slices (t, o, &list, &err) < 0)
+  if (node_slices (t, o, mode, &list, &err) < 0)
     fail_msg ("%s: %s", t->source, nrm_error_msg (err));
   return list;
 }
@@ -123,8 +142,8 @@ check_numa_mode (const struct corpus_entry *c, bool reserve, bool gates)
   o.list_attributes = gates;
   o.node_allocatable = gates;
 
-  cleanup_json json_t *a = slices (t, &o);
-  cleanup_json json_t *b = slices (t, &o);
+  cleanup_json json_t *a = slices (t, &o, NRM_CPU_MODE_NUMA);
+  cleanup_json json_t *b = slices (t, &o, NRM_CPU_MODE_NUMA);
   cleanup_free char *sa = json_dumps (a, JSON_INDENT (2));
   cleanup_free char *sb = json_dumps (b, JSON_INDENT (2));
   assert_string_equal (sa, sb);
@@ -161,8 +180,8 @@ check_numa_mode (const struct corpus_entry *c, bool reserve, bool gates)
       uint64_t m = t->numa[i].memory > huge + t->numa[i].reserved_memory
                        ? t->numa[i].memory - huge - t->numa[i].reserved_memory
                        : 0;
-      m -= m % o.memory_granularity;
-      if (m >= o.memory_granularity)
+      m -= m % NRM_MEMORY_GRANULARITY;
+      if (m >= NRM_MEMORY_GRANULARITY)
         want_mem += m;
     }
   assert_int_equal (mem, want_mem);
@@ -176,11 +195,10 @@ check_partitioned (const struct corpus_entry *c, bool reserve)
   struct nrm_publish_options o;
   nrm_publish_options_init (&o);
   o.node_name = "node-1";
-  o.cpu_mode = NRM_CPU_MODE_PARTITIONED;
   o.list_attributes = true;
 
-  cleanup_json json_t *a = slices (t, &o);
-  cleanup_json json_t *b = slices (t, &o);
+  cleanup_json json_t *a = slices (t, &o, NRM_CPU_MODE_PARTITIONED);
+  cleanup_json json_t *b = slices (t, &o, NRM_CPU_MODE_PARTITIONED);
   cleanup_free char *sa = json_dumps (a, JSON_COMPACT);
   cleanup_free char *sb = json_dumps (b, JSON_COMPACT);
   assert_string_equal (sa, sb);
@@ -290,9 +308,8 @@ check_lists (const struct corpus_entry *c, enum nrm_cpu_mode mode)
   struct nrm_publish_options o;
   nrm_publish_options_init (&o);
   o.node_name = "node-1";
-  o.cpu_mode = mode;
   o.list_attributes = true;
-  cleanup_json json_t *a = slices (t, &o);
+  cleanup_json json_t *a = slices (t, &o, mode);
   check_near_lists (t, a, CPU_DRIVER);
   check_near_lists (t, a, MEMORY_DRIVER);
   nrm_topology_free (t);
@@ -514,8 +531,7 @@ test_counter_sets_split (void **state)
   struct nrm_publish_options o;
   nrm_publish_options_init (&o);
   o.node_name = "n";
-  o.cpu_mode = NRM_CPU_MODE_PARTITIONED;
-  cleanup_json json_t *l = slices (t, &o);
+  cleanup_json json_t *l = slices (t, &o, NRM_CPU_MODE_PARTITIONED);
   size_t i, counter_slices = 0, device_slices = 0;
   json_int_t count = 0;
   json_t *s;
@@ -584,12 +600,12 @@ test_order_by_room (void **state)
   o.node_name = "n";
 
   cleanup_json json_t *plain = NULL, *live = NULL, *part = NULL;
-  assert_int_equal (nrm_node_slices (t, &o, &plain, &err), 0);
+  assert_int_equal (node_slices (t, &o, NRM_CPU_MODE_NUMA, &plain, &err), 0);
   cleanup_free char *names = cpu_device_names (plain, CPU_DRIVER);
   assert_string_equal (names, "numa0,numa1,numa2,numa3,numa4,numa5,numa6,numa7,numa7-isolated");
 
   /* Free CPUs per node { 2, 1, 2, 0, 2, 2, 2, 1 }: CPU 15 is isolated. */
-  assert_int_equal (slices_held (t, &o, "2,6-7", &live, &err), 0);
+  assert_int_equal (slices_held (t, &o, NRM_CPU_MODE_NUMA, "2,6-7", &live, &err), 0);
   cleanup_free char *ordered = cpu_device_names (live, CPU_DRIVER);
   assert_string_equal (ordered, "numa3,numa1,numa7,numa0,numa2,numa4,numa5,numa6,numa7-isolated");
 
@@ -606,10 +622,9 @@ test_order_by_room (void **state)
   assert_int_equal (nrm_numa_device_index (t, NULL, NULL), -1);
 
   /* Partitioned devices keep their order. */
-  o.cpu_mode = NRM_CPU_MODE_PARTITIONED;
   cleanup_json json_t *part0 = NULL;
-  assert_int_equal (nrm_node_slices (t, &o, &part0, &err), 0);
-  assert_int_equal (slices_held (t, &o, "2,6-7", &part, &err), 0);
+  assert_int_equal (node_slices (t, &o, NRM_CPU_MODE_PARTITIONED, &part0, &err), 0);
+  assert_int_equal (slices_held (t, &o, NRM_CPU_MODE_PARTITIONED, "2,6-7", &part, &err), 0);
   assert_true (json_equal (part, part0));
   nrm_topology_free (t);
 }
@@ -632,7 +647,7 @@ test_order_by_l3_room (void **state)
   /* Node 0 (L3 groups 0-3,32-35 and 4-7,36-39): 3 free CPUs in each group,
    * 6 in all. Node 1: one group of 8 taken, the other free. */
   cleanup_json json_t *live = NULL;
-  assert_int_equal (slices_held (t, &o, "0-11,32,36,40-43", &live, &err), 0);
+  assert_int_equal (slices_held (t, &o, NRM_CPU_MODE_NUMA, "0-11,32,36,40-43", &live, &err), 0);
   cleanup_free char *ordered = cpu_device_names (live, CPU_DRIVER);
   assert_string_equal (ordered, "numa1,numa2,numa3,numa0");
 
@@ -705,7 +720,7 @@ test_long_near_list (void **state)
   nrm_publish_options_init (&o);
   o.node_name = "node-1";
   o.list_attributes = true;
-  cleanup_json json_t *a = slices (t, &o);
+  cleanup_json json_t *a = slices (t, &o, NRM_CPU_MODE_NUMA);
   size_t cpu_devs = 0, mem_devs = 0;
   json_t *dev;
   FOREACH_DEVICE (a, CPU_DRIVER, dev, {
@@ -751,8 +766,7 @@ test_allocatable_forms (void **state)
         o.node_name = "node-1";
         o.node_allocatable = true;
         o.api_minor = minor;
-        o.cpu_mode = mode ? NRM_CPU_MODE_PARTITIONED : NRM_CPU_MODE_NUMA;
-        cleanup_json json_t *a = slices (t, &o);
+        cleanup_json json_t *a = slices (t, &o, mode ? NRM_CPU_MODE_PARTITIONED : NRM_CPU_MODE_NUMA);
         cleanup_json json_t *want = json_pack ("{s:s, s:s}", "capacityKey", "cpus", "capacityMultiplier", "1");
         size_t n = 0;
         json_t *dev;

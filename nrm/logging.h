@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-#ifndef NRM_LOG_H
-#define NRM_LOG_H
+#ifndef NRM_LOGGING_H
+#define NRM_LOGGING_H
 
 #include <stdbool.h>
 

@@ -10,7 +10,7 @@
 
 #include <jansson.h>
 
-#include "nrm/log.h"
+#include "nrm/logging.h"
 #include "nrm/base/xalloc.h"
 
 static enum nrm_log_level max_level = NRM_LOG_INFO;
