@@ -519,8 +519,6 @@ nrm_agent_stop (struct nrm_agent *a)
     nrm_kube_cancel (a->kube);
   nrm_binder_stop (a->binder);
   nrm_nodeview_stop (a->nodeview);
-  /* Freed only now: the node view's thread may still have kicked it. */
-  nrm_refresher_free (a->refresher);
   for (size_t i = a->d.n; a->pubs && i-- > 0;)
     nrm_publisher_stop (a->pubs[i]);
   /* Nothing of this instance writes any more: a twin may take over now. */
@@ -528,6 +526,9 @@ nrm_agent_stop (struct nrm_agent *a)
     nrm_handover_release (a->handovers[i]);
   for (size_t i = a->d.n; a->plugins && i-- > 0;)
     nrm_plugin_stop (a->plugins[i]);
+  /* Freed only now: the node view's thread and the plugins' health threads
+   * (joined by nrm_plugin_stop()) may kick it until they end. */
+  nrm_refresher_free (a->refresher);
   nrm_claims_dir_free (a->claims_dir);
   nrm_setup_close_drivers (a->reg, &a->d);
   nrm_kube_free (a->kube);

@@ -93,7 +93,7 @@ test_start_stop (void **state)
 
   if (nrm_agent_start (&c, &a, &err) < 0)
     fail_msg ("%s", nrm_error_msg (err));
-  cleanup_free char *reg[2] = { NULL, NULL }, *dra[2] = { NULL, NULL };
+  char *reg[2] = { NULL, NULL }, *dra[2] = { NULL, NULL }; /* freed below */
   for (size_t i = 0; i < 2; i++)
     {
       struct nrm_plugin *p = nrm_agent_plugin (a, i);
@@ -117,6 +117,8 @@ test_start_stop (void **state)
     {
       assert_int_equal (access (reg[i], F_OK), -1);
       assert_int_equal (access (dra[i], F_OK), -1);
+      free (reg[i]);
+      free (dra[i]);
     }
   /* gRPC's threads end with its last user, this client. */
   grpc_shutdown ();
