@@ -905,8 +905,8 @@ attach_and_hold (struct nrm_cgroupfs *fs, const char *cgname, const char *name, 
 }
 
 int
-nrm_cmd_run (struct nrm_config *c, struct nrm_topology *t, const struct nrm_run_request *rq, FILE *out, int *ret_status,
-             nrm_error_t *err)
+nrm_cmd_run (struct nrm_config *c, const struct nrm_fsroot *root, struct nrm_topology *t,
+             const struct nrm_run_request *rq, FILE *out, int *ret_status, nrm_error_t *err)
 {
   struct nrm_registry *reg = NULL;
   struct nrm_drivers drivers = { 0 };
@@ -964,8 +964,7 @@ nrm_cmd_run (struct nrm_config *c, struct nrm_topology *t, const struct nrm_run_
    * with their names, in their checkpoints. */
   struct nrm_publish_options po = c->publish;
   struct nrm_driver_selection sel = { "cpu,memory", c->driver_names, c->driver_settings };
-  struct nrm_driver_host host
-      = { .topo = t, .node = &po, .fsroot = c->fsroot, .live = c->topology == NULL, .log = nrm_log };
+  struct nrm_driver_host host = { .topo = t, .node = &po, .fsroot = root, .live = c->topology == NULL, .log = nrm_log };
   /* A run takes CPUs by count from a node's consumable device, whatever
    * device mode the plugin publishes: the claims of both are CPU sets. */
   po.cpu_mode = NRM_CPU_MODE_NUMA;

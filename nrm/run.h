@@ -8,6 +8,7 @@
 
 #include "nrm/conf.h"
 #include "nrm/base/error.h"
+#include "nrm/base/fsroot.h"
 #include "topology/topology.h"
 
 /* Exit statuses of nrm run other than the command's own, those of
@@ -54,9 +55,9 @@ struct nrm_run_request
  * a signal (128 + N; the process is put back as it was). A request that
  * cannot be met fails before the command starts. A dry run prepares in a
  * scratch copy of the state directory, prints what it got and why to out,
- * and takes nothing. */
-int nrm_cmd_run (struct nrm_config *c, struct nrm_topology *t, const struct nrm_run_request *rq, FILE *out,
-                 int *ret_status, nrm_error_t *err);
+ * and takes nothing. root is c->fsroot opened. */
+int nrm_cmd_run (struct nrm_config *c, const struct nrm_fsroot *root, struct nrm_topology *t,
+                 const struct nrm_run_request *rq, FILE *out, int *ret_status, nrm_error_t *err);
 
 /* Releases the claims of runs whose nrm run process is gone (killed with
  * -9), in each of the n plugins: nrm run does it before it allocates, nrm

@@ -39,7 +39,7 @@ struct cpu_driver
   hwloc_bitmap_t taken;
   struct claim_entry *claims;
   char *online_path; /* NULL: no health check */
-  char *fsroot;
+  const struct nrm_fsroot *fsroot;
   nrm_log_fn log;
   void *log_ctx;
   bool sysfs; /* PCI localities from sysfs under fsroot (a live machine or a fake tree) */
@@ -84,7 +84,8 @@ locality_of (struct cpu_driver *d, const char *bus_id)
       cleanup_free char *list = NULL;
       nrm_error_t e = NULL;
       /* Its local_cpulist alone: prepare reads nothing else of it. */
-      if (nrm_pci_read_local_cpus (d->fsroot, bus_id, &list, &e) == 0 && list && nrm_cpulist_parse (list, &set, &e) < 0)
+      if (nrm_pci_read_local_cpus (nrm_fsroot_dir (d->fsroot), bus_id, &list, &e) == 0 && list
+          && nrm_cpulist_parse (list, &set, &e) < 0)
         set = NULL;
       nrm_error_release (&e);
     }
@@ -548,7 +549,7 @@ cpu_prepare (void *self, const struct nrm_claim_view *c, struct nrm_prepared *ou
       if (shared)
         why = xstrdup ("a claim with sharedCPUs shares its CPUs");
       else
-        nrm_partition_available (d->fsroot, &why);
+        nrm_partition_available (nrm_fsroot_dir (d->fsroot), &why);
       if (why && asked > 0)
         return nrm_error_set (err, ENOTSUP,
                               "the claim asks for a cpuset partition (%s), which this node cannot give: %s",
@@ -778,7 +779,6 @@ cpu_free (void *self)
   json_decref (d->foreign);
   pthread_mutex_destroy (&d->foreign_lock);
   free (d->online_path);
-  free (d->fsroot);
   free (d->name);
   free (d);
 }
@@ -796,13 +796,12 @@ cpu_new (const struct nrm_driver_host *h, void **ret, nrm_error_t *err)
   d->foreign = json_object ();
   /* Health follows the online CPUs of this machine, or of the tree under
    * the fsroot when a recorded machine is served. */
-  bool root = strcmp (h->fsroot, "/") == 0;
-  if (h->live || !root)
-    d->online_path = xasprintf ("%s/sys/devices/system/cpu/online", root ? "" : h->fsroot);
-  d->fsroot = xstrdup (h->fsroot);
+  d->sysfs = nrm_driver_host_sysfs (h);
+  if (d->sysfs)
+    d->online_path = nrm_fsroot_path (h->fsroot, "/sys/devices/system/cpu/online");
+  d->fsroot = h->fsroot;
   d->log = h->log;
   d->log_ctx = h->log_ctx;
-  d->sysfs = h->live || !root;
   if (nrm_cpu_pool (d->t, &d->o, d->name, &pool, err) < 0
       || nrm_kit_index_pool (&pool, &d->devices, &d->names, err) < 0)
     {

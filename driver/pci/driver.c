@@ -36,7 +36,7 @@ static const char *const all_classes[] = { "gpu", "accel", "fpga", "coproc", "ib
 struct pci_driver
 {
   char *name;
-  char *fsroot;
+  const struct nrm_fsroot *fsroot;
   bool sysfs; /* read the functions from sysfs (this machine, or a fake tree) */
   const struct nrm_topology *t;
   const struct nrm_publish_options *o;
@@ -76,12 +76,12 @@ class_index (const char *class)
 }
 
 json_t *
-nrm_pci_device_node (const char *fsroot, const char *path)
+nrm_pci_device_node (const struct nrm_fsroot *fsroot, const char *path)
 {
   json_t *n = json_pack ("{s:s}", "path", path);
-  if (fsroot && strcmp (fsroot, "/") != 0)
+  if (!nrm_fsroot_live (fsroot))
     {
-      cleanup_free char *host = xasprintf ("%s%s", fsroot, path);
+      cleanup_free char *host = nrm_fsroot_path (fsroot, "%s", path);
       json_object_set_new (n, "hostPath", json_string (host));
     }
   return n;
@@ -168,7 +168,7 @@ settings (struct pci_driver *d, json_t *s, const char ***exclude, bool *detect, 
 static int
 open_events (const struct pci_driver *d)
 {
-  if (strcmp (d->fsroot, "/") == 0)
+  if (nrm_fsroot_live (d->fsroot))
     {
       int fd = socket (AF_NETLINK, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, NETLINK_KOBJECT_UEVENT);
       struct sockaddr_nl sa = { .nl_family = AF_NETLINK, .nl_groups = 1 };
@@ -180,7 +180,7 @@ open_events (const struct pci_driver *d)
       return fd;
     }
   int fd = inotify_init1 (IN_NONBLOCK | IN_CLOEXEC);
-  cleanup_free char *dir = xasprintf ("%s/sys/bus/pci/devices", d->fsroot);
+  cleanup_free char *dir = nrm_fsroot_path (d->fsroot, "/sys/bus/pci/devices");
   if (fd >= 0 && inotify_add_watch (fd, dir, IN_CREATE | IN_DELETE | IN_MOVED_TO | IN_MOVED_FROM) < 0)
     {
       close (fd);
@@ -194,13 +194,13 @@ nrm_pci_driver_new (const struct nrm_driver_host *h, const struct nrm_pci_vendor
 {
   struct pci_driver *d = xcalloc (1, sizeof (*d));
   d->name = xstrdup (h->name);
-  d->fsroot = xstrdup (h->fsroot ? h->fsroot : "/");
+  d->fsroot = h->fsroot;
   d->t = h->topo;
   d->o = h->node;
   d->vendor = vendor;
   d->events = -1;
   /* A recorded machine has no sysfs here, unless a fake tree stands in. */
-  d->sysfs = h->live || strcmp (d->fsroot, "/") != 0;
+  d->sysfs = nrm_driver_host_sysfs (h);
   pthread_mutex_init (&d->lock, NULL);
   d->holder = json_object ();
   d->claims = json_object ();
@@ -230,9 +230,8 @@ nrm_pci_driver_new (const struct nrm_driver_host *h, const struct nrm_pci_vendor
    * machine nrm reads (this one, or a fake tree). */
   /* The kubelet's folder is a path of this host as given, like the
    * plugin's own sockets in it; by default the one under fsroot. */
-  cleanup_free char *kpath = h->kubelet_dir
-                                 ? xstrdup (h->kubelet_dir)
-                                 : xasprintf ("%s/var/lib/kubelet", strcmp (d->fsroot, "/") ? d->fsroot : "");
+  cleanup_free char *kpath
+      = h->kubelet_dir ? xstrdup (h->kubelet_dir) : nrm_fsroot_path (d->fsroot, "/var/lib/kubelet");
   if ((exclude || (detect && d->sysfs))
       && nrm_pci_others_new (detect && d->sysfs ? kpath : NULL, exclude, &d->others, err) < 0)
     {
@@ -287,7 +286,6 @@ nrm_pci_driver_free (void *self)
   json_decref (d->claims);
   pthread_mutex_destroy (&d->lock);
   free (d->name);
-  free (d->fsroot);
   free (d);
 }
 
@@ -504,7 +502,7 @@ rescan (struct pci_driver *d, nrm_error_t *err)
   cleanup_json json_t *was = d->left;
   d->left = json_object ();
 
-  if (d->sysfs && nrm_pci_list (d->fsroot, &ids, &n_ids, &e) < 0)
+  if (d->sysfs && nrm_pci_list (nrm_fsroot_dir (d->fsroot), &ids, &n_ids, &e) < 0)
     {
       /* A tree without PCI has no functions; anything else is an error. */
       if (e->status != ENOENT)
@@ -521,12 +519,13 @@ rescan (struct pci_driver *d, nrm_error_t *err)
       uint32_t class_code;
       /* Bridges, USB and SATA controllers (most functions) are skipped on
        * their ids alone: this runs at every pass of the publisher. */
-      if (nrm_pci_read_ids (d->fsroot, ids[i], &vendor, &class_code, &e) < 0 || !serves (d, class_code, vendor))
+      if (nrm_pci_read_ids (nrm_fsroot_dir (d->fsroot), ids[i], &vendor, &class_code, &e) < 0
+          || !serves (d, class_code, vendor))
         {
           nrm_error_release (&e);
           continue;
         }
-      if (nrm_pci_facts_read (d->fsroot, ids[i], &fn.facts, &e) < 0)
+      if (nrm_pci_facts_read (nrm_fsroot_dir (d->fsroot), ids[i], &fn.facts, &e) < 0)
         {
           /* Removed between the listing and now. */
           nrm_error_release (&e);
@@ -815,7 +814,7 @@ nrm_pci_driver_prepare (void *self, const struct nrm_claim_view *c, struct nrm_p
       struct nrm_pci_facts now = { 0 };
       if (fn->passthrough
           && (nrm_vfio_bind (d->fsroot, d->journal, fn->facts.bus_id, c->uid, VFIO_TIMEOUT_MS, err) < 0
-              || nrm_pci_facts_read (d->fsroot, fn->facts.bus_id, &now, err) < 0))
+              || nrm_pci_facts_read (nrm_fsroot_dir (d->fsroot), fn->facts.bus_id, &now, err) < 0))
         goto out;
       char **dev_nodes = fn->passthrough ? now.nodes : fn->facts.nodes;
       size_t n_dev_nodes = fn->passthrough ? now.n_nodes : fn->facts.n_nodes;
@@ -998,7 +997,7 @@ nrm_pci_driver_health (void *self, struct nrm_health_report *ret, nrm_error_t *e
       bool present = fns[i].present;
       if (d->sysfs && present)
         {
-          if (nrm_pci_facts_read (d->fsroot, fns[i].facts.bus_id, &f, &e) < 0)
+          if (nrm_pci_facts_read (nrm_fsroot_dir (d->fsroot), fns[i].facts.bus_id, &f, &e) < 0)
             present = false;
           nrm_error_release (&e);
         }
@@ -1075,7 +1074,7 @@ nrm_pci_driver_health_event (void *self)
   struct pci_driver *d = self;
   char buf[8192];
   ssize_t n;
-  bool uevents = strcmp (d->fsroot, "/") == 0;
+  bool uevents = nrm_fsroot_live (d->fsroot);
   while (d->events >= 0 && (n = read (d->events, buf, sizeof (buf))) > 0)
     if (uevents)
       nrm_pci_driver_uevent (d, buf, (size_t) n);

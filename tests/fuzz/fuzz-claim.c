@@ -53,7 +53,7 @@ LLVMFuzzerInitialize (int *argc, char ***argv)
       static struct nrm_driver_host h;
       static struct nrm_publish_options opts[4];
       opts[i] = o;
-      h = (struct nrm_driver_host){ .topo = t, .node = &opts[i], .fsroot = "/" };
+      h = (struct nrm_driver_host){ .topo = t, .node = &opts[i] };
       const struct nrm_driver_ops *ops = nrm_registry_find (reg, i % 2 ? "memory" : "cpu");
       h.name = ops->default_name;
       void *d = NULL;

@@ -115,9 +115,12 @@ put_journal (unsigned node, const char *text)
 static struct nrm_driver_host
 host (json_t *settings)
 {
-  return (struct nrm_driver_host){
-    .topo = topo, .node = &opts, .name = "memory.nrm.io", .fsroot = root, .settings = settings, .state_dir = state_dir
-  };
+  return (struct nrm_driver_host){ .topo = topo,
+                                   .node = &opts,
+                                   .name = "memory.nrm.io",
+                                   .fsroot = fake_root (root),
+                                   .settings = settings,
+                                   .state_dir = state_dir };
 }
 
 static void *

@@ -98,7 +98,7 @@ start (struct fixture *f, json_t *settings)
   f->t = load_2n ();
   nrm_publish_options_init (&f->o);
   struct nrm_driver_host h
-      = { .topo = f->t, .node = &f->o, .name = "memory.nrm.io", .fsroot = root, .settings = settings };
+      = { .topo = f->t, .node = &f->o, .name = "memory.nrm.io", .fsroot = fake_root (root), .settings = settings };
   if (nrm_memory_driver.new(&h, &f->d, &err) < 0)
     fail_msg ("%s", nrm_error_msg (err));
 }
@@ -204,7 +204,7 @@ test_edac_counters (void **state)
   nrm_error_t err = NULL;
   struct nrm_publish_options o;
   nrm_publish_options_init (&o);
-  struct nrm_driver_host h = { .topo = f.t, .node = &o, .name = "memory.nrm.io", .fsroot = root };
+  struct nrm_driver_host h = { .topo = f.t, .node = &o, .name = "memory.nrm.io", .fsroot = fake_root (root) };
   assert_int_equal (nrm_memory_health_new (&h, &mh, &err), 0);
   cleanup_json json_t *names = json_pack ("[s, s, s]", "numa0-hugepages-2mi", "numa1-hugepages-1gi", "numa7");
   struct nrm_health_report hr = { 0 };
@@ -471,7 +471,7 @@ test_no_edac (void **state)
   struct nrm_topology *t = load_2n ();
   struct nrm_publish_options o;
   nrm_publish_options_init (&o);
-  struct nrm_driver_host h = { .topo = t, .node = &o, .name = "memory.nrm.io", .fsroot = "/" };
+  struct nrm_driver_host h = { .topo = t, .node = &o, .name = "memory.nrm.io" };
   void *d = NULL;
   nrm_error_t err = NULL;
   assert_int_equal (nrm_memory_driver.new(&h, &d, &err), 0);
@@ -524,7 +524,8 @@ test_bad_input (void **state)
   for (size_t i = 0; i < sizeof (bad) / sizeof (bad[0]); i++)
     {
       cleanup_json json_t *s = json_loads (bad[i], 0, NULL);
-      struct nrm_driver_host h = { .topo = t, .node = &o, .name = "memory.nrm.io", .fsroot = root, .settings = s };
+      struct nrm_driver_host h
+          = { .topo = t, .node = &o, .name = "memory.nrm.io", .fsroot = fake_root (root), .settings = s };
       void *d = NULL;
       assert_int_equal (nrm_memory_driver.new(&h, &d, &err), -1);
       if (strstr (nrm_error_msg (err), says[i]) == NULL)

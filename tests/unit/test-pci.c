@@ -69,8 +69,9 @@ static json_t *
 pool_of (const struct nrm_topology *t, const struct nrm_publish_options *o, const char *fsroot, json_t *settings,
          bool live, void **self)
 {
-  struct nrm_driver_host h
-      = { .topo = t, .node = o, .name = "pci.nrm.io", .fsroot = fsroot, .live = live, .settings = settings };
+  struct nrm_driver_host h = {
+    .topo = t, .node = o, .name = "pci.nrm.io", .fsroot = fake_root (fsroot), .live = live, .settings = settings
+  };
   struct nrm_pool p = { 0 };
   nrm_error_t err = NULL;
   void *d = NULL;
@@ -426,7 +427,8 @@ test_pool (void **state)
   struct nrm_pool busy = { 0 };
   void *bd = NULL;
   nrm_error_t berr = NULL;
-  struct nrm_driver_host bh = { .topo = t, .node = &o, .name = "pci.nrm.io", .fsroot = root, .settings = s };
+  struct nrm_driver_host bh
+      = { .topo = t, .node = &o, .name = "pci.nrm.io", .fsroot = fake_root (root), .settings = s };
   int logged = 0;
   bh.log = count_log;
   bh.log_ctx = &logged;
@@ -447,7 +449,7 @@ test_pool (void **state)
   assert_int_equal (json_integer_value (json_array_get (ints, 0)), 1);
 
   /* Bad settings name the key and the value. */
-  struct nrm_driver_host h = { .topo = t, .node = &o, .name = "pci.nrm.io", .fsroot = root };
+  struct nrm_driver_host h = { .topo = t, .node = &o, .name = "pci.nrm.io", .fsroot = fake_root (root) };
   const char *bad[] = { "{\"classes\": [\"tpu\"]}", "{\"classes\": \"gpu\"}", "{\"clases\": []}" };
   const char *says[] = { "`tpu` is not a class", "pci.classes", "unknown key `pci.clases`" };
   for (size_t i = 0; i < 3; i++)
@@ -663,7 +665,8 @@ test_coexistence (void **state)
   nrm_error_t err = NULL;
   build_tree ();
   cleanup_free char *kdir = xasprintf ("%s/var/lib/kubelet", root);
-  struct nrm_driver_host h = { .topo = t, .node = &o, .name = "pci.nrm.io", .fsroot = root, .kubelet_dir = kdir };
+  struct nrm_driver_host h
+      = { .topo = t, .node = &o, .name = "pci.nrm.io", .fsroot = fake_root (root), .kubelet_dir = kdir };
 
   /* NVIDIA's DRA driver registered: its GPUs are left out, also the
    * vfio-bound one; the virtio GPU and the HCA stay. */
@@ -898,8 +901,9 @@ test_passthrough (void **state)
   kernel_start (&k);
 
   cleanup_json json_t *s = json_pack ("{s:b}", "passthrough", true);
-  struct nrm_driver_host h
-      = { .topo = t, .node = &o, .name = "pci.nrm.io", .fsroot = root, .settings = s, .state_dir = statedir };
+  struct nrm_driver_host h = {
+    .topo = t, .node = &o, .name = "pci.nrm.io", .fsroot = fake_root (root), .settings = s, .state_dir = statedir
+  };
   void *d = NULL;
   assert_int_equal (nrm_pci_driver_new (&h, NULL, &d, &err), 0);
   struct nrm_pool p = { 0 };
