@@ -269,7 +269,7 @@ check_cpuset (const struct nrm_config *c, const struct nrm_fsroot *root, nrm_err
     return 0;
   cleanup_free char *cg = nrm_fsroot_path (root, "/sys/fs/cgroup");
   cleanup_free char *ctl = nrm_fsroot_path (root, "/sys/fs/cgroup/cgroup.controllers");
-  switch (nrm_cgroup_v2_controller (c->fsroot, "cpuset"))
+  switch (nrm_cgroup_v2_controller (root, "cpuset"))
     {
     case NRM_CGROUP_V2_WITH:
       return 0;
@@ -468,6 +468,7 @@ nrm_agent_start (struct nrm_config *c, const struct nrm_fsroot *root, struct nrm
   if (a->api && start_api (a, err) < 0)
     goto fail;
   a->ms = (struct nrm_metrics_sources){ .cfg = c,
+                                        .root = a->root,
                                         .t = a->t,
                                         .drivers = &a->d,
                                         .names = a->names,
@@ -479,7 +480,7 @@ nrm_agent_start (struct nrm_config *c, const struct nrm_fsroot *root, struct nrm
         goto fail;
       nrm_log (NULL, NRM_LOG_INFO, "serving /healthz, /readyz and /metrics on port %d", nrm_http_port (a->http));
     }
-  nrm_reconciler_start (a->rec, c, a->t, &a->d, publishing, a);
+  nrm_reconciler_start (a->rec, c, a->root, a->t, &a->d, publishing, a);
   *ret = a;
   return 0;
 fail:
@@ -492,7 +493,7 @@ nrm_agent_wait (struct nrm_agent *a, const sigset_t *set)
 {
   for (;;)
     {
-      nrm_run_release_stale (a->cfg->fsroot, a->cfg->state_dir, a->plugins, a->d.n);
+      nrm_run_release_stale (a->root, a->cfg->state_dir, a->plugins, a->d.n);
       struct timespec minute = { .tv_sec = 60 };
       int sig = sigtimedwait (set, NULL, &minute);
       if (sig > 0)

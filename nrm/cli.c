@@ -69,7 +69,7 @@ nrm_cli_topology (struct nrm_cli *cli, nrm_error_t *err)
         r = nrm_error_errno (err, errno, "open_memstream");
       else
         {
-          r = cli->hardware ? nrm_topology_print_hardware (t, nrm_fsroot_dir (cli->root), f, err)
+          r = cli->hardware ? nrm_topology_print_hardware (t, cli->root, f, err)
                             : nrm_topology_print_summary (t, f, err);
           fclose (f);
           if (r == 0)
@@ -136,7 +136,8 @@ nrm_cli_status (struct nrm_cli *cli, nrm_error_t *err)
           return -1;
         }
       FILE *f = open_memstream (&buf, &len);
-      r = f ? nrm_status (&cli->cfg, t, &d, cli->json, f, err) : nrm_error_errno (err, errno, "open_memstream");
+      r = f ? nrm_status (&cli->cfg, cli->root, t, &d, cli->json, f, err)
+            : nrm_error_errno (err, errno, "open_memstream");
       if (f)
         fclose (f);
     }
@@ -149,7 +150,7 @@ int
 nrm_cli_hook (struct nrm_cli *cli, nrm_error_t *err)
 {
   cleanup_free char *summary = NULL;
-  if (nrm_hook_stdin (nrm_fsroot_dir (cli->root), cli->cfg.state_dir, &summary, err) < 0)
+  if (nrm_hook_stdin (cli->root, cli->cfg.state_dir, &summary, err) < 0)
     return nrm_error_wrap (err, "hook");
   return 0;
 }

@@ -195,7 +195,7 @@ remove_run_cgroup (struct nrm_cgroupfs *fs, const char *cgname, nrm_error_t *err
 }
 
 void
-nrm_run_release_stale (const char *fsroot, const char *state_dir, struct nrm_plugin *const *pl, size_t n)
+nrm_run_release_stale (const struct nrm_fsroot *root, const char *state_dir, struct nrm_plugin *const *pl, size_t n)
 {
   cleanup_free char *dir = record_dir (state_dir), *ns = pid_namespace (), *boot = boot_id ();
   DIR *d = opendir (dir);
@@ -234,8 +234,8 @@ nrm_run_release_stale (const char *fsroot, const char *state_dir, struct nrm_plu
       if (all)
         {
           struct nrm_cgroupfs *fs = NULL;
-          if (gone == 1 && nrm_cgroup_v2_controller (fsroot, "cpuset") == NRM_CGROUP_V2_WITH
-              && nrm_cgroupfs_open (fsroot, &fs, &err) == 0)
+          if (gone == 1 && nrm_cgroup_v2_controller (root, "cpuset") == NRM_CGROUP_V2_WITH
+              && nrm_cgroupfs_open (root, &fs, &err) == 0)
             {
               cleanup_free char *cgname = xasprintf ("run-%d", (int) json_integer_value (json_object_get (rec, "pid")));
               remove_run_cgroup (fs, cgname, &err);
@@ -335,7 +335,7 @@ make_partition (struct nrm_cgroupfs *fs, const char *rel, const char *name, cons
 /* What a partition of the run would be: asked for or the node's, and
  * whether this kernel can make one (not judged for a recorded machine). */
 static json_t *
-partition_view (const struct nrm_config *c, enum nrm_partition_mode m, bool asked)
+partition_view (const struct nrm_config *c, const struct nrm_fsroot *root, enum nrm_partition_mode m, bool asked)
 {
   json_t *v
       = json_pack ("{s:s, s:s}", "mode", nrm_partition_mode_name (m), "from", asked ? "--partition" : "cpu.partition");
@@ -345,8 +345,7 @@ partition_view (const struct nrm_config *c, enum nrm_partition_mode m, bool aske
       return v;
     }
   cleanup_free char *reason = NULL;
-  bool can = nrm_cgroup_v2_controller (c->fsroot, "cpuset") == NRM_CGROUP_V2_WITH
-             && nrm_partition_available (c->fsroot, &reason);
+  bool can = nrm_cgroup_v2_controller (root, "cpuset") == NRM_CGROUP_V2_WITH && nrm_partition_available (root, &reason);
   if (!can && reason == NULL)
     reason = xstrdup ("no cgroup v2 cpuset here (cgroup v1?)");
   json_object_set_new (v, "available", json_boolean (can));
@@ -1008,7 +1007,7 @@ nrm_cmd_run (struct nrm_config *c, const struct nrm_fsroot *root, struct nrm_top
     }
   /* Runs whose nrm process is gone (killed with -9) still hold their
    * claims, CPUs and memory: released first. */
-  nrm_run_release_stale (c->fsroot, state, pl, 2);
+  nrm_run_release_stale (root, state, pl, 2);
   if (write_record (state, uid, name, self, st, rq->attach_pid ? &att : NULL, err) < 0)
     goto out;
   recorded = true;
@@ -1247,7 +1246,7 @@ nrm_cmd_run (struct nrm_config *c, const struct nrm_fsroot *root, struct nrm_top
           ? (state == scratch && c->topology && strcmp (c->state_dir, NRM_DEFAULT_STATE_DIR) == 0 ? NULL : c->state_dir)
           : NULL);
   if (partition_mode (c, rq) != NRM_PARTITION_OFF)
-    json_object_set_new (why, "partition", partition_view (c, partition_mode (c, rq), rq->partition >= 0));
+    json_object_set_new (why, "partition", partition_view (c, root, partition_mode (c, rq), rq->partition >= 0));
   if (rq->attach_pid)
     json_object_set_new (
         why, "attach",
@@ -1282,13 +1281,13 @@ nrm_cmd_run (struct nrm_config *c, const struct nrm_fsroot *root, struct nrm_top
              dash (json_string_value (json_object_get (why, "numaNodes"))), mems, policy_name (rq->policy));
   }
 
-  bool cgroup = nrm_cgroup_v2_controller (c->fsroot, "cpuset") == NRM_CGROUP_V2_WITH;
+  bool cgroup = nrm_cgroup_v2_controller (root, "cpuset") == NRM_CGROUP_V2_WITH;
   if (cgroup)
     {
       struct nrm_binding b = { .cpus = cpus, .memory = { .mems = mems } };
       nrm_env_binding_memory (&mem_eb, &b.memory);
       cleanup_free char *rel = xasprintf ("nrm.slice/%s", cgname);
-      if (nrm_cgroupfs_open (c->fsroot, &fs, err) < 0 || make_cgroup (fs, cgname, err) < 0
+      if (nrm_cgroupfs_open (root, &fs, err) < 0 || make_cgroup (fs, cgname, err) < 0
           || nrm_binding_apply (fs, rel, &b, err) < 0)
         goto out;
       if (make_partition (fs, rel, name, cpus, partition_mode (c, rq), rq->partition >= 0, err) < 0)

@@ -64,10 +64,11 @@ int nrm_cmd_run (struct nrm_config *c, const struct nrm_fsroot *root, struct nrm
  * plugin at start and every minute. A run is known by its record in
  * state_dir/runs (its pid, start time, PID namespace and boot), never by a
  * claim's namespace or name; records of another PID namespace are left to
- * the processes of that namespace. Its transient cgroup under fsroot goes
+ * the processes of that namespace. Its transient cgroup below the root goes
  * too, and with it a cpuset partition that would keep its CPUs from
  * everyone else. */
 struct nrm_plugin;
-void nrm_run_release_stale (const char *fsroot, const char *state_dir, struct nrm_plugin *const *pl, size_t n);
+void nrm_run_release_stale (const struct nrm_fsroot *root, const char *state_dir, struct nrm_plugin *const *pl,
+                            size_t n);
 
 #endif

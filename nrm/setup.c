@@ -17,7 +17,7 @@ nrm_setup_machine (const struct nrm_config *c, const struct nrm_fsroot *root, st
   struct nrm_topology *t = NULL;
   if (nrm_topology_load (c->topology, &t, err) < 0)
     return -1;
-  if (nrm_topology_apply_settings (t, &c->node, nrm_fsroot_dir (root), err) < 0)
+  if (nrm_topology_apply_settings (t, &c->node, root, err) < 0)
     {
       nrm_topology_free (t);
       return -1;

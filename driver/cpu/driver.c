@@ -84,8 +84,7 @@ locality_of (struct cpu_driver *d, const char *bus_id)
       cleanup_free char *list = NULL;
       nrm_error_t e = NULL;
       /* Its local_cpulist alone: prepare reads nothing else of it. */
-      if (nrm_pci_read_local_cpus (nrm_fsroot_dir (d->fsroot), bus_id, &list, &e) == 0 && list
-          && nrm_cpulist_parse (list, &set, &e) < 0)
+      if (nrm_pci_read_local_cpus (d->fsroot, bus_id, &list, &e) == 0 && list && nrm_cpulist_parse (list, &set, &e) < 0)
         set = NULL;
       nrm_error_release (&e);
     }
@@ -549,7 +548,7 @@ cpu_prepare (void *self, const struct nrm_claim_view *c, struct nrm_prepared *ou
       if (shared)
         why = xstrdup ("a claim with sharedCPUs shares its CPUs");
       else
-        nrm_partition_available (nrm_fsroot_dir (d->fsroot), &why);
+        nrm_partition_available (d->fsroot, &why);
       if (why && asked > 0)
         return nrm_error_set (err, ENOTSUP,
                               "the claim asks for a cpuset partition (%s), which this node cannot give: %s",

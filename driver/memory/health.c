@@ -101,7 +101,7 @@ nrm_memory_health_new (const struct nrm_driver_host *h, struct nrm_memory_health
     {
       uint64_t off;
       nrm_error_t e = NULL;
-      int r = nrm_memory_blocks_read (nrm_fsroot_dir (mh->fsroot), mh->t->numa[i].os_index, &mh->start[i], &off, &e);
+      int r = nrm_memory_blocks_read (mh->fsroot, mh->t->numa[i].os_index, &mh->start[i], &off, &e);
       mh->known[i] = r == 0;
       /* Unreadable at the start: the node's capacity stays the topology's. */
       if (r < 0 && h->log)
@@ -150,9 +150,8 @@ read_blocks (struct nrm_memory_health *mh, int64_t *change, uint64_t *offline, n
     {
       uint64_t on = 0, off = 0;
       nrm_error_t e = NULL;
-      int k = mh->sysfs && mh->known[i]
-                  ? nrm_memory_blocks_read (nrm_fsroot_dir (mh->fsroot), mh->t->numa[i].os_index, &on, &off, &e)
-                  : 1;
+      int k
+          = mh->sysfs && mh->known[i] ? nrm_memory_blocks_read (mh->fsroot, mh->t->numa[i].os_index, &on, &off, &e) : 1;
       pthread_mutex_lock (&mh->lock);
       if (k == 0)
         mh->last[i] = on >= mh->start[i] ? (int64_t) (on - mh->start[i]) : -(int64_t) (mh->start[i] - on);
@@ -263,7 +262,7 @@ nrm_memory_health_report (struct nrm_memory_health *mh, json_t *names, struct nr
   cleanup_free uint64_t *offline = xcalloc (n, sizeof (*offline));
   if (mh->sysfs)
     {
-      if (nrm_edac_read (nrm_fsroot_dir (mh->fsroot), &mcs, &nm, err) < 0)
+      if (nrm_edac_read (mh->fsroot, &mcs, &nm, err) < 0)
         return nrm_error_wrap (err, "memory health");
       if (read_blocks (mh, change, offline, err) < 0)
         return nrm_error_wrap (err, "memory health");
@@ -275,7 +274,7 @@ nrm_memory_health_report (struct nrm_memory_health *mh, json_t *names, struct nr
   } *low = xcalloc (n, sizeof (*low));
   for (size_t i = 0; mh->sysfs && i < t->n_numa; i++)
     {
-      int k = nrm_zones_low_read (nrm_fsroot_dir (mh->fsroot), t->numa[i].os_index, low[i].zones, 4, err);
+      int k = nrm_zones_low_read (mh->fsroot, t->numa[i].os_index, low[i].zones, 4, err);
       if (k < 0)
         {
           free (low);

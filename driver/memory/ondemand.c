@@ -152,7 +152,7 @@ load (struct nrm_ondemand *od, struct slot *s, nrm_error_t *err)
 static int
 set_pool (const struct nrm_ondemand *od, const struct slot *s, uint64_t count, uint64_t *got, nrm_error_t *err)
 {
-  if (nrm_hugepages_write (nrm_fsroot_dir (od->fsroot), s->node, s->size, count, got, err) < 0)
+  if (nrm_hugepages_write (od->fsroot, s->node, s->size, count, got, err) < 0)
     return nrm_error_wrap (err, "NUMA node %u: %s huge pages", s->node, s->size_name);
   return 0;
 }
@@ -169,7 +169,7 @@ recover (struct nrm_ondemand *od, struct slot *s)
       if (save (od, s, &e) < 0)
         goto fail;
     }
-  if (nrm_hugepages_read (nrm_fsroot_dir (od->fsroot), s->node, s->size, &now, &e) < 0)
+  if (nrm_hugepages_read (od->fsroot, s->node, s->size, &now, &e) < 0)
     goto fail;
   if (now != want && set_pool (od, s, want, &now, &e) < 0)
     goto fail;
@@ -458,7 +458,7 @@ verify (struct nrm_ondemand *od, const char *uid, nrm_error_t *err)
       uint64_t now = 0;
       if (json_object_get (s->claims, uid) == NULL)
         continue;
-      if (nrm_hugepages_read (nrm_fsroot_dir (od->fsroot), s->node, s->size, &now, err) < 0)
+      if (nrm_hugepages_read (od->fsroot, s->node, s->size, &now, err) < 0)
         return nrm_error_wrap (err, "NUMA node %u: %s huge pages", s->node, s->size_name);
       if (now < s->target && set_pool (od, s, s->target, &now, err) < 0)
         return -1;
@@ -493,7 +493,7 @@ nrm_ondemand_take (struct nrm_ondemand *od, const char *uid, json_t *want, const
     uint64_t now;
     if (s == NULL || s->room == 0 || s->journaled)
       continue;
-    if (nrm_hugepages_read (nrm_fsroot_dir (od->fsroot), s->node, s->size, &now, err) < 0)
+    if (nrm_hugepages_read (od->fsroot, s->node, s->size, &now, err) < 0)
       return nrm_error_wrap (err, "NUMA node %u: %s huge pages", s->node, s->size_name);
     s->baseline = s->target = now;
   }
@@ -535,7 +535,7 @@ nrm_ondemand_take (struct nrm_ondemand *od, const char *uid, json_t *want, const
                               "memory that no claim holds",
                               s->node, s->size_name, more[i], qfmt (bytes, q1, sizeof (q1)),
                               qfmt (unclaimed[s->i], q2, sizeof (q2)));
-      if (nrm_node_mem_free (nrm_fsroot_dir (od->fsroot), s->node, &free_mem, &known, &e) < 0)
+      if (nrm_node_mem_free (od->fsroot, s->node, &free_mem, &known, &e) < 0)
         {
           LOG (od, NRM_LOG_DEBUG, "%s: %s", od->name, nrm_error_msg (e));
           nrm_error_release (&e);

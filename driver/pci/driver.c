@@ -502,7 +502,7 @@ rescan (struct pci_driver *d, nrm_error_t *err)
   cleanup_json json_t *was = d->left;
   d->left = json_object ();
 
-  if (d->sysfs && nrm_pci_list (nrm_fsroot_dir (d->fsroot), &ids, &n_ids, &e) < 0)
+  if (d->sysfs && nrm_pci_list (d->fsroot, &ids, &n_ids, &e) < 0)
     {
       /* A tree without PCI has no functions; anything else is an error. */
       if (e->status != ENOENT)
@@ -519,13 +519,12 @@ rescan (struct pci_driver *d, nrm_error_t *err)
       uint32_t class_code;
       /* Bridges, USB and SATA controllers (most functions) are skipped on
        * their ids alone: this runs at every pass of the publisher. */
-      if (nrm_pci_read_ids (nrm_fsroot_dir (d->fsroot), ids[i], &vendor, &class_code, &e) < 0
-          || !serves (d, class_code, vendor))
+      if (nrm_pci_read_ids (d->fsroot, ids[i], &vendor, &class_code, &e) < 0 || !serves (d, class_code, vendor))
         {
           nrm_error_release (&e);
           continue;
         }
-      if (nrm_pci_facts_read (nrm_fsroot_dir (d->fsroot), ids[i], &fn.facts, &e) < 0)
+      if (nrm_pci_facts_read (d->fsroot, ids[i], &fn.facts, &e) < 0)
         {
           /* Removed between the listing and now. */
           nrm_error_release (&e);
@@ -814,7 +813,7 @@ nrm_pci_driver_prepare (void *self, const struct nrm_claim_view *c, struct nrm_p
       struct nrm_pci_facts now = { 0 };
       if (fn->passthrough
           && (nrm_vfio_bind (d->fsroot, d->journal, fn->facts.bus_id, c->uid, VFIO_TIMEOUT_MS, err) < 0
-              || nrm_pci_facts_read (nrm_fsroot_dir (d->fsroot), fn->facts.bus_id, &now, err) < 0))
+              || nrm_pci_facts_read (d->fsroot, fn->facts.bus_id, &now, err) < 0))
         goto out;
       char **dev_nodes = fn->passthrough ? now.nodes : fn->facts.nodes;
       size_t n_dev_nodes = fn->passthrough ? now.n_nodes : fn->facts.n_nodes;
@@ -997,7 +996,7 @@ nrm_pci_driver_health (void *self, struct nrm_health_report *ret, nrm_error_t *e
       bool present = fns[i].present;
       if (d->sysfs && present)
         {
-          if (nrm_pci_facts_read (nrm_fsroot_dir (d->fsroot), fns[i].facts.bus_id, &f, &e) < 0)
+          if (nrm_pci_facts_read (d->fsroot, fns[i].facts.bus_id, &f, &e) < 0)
             present = false;
           nrm_error_release (&e);
         }

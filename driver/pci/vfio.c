@@ -185,7 +185,7 @@ nrm_vfio_bind (const struct nrm_fsroot *fsroot, const char *dir, const char *bus
   cleanup_json json_t *old = read_journal (dir, bus_id);
   cleanup_free char *orig = bound_driver (fsroot, bus_id);
   struct nrm_pci_facts f;
-  if (nrm_pci_facts_read (nrm_fsroot_dir (fsroot), bus_id, &f, err) < 0)
+  if (nrm_pci_facts_read (fsroot, bus_id, &f, err) < 0)
     return -1;
   char node[32];
   snprintf (node, sizeof (node), "/dev/vfio/%d", f.iommu_group);

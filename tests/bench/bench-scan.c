@@ -268,7 +268,7 @@ nrm_scan_slices (struct nrm_config *c, char **counts, size_t *n_pci, nrm_error_t
   struct nrm_driver_host h
       = { .topo = t, .node = &c->publish, .fsroot = root, .live = false, .log = NULL, .kubelet_dir = c->kubelet_dir };
   nrm_config_drivers (c, &sel);
-  if (nrm_topology_apply_settings (t, &c->node, nrm_fsroot_dir (root), err) == 0 && nrm_registry_new (&reg, err) == 0
+  if (nrm_topology_apply_settings (t, &c->node, root, err) == 0 && nrm_registry_new (&reg, err) == 0
       && nrm_drivers_open (reg, &sel, &h, &d, err) == 0)
     r = nrm_drivers_slices (&d, &c->publish, NULL, NULL, &list, err);
   if (r == 0 && counts != NULL)

@@ -91,17 +91,6 @@ fake_cg_get (const char *root, const char *cg, const char *file)
   return text ? text : xstrdup ("(none)");
 }
 
-/* The cgroupfs of the tree at root; the test fails when it cannot be had. */
-static inline struct nrm_cgroupfs *
-fake_cgroupfs (const char *root)
-{
-  struct nrm_cgroupfs *fs = NULL;
-  nrm_error_t err = NULL;
-  if (nrm_cgroupfs_open (root, &fs, &err) < 0)
-    fail_msg ("%s", nrm_error_msg (err));
-  return fs;
-}
-
 /* The root handle of the tree at dir, for what takes one where a test has
  * the tree's path: opened once per tree (a tree removed and made again at
  * the same path is a new one) and kept until the test program exits. */
@@ -121,6 +110,17 @@ fake_root (const char *dir)
   if (nrm_fsroot_open (dir, &roots[n], &err) < 0)
     fail_msg ("%s", nrm_error_msg (err));
   return roots[n++];
+}
+
+/* The cgroupfs of the tree at root; the test fails when it cannot be had. */
+static inline struct nrm_cgroupfs *
+fake_cgroupfs (const char *root)
+{
+  struct nrm_cgroupfs *fs = NULL;
+  nrm_error_t err = NULL;
+  if (nrm_cgroupfs_open (fake_root (root), &fs, &err) < 0)
+    fail_msg ("%s", nrm_error_msg (err));
+  return fs;
 }
 
 /* Removes the tree at root: a teardown's result. */

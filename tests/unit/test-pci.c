@@ -290,7 +290,7 @@ test_facts (void **state)
   struct nrm_pci_facts f;
   nrm_error_t err = NULL;
   build_tree ();
-  assert_int_equal (nrm_pci_facts_read (root, "0000:41:00.0", &f, &err), 0);
+  assert_int_equal (nrm_pci_facts_read (fake_root (root), "0000:41:00.0", &f, &err), 0);
   assert_int_equal (f.vendor_id, 0x10de);
   assert_int_equal (f.class_code, 0x030200);
   assert_int_equal (f.numa_node, 1);
@@ -305,47 +305,47 @@ test_facts (void **state)
   assert_string_equal (f.nodes[1], "/dev/dri/renderD129");
   nrm_pci_facts_done (&f);
 
-  assert_int_equal (nrm_pci_facts_read (root, "0000:00:02.0", &f, &err), 0);
+  assert_int_equal (nrm_pci_facts_read (fake_root (root), "0000:00:02.0", &f, &err), 0);
   assert_int_equal (f.numa_node, -1);
   assert_string_equal (f.pcie_root, "pci0000:00");
   assert_int_equal (f.n_nodes, 1); /* found below virtio0 */
   assert_string_equal (f.nodes[0], "/dev/dri/card0");
   nrm_pci_facts_done (&f);
 
-  assert_int_equal (nrm_pci_facts_read (root, "0000:42:00.0", &f, &err), 0);
+  assert_int_equal (nrm_pci_facts_read (fake_root (root), "0000:42:00.0", &f, &err), 0);
   assert_int_equal (f.sriov_total, 4);
   assert_int_equal (f.sriov_enabled, 2);
   assert_int_equal (f.carrier, -1); /* eth2 is down: its carrier is unknown */
   assert_int_equal (f.n_netdevs, 1);
   assert_string_equal (f.netdevs[0], "eth2");
   nrm_pci_facts_done (&f);
-  assert_int_equal (nrm_pci_facts_read (root, "0000:42:00.2", &f, &err), 0);
+  assert_int_equal (nrm_pci_facts_read (fake_root (root), "0000:42:00.2", &f, &err), 0);
   assert_string_equal (f.physfn, "0000:42:00.0");
   assert_int_equal (f.sriov_total, -1);
   assert_int_equal (f.carrier, 0);
   nrm_pci_facts_done (&f);
 
-  assert_int_equal (nrm_pci_facts_read (root, "0000:43:00.0", &f, &err), 0);
+  assert_int_equal (nrm_pci_facts_read (fake_root (root), "0000:43:00.0", &f, &err), 0);
   assert_int_equal (f.n_nodes, 2);
   assert_string_equal (f.nodes[0], "/dev/nvme0");
   assert_string_equal (f.nodes[1], "/dev/nvme0n1");
   nrm_pci_facts_done (&f);
-  assert_int_equal (nrm_pci_facts_read (root, "0000:44:00.0", &f, &err), 0);
+  assert_int_equal (nrm_pci_facts_read (fake_root (root), "0000:44:00.0", &f, &err), 0);
   assert_int_equal (f.n_nodes, 2);
   assert_string_equal (f.nodes[0], "/dev/infiniband/rdma_cm");
   assert_string_equal (f.nodes[1], "/dev/infiniband/uverbs0");
   nrm_pci_facts_done (&f);
-  assert_int_equal (nrm_pci_facts_read (root, "0000:45:00.0", &f, &err), 0);
+  assert_int_equal (nrm_pci_facts_read (fake_root (root), "0000:45:00.0", &f, &err), 0);
   assert_int_equal (f.n_nodes, 2);
   assert_string_equal (f.nodes[0], "/dev/vfio/30");
   assert_string_equal (f.nodes[1], "/dev/vfio/vfio");
   nrm_pci_facts_done (&f);
 
   /* Refused: a bus id that is no bus id, and one that is not there. */
-  assert_int_equal (nrm_pci_facts_read (root, "0000:41:00.0/../x", &f, &err), -1);
+  assert_int_equal (nrm_pci_facts_read (fake_root (root), "0000:41:00.0/../x", &f, &err), -1);
   assert_int_equal (err->status, EINVAL);
   nrm_error_release (&err);
-  assert_int_equal (nrm_pci_facts_read (root, "0000:99:00.0", &f, &err), -1);
+  assert_int_equal (nrm_pci_facts_read (fake_root (root), "0000:99:00.0", &f, &err), -1);
   assert_int_equal (err->status, ENOENT);
   assert_non_null (strstr (nrm_error_msg (err), "0000:99:00.0"));
   nrm_error_release (&err);
@@ -1080,7 +1080,7 @@ test_vm_snapshot (void **state)
     {
       struct nrm_pci_facts f;
       nrm_error_t err = NULL;
-      if (nrm_pci_facts_read (tree, want[i].bdf, &f, &err) < 0)
+      if (nrm_pci_facts_read (fake_root (tree), want[i].bdf, &f, &err) < 0)
         fail_msg ("%s: %s", want[i].bdf, nrm_error_msg (err));
       assert_int_equal (f.numa_node, want[i].numa);
       assert_string_equal (f.pcie_root, want[i].root);
@@ -1098,11 +1098,11 @@ test_vm_snapshot (void **state)
     }
   struct nrm_pci_facts pf;
   nrm_error_t err = NULL;
-  assert_int_equal (nrm_pci_facts_read (tree, "0000:44:00.0", &pf, &err), 0);
+  assert_int_equal (nrm_pci_facts_read (fake_root (tree), "0000:44:00.0", &pf, &err), 0);
   assert_int_equal (pf.sriov_total, 2);
   assert_int_equal (pf.sriov_enabled, 2);
   nrm_pci_facts_done (&pf);
-  assert_int_equal (nrm_pci_facts_read (tree, "0000:44:00.2", &pf, &err), 0);
+  assert_int_equal (nrm_pci_facts_read (fake_root (tree), "0000:44:00.2", &pf, &err), 0);
   assert_string_equal (pf.physfn, "0000:44:00.0");
   nrm_pci_facts_done (&pf);
 
