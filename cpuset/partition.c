@@ -90,11 +90,11 @@ nrm_partition_supported (struct nrm_cgroupfs *fs, char **ret_reason)
 }
 
 bool
-nrm_partition_available (const char *fsroot, char **ret_reason)
+nrm_partition_available (const struct nrm_fsroot *root, char **ret_reason)
 {
   struct nrm_cgroupfs *fs = NULL;
   nrm_error_t e = NULL;
-  if (nrm_cgroupfs_open (fsroot, &fs, &e) < 0)
+  if (nrm_cgroupfs_open (root, &fs, &e) < 0)
     {
       *ret_reason = xstrdup (nrm_error_msg (e));
       nrm_error_release (&e);

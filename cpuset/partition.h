@@ -29,9 +29,9 @@ const char *nrm_partition_mode_name (enum nrm_partition_mode m);
  * first cpuset-enabled child of the root (kubepods first). false with
  * *ret_reason (the caller frees) saying why not. */
 bool nrm_partition_supported (struct nrm_cgroupfs *fs, char **ret_reason);
-/* The same for the cgroup v2 tree under fsroot, opened here; a tree that
+/* The same for the cgroup v2 tree below the root, opened here; a tree that
  * cannot be opened is the reason. */
-bool nrm_partition_available (const char *fsroot, char **ret_reason);
+bool nrm_partition_available (const struct nrm_fsroot *root, char **ret_reason);
 
 /* Makes cgroup (cpuset.cpus already cpus) a remote partition of cpus:
  * cpus added to cpuset.cpus.exclusive of every ancestor below the root,

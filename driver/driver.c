@@ -55,3 +55,9 @@ nrm_taint_effect_name (enum nrm_taint_effect e)
       return NULL;
     }
 }
+
+bool
+nrm_driver_host_sysfs (const struct nrm_driver_host *h)
+{
+  return h->live || !nrm_fsroot_live (h->fsroot);
+}

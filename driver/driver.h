@@ -15,6 +15,7 @@
 
 #include "driver/devices.h"
 #include "nrm/base/error.h"
+#include "nrm/base/fsroot.h"
 #include "nrm/base/log.h"
 #include "topology/topology.h"
 
@@ -28,9 +29,11 @@ struct nrm_driver_host
   /* Node-wide settings: the node name and the API server's gates and
    * release. A driver's own settings come in settings, below. */
   const struct nrm_publish_options *node;
-  const char *name;   /* this driver's name, a DNS subdomain (cpu.nrm.io) */
-  const char *fsroot; /* prefix of /sys, /dev and /proc: "/" or a fake tree */
-  bool live;          /* topo is this machine, not a recorded one */
+  const char *name; /* this driver's name, a DNS subdomain (cpu.nrm.io) */
+  /* Where /sys, /dev and /proc are: this machine, or a tree standing for
+   * it (NULL: this machine); read through the nrm_fsroot_*() functions. */
+  const struct nrm_fsroot *fsroot;
+  bool live; /* topo is this machine, not a recorded one */
   nrm_log_fn log;
   void *log_ctx;
   /* This driver's section of the configuration (the key named by its id,
@@ -40,6 +43,11 @@ struct nrm_driver_host
   const char *state_dir;   /* nrm's durable state (/var/lib/nrm); a driver
                             * keeps its own files under <state_dir>/<name>.* */
 };
+
+/* Whether the driver may read the machine's sysfs under h->fsroot: on
+ * this machine, or a tree standing for a recorded one; a recorded machine
+ * served without a tree has no sysfs here. */
+bool nrm_driver_host_sysfs (const struct nrm_driver_host *h);
 
 /* One allocated device of a claim. */
 struct nrm_alloc_result

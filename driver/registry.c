@@ -409,7 +409,7 @@ nrm_node_slices (const struct nrm_topology *t, const struct nrm_publish_options 
   struct nrm_registry *reg = NULL;
   struct nrm_drivers d = { 0 };
   struct nrm_driver_selection sel = { NULL, NULL, settings };
-  struct nrm_driver_host h = { .topo = t, .node = o, .fsroot = "/" };
+  struct nrm_driver_host h = { .topo = t, .node = o };
   int r = -1;
   if (nrm_registry_new (&reg, err) == 0 && nrm_drivers_open (reg, &sel, &h, &d, err) == 0)
     r = nrm_drivers_slices (&d, o, NULL, NULL, ret, err);

@@ -40,12 +40,6 @@ nrm_memory_files (const struct nrm_memory_binding *m, struct nrm_cgroup_file *ou
   return n;
 }
 
-static const char *
-prefix (const char *fsroot)
-{
-  return fsroot == NULL || strcmp (fsroot, "/") == 0 ? "" : fsroot;
-}
-
 /* The number after key in a sysfs file; false when the file is missing or
  * says something else (then nothing is checked against it). */
 static bool
@@ -82,10 +76,10 @@ hugetlb_bytes (const char *name)
 }
 
 int
-nrm_memory_binding_check (const char *fsroot, const struct nrm_memory_binding *m, nrm_error_t *err)
+nrm_memory_binding_check (const struct nrm_fsroot *root, const struct nrm_memory_binding *m, nrm_error_t *err)
 {
   cleanup_bitmap hwloc_bitmap_t nodes = NULL;
-  cleanup_free char *dir = xasprintf ("%s/sys/devices/system/node", prefix (fsroot));
+  cleanup_free char *dir = nrm_fsroot_path (root, "/sys/devices/system/node");
   if (m->mems && nrm_cpulist_parse (m->mems, &nodes, err) < 0)
     return nrm_error_wrap (err, "cpuset.mems");
   if (nodes == NULL)
@@ -153,7 +147,7 @@ nrm_memory_binding_check (const char *fsroot, const struct nrm_memory_binding *m
       {
         uint64_t c;
         nrm_error_t unread = NULL;
-        if (nrm_hugepages_read (fsroot, (unsigned) n, size, &c, &unread) == 0)
+        if (nrm_hugepages_read (root, (unsigned) n, size, &c, &unread) == 0)
           pages += c;
         else
           have = false;

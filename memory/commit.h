@@ -5,6 +5,7 @@
 #include <stddef.h>
 
 #include "nrm/base/error.h"
+#include "nrm/base/fsroot.h"
 
 /* The memory commit: what a memory binding writes into a container's
  * cgroup v2 (cpuset.mems, memory.min, memory.max, hugetlb.<size>.max and
@@ -42,13 +43,13 @@ size_t nrm_memory_files (const struct nrm_memory_binding *m, struct nrm_cgroup_f
  * at least this much). */
 #define NRM_MEMORY_LIMIT_MIN (1024 * 1024)
 
-/* Checks a binding's amounts against the machine under fsroot before
+/* Checks a binding's amounts against the machine below the root before
  * anything is written: memory.max and memory.min from NRM_MEMORY_LIMIT_MIN
  * up to the memory of its nodes (MemTotal of each node's meminfo), huge
  * pages in whole pages and at most the pages of those nodes (nr_hugepages).
  * Its nodes are cpuset.mems, or every node without it. What the tree does
  * not say (no node folder, no meminfo) is not checked. The error names the
  * file, the amount and the limit. */
-int nrm_memory_binding_check (const char *fsroot, const struct nrm_memory_binding *m, nrm_error_t *err);
+int nrm_memory_binding_check (const struct nrm_fsroot *root, const struct nrm_memory_binding *m, nrm_error_t *err);
 
 #endif

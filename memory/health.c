@@ -70,9 +70,9 @@ cmp_mc (const void *a, const void *b)
 }
 
 int
-nrm_edac_read (const char *fsroot, struct nrm_edac_mc **ret, size_t *n, nrm_error_t *err)
+nrm_edac_read (const struct nrm_fsroot *root, struct nrm_edac_mc **ret, size_t *n, nrm_error_t *err)
 {
-  cleanup_free char *dir = xasprintf ("%s/sys/devices/system/edac/mc", fsroot);
+  cleanup_free char *dir = nrm_fsroot_path (root, "/sys/devices/system/edac/mc");
   struct nrm_edac_mc *mcs = NULL;
   size_t count = 0;
   *ret = NULL;
@@ -118,10 +118,11 @@ nrm_edac_read (const char *fsroot, struct nrm_edac_mc **ret, size_t *n, nrm_erro
 }
 
 int
-nrm_memory_blocks_read (const char *fsroot, unsigned node, uint64_t *online, uint64_t *offline, nrm_error_t *err)
+nrm_memory_blocks_read (const struct nrm_fsroot *root, unsigned node, uint64_t *online, uint64_t *offline,
+                        nrm_error_t *err)
 {
-  cleanup_free char *sizep = xasprintf ("%s/sys/devices/system/memory/block_size_bytes", fsroot);
-  cleanup_free char *nodep = xasprintf ("%s/sys/devices/system/node/node%u", fsroot, node);
+  cleanup_free char *sizep = nrm_fsroot_path (root, "/sys/devices/system/memory/block_size_bytes");
+  cleanup_free char *nodep = nrm_fsroot_path (root, "/sys/devices/system/node/node%u", node);
   uint64_t size;
   *online = *offline = 0;
   if (access (sizep, F_OK) < 0)
@@ -141,7 +142,7 @@ nrm_memory_blocks_read (const char *fsroot, unsigned node, uint64_t *online, uin
       if (!indexed (e->d_name, "memory", &index))
         continue;
       /* The block's own folder, not the link: fake trees may copy it. */
-      cleanup_free char *statep = xasprintf ("%s/sys/devices/system/memory/%s/state", fsroot, e->d_name);
+      cleanup_free char *statep = nrm_fsroot_path (root, "/sys/devices/system/memory/%s/state", e->d_name);
       cleanup_free char *state = NULL;
       size_t len;
       if (nrm_read_file (statep, 64, &state, &len, err) < 0)
@@ -176,9 +177,10 @@ zone_value (const char *path, unsigned line, const char *text, uint64_t *ret, nr
 }
 
 int
-nrm_zones_low_read (const char *fsroot, unsigned node, struct nrm_zone_low *ret, size_t max, nrm_error_t *err)
+nrm_zones_low_read (const struct nrm_fsroot *root, unsigned node, struct nrm_zone_low *ret, size_t max,
+                    nrm_error_t *err)
 {
-  cleanup_free char *path = xasprintf ("%s/proc/zoneinfo", fsroot);
+  cleanup_free char *path = nrm_fsroot_path (root, "/proc/zoneinfo");
   cleanup_fclose FILE *f = fopen (path, "re");
   cleanup_free char *line = NULL;
   size_t cap = 0, n = 0;

@@ -16,17 +16,11 @@
 #include "nrm/base/fs.h"
 #include "nrm/base/xalloc.h"
 
-static const char *
-pfx (const char *fsroot)
-{
-  return fsroot && strcmp (fsroot, "/") != 0 ? fsroot : "";
-}
-
 char *
-nrm_hugepages_path (const char *fsroot, unsigned node, uint64_t page_size)
+nrm_hugepages_path (const struct nrm_fsroot *root, unsigned node, uint64_t page_size)
 {
-  return xasprintf ("%s/sys/devices/system/node/node%u/hugepages/hugepages-%" PRIu64 "kB/nr_hugepages", pfx (fsroot),
-                    node, page_size / 1024);
+  return nrm_fsroot_path (root, "/sys/devices/system/node/node%u/hugepages/hugepages-%" PRIu64 "kB/nr_hugepages", node,
+                          page_size / 1024);
 }
 
 static int
@@ -47,17 +41,17 @@ read_count (const char *path, uint64_t *count, nrm_error_t *err)
 }
 
 int
-nrm_hugepages_read (const char *fsroot, unsigned node, uint64_t page_size, uint64_t *count, nrm_error_t *err)
+nrm_hugepages_read (const struct nrm_fsroot *root, unsigned node, uint64_t page_size, uint64_t *count, nrm_error_t *err)
 {
-  cleanup_free char *path = nrm_hugepages_path (fsroot, node, page_size);
+  cleanup_free char *path = nrm_hugepages_path (root, node, page_size);
   return read_count (path, count, err);
 }
 
 int
-nrm_hugepages_write (const char *fsroot, unsigned node, uint64_t page_size, uint64_t count, uint64_t *got,
+nrm_hugepages_write (const struct nrm_fsroot *root, unsigned node, uint64_t page_size, uint64_t count, uint64_t *got,
                      nrm_error_t *err)
 {
-  cleanup_free char *path = nrm_hugepages_path (fsroot, node, page_size);
+  cleanup_free char *path = nrm_hugepages_path (root, node, page_size);
   char text[32];
   int len = snprintf (text, sizeof (text), "%" PRIu64 "\n", count);
   {
@@ -73,9 +67,9 @@ nrm_hugepages_write (const char *fsroot, unsigned node, uint64_t page_size, uint
 }
 
 int
-nrm_node_mem_free (const char *fsroot, unsigned node, uint64_t *bytes, bool *known, nrm_error_t *err)
+nrm_node_mem_free (const struct nrm_fsroot *root, unsigned node, uint64_t *bytes, bool *known, nrm_error_t *err)
 {
-  cleanup_free char *path = xasprintf ("%s/sys/devices/system/node/node%u/meminfo", pfx (fsroot), node);
+  cleanup_free char *path = nrm_fsroot_path (root, "/sys/devices/system/node/node%u/meminfo", node);
   cleanup_free char *text = NULL;
   *bytes = 0;
   *known = false;

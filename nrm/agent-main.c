@@ -45,7 +45,7 @@ cmd_plugin (struct nrm_cli *cli, nrm_error_t *err)
   sigaddset (&set, SIGINT);
   pthread_sigmask (SIG_BLOCK, &set, NULL);
   signal (SIGPIPE, SIG_IGN);
-  if (nrm_agent_start (c, &agent, err) < 0)
+  if (nrm_agent_start (c, cli->root, &agent, err) < 0)
     return -1;
   int sig = nrm_agent_wait (agent, &set);
   nrm_log (NULL, NRM_LOG_INFO, "%s: finishing calls in flight and stopping", strsignal (sig));
@@ -97,7 +97,7 @@ cmd_run (struct nrm_cli *cli, nrm_error_t *err)
     if (nrm_setup_kubelet (&cli->cfg, "run", rq->dry_run ? -1 : NRM_LOG_DEBUG, &kubelet, err) < 0)
       return -1;
   }
-  if (nrm_setup_machine (&cli->cfg, &t, err) < 0)
+  if (nrm_setup_machine (&cli->cfg, cli->root, &t, err) < 0)
     return -1;
   cli->options[cli->n_options] = NULL;
   rq->options = cli->options;
@@ -105,7 +105,8 @@ cmd_run (struct nrm_cli *cli, nrm_error_t *err)
   cleanup_free char *buf = NULL;
   size_t len = 0;
   FILE *f = open_memstream (&buf, &len);
-  int r = f ? nrm_cmd_run (&cli->cfg, t, rq, f, &cli->status, err) : nrm_error_errno (err, errno, "open_memstream");
+  int r = f ? nrm_cmd_run (&cli->cfg, cli->root, t, rq, f, &cli->status, err)
+            : nrm_error_errno (err, errno, "open_memstream");
   if (f)
     fclose (f);
   nrm_topology_free (t);

@@ -261,37 +261,38 @@ http_handler (void *ctx, const char *path, int *status, const char **content_typ
  * claim would fail in the hook. Not checked for a recorded machine served
  * on this host, whose containers nrm leaves alone. */
 static int
-check_cpuset (const struct nrm_config *c, nrm_error_t *err)
+check_cpuset (const struct nrm_config *c, const struct nrm_fsroot *root, nrm_error_t *err)
 {
-  bool here = strcmp (c->fsroot, "/") == 0;
   /* Only the CPU and memory drivers bind containers. */
-  if ((c->topology && here) || c->allow_no_cpuset
+  if ((c->topology && nrm_fsroot_live (root)) || c->allow_no_cpuset
       || !(nrm_driver_ids_enable (c->drivers, "cpu") || nrm_driver_ids_enable (c->drivers, "memory")))
     return 0;
-  cleanup_free char *ctl = xasprintf ("%s/sys/fs/cgroup/cgroup.controllers", here ? "" : c->fsroot);
-  switch (nrm_cgroup_v2_controller (c->fsroot, "cpuset"))
+  cleanup_free char *cg = nrm_fsroot_path (root, "/sys/fs/cgroup");
+  cleanup_free char *ctl = nrm_fsroot_path (root, "/sys/fs/cgroup/cgroup.controllers");
+  switch (nrm_cgroup_v2_controller (root, "cpuset"))
     {
     case NRM_CGROUP_V2_WITH:
       return 0;
     case NRM_CGROUP_V2_NONE:
       return nrm_error_set (err, ENOTSUP,
-                            "plugin: no cgroup v2 at %s/sys/fs/cgroup (no `%s`: cgroup v1?): containers with claims "
+                            "plugin: no cgroup v2 at %s (no `%s`: cgroup v1?): containers with claims "
                             "could not be bound to their CPUs and would fail in the hook; boot with cgroup v2 "
                             "(systemd.unified_cgroup_hierarchy=1), or give --allow-no-cpuset to serve anyway",
-                            here ? "" : c->fsroot, ctl);
+                            cg, ctl);
     default:
       return nrm_error_set (err, ENOTSUP,
-                            "plugin: cgroup v2 at %s/sys/fs/cgroup has no cpuset controller (`%s` lacks it: cgroup "
+                            "plugin: cgroup v2 at %s has no cpuset controller (`%s` lacks it: cgroup "
                             "v1 hybrid, with cpuset on v1?): containers with claims could not be bound to their CPUs "
                             "and would fail in the hook; give cpuset to cgroup v2, or --allow-no-cpuset to serve "
                             "anyway",
-                            here ? "" : c->fsroot, ctl);
+                            cg, ctl);
     }
 }
 
 struct nrm_agent
 {
   struct nrm_config *cfg;
+  const struct nrm_fsroot *root;
   bool api; /* the Kubernetes API: claims from it, slices to it */
   struct nrm_topology *t;
   struct nrm_registry *reg;
@@ -348,9 +349,9 @@ check_settings (struct nrm_agent *a, nrm_error_t *err)
   ask_api_minor (c, a->kube);
   if (c->http_address && nrm_http_bind (c->http_address, &a->http_fd, err) < 0)
     return nrm_error_wrap (err, "plugin");
-  if (nrm_setup_check_state_dir (c, "plugin", err) < 0 || check_cpuset (c, err) < 0)
+  if (nrm_setup_check_state_dir (c, "plugin", err) < 0 || check_cpuset (c, a->root, err) < 0)
     return -1;
-  if (nrm_setup_machine (c, &a->t, err) < 0 || nrm_setup_drivers (c, a->t, &a->reg, &a->d, err) < 0)
+  if (nrm_setup_machine (c, a->root, &a->t, err) < 0 || nrm_setup_drivers (c, a->root, a->t, &a->reg, &a->d, err) < 0)
     return -1;
   if (a->d.n == 0)
     return nrm_error_set (err, EINVAL, "plugin: no driver enabled (--drivers `%s`)", c->drivers ? c->drivers : "");
@@ -427,10 +428,11 @@ start_api (struct nrm_agent *a, nrm_error_t *err)
 }
 
 int
-nrm_agent_start (struct nrm_config *c, struct nrm_agent **ret, nrm_error_t *err)
+nrm_agent_start (struct nrm_config *c, const struct nrm_fsroot *root, struct nrm_agent **ret, nrm_error_t *err)
 {
   struct nrm_agent *a = xcalloc (1, sizeof (*a));
   a->cfg = c;
+  a->root = root;
   a->http_fd = -1;
   a->api = c->kubeconfig != NULL || nrm_kube_in_cluster ();
   *ret = NULL;
@@ -466,6 +468,7 @@ nrm_agent_start (struct nrm_config *c, struct nrm_agent **ret, nrm_error_t *err)
   if (a->api && start_api (a, err) < 0)
     goto fail;
   a->ms = (struct nrm_metrics_sources){ .cfg = c,
+                                        .root = a->root,
                                         .t = a->t,
                                         .drivers = &a->d,
                                         .names = a->names,
@@ -477,7 +480,7 @@ nrm_agent_start (struct nrm_config *c, struct nrm_agent **ret, nrm_error_t *err)
         goto fail;
       nrm_log (NULL, NRM_LOG_INFO, "serving /healthz, /readyz and /metrics on port %d", nrm_http_port (a->http));
     }
-  nrm_reconciler_start (a->rec, c, a->t, &a->d, publishing, a);
+  nrm_reconciler_start (a->rec, c, a->root, a->t, &a->d, publishing, a);
   *ret = a;
   return 0;
 fail:
@@ -490,7 +493,7 @@ nrm_agent_wait (struct nrm_agent *a, const sigset_t *set)
 {
   for (;;)
     {
-      nrm_run_release_stale (a->cfg->fsroot, a->cfg->state_dir, a->plugins, a->d.n);
+      nrm_run_release_stale (a->root, a->cfg->state_dir, a->plugins, a->d.n);
       struct timespec minute = { .tv_sec = 60 };
       int sig = sigtimedwait (set, NULL, &minute);
       if (sig > 0)

@@ -12,15 +12,17 @@
 
 #include "driver/kubelet/plugin.h"
 #include "nrm/base/error.h"
+#include "nrm/base/fsroot.h"
 #include "nrm/conf.h"
 
 struct nrm_agent;
 
-/* Checks every setting of c (which the agent borrows until stop), then
+/* Checks every setting of c and its opened root (which the agent borrows
+ * until stop), then
  * starts serving. The caller blocks the signals it waits for before, so
  * that no thread of the agent (gRPC's own inherit the mask) takes them,
  * and sets up the log. On failure nothing is left running. */
-int nrm_agent_start (struct nrm_config *c, struct nrm_agent **ret, nrm_error_t *err);
+int nrm_agent_start (struct nrm_config *c, const struct nrm_fsroot *root, struct nrm_agent **ret, nrm_error_t *err);
 
 /* Until one of the signals in set (blocked), which it returns; meanwhile,
  * every minute, the claims of runs killed with -9 go back (a run releases

@@ -53,7 +53,7 @@ nrm_cli_topology (struct nrm_cli *cli, nrm_error_t *err)
 {
   struct nrm_topology *t = NULL;
   int r;
-  if (nrm_setup_machine (&cli->cfg, &t, err) < 0)
+  if (nrm_setup_machine (&cli->cfg, cli->root, &t, err) < 0)
     return -1;
   if (cli->json)
     {
@@ -69,7 +69,7 @@ nrm_cli_topology (struct nrm_cli *cli, nrm_error_t *err)
         r = nrm_error_errno (err, errno, "open_memstream");
       else
         {
-          r = cli->hardware ? nrm_topology_print_hardware (t, cli->cfg.fsroot, f, err)
+          r = cli->hardware ? nrm_topology_print_hardware (t, cli->root, f, err)
                             : nrm_topology_print_summary (t, f, err);
           fclose (f);
           if (r == 0)
@@ -88,9 +88,9 @@ nrm_cli_slices (struct nrm_cli *cli, nrm_error_t *err)
   struct nrm_drivers d = { 0 };
   cleanup_json json_t *list = NULL;
   int r = -1;
-  if (nrm_setup_machine (&cli->cfg, &t, err) < 0)
+  if (nrm_setup_machine (&cli->cfg, cli->root, &t, err) < 0)
     return -1;
-  if (nrm_setup_drivers (&cli->cfg, t, &reg, &d, err) == 0)
+  if (nrm_setup_drivers (&cli->cfg, cli->root, t, &reg, &d, err) == 0)
     r = nrm_drivers_slices (&d, &cli->cfg.publish, NULL, NULL, &list, err);
   nrm_setup_close_drivers (reg, &d);
   nrm_topology_free (t);
@@ -124,9 +124,9 @@ nrm_cli_status (struct nrm_cli *cli, nrm_error_t *err)
     if (nrm_setup_kubelet (&cli->cfg, "status", -1, &kubelet, err) < 0)
       return -1;
   }
-  if (nrm_setup_machine (&cli->cfg, &t, err) < 0)
+  if (nrm_setup_machine (&cli->cfg, cli->root, &t, err) < 0)
     return -1;
-  if (nrm_setup_drivers (&cli->cfg, t, &reg, &d, err) == 0)
+  if (nrm_setup_drivers (&cli->cfg, cli->root, t, &reg, &d, err) == 0)
     {
       cleanup_json json_t *mine = nrm_settings_record (&cli->cfg, t, &d);
       if (nrm_settings_check (cli->cfg.state_dir, mine, "status", err) < 0)
@@ -136,7 +136,8 @@ nrm_cli_status (struct nrm_cli *cli, nrm_error_t *err)
           return -1;
         }
       FILE *f = open_memstream (&buf, &len);
-      r = f ? nrm_status (&cli->cfg, t, &d, cli->json, f, err) : nrm_error_errno (err, errno, "open_memstream");
+      r = f ? nrm_status (&cli->cfg, cli->root, t, &d, cli->json, f, err)
+            : nrm_error_errno (err, errno, "open_memstream");
       if (f)
         fclose (f);
     }
@@ -149,7 +150,7 @@ int
 nrm_cli_hook (struct nrm_cli *cli, nrm_error_t *err)
 {
   cleanup_free char *summary = NULL;
-  if (nrm_hook_stdin (cli->cfg.fsroot, cli->cfg.state_dir, &summary, err) < 0)
+  if (nrm_hook_stdin (cli->root, cli->cfg.state_dir, &summary, err) < 0)
     return nrm_error_wrap (err, "hook");
   return 0;
 }
@@ -158,6 +159,7 @@ static void
 cli_done (struct nrm_cli *cli)
 {
   nrm_config_done (&cli->cfg);
+  nrm_fsroot_free (cli->root);
   hwloc_bitmap_free (cli->run.cpu_list);
   hwloc_bitmap_free (cli->run.cpu_nodes);
   hwloc_bitmap_free (cli->run.mem_nodes);
@@ -220,6 +222,8 @@ nrm_cli_main (int argc, char **argv, const struct nrm_command *commands, size_t 
    * takes the plugin's choice from its record. */
   if (r == 0 && strcmp (cmd, "plugin") && strcmp (cmd, "status"))
     r = nrm_config_resolve_node (&cli.cfg, NULL, &err);
+  if (r == 0)
+    r = nrm_fsroot_open (cli.cfg.fsroot, &cli.root, &err);
   if (r < 0)
     {
       cli_done (&cli);

@@ -10,6 +10,7 @@
 #include <stddef.h>
 
 #include "nrm/base/error.h"
+#include "nrm/base/fsroot.h"
 #include "nrm/conf.h"
 #include "nrm/run.h"
 
@@ -20,6 +21,7 @@
 struct nrm_cli
 {
   struct nrm_config cfg;
+  struct nrm_fsroot *root; /* cfg.fsroot, opened before the command runs */
   bool json;
   bool hardware; /* nrm topology --hardware */
   struct nrm_run_request run;

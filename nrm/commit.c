@@ -230,7 +230,7 @@ nrm_env_binding_memory (const struct nrm_env_binding *eb, struct nrm_memory_bind
 }
 
 int
-nrm_hook_run (const char *fsroot, const char *state, size_t len, const char *state_dir, char **ret_summary,
+nrm_hook_run (const struct nrm_fsroot *root, const char *state, size_t len, const char *state_dir, char **ret_summary,
               nrm_error_t *err)
 {
   json_error_t jerr;
@@ -294,13 +294,13 @@ nrm_hook_run (const char *fsroot, const char *state, size_t len, const char *sta
   /* Amounts the machine cannot have are refused before anything is
    * recorded or written. */
   b.memory.mems = mems;
-  if (nrm_memory_binding_check (fsroot, &b.memory, err) < 0)
+  if (nrm_memory_binding_check (root, &b.memory, err) < 0)
     return nrm_error_wrap (err, "container %s", id);
   cleanup_free char *cgroup = NULL;
-  if (nrm_cgroup_of_pid (fsroot, (int) pid, &cgroup, err) < 0)
+  if (nrm_cgroup_of_pid (root, (int) pid, &cgroup, err) < 0)
     return nrm_error_wrap (err, "container %s", id);
   struct nrm_cgroupfs *fs = NULL;
-  if (nrm_cgroupfs_open (fsroot, &fs, err) < 0)
+  if (nrm_cgroupfs_open (root, &fs, err) < 0)
     return nrm_error_wrap (err, "container %s", id);
 
   /* The record comes first, under the reconciler's lock: a pass that runs

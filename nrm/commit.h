@@ -11,6 +11,7 @@
 #include "memory/commit.h"
 #include "nrm/base/cgroupfs.h"
 #include "nrm/base/error.h"
+#include "nrm/base/fsroot.h"
 
 /* Turning prepared claims into kernel state: the OCI hook that binds a new
  * container before its workload starts, and the reconciler that keeps every
@@ -40,8 +41,8 @@ void nrm_env_binding_memory (const struct nrm_env_binding *eb, struct nrm_memory
  * (NRM_CPUS, NRM_MEMS or else NRM_CPU_NODES), as the CDI specs set it. The
  * container is recorded under <state_dir>/containers/ so the reconciler
  * leaves it alone. *ret_summary (may be NULL) says what was done. */
-int nrm_hook_run (const char *fsroot, const char *state, size_t len, const char *state_dir, char **ret_summary,
-                  nrm_error_t *err);
+int nrm_hook_run (const struct nrm_fsroot *root, const char *state, size_t len, const char *state_dir,
+                  char **ret_summary, nrm_error_t *err);
 
 struct nrm_reconcile_stats
 {

@@ -61,7 +61,10 @@ main (int argc, char **argv)
     }
   nrm_error_t err = NULL;
   cleanup_free char *summary = NULL;
-  if (nrm_hook_stdin (fsroot, state_dir, &summary, &err) < 0)
+  struct nrm_fsroot *root = NULL;
+  int r = nrm_fsroot_open (fsroot, &root, &err) < 0 ? -1 : nrm_hook_stdin (root, state_dir, &summary, &err);
+  nrm_fsroot_free (root);
+  if (r < 0)
     {
       fprintf (stderr, "nrm-hook: %s\n", nrm_error_msg (err));
       nrm_error_release (&err);

@@ -10,11 +10,11 @@
 #include "nrm/hook.h"
 
 int
-nrm_hook_stdin (const char *fsroot, const char *state_dir, char **summary, nrm_error_t *err)
+nrm_hook_stdin (const struct nrm_fsroot *root, const char *state_dir, char **summary, nrm_error_t *err)
 {
   cleanup_free char *buf = NULL;
   size_t len = 0;
   if (nrm_read_fd (STDIN_FILENO, "stdin", NRM_HOOK_STATE_MAX, &buf, &len, err) < 0)
     return nrm_error_wrap (err, "the OCI state");
-  return nrm_hook_run (fsroot, buf, len, state_dir, summary, err);
+  return nrm_hook_run (root, buf, len, state_dir, summary, err);
 }

@@ -72,7 +72,7 @@ status_metrics (FILE *f, struct nrm_metrics_sources *s)
   FILE *m = open_memstream (&buf, &len);
   if (m == NULL)
     return;
-  int r = nrm_status (s->cfg, s->t, s->drivers, true, m, &err);
+  int r = nrm_status (s->cfg, s->root, s->t, s->drivers, true, m, &err);
   fclose (m);
   if (r < 0)
     {

@@ -14,6 +14,7 @@
 struct nrm_metrics_sources
 {
   struct nrm_config *cfg;
+  const struct nrm_fsroot *root;
   const struct nrm_topology *t;
   const struct nrm_drivers *drivers; /* drivers->n of each below */
   const char **names;

@@ -348,23 +348,23 @@ reconcile_thread (void *arg)
 /* The shared pool is kept where cgroup v2 is mounted; never this host's
  * when a recorded machine is served without an --fsroot. */
 void
-nrm_reconciler_start (struct nrm_reconciler *r, struct nrm_config *c, const struct nrm_topology *t,
-                      const struct nrm_drivers *d, bool (*may_write) (void *ctx), void *ctx)
+nrm_reconciler_start (struct nrm_reconciler *r, struct nrm_config *c, const struct nrm_fsroot *root,
+                      const struct nrm_topology *t, const struct nrm_drivers *d, bool (*may_write) (void *ctx),
+                      void *ctx)
 {
-  bool here = strcmp (c->fsroot, "/") == 0;
   if (c->reconcile_interval <= 0)
     return;
-  if (c->topology && here)
+  if (c->topology && nrm_fsroot_live (root))
     {
       nrm_log (NULL, NRM_LOG_INFO, "serving a recorded machine: this host's container cgroups are left alone");
       return;
     }
   nrm_error_t cerr = NULL;
-  if (nrm_cgroup_v2_controller (c->fsroot, "cpuset") == NRM_CGROUP_V2_NONE
-      || nrm_cgroupfs_open (c->fsroot, &r->fs, &cerr) < 0)
+  if (nrm_cgroup_v2_controller (root, "cpuset") == NRM_CGROUP_V2_NONE || nrm_cgroupfs_open (root, &r->fs, &cerr) < 0)
     {
-      nrm_log (NULL, NRM_LOG_WARNING, "no cgroup v2 at %s/sys/fs/cgroup: the shared pool is not managed%s%s",
-               here ? "" : c->fsroot, cerr ? ": " : "", cerr ? nrm_error_msg (cerr) : "");
+      cleanup_free char *cg = nrm_fsroot_path (root, "/sys/fs/cgroup");
+      nrm_log (NULL, NRM_LOG_WARNING, "no cgroup v2 at %s: the shared pool is not managed%s%s", cg, cerr ? ": " : "",
+               cerr ? nrm_error_msg (cerr) : "");
       nrm_error_release (&cerr);
       return;
     }

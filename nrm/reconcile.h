@@ -46,8 +46,9 @@ hwloc_bitmap_t nrm_shared_pool_mems (const struct nrm_topology *t, hwloc_const_b
  * of a rolling update does, driver/handover.h). */
 struct nrm_reconciler;
 struct nrm_reconciler *nrm_reconciler_new (void);
-void nrm_reconciler_start (struct nrm_reconciler *r, struct nrm_config *c, const struct nrm_topology *t,
-                           const struct nrm_drivers *d, bool (*may_write) (void *ctx), void *ctx);
+void nrm_reconciler_start (struct nrm_reconciler *r, struct nrm_config *c, const struct nrm_fsroot *root,
+                           const struct nrm_topology *t, const struct nrm_drivers *d, bool (*may_write) (void *ctx),
+                           void *ctx);
 void nrm_reconciler_kick (void *reconciler);
 /* Whether start() started the thread. */
 bool nrm_reconciler_running (const struct nrm_reconciler *r);

@@ -178,7 +178,7 @@ remove_run_cgroup (struct nrm_cgroupfs *fs, const char *cgname, nrm_error_t *err
 }
 
 void
-nrm_run_release_stale (const char *fsroot, const char *state_dir, struct nrm_plugin *const *pl, size_t n)
+nrm_run_release_stale (const struct nrm_fsroot *root, const char *state_dir, struct nrm_plugin *const *pl, size_t n)
 {
   cleanup_free char *dir = record_dir (state_dir), *ns = pid_namespace (), *boot = boot_id ();
   DIR *d = opendir (dir);
@@ -217,8 +217,8 @@ nrm_run_release_stale (const char *fsroot, const char *state_dir, struct nrm_plu
       if (all)
         {
           struct nrm_cgroupfs *fs = NULL;
-          if (gone == 1 && nrm_cgroup_v2_controller (fsroot, "cpuset") == NRM_CGROUP_V2_WITH
-              && nrm_cgroupfs_open (fsroot, &fs, &err) == 0)
+          if (gone == 1 && nrm_cgroup_v2_controller (root, "cpuset") == NRM_CGROUP_V2_WITH
+              && nrm_cgroupfs_open (root, &fs, &err) == 0)
             {
               cleanup_free char *cgname = xasprintf ("run-%d", (int) json_integer_value (json_object_get (rec, "pid")));
               remove_run_cgroup (fs, cgname, &err);
@@ -311,7 +311,7 @@ make_partition (struct nrm_cgroupfs *fs, const char *rel, const char *name, cons
 /* What a partition of the run would be: asked for or the node's, and
  * whether this kernel can make one (not judged for a recorded machine). */
 static json_t *
-partition_view (const struct nrm_config *c, enum nrm_partition_mode m, bool asked)
+partition_view (const struct nrm_config *c, const struct nrm_fsroot *root, enum nrm_partition_mode m, bool asked)
 {
   json_t *v
       = json_pack ("{s:s, s:s}", "mode", nrm_partition_mode_name (m), "from", asked ? "--partition" : "cpu.partition");
@@ -321,8 +321,7 @@ partition_view (const struct nrm_config *c, enum nrm_partition_mode m, bool aske
       return v;
     }
   cleanup_free char *reason = NULL;
-  bool can = nrm_cgroup_v2_controller (c->fsroot, "cpuset") == NRM_CGROUP_V2_WITH
-             && nrm_partition_available (c->fsroot, &reason);
+  bool can = nrm_cgroup_v2_controller (root, "cpuset") == NRM_CGROUP_V2_WITH && nrm_partition_available (root, &reason);
   if (!can && reason == NULL)
     reason = xstrdup ("no cgroup v2 cpuset here (cgroup v1?)");
   json_object_set_new (v, "available", json_boolean (can));
@@ -884,6 +883,7 @@ attach_and_hold (struct nrm_cgroupfs *fs, const char *cgname, const char *name, 
 struct run
 {
   struct nrm_config *c;
+  const struct nrm_fsroot *root; /* c->fsroot opened */
   struct nrm_topology *t;
   const struct nrm_run_request *rq;
   pid_t self;
@@ -990,7 +990,7 @@ run_open (struct run *r, nrm_error_t *err)
    * with their names, in their checkpoints. */
   struct nrm_driver_selection sel = { "cpu,memory", c->driver_names, nrm_config_run_settings (c) };
   struct nrm_driver_host host
-      = { .topo = r->t, .node = &r->po, .fsroot = c->fsroot, .live = c->topology == NULL, .log = nrm_log };
+      = { .topo = r->t, .node = &r->po, .fsroot = r->root, .live = c->topology == NULL, .log = nrm_log };
   struct nrm_pool pool = { 0 };
   cleanup_json json_t *names = NULL;
   /* A run takes CPUs by count from a node's consumable device, whatever
@@ -1032,7 +1032,7 @@ run_open (struct run *r, nrm_error_t *err)
     }
   /* Runs whose nrm process is gone (killed with -9) still hold their
    * claims, CPUs and memory: released first. */
-  nrm_run_release_stale (c->fsroot, r->state, r->pl, 2);
+  nrm_run_release_stale (r->root, r->state, r->pl, 2);
   if (write_record (r->state, r->uid, r->name, r->self, r->st, r->rq->attach_pid ? &r->att : NULL, err) < 0)
     return -1;
   r->recorded = true;
@@ -1340,7 +1340,7 @@ run_explain (struct run *r, FILE *out)
       r->t, r->got, r->parts, r->n_parts, r->tried, r->cpu_claims, r->uid, rq, r->mems, r->node,
       rq->dry_run ? (c->topology && strcmp (c->state_dir, NRM_DEFAULT_STATE_DIR) == 0 ? NULL : c->state_dir) : NULL);
   if (pm != NRM_PARTITION_OFF)
-    json_object_set_new (why, "partition", partition_view (c, pm, rq->partition >= 0));
+    json_object_set_new (why, "partition", partition_view (c, r->root, pm, rq->partition >= 0));
   if (rq->attach_pid)
     json_object_set_new (why, "attach",
                          json_pack ("{s:i, s:s, s:i}", "pid", (int) r->att.pid, "command", r->att.comm, "threads",
@@ -1378,13 +1378,13 @@ static int
 run_bind (struct run *r, nrm_error_t *err)
 {
   const struct nrm_run_request *rq = r->rq;
-  r->cgroup = nrm_cgroup_v2_controller (r->c->fsroot, "cpuset") == NRM_CGROUP_V2_WITH;
+  r->cgroup = nrm_cgroup_v2_controller (r->root, "cpuset") == NRM_CGROUP_V2_WITH;
   if (r->cgroup)
     {
       struct nrm_binding b = { .cpus = r->cpus, .memory = { .mems = r->mems } };
       nrm_env_binding_memory (&r->mem_eb, &b.memory);
       cleanup_free char *rel = xasprintf ("nrm.slice/%s", r->cgname);
-      if (nrm_cgroupfs_open (r->c->fsroot, &r->fs, err) < 0 || make_cgroup (r->fs, r->cgname, err) < 0
+      if (nrm_cgroupfs_open (r->root, &r->fs, err) < 0 || make_cgroup (r->fs, r->cgname, err) < 0
           || nrm_binding_apply (r->fs, rel, &b, err) < 0)
         return -1;
       return make_partition (r->fs, rel, r->name, r->cpus, partition_mode (r->c, rq), rq->partition >= 0, err);
@@ -1590,10 +1590,11 @@ run_close (struct run *r)
  * prepared, the memory prepared, the choice explained, the binding made,
  * the command run (or the process attached); then everything released. */
 int
-nrm_cmd_run (struct nrm_config *c, struct nrm_topology *t, const struct nrm_run_request *rq, FILE *out, int *ret_status,
-             nrm_error_t *err)
+nrm_cmd_run (struct nrm_config *c, const struct nrm_fsroot *root, struct nrm_topology *t,
+             const struct nrm_run_request *rq, FILE *out, int *ret_status, nrm_error_t *err)
 {
   struct run r = { .c = c,
+                   .root = root,
                    .t = t,
                    .rq = rq,
                    .state = c->state_dir,

@@ -8,6 +8,7 @@
 
 #include "nrm/conf.h"
 #include "nrm/base/error.h"
+#include "nrm/base/fsroot.h"
 #include "topology/topology.h"
 
 /* Exit statuses of nrm run other than the command's own, those of
@@ -54,19 +55,20 @@ struct nrm_run_request
  * a signal (128 + N; the process is put back as it was). A request that
  * cannot be met fails before the command starts. A dry run prepares in a
  * scratch copy of the state directory, prints what it got and why to out,
- * and takes nothing. */
-int nrm_cmd_run (struct nrm_config *c, struct nrm_topology *t, const struct nrm_run_request *rq, FILE *out,
-                 int *ret_status, nrm_error_t *err);
+ * and takes nothing. root is c->fsroot opened. */
+int nrm_cmd_run (struct nrm_config *c, const struct nrm_fsroot *root, struct nrm_topology *t,
+                 const struct nrm_run_request *rq, FILE *out, int *ret_status, nrm_error_t *err);
 
 /* Releases the claims of runs whose nrm run process is gone (killed with
  * -9), in each of the n plugins: nrm run does it before it allocates, nrm
  * plugin at start and every minute. A run is known by its record in
  * state_dir/runs (its pid, start time, PID namespace and boot), never by a
  * claim's namespace or name; records of another PID namespace are left to
- * the processes of that namespace. Its transient cgroup under fsroot goes
+ * the processes of that namespace. Its transient cgroup below the root goes
  * too, and with it a cpuset partition that would keep its CPUs from
  * everyone else. */
 struct nrm_plugin;
-void nrm_run_release_stale (const char *fsroot, const char *state_dir, struct nrm_plugin *const *pl, size_t n);
+void nrm_run_release_stale (const struct nrm_fsroot *root, const char *state_dir, struct nrm_plugin *const *pl,
+                            size_t n);
 
 #endif

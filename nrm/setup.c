@@ -11,12 +11,13 @@
 #include "nrm/setup.h"
 
 int
-nrm_setup_machine (const struct nrm_config *c, struct nrm_topology **ret, nrm_error_t *err)
+nrm_setup_machine (const struct nrm_config *c, const struct nrm_fsroot *root, struct nrm_topology **ret,
+                   nrm_error_t *err)
 {
   struct nrm_topology *t = NULL;
   if (nrm_topology_load (c->topology, &t, err) < 0)
     return -1;
-  if (nrm_topology_apply_settings (t, &c->node, c->fsroot, err) < 0)
+  if (nrm_topology_apply_settings (t, &c->node, root, err) < 0)
     {
       nrm_topology_free (t);
       return -1;
@@ -26,13 +27,13 @@ nrm_setup_machine (const struct nrm_config *c, struct nrm_topology **ret, nrm_er
 }
 
 int
-nrm_setup_drivers (const struct nrm_config *c, const struct nrm_topology *t, struct nrm_registry **reg,
-                   struct nrm_drivers *d, nrm_error_t *err)
+nrm_setup_drivers (const struct nrm_config *c, const struct nrm_fsroot *root, const struct nrm_topology *t,
+                   struct nrm_registry **reg, struct nrm_drivers *d, nrm_error_t *err)
 {
   struct nrm_driver_selection sel;
   struct nrm_driver_host h = { .topo = t,
                                .node = &c->publish,
-                               .fsroot = c->fsroot,
+                               .fsroot = root,
                                .live = c->topology == NULL,
                                .log = nrm_log,
                                .kubelet_dir = c->kubelet_dir,

@@ -9,16 +9,19 @@
 
 #include "driver/registry.h"
 #include "nrm/base/error.h"
+#include "nrm/base/fsroot.h"
 #include "nrm/conf.h"
 #include "topology/topology.h"
 
-/* The machine (--topology, or this one) with the node's settings applied. */
-int nrm_setup_machine (const struct nrm_config *c, struct nrm_topology **ret, nrm_error_t *err);
+/* The machine (--topology, or this one) with the node's settings applied;
+ * root is c->fsroot opened (nrm_fsroot_open), borrowed by what is set up. */
+int nrm_setup_machine (const struct nrm_config *c, const struct nrm_fsroot *root, struct nrm_topology **ret,
+                       nrm_error_t *err);
 
 /* The registry and the enabled drivers of this node, for the machine t;
  * nrm_setup_close_drivers() undoes it (also after a failure). */
-int nrm_setup_drivers (const struct nrm_config *c, const struct nrm_topology *t, struct nrm_registry **reg,
-                       struct nrm_drivers *d, nrm_error_t *err);
+int nrm_setup_drivers (const struct nrm_config *c, const struct nrm_fsroot *root, const struct nrm_topology *t,
+                       struct nrm_registry **reg, struct nrm_drivers *d, nrm_error_t *err);
 void nrm_setup_close_drivers (struct nrm_registry *reg, struct nrm_drivers *d);
 
 /* The kubelet's reserved CPUs and memory, adopted or compared

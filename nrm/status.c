@@ -520,8 +520,8 @@ add_driver (const struct nrm_config *c, const struct nrm_topology *t, const stru
 /* The CPU sets, the shared pool's memory nodes, each NUMA node's free
  * CPUs, the settings and the partitions, into doc. */
 static void
-add_sets (struct nrm_config *c, const struct nrm_topology *t, const struct nrm_drivers *drivers, json_t *doc,
-          hwloc_const_bitmap_t exclusive)
+add_sets (struct nrm_config *c, const struct nrm_fsroot *root, const struct nrm_topology *t,
+          const struct nrm_drivers *drivers, json_t *doc, hwloc_const_bitmap_t exclusive)
 {
   cleanup_bitmap hwloc_bitmap_t shared = NULL;
   cleanup_free char *ex = NULL, *sh = NULL, *res = NULL, *iso = NULL;
@@ -565,7 +565,7 @@ add_sets (struct nrm_config *c, const struct nrm_topology *t, const struct nrm_d
   /* Whether exclusive containers can be cpuset partitions here. */
   cleanup_free char *pwhy = NULL;
   {
-    nrm_partition_available (c->fsroot, &pwhy);
+    nrm_partition_available (root, &pwhy);
     json_object_set_new (doc, "partition",
                          json_pack ("{s:s, s:b, s:s?}", "setting",
                                     nrm_partition_mode_name ((enum nrm_partition_mode) c->cpu.partition), "available",
@@ -741,8 +741,8 @@ print_summary (FILE *out, json_t *doc)
 }
 
 int
-nrm_status (struct nrm_config *c, const struct nrm_topology *t, const struct nrm_drivers *drivers, bool as_json,
-            FILE *out, nrm_error_t *err)
+nrm_status (struct nrm_config *c, const struct nrm_fsroot *root, const struct nrm_topology *t,
+            const struct nrm_drivers *drivers, bool as_json, FILE *out, nrm_error_t *err)
 {
   cleanup_json json_t *doc = json_object (), *all_claims = json_object ();
   cleanup_bitmap hwloc_bitmap_t exclusive = xbitmap_alloc ();
@@ -768,7 +768,7 @@ nrm_status (struct nrm_config *c, const struct nrm_topology *t, const struct nrm
                               c->state_dir, g, t->source);
       }
   }
-  add_sets (c, t, drivers, doc, exclusive);
+  add_sets (c, root, t, drivers, doc, exclusive);
   if (as_json)
     {
       if (json_dumpf (doc, out, JSON_INDENT (2)) < 0)

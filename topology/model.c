@@ -214,10 +214,9 @@ nrm_topology_near_nodes (const struct nrm_topology *t, size_t numa, int64_t *out
 }
 
 static int
-read_isolated (const char *fsroot, hwloc_bitmap_t *ret, nrm_error_t *err)
+read_isolated (const struct nrm_fsroot *root, hwloc_bitmap_t *ret, nrm_error_t *err)
 {
-  cleanup_free char *path
-      = xasprintf ("%s/sys/devices/system/cpu/isolated", fsroot && strcmp (fsroot, "/") ? fsroot : "");
+  cleanup_free char *path = nrm_fsroot_path (root, "/sys/devices/system/cpu/isolated");
   cleanup_fclose FILE *f = NULL;
   char buf[4096];
 
@@ -240,7 +239,7 @@ read_isolated (const char *fsroot, hwloc_bitmap_t *ret, nrm_error_t *err)
 }
 
 int
-nrm_topology_apply_settings (struct nrm_topology *t, const struct nrm_node_settings *s, const char *fsroot,
+nrm_topology_apply_settings (struct nrm_topology *t, const struct nrm_node_settings *s, const struct nrm_fsroot *root,
                              nrm_error_t *err)
 {
   cleanup_bitmap hwloc_bitmap_t reserved = xbitmap_alloc ();
@@ -271,7 +270,7 @@ nrm_topology_apply_settings (struct nrm_topology *t, const struct nrm_node_setti
     }
   else if (strcmp (t->source, "live") == 0)
     {
-      if (read_isolated (fsroot, &isolated, err) < 0)
+      if (read_isolated (root, &isolated, err) < 0)
         return -1;
       hwloc_bitmap_and (isolated, isolated, t->online);
     }

@@ -482,10 +482,9 @@ nrm_topology_print_summary (const struct nrm_topology *t, FILE *out, nrm_error_t
 /* MemFree of a node's meminfo in bytes; 0 with *known false when the file
  * is missing. */
 static int
-node_free (const char *fsroot, unsigned node, uint64_t *ret, bool *known, nrm_error_t *err)
+node_free (const struct nrm_fsroot *root, unsigned node, uint64_t *ret, bool *known, nrm_error_t *err)
 {
-  cleanup_free char *path
-      = xasprintf ("%s/sys/devices/system/node/node%u/meminfo", strcmp (fsroot, "/") == 0 ? "" : fsroot, node);
+  cleanup_free char *path = nrm_fsroot_path (root, "/sys/devices/system/node/node%u/meminfo", node);
   cleanup_free char *text = NULL;
   nrm_error_t rerr = NULL;
   *known = false;
@@ -509,7 +508,7 @@ node_free (const char *fsroot, unsigned node, uint64_t *ret, bool *known, nrm_er
 }
 
 int
-nrm_topology_print_hardware (const struct nrm_topology *t, const char *fsroot, FILE *out, nrm_error_t *err)
+nrm_topology_print_hardware (const struct nrm_topology *t, const struct nrm_fsroot *root, FILE *out, nrm_error_t *err)
 {
   bool live = strcmp (t->source, "live") == 0;
   cleanup_bitmap hwloc_bitmap_t ids = xbitmap_alloc ();
@@ -537,7 +536,7 @@ nrm_topology_print_hardware (const struct nrm_topology *t, const char *fsroot, F
         fprintf (f, "node %u size: unknown\n", n->os_index);
       uint64_t free_b = 0;
       bool known = false;
-      if (live && node_free (fsroot ? fsroot : "/", n->os_index, &free_b, &known, err) < 0)
+      if (live && node_free (root, n->os_index, &free_b, &known, err) < 0)
         {
           fclose (f);
           return -1;

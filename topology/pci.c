@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* PCI facts from sysfs, under a root prefix. */
+/* PCI facts from sysfs, below the root. */
 #include "config.h"
 
 #include <ctype.h>
@@ -20,12 +20,6 @@
 
 /* Sysfs attribute files are one page at most. */
 #define ATTR_MAX 4096
-
-static const char *
-prefix (const char *fsroot)
-{
-  return fsroot == NULL || strcmp (fsroot, "/") == 0 ? "" : fsroot;
-}
 
 bool
 nrm_pci_bus_id_valid (const char *s)
@@ -165,9 +159,9 @@ push (char ***list, size_t *n, char *s)
 
 /* A device node of the function, kept when it exists under the prefix. */
 static void
-add_node (struct nrm_pci_facts *f, const char *pfx, const char *path)
+add_node (struct nrm_pci_facts *f, const struct nrm_fsroot *root, const char *path)
 {
-  cleanup_free char *full = xasprintf ("%s%s", pfx, path);
+  cleanup_free char *full = nrm_fsroot_path (root, "%s", path);
   struct stat st;
   if (stat (full, &st) == 0)
     push (&f->nodes, &f->n_nodes, xstrdup (path));
@@ -196,8 +190,8 @@ nvme_namespace (const char *ctrl, const char *name)
 /* The entries of the class folder `sub` of a device folder (drm, net, nvme,
  * infiniband_verbs, accel), each handed to fn. */
 static void
-each_entry (int dfd, const char *sub, void (*fn) (struct nrm_pci_facts *, const char *, int, const char *),
-            struct nrm_pci_facts *f, const char *pfx)
+each_entry (int dfd, const char *sub, void (*fn) (struct nrm_pci_facts *, const struct nrm_fsroot *, int, const char *),
+            struct nrm_pci_facts *f, const struct nrm_fsroot *root)
 {
   cleanup_close int sfd = openat (dfd, sub, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (sfd < 0)
@@ -207,42 +201,42 @@ each_entry (int dfd, const char *sub, void (*fn) (struct nrm_pci_facts *, const 
     return;
   for (struct dirent *e; (e = readdir (d));)
     if (e->d_name[0] != '.')
-      fn (f, pfx, sfd, e->d_name);
+      fn (f, root, sfd, e->d_name);
   closedir (d);
 }
 
 static void
-on_drm (struct nrm_pci_facts *f, const char *pfx, int sfd, const char *name)
+on_drm (struct nrm_pci_facts *f, const struct nrm_fsroot *root, int sfd, const char *name)
 {
   (void) sfd;
   if (name_is (name, "card") || name_is (name, "renderD"))
     {
       cleanup_free char *p = xasprintf ("/dev/dri/%s", name);
-      add_node (f, pfx, p);
+      add_node (f, root, p);
     }
 }
 
 static void
-on_accel (struct nrm_pci_facts *f, const char *pfx, int sfd, const char *name)
+on_accel (struct nrm_pci_facts *f, const struct nrm_fsroot *root, int sfd, const char *name)
 {
   (void) sfd;
   if (name_is (name, "accel"))
     {
       cleanup_free char *p = xasprintf ("/dev/accel/%s", name);
-      add_node (f, pfx, p);
+      add_node (f, root, p);
     }
 }
 
 static void
-on_verbs (struct nrm_pci_facts *f, const char *pfx, int sfd, const char *name)
+on_verbs (struct nrm_pci_facts *f, const struct nrm_fsroot *root, int sfd, const char *name)
 {
   (void) sfd;
   if (name_is (name, "uverbs"))
     {
       cleanup_free char *p = xasprintf ("/dev/infiniband/%s", name);
-      add_node (f, pfx, p);
+      add_node (f, root, p);
       /* The connection manager is one node for every RDMA device. */
-      add_node (f, pfx, "/dev/infiniband/rdma_cm");
+      add_node (f, root, "/dev/infiniband/rdma_cm");
     }
 }
 
@@ -250,9 +244,9 @@ on_verbs (struct nrm_pci_facts *f, const char *pfx, int sfd, const char *name)
  * host: something stacked on it (holders), or mounted or swap (by its
  * major:minor in mountinfo, by name in swaps). */
 static char *
-block_in_use (const char *pfx, const char *name, int depth)
+block_in_use (const struct nrm_fsroot *root, const char *name, int depth)
 {
-  cleanup_free char *base = xasprintf ("%s/sys/block/%s", pfx, name);
+  cleanup_free char *base = nrm_fsroot_path (root, "/sys/block/%s", name);
   cleanup_free char *holders = xasprintf ("%s/holders", base);
   DIR *d = opendir (holders);
   bool stacked = false;
@@ -269,7 +263,7 @@ block_in_use (const char *pfx, const char *name, int depth)
     {
       dev[strcspn (dev, "\n")] = '\0';
       cleanup_free char *mi = NULL;
-      cleanup_free char *mpath = xasprintf ("%s/proc/self/mountinfo", pfx);
+      cleanup_free char *mpath = nrm_fsroot_path (root, "/proc/self/mountinfo");
       if (nrm_read_file (mpath, 1 << 22, &mi, NULL, &e) == 0)
         for (char *line = mi; line && *line; line = strchr (line, '\n') ? strchr (line, '\n') + 1 : NULL)
           {
@@ -282,7 +276,7 @@ block_in_use (const char *pfx, const char *name, int depth)
     }
   nrm_error_release (&e);
   cleanup_free char *swaps = NULL;
-  cleanup_free char *spath = xasprintf ("%s/proc/swaps", pfx);
+  cleanup_free char *spath = nrm_fsroot_path (root, "/proc/swaps");
   cleanup_free char *needle = xasprintf ("/dev/%s ", name);
   if (nrm_read_file (spath, 1 << 20, &swaps, NULL, &e) == 0 && strstr (swaps, needle))
     return xasprintf ("%s is swap", name);
@@ -292,7 +286,7 @@ block_in_use (const char *pfx, const char *name, int depth)
   char *why = NULL;
   for (struct dirent *ent; pd && why == NULL && (ent = readdir (pd));)
     if (strncmp (ent->d_name, name, strlen (name)) == 0 && ent->d_name[strlen (name)] == 'p')
-      why = block_in_use (pfx, ent->d_name, 1);
+      why = block_in_use (root, ent->d_name, 1);
   if (pd)
     closedir (pd);
   return why;
@@ -308,12 +302,12 @@ note_in_use (struct nrm_pci_facts *f, char *why)
 }
 
 static void
-on_nvme (struct nrm_pci_facts *f, const char *pfx, int sfd, const char *name)
+on_nvme (struct nrm_pci_facts *f, const struct nrm_fsroot *root, int sfd, const char *name)
 {
   if (!name_is (name, "nvme"))
     return;
   cleanup_free char *p = xasprintf ("/dev/%s", name);
-  add_node (f, pfx, p);
+  add_node (f, root, p);
   /* Its namespaces (without native multipath they sit below the controller). */
   cleanup_close int cfd = openat (sfd, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   DIR *d = cfd >= 0 ? nrm_opendir_at (cfd) : NULL;
@@ -323,16 +317,16 @@ on_nvme (struct nrm_pci_facts *f, const char *pfx, int sfd, const char *name)
     if (nvme_namespace (name, e->d_name))
       {
         cleanup_free char *np = xasprintf ("/dev/%s", e->d_name);
-        add_node (f, pfx, np);
-        note_in_use (f, block_in_use (pfx, e->d_name, 0));
+        add_node (f, root, np);
+        note_in_use (f, block_in_use (root, e->d_name, 0));
       }
   closedir (d);
 }
 
 static void
-on_net (struct nrm_pci_facts *f, const char *pfx, int sfd, const char *name)
+on_net (struct nrm_pci_facts *f, const struct nrm_fsroot *root, int sfd, const char *name)
 {
-  (void) pfx;
+  (void) root;
   push (&f->netdevs, &f->n_netdevs, xstrdup (name));
   cleanup_close int nfd = openat (sfd, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   long carrier;
@@ -349,13 +343,13 @@ on_net (struct nrm_pci_facts *f, const char *pfx, int sfd, const char *name)
 /* The class folders of a function, and of its virtio child (virtio
  * devices put their drm, net and block folders one level down). */
 static void
-scan_classes (struct nrm_pci_facts *f, const char *pfx, int dfd, int depth)
+scan_classes (struct nrm_pci_facts *f, const struct nrm_fsroot *root, int dfd, int depth)
 {
-  each_entry (dfd, "drm", on_drm, f, pfx);
-  each_entry (dfd, "accel", on_accel, f, pfx);
-  each_entry (dfd, "infiniband_verbs", on_verbs, f, pfx);
-  each_entry (dfd, "nvme", on_nvme, f, pfx);
-  each_entry (dfd, "net", on_net, f, pfx);
+  each_entry (dfd, "drm", on_drm, f, root);
+  each_entry (dfd, "accel", on_accel, f, root);
+  each_entry (dfd, "infiniband_verbs", on_verbs, f, root);
+  each_entry (dfd, "nvme", on_nvme, f, root);
+  each_entry (dfd, "net", on_net, f, root);
   if (depth > 0)
     return;
   DIR *d = nrm_opendir_at (dfd);
@@ -366,7 +360,7 @@ scan_classes (struct nrm_pci_facts *f, const char *pfx, int dfd, int depth)
       {
         cleanup_close int vfd = openat (dfd, e->d_name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
         if (vfd >= 0)
-          scan_classes (f, pfx, vfd, depth + 1);
+          scan_classes (f, root, vfd, depth + 1);
       }
   closedir (d);
 }
@@ -374,10 +368,10 @@ scan_classes (struct nrm_pci_facts *f, const char *pfx, int dfd, int depth)
 /* pciDDDD:BB from the resolved path of the function: the first component
  * under /sys/devices, when it names a host bridge. */
 static void
-read_root (struct nrm_pci_facts *f, const char *pfx, const char *path)
+read_root (struct nrm_pci_facts *f, const struct nrm_fsroot *root, const char *path)
 {
   char real[PATH_MAX], base[PATH_MAX];
-  cleanup_free char *sysdev = xasprintf ("%s/sys/devices", pfx);
+  cleanup_free char *sysdev = nrm_fsroot_path (root, "/sys/devices");
   if (realpath (path, real) == NULL || realpath (sysdev, base) == NULL)
     return;
   size_t n = strlen (base);
@@ -406,11 +400,11 @@ nrm_pci_facts_init (struct nrm_pci_facts *f)
 
 /* The open folder of a function, or -1 with the error set. */
 static int
-open_function (const char *pfx, const char *bus_id, nrm_error_t *err)
+open_function (const struct nrm_fsroot *root, const char *bus_id, nrm_error_t *err)
 {
   if (!nrm_pci_bus_id_valid (bus_id))
     return nrm_error_set (err, EINVAL, "`%s` is not a PCI bus id (dddd:bb:dd.f, lowercase)", bus_id);
-  cleanup_free char *path = xasprintf ("%s/sys/bus/pci/devices/%s", pfx, bus_id);
+  cleanup_free char *path = nrm_fsroot_path (root, "/sys/bus/pci/devices/%s", bus_id);
   int dfd = open (path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dfd < 0)
     return nrm_error_errno (err, errno, "PCI function %s (%s)", bus_id, path);
@@ -418,10 +412,11 @@ open_function (const char *pfx, const char *bus_id, nrm_error_t *err)
 }
 
 int
-nrm_pci_read_ids (const char *fsroot, const char *bus_id, uint16_t *vendor_id, uint32_t *class_code, nrm_error_t *err)
+nrm_pci_read_ids (const struct nrm_fsroot *root, const char *bus_id, uint16_t *vendor_id, uint32_t *class_code,
+                  nrm_error_t *err)
 {
   long v;
-  cleanup_close int dfd = open_function (prefix (fsroot), bus_id, err);
+  cleanup_close int dfd = open_function (root, bus_id, err);
   if (dfd < 0)
     return -1;
   *vendor_id = read_long_at (dfd, "vendor", 16, &v) ? (uint16_t) v : 0;
@@ -430,9 +425,9 @@ nrm_pci_read_ids (const char *fsroot, const char *bus_id, uint16_t *vendor_id, u
 }
 
 int
-nrm_pci_read_local_cpus (const char *fsroot, const char *bus_id, char **ret, nrm_error_t *err)
+nrm_pci_read_local_cpus (const struct nrm_fsroot *root, const char *bus_id, char **ret, nrm_error_t *err)
 {
-  cleanup_close int dfd = open_function (prefix (fsroot), bus_id, err);
+  cleanup_close int dfd = open_function (root, bus_id, err);
   if (dfd < 0)
     return -1;
   *ret = read_line_at (dfd, "local_cpulist");
@@ -440,18 +435,17 @@ nrm_pci_read_local_cpus (const char *fsroot, const char *bus_id, char **ret, nrm
 }
 
 int
-nrm_pci_facts_read (const char *fsroot, const char *bus_id, struct nrm_pci_facts *f, nrm_error_t *err)
+nrm_pci_facts_read (const struct nrm_fsroot *root, const char *bus_id, struct nrm_pci_facts *f, nrm_error_t *err)
 {
-  const char *pfx = prefix (fsroot);
   long v;
 
   nrm_pci_facts_init (f);
-  cleanup_close int dfd = open_function (pfx, bus_id, err);
+  cleanup_close int dfd = open_function (root, bus_id, err);
   if (dfd < 0)
     return -1;
   snprintf (f->bus_id, sizeof (f->bus_id), "%s", bus_id);
   /* The path itself, for the host bridge it resolves to. */
-  cleanup_free char *path = xasprintf ("%s/sys/bus/pci/devices/%s", pfx, bus_id);
+  cleanup_free char *path = nrm_fsroot_path (root, "/sys/bus/pci/devices/%s", bus_id);
 
   if (read_long_at (dfd, "vendor", 16, &v))
     f->vendor_id = (uint16_t) v;
@@ -462,7 +456,7 @@ nrm_pci_facts_read (const char *fsroot, const char *bus_id, struct nrm_pci_facts
   if (read_long_at (dfd, "numa_node", 10, &v) && v >= 0 && v < 1024)
     f->numa_node = (int) v;
   f->local_cpus = read_line_at (dfd, "local_cpulist");
-  read_root (f, pfx, path);
+  read_root (f, root, path);
   f->driver = link_base_at (dfd, "driver");
   cleanup_free char *group = link_base_at (dfd, "iommu_group");
   char *end;
@@ -486,14 +480,14 @@ nrm_pci_facts_read (const char *fsroot, const char *bus_id, struct nrm_pci_facts
   f->aer_nonfatal = read_aer_at (dfd, "aer_dev_nonfatal");
   f->aer_correctable = read_aer_at (dfd, "aer_dev_correctable");
 
-  scan_classes (f, pfx, dfd, 0);
+  scan_classes (f, root, dfd, 0);
   /* A function given to vfio-pci is reached through its IOMMU group. */
   if (f->driver && strcmp (f->driver, "vfio-pci") == 0 && f->iommu_group >= 0)
     {
       char p[32];
       snprintf (p, sizeof (p), "/dev/vfio/%d", f->iommu_group);
-      add_node (f, pfx, p);
-      add_node (f, pfx, "/dev/vfio/vfio");
+      add_node (f, root, p);
+      add_node (f, root, "/dev/vfio/vfio");
     }
   if (f->n_nodes)
     qsort (f->nodes, f->n_nodes, sizeof (*f->nodes), cmp_str);
@@ -518,9 +512,9 @@ nrm_pci_facts_done (struct nrm_pci_facts *f)
 }
 
 int
-nrm_pci_list (const char *fsroot, char ***ret, size_t *n, nrm_error_t *err)
+nrm_pci_list (const struct nrm_fsroot *root, char ***ret, size_t *n, nrm_error_t *err)
 {
-  cleanup_free char *path = xasprintf ("%s/sys/bus/pci/devices", prefix (fsroot));
+  cleanup_free char *path = nrm_fsroot_path (root, "/sys/bus/pci/devices");
   DIR *d = opendir (path);
   char **list = NULL;
   size_t k = 0;

@@ -4,8 +4,9 @@
 
 /* What sysfs says about a PCI function beyond hwloc's model: its kernel
  * driver, IOMMU group, SR-IOV, device nodes, link and AER counters. Every
- * path is read under a root prefix (fsroot: "/" or a fake tree), so that
- * the same code reads this machine and the trees of the tests. */
+ * path is read below a root (nrm/base/fsroot.h: this machine or a tree
+ * standing for it), so that the same code reads this machine and the
+ * trees of the tests. */
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -14,6 +15,7 @@
 #include <jansson.h>
 
 #include "nrm/base/error.h"
+#include "nrm/base/fsroot.h"
 
 /* A bus id as the standard attribute has it: 4-digit domain, lowercase. */
 #define NRM_PCI_BUS_ID_LEN 13 /* "dddd:bb:dd.f" and its NUL */
@@ -57,23 +59,23 @@ void nrm_pci_facts_init (struct nrm_pci_facts *f);
 /* Reads the facts of one function. ENOENT: no such function (removed);
  * anything else unreadable is left unknown, not an error. bus_id must be
  * a valid id (nrm_pci_bus_id_valid). */
-int nrm_pci_facts_read (const char *fsroot, const char *bus_id, struct nrm_pci_facts *ret, nrm_error_t *err);
+int nrm_pci_facts_read (const struct nrm_fsroot *root, const char *bus_id, struct nrm_pci_facts *ret, nrm_error_t *err);
 void nrm_pci_facts_done (struct nrm_pci_facts *f);
 
 /* The vendor id and 24-bit class code of a function alone (what decides
  * whether nrm serves it), without the rest of its facts; ENOENT: no such
  * function. */
-int nrm_pci_read_ids (const char *fsroot, const char *bus_id, uint16_t *vendor_id, uint32_t *class_code,
+int nrm_pci_read_ids (const struct nrm_fsroot *root, const char *bus_id, uint16_t *vendor_id, uint32_t *class_code,
                       nrm_error_t *err);
 
 /* A function's local_cpulist alone ("0-7"; NULL when it has none), for
  * placement at prepare. */
-int nrm_pci_read_local_cpus (const char *fsroot, const char *bus_id, char **ret, nrm_error_t *err);
+int nrm_pci_read_local_cpus (const struct nrm_fsroot *root, const char *bus_id, char **ret, nrm_error_t *err);
 
-/* The functions under <fsroot>/sys/bus/pci/devices, sorted; ENOENT when
+/* The functions in /sys/bus/pci/devices below the root, sorted; ENOENT when
  * the folder is missing (a recorded machine, a tree without PCI). Names
  * that are not valid bus ids are skipped. */
-int nrm_pci_list (const char *fsroot, char ***ret, size_t *n, nrm_error_t *err);
+int nrm_pci_list (const struct nrm_fsroot *root, char ***ret, size_t *n, nrm_error_t *err);
 void nrm_pci_list_free (char **list, size_t n);
 
 /* Whether s is "dddd:bb:dd.f" in lowercase hex (device < 0x20, function < 8). */

@@ -9,6 +9,7 @@
 #include <stdio.h>
 
 #include "nrm/base/error.h"
+#include "nrm/base/fsroot.h"
 
 /* nrm's own model of a machine, filled from hwloc once and then read-only.
  * Every CPU set holds Linux CPU numbers (hwloc os indexes); every index field
@@ -146,10 +147,10 @@ struct nrm_node_settings
 int nrm_topology_load (const char *xml_path, struct nrm_topology **ret, nrm_error_t *err);
 
 /* Checks the settings against the machine and records them in the model; on
- * error the model is left as it was. fsroot ("/" when NULL) prefixes
- * /sys/devices/system/cpu/isolated, read for a live machine. */
-int nrm_topology_apply_settings (struct nrm_topology *topo, const struct nrm_node_settings *s, const char *fsroot,
-                                 nrm_error_t *err);
+ * error the model is left as it was. /sys/devices/system/cpu/isolated is
+ * read below root (NULL: this machine) for a live machine. */
+int nrm_topology_apply_settings (struct nrm_topology *topo, const struct nrm_node_settings *s,
+                                 const struct nrm_fsroot *root, nrm_error_t *err);
 
 struct nrm_topology *nrm_topology_free (struct nrm_topology *topo);
 
@@ -183,10 +184,11 @@ size_t nrm_topology_near_nodes (const struct nrm_topology *topo, size_t numa, in
 int nrm_topology_print_summary (const struct nrm_topology *topo, FILE *out, nrm_error_t *err);
 json_t *nrm_topology_to_json (const struct nrm_topology *topo);
 /* numactl -H's layout: the node count, each node's CPUs, size and free
- * memory (MemFree of <fsroot>/sys/devices/system/node/nodeN/meminfo on the
+ * memory (MemFree of /sys/devices/system/node/nodeN/meminfo below root on the
  * live machine; "unknown" for a recorded one or a missing file), the
  * distance table. */
-int nrm_topology_print_hardware (const struct nrm_topology *topo, const char *fsroot, FILE *out, nrm_error_t *err);
+int nrm_topology_print_hardware (const struct nrm_topology *topo, const struct nrm_fsroot *root, FILE *out,
+                                 nrm_error_t *err);
 
 /* "0-3,8" for a set; the caller frees. */
 char *nrm_cpulist_format (hwloc_const_bitmap_t set);

@@ -40,7 +40,7 @@ struct cpu_driver
   hwloc_bitmap_t taken;
   struct claim_entry *claims;
   char *online_path; /* NULL: no health check */
-  char *fsroot;
+  const struct nrm_fsroot *fsroot;
   nrm_log_fn log;
   void *log_ctx;
   bool sysfs; /* PCI localities from sysfs under fsroot (a live machine or a fake tree) */
@@ -810,7 +810,6 @@ cpu_free (void *self)
   json_decref (d->foreign);
   pthread_mutex_destroy (&d->foreign_lock);
   free (d->online_path);
-  free (d->fsroot);
   free (d->name);
   free (d);
 }
@@ -828,13 +827,12 @@ cpu_new (const struct nrm_driver_host *h, void **ret, nrm_error_t *err)
   d->foreign = json_object ();
   /* Health follows the online CPUs of this machine, or of the tree under
    * the fsroot when a recorded machine is served. */
-  bool root = strcmp (h->fsroot, "/") == 0;
-  if (h->live || !root)
-    d->online_path = xasprintf ("%s/sys/devices/system/cpu/online", root ? "" : h->fsroot);
-  d->fsroot = xstrdup (h->fsroot);
+  d->sysfs = nrm_driver_host_sysfs (h);
+  if (d->sysfs)
+    d->online_path = nrm_fsroot_path (h->fsroot, "/sys/devices/system/cpu/online");
+  d->fsroot = h->fsroot;
   d->log = h->log;
   d->log_ctx = h->log_ctx;
-  d->sysfs = h->live || !root;
   nrm_cpu_settings_init (&d->s);
   if (nrm_cpu_settings_read (h->settings, &d->s, err) < 0
       || nrm_cpu_pool (d->t, &d->o, d->s.mode, d->name, &pool, err) < 0

@@ -7,7 +7,7 @@
  * Four devices dev0..dev3, spread over the NUMA nodes, each held whole by
  * one claim at a time and passed to the container as a device node, a
  * read-only mount and one environment variable. A device listed in
- * <fsroot>/example-unhealthy is unhealthy and tainted NoExecute. The last
+ * example-unhealthy at the root is unhealthy and tainted NoExecute. The last
  * device binds to its node with a binding condition (KEP-5007): the
  * scheduler waits until the driver has said it is ready.
  *
@@ -37,7 +37,7 @@
 struct example
 {
   char *name;                  /* this driver's name, example.nrm.io */
-  char *unhealthy;             /* <fsroot>/example-unhealthy */
+  char *unhealthy;             /* example-unhealthy at the root */
   int numa[N_DEVICES];         /* os index of each device's NUMA node, or -1 */
   char holder[N_DEVICES][129]; /* UID of the claim that holds the device, or "" */
   int watch;                   /* inotify on the folder of the unhealthy file, or -1 */
@@ -58,10 +58,9 @@ static int
 ex_new (const struct nrm_driver_host *h, void **ret, nrm_error_t *err)
 {
   struct example *d = xcalloc (1, sizeof (*d));
-  bool root = strcmp (h->fsroot, "/") == 0;
   (void) err; /* it cannot fail */
   d->name = xstrdup (h->name);
-  d->unhealthy = xasprintf ("%s/" UNHEALTHY_FILE, root ? "" : h->fsroot);
+  d->unhealthy = nrm_fsroot_path (h->fsroot, "/" UNHEALTHY_FILE);
   /* Round robin over the NUMA nodes of the machine. */
   for (int i = 0; i < N_DEVICES; i++)
     d->numa[i] = h->topo->n_numa ? (int) h->topo->numa[(size_t) i % h->topo->n_numa].os_index : -1;
@@ -71,7 +70,7 @@ ex_new (const struct nrm_driver_host *h, void **ret, nrm_error_t *err)
    * without a watch, the framework's periodic reports still follow it. */
   d->watch = inotify_init1 (IN_NONBLOCK | IN_CLOEXEC);
   if (d->watch >= 0
-      && inotify_add_watch (d->watch, root ? "/" : h->fsroot,
+      && inotify_add_watch (d->watch, nrm_fsroot_dir (h->fsroot),
                             IN_CLOSE_WRITE | IN_MOVED_TO | IN_MOVED_FROM | IN_DELETE | IN_CREATE)
              < 0)
     {

@@ -20,7 +20,7 @@
 struct nrm_memory_health
 {
   const struct nrm_topology *t;
-  char *fsroot;
+  const struct nrm_fsroot *fsroot;
   bool sysfs; /* this machine or a fake tree: a recorded one has none */
   int64_t threshold;
   int poll_s;
@@ -72,7 +72,6 @@ nrm_memory_health_free (struct nrm_memory_health *mh)
   if (mh->timer >= 0)
     close (mh->timer);
   pthread_mutex_destroy (&mh->lock);
-  free (mh->fsroot);
   free (mh->start);
   free (mh->known);
   free (mh->last);
@@ -85,8 +84,8 @@ nrm_memory_health_new (const struct nrm_driver_host *h, struct nrm_memory_health
   struct nrm_memory_health *mh = xcalloc (1, sizeof (*mh));
   size_t n = h->topo->n_numa ? h->topo->n_numa : 1;
   mh->t = h->topo;
-  mh->fsroot = xstrdup (h->fsroot ? h->fsroot : "/");
-  mh->sysfs = h->live || strcmp (mh->fsroot, "/") != 0;
+  mh->fsroot = h->fsroot;
+  mh->sysfs = nrm_driver_host_sysfs (h);
   mh->threshold = NRM_MEMORY_HEALTH_THRESHOLD;
   mh->poll_s = NRM_MEMORY_HEALTH_POLL_S;
   mh->timer = -1;

@@ -38,7 +38,8 @@ struct slot
 
 struct nrm_ondemand
 {
-  char *fsroot, *dir, *ready, *failed;
+  const struct nrm_fsroot *fsroot;
+  char *dir, *ready, *failed;
   const char *name;
   nrm_log_fn log;
   void *log_ctx;
@@ -256,10 +257,10 @@ int
 nrm_ondemand_new (const struct nrm_driver_host *h, json_t *setting, struct nrm_ondemand **ret, nrm_error_t *err)
 {
   const struct nrm_topology *t = h->topo;
-  bool sysfs = h->live || (h->fsroot && strcmp (h->fsroot, "/") != 0);
+  bool sysfs = nrm_driver_host_sysfs (h);
   *ret = NULL;
   struct nrm_ondemand *od = xcalloc (1, sizeof (*od));
-  od->fsroot = xstrdup (h->fsroot ? h->fsroot : "/");
+  od->fsroot = h->fsroot;
   od->name = h->name;
   od->log = h->log;
   od->log_ctx = h->log_ctx;
@@ -332,7 +333,6 @@ nrm_ondemand_free (struct nrm_ondemand *od)
   free (od->slots);
   if (od->lock_fd >= 0)
     close (od->lock_fd);
-  free (od->fsroot);
   free (od->dir);
   free (od->ready);
   free (od->failed);

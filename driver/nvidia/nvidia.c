@@ -16,7 +16,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include <jansson.h>
 
@@ -31,19 +30,13 @@ nv_match (const struct nrm_pci_function *fn)
   return fn->facts.vendor_id == NVIDIA && strcmp (fn->class, "gpu") == 0;
 }
 
-static const char *
-root_prefix (const char *fsroot)
-{
-  return strcmp (fsroot, "/") == 0 ? "" : fsroot;
-}
-
 /* The value of "Key:" in the GPU's /proc/driver/nvidia information file,
  * trimmed; NULL when there is none. */
 static char *
-information (const char *fsroot, const char *bus_id, const char *key)
+information (const struct nrm_fsroot *fsroot, const char *bus_id, const char *key)
 {
-  char path[512], line[256];
-  snprintf (path, sizeof (path), "%s/proc/driver/nvidia/gpus/%s/information", root_prefix (fsroot), bus_id);
+  char line[256];
+  char *path = nrm_fsroot_path (fsroot, "/proc/driver/nvidia/gpus/%s/information", bus_id);
   FILE *f = fopen (path, "re");
   char *value = NULL;
   size_t n = strlen (key);
@@ -57,20 +50,13 @@ information (const char *fsroot, const char *bus_id, const char *key)
       }
   if (f)
     fclose (f);
+  free (path);
   return value;
 }
 
-static bool
-exists (const char *fsroot, const char *path)
-{
-  char full[512];
-  struct stat st;
-  snprintf (full, sizeof (full), "%s%s", root_prefix (fsroot), path);
-  return stat (full, &st) == 0;
-}
-
 static int
-nv_edits (const char *fsroot, const struct nrm_pci_function *fn, struct nrm_container_edits *e, nrm_error_t *err)
+nv_edits (const struct nrm_fsroot *fsroot, const struct nrm_pci_function *fn, struct nrm_container_edits *e,
+          nrm_error_t *err)
 {
   static const char *const control[]
       = { "/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset" };
@@ -84,7 +70,7 @@ nv_edits (const char *fsroot, const struct nrm_pci_function *fn, struct nrm_cont
                           fn->facts.bus_id);
   char node[32];
   snprintf (node, sizeof (node), "/dev/nvidia%ld", m);
-  if (!exists (fsroot, node))
+  if (!nrm_fsroot_exists (fsroot, node))
     return nrm_error_set (err, ENODEV, "GPU %s: %s does not exist", fn->facts.bus_id, node);
   if (e->device_nodes == NULL)
     e->device_nodes = json_array ();
@@ -98,7 +84,7 @@ nv_edits (const char *fsroot, const struct nrm_pci_function *fn, struct nrm_cont
       {
         dup |= strcmp (json_string_value (json_object_get (v, "path")), control[i]) == 0;
       }
-      if (!dup && exists (fsroot, control[i]))
+      if (!dup && nrm_fsroot_exists (fsroot, control[i]))
         json_array_append_new (e->device_nodes, nrm_pci_device_node (fsroot, control[i]));
     }
   /* An image's NVIDIA_VISIBLE_DEVICES=all would make a legacy NVIDIA
@@ -111,7 +97,7 @@ nv_edits (const char *fsroot, const struct nrm_pci_function *fn, struct nrm_cont
 }
 
 static void
-nv_attributes (const char *fsroot, const struct nrm_pci_function *fn, json_t *attrs)
+nv_attributes (const struct nrm_fsroot *fsroot, const struct nrm_pci_function *fn, json_t *attrs)
 {
   const char *keys[] = { "Model", "GPU UUID", "Device Minor" };
   const char *names[] = { "model", "uuid", "minor" };

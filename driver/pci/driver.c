@@ -36,7 +36,7 @@ static const char *const all_classes[] = { "gpu", "accel", "fpga", "coproc", "ib
 struct pci_driver
 {
   char *name;
-  char *fsroot;
+  const struct nrm_fsroot *fsroot;
   bool sysfs; /* read the functions from sysfs (this machine, or a fake tree) */
   const struct nrm_topology *t;
   const struct nrm_publish_options *o;
@@ -76,12 +76,12 @@ class_index (const char *class)
 }
 
 json_t *
-nrm_pci_device_node (const char *fsroot, const char *path)
+nrm_pci_device_node (const struct nrm_fsroot *fsroot, const char *path)
 {
   json_t *n = json_pack ("{s:s}", "path", path);
-  if (fsroot && strcmp (fsroot, "/") != 0)
+  if (!nrm_fsroot_live (fsroot))
     {
-      cleanup_free char *host = xasprintf ("%s%s", fsroot, path);
+      cleanup_free char *host = nrm_fsroot_path (fsroot, "%s", path);
       json_object_set_new (n, "hostPath", json_string (host));
     }
   return n;
@@ -168,7 +168,7 @@ settings (struct pci_driver *d, json_t *s, const char ***exclude, bool *detect, 
 static int
 open_events (const struct pci_driver *d)
 {
-  if (strcmp (d->fsroot, "/") == 0)
+  if (nrm_fsroot_live (d->fsroot))
     {
       int fd = socket (AF_NETLINK, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, NETLINK_KOBJECT_UEVENT);
       struct sockaddr_nl sa = { .nl_family = AF_NETLINK, .nl_groups = 1 };
@@ -180,7 +180,7 @@ open_events (const struct pci_driver *d)
       return fd;
     }
   int fd = inotify_init1 (IN_NONBLOCK | IN_CLOEXEC);
-  cleanup_free char *dir = xasprintf ("%s/sys/bus/pci/devices", d->fsroot);
+  cleanup_free char *dir = nrm_fsroot_path (d->fsroot, "/sys/bus/pci/devices");
   if (fd >= 0 && inotify_add_watch (fd, dir, IN_CREATE | IN_DELETE | IN_MOVED_TO | IN_MOVED_FROM) < 0)
     {
       close (fd);
@@ -194,13 +194,13 @@ nrm_pci_driver_new (const struct nrm_driver_host *h, const struct nrm_pci_vendor
 {
   struct pci_driver *d = xcalloc (1, sizeof (*d));
   d->name = xstrdup (h->name);
-  d->fsroot = xstrdup (h->fsroot ? h->fsroot : "/");
+  d->fsroot = h->fsroot;
   d->t = h->topo;
   d->o = h->node;
   d->vendor = vendor;
   d->events = -1;
   /* A recorded machine has no sysfs here, unless a fake tree stands in. */
-  d->sysfs = h->live || strcmp (d->fsroot, "/") != 0;
+  d->sysfs = nrm_driver_host_sysfs (h);
   pthread_mutex_init (&d->lock, NULL);
   d->holder = json_object ();
   d->claims = json_object ();
@@ -230,9 +230,8 @@ nrm_pci_driver_new (const struct nrm_driver_host *h, const struct nrm_pci_vendor
    * machine nrm reads (this one, or a fake tree). */
   /* The kubelet's folder is a path of this host as given, like the
    * plugin's own sockets in it; by default the one under fsroot. */
-  cleanup_free char *kpath = h->kubelet_dir
-                                 ? xstrdup (h->kubelet_dir)
-                                 : xasprintf ("%s/var/lib/kubelet", strcmp (d->fsroot, "/") ? d->fsroot : "");
+  cleanup_free char *kpath
+      = h->kubelet_dir ? xstrdup (h->kubelet_dir) : nrm_fsroot_path (d->fsroot, "/var/lib/kubelet");
   if ((exclude || (detect && d->sysfs))
       && nrm_pci_others_new (detect && d->sysfs ? kpath : NULL, exclude, &d->others, err) < 0)
     {
@@ -287,7 +286,6 @@ nrm_pci_driver_free (void *self)
   json_decref (d->claims);
   pthread_mutex_destroy (&d->lock);
   free (d->name);
-  free (d->fsroot);
   free (d);
 }
 
@@ -1075,7 +1073,7 @@ nrm_pci_driver_health_event (void *self)
   struct pci_driver *d = self;
   char buf[8192];
   ssize_t n;
-  bool uevents = strcmp (d->fsroot, "/") == 0;
+  bool uevents = nrm_fsroot_live (d->fsroot);
   while (d->events >= 0 && (n = read (d->events, buf, sizeof (buf))) > 0)
     if (uevents)
       nrm_pci_driver_uevent (d, buf, (size_t) n);

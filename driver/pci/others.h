@@ -43,7 +43,7 @@
 
 struct nrm_pci_others;
 
-/* kubelet_dir: /var/lib/kubelet (already under any fsroot prefix), or NULL
+/* kubelet_dir: /var/lib/kubelet (already below any --fsroot tree), or NULL
  * for the configuration's rules alone. skip: the configuration's rules, a
  * NULL-terminated list (NULL for none). Missing kubelet folders are no
  * error (no kubelet yet). */

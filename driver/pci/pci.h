@@ -34,10 +34,11 @@ struct nrm_pci_vendor
   bool (*match) (const struct nrm_pci_function *fn);
   /* Adds what a container needs of one prepared function beyond its own
    * device nodes (control nodes, environment); optional. fsroot is the
-   * driver host's prefix. */
-  int (*edits) (const char *fsroot, const struct nrm_pci_function *fn, struct nrm_container_edits *e, nrm_error_t *err);
+   * driver host's. */
+  int (*edits) (const struct nrm_fsroot *fsroot, const struct nrm_pci_function *fn, struct nrm_container_edits *e,
+                nrm_error_t *err);
   /* Adds attributes to the published device; optional. */
-  void (*attributes) (const char *fsroot, const struct nrm_pci_function *fn, json_t *attrs);
+  void (*attributes) (const struct nrm_fsroot *fsroot, const struct nrm_pci_function *fn, json_t *attrs);
 };
 
 /* new() of the generic driver (vendor NULL) or of a vendor driver. */
@@ -80,7 +81,7 @@ json_t *nrm_pci_driver_left_out (void *self);
   .describe = nrm_pci_driver_describe, .bind = nrm_pci_driver_bind, .node_devices = nrm_pci_driver_node_devices
 
 /* A device node entry of CDI containerEdits for path (a /dev path),
- * with hostPath under fsroot when fsroot is not "/". */
-json_t *nrm_pci_device_node (const char *fsroot, const char *path);
+ * with hostPath below the root when it is a tree, not this machine. */
+json_t *nrm_pci_device_node (const struct nrm_fsroot *fsroot, const char *path);
 
 #endif

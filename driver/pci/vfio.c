@@ -21,28 +21,20 @@
 
 #define VFIO "vfio-pci"
 
-static const char *
-pfx (const char *fsroot)
-{
-  return fsroot == NULL || strcmp (fsroot, "/") == 0 ? "" : fsroot;
-}
-
 bool
-nrm_vfio_possible (const char *fsroot, const struct nrm_pci_facts *f, const char **why)
+nrm_vfio_possible (const struct nrm_fsroot *fsroot, const struct nrm_pci_facts *f, const char **why)
 {
-  struct stat st;
   if (f->iommu_group < 0)
     {
       *why = "no IOMMU group (IOMMU off?)";
       return false;
     }
-  cleanup_free char *drv = xasprintf ("%s/sys/bus/pci/drivers/" VFIO, pfx (fsroot));
-  if (stat (drv, &st) < 0)
+  if (!nrm_fsroot_exists (fsroot, "/sys/bus/pci/drivers/" VFIO))
     {
       *why = "vfio-pci is not loaded";
       return false;
     }
-  cleanup_free char *group = xasprintf ("%s/sys/kernel/iommu_groups/%d/devices", pfx (fsroot), f->iommu_group);
+  cleanup_free char *group = nrm_fsroot_path (fsroot, "/sys/kernel/iommu_groups/%d/devices", f->iommu_group);
   DIR *d = opendir (group);
   size_t n = 0;
   for (struct dirent *e; d && (e = readdir (d));)
@@ -80,10 +72,10 @@ sysfs_write (const char *path, const char *text, nrm_error_t *err)
 
 /* The function's bound driver, or NULL. */
 static char *
-bound_driver (const char *fsroot, const char *bus_id)
+bound_driver (const struct nrm_fsroot *fsroot, const char *bus_id)
 {
   char target[PATH_MAX];
-  cleanup_free char *link = xasprintf ("%s/sys/bus/pci/devices/%s/driver", pfx (fsroot), bus_id);
+  cleanup_free char *link = nrm_fsroot_path (fsroot, "/sys/bus/pci/devices/%s/driver", bus_id);
   ssize_t n = readlink (link, target, sizeof (target) - 1);
   if (n <= 0)
     return NULL;
@@ -93,7 +85,7 @@ bound_driver (const char *fsroot, const char *bus_id)
 }
 
 static bool
-driver_is (const char *fsroot, const char *bus_id, const char *want)
+driver_is (const struct nrm_fsroot *fsroot, const char *bus_id, const char *want)
 {
   cleanup_free char *now = bound_driver (fsroot, bus_id);
   return want ? now && strcmp (now, want) == 0 : now == NULL;
@@ -101,8 +93,8 @@ driver_is (const char *fsroot, const char *bus_id, const char *want)
 
 /* Waits until test() holds, up to timeout_ms. */
 static bool
-wait_for (bool (*test) (const char *, const char *, const char *), const char *fsroot, const char *bus_id,
-          const char *arg, int timeout_ms)
+wait_for (bool (*test) (const struct nrm_fsroot *, const char *, const char *), const struct nrm_fsroot *fsroot,
+          const char *bus_id, const char *arg, int timeout_ms)
 {
   for (int waited = 0;; waited += 10)
     {
@@ -115,23 +107,21 @@ wait_for (bool (*test) (const char *, const char *, const char *), const char *f
 }
 
 static bool
-not_vfio (const char *fsroot, const char *bus_id, const char *unused)
+not_vfio (const struct nrm_fsroot *fsroot, const char *bus_id, const char *unused)
 {
   (void) unused;
   return !driver_is (fsroot, bus_id, VFIO);
 }
 
 static bool
-node_exists (const char *fsroot, const char *bus_id, const char *node)
+node_exists (const struct nrm_fsroot *fsroot, const char *bus_id, const char *node)
 {
   (void) bus_id;
-  struct stat st;
-  cleanup_free char *p = xasprintf ("%s%s", pfx (fsroot), node);
-  return stat (p, &st) == 0;
+  return nrm_fsroot_exists (fsroot, node);
 }
 
 static bool
-is_driver (const char *fsroot, const char *bus_id, const char *want)
+is_driver (const struct nrm_fsroot *fsroot, const char *bus_id, const char *want)
 {
   return driver_is (fsroot, bus_id, want);
 }
@@ -187,7 +177,7 @@ nrm_vfio_journaled (const char *dir, const char *bus_id, char **uid, time_t *sin
 }
 
 int
-nrm_vfio_bind (const char *fsroot, const char *dir, const char *bus_id, const char *uid, int timeout_ms,
+nrm_vfio_bind (const struct nrm_fsroot *fsroot, const char *dir, const char *bus_id, const char *uid, int timeout_ms,
                nrm_error_t *err)
 {
   if (!nrm_pci_bus_id_valid (bus_id))
@@ -220,10 +210,9 @@ nrm_vfio_bind (const char *fsroot, const char *dir, const char *bus_id, const ch
   if (write_journal (dir, bus_id, orig, uid, "binding", err) < 0)
     return nrm_error_wrap (err, "passthrough of %s", bus_id);
 
-  const char *root = pfx (fsroot);
-  cleanup_free char *override = xasprintf ("%s/sys/bus/pci/devices/%s/driver_override", root, bus_id);
-  cleanup_free char *unbind = xasprintf ("%s/sys/bus/pci/devices/%s/driver/unbind", root, bus_id);
-  cleanup_free char *probe = xasprintf ("%s/sys/bus/pci/drivers_probe", root);
+  cleanup_free char *override = nrm_fsroot_path (fsroot, "/sys/bus/pci/devices/%s/driver_override", bus_id);
+  cleanup_free char *unbind = nrm_fsroot_path (fsroot, "/sys/bus/pci/devices/%s/driver/unbind", bus_id);
+  cleanup_free char *probe = nrm_fsroot_path (fsroot, "/sys/bus/pci/drivers_probe");
   nrm_error_t e = NULL;
   const char *step = "setting driver_override";
   if (sysfs_write (override, VFIO, &e) < 0)
@@ -261,17 +250,17 @@ undo:
 }
 
 int
-nrm_vfio_release (const char *fsroot, const char *dir, const char *bus_id, int timeout_ms, nrm_error_t *err)
+nrm_vfio_release (const struct nrm_fsroot *fsroot, const char *dir, const char *bus_id, int timeout_ms,
+                  nrm_error_t *err)
 {
   cleanup_json json_t *j = read_journal (dir, bus_id);
   if (j == NULL)
     return 0;
-  const char *root = pfx (fsroot);
   const char *orig = json_string_value (json_object_get (j, "driver"));
-  cleanup_free char *override = xasprintf ("%s/sys/bus/pci/devices/%s/driver_override", root, bus_id);
-  cleanup_free char *unbind = xasprintf ("%s/sys/bus/pci/drivers/" VFIO "/unbind", root);
-  cleanup_free char *probe = xasprintf ("%s/sys/bus/pci/drivers_probe", root);
-  cleanup_free char *devdir = xasprintf ("%s/sys/bus/pci/devices/%s", root, bus_id);
+  cleanup_free char *override = nrm_fsroot_path (fsroot, "/sys/bus/pci/devices/%s/driver_override", bus_id);
+  cleanup_free char *unbind = nrm_fsroot_path (fsroot, "/sys/bus/pci/drivers/" VFIO "/unbind");
+  cleanup_free char *probe = nrm_fsroot_path (fsroot, "/sys/bus/pci/drivers_probe");
+  cleanup_free char *devdir = nrm_fsroot_path (fsroot, "/sys/bus/pci/devices/%s", bus_id);
   struct stat st;
   if (stat (devdir, &st) == 0)
     {

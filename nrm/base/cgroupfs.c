@@ -23,17 +23,17 @@ struct nrm_cgroupfs
 };
 
 int
-nrm_cgroupfs_open (const char *fsroot, struct nrm_cgroupfs **ret, nrm_error_t *err)
+nrm_cgroupfs_open (const struct nrm_fsroot *root, struct nrm_cgroupfs **ret, nrm_error_t *err)
 {
   struct nrm_cgroupfs *fs = xcalloc (1, sizeof (*fs));
-  fs->root = xasprintf ("%s/sys/fs/cgroup", fsroot && strcmp (fsroot, "/") ? fsroot : "");
-  fs->fd = open (fs->root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  fs->root = nrm_fsroot_path (root, "/sys/fs/cgroup");
+  fs->fd = nrm_fsroot_openat (root, "/sys/fs/cgroup", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fs->fd < 0)
     {
       int e = errno;
       free (fs->root);
       free (fs);
-      return nrm_error_errno (err, e, "cannot open the cgroup root `%s`", fsroot ? fsroot : "/");
+      return nrm_error_errno (err, e, "cannot open the cgroup root `%s`", nrm_fsroot_dir (root));
     }
   *ret = fs;
   return 0;
@@ -129,11 +129,11 @@ nrm_cgroupfs_controller (struct nrm_cgroupfs *fs, const char *controller)
 }
 
 enum nrm_cgroup_v2
-nrm_cgroup_v2_controller (const char *fsroot, const char *controller)
+nrm_cgroup_v2_controller (const struct nrm_fsroot *root, const char *controller)
 {
   struct nrm_cgroupfs *fs = NULL;
   nrm_error_t e = NULL;
-  if (nrm_cgroupfs_open (fsroot, &fs, &e) < 0)
+  if (nrm_cgroupfs_open (root, &fs, &e) < 0)
     {
       nrm_error_release (&e);
       return NRM_CGROUP_V2_NONE;
@@ -302,12 +302,12 @@ nrm_cgroup_value_bytes (const char *s, unsigned long long *v)
 }
 
 int
-nrm_cgroup_of_pid (const char *fsroot, int pid, char **ret, nrm_error_t *err)
+nrm_cgroup_of_pid (const struct nrm_fsroot *root, int pid, char **ret, nrm_error_t *err)
 {
   cleanup_free char *path = NULL, *text = NULL;
   if (pid <= 0)
     return nrm_error_set (err, EINVAL, "invalid process id %d", pid);
-  path = xasprintf ("%s/proc/%d/cgroup", fsroot && strcmp (fsroot, "/") ? fsroot : "", pid);
+  path = nrm_fsroot_path (root, "/proc/%d/cgroup", pid);
   if (nrm_read_file (path, 1 << 16, &text, NULL, err) < 0)
     return -1;
   /* cgroup v2 is the "0::<path>" line. */

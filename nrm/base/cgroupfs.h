@@ -6,14 +6,15 @@
 #include <stddef.h>
 
 #include "nrm/base/error.h"
+#include "nrm/base/fsroot.h"
 
-/* cgroup v2 through one root: every path is relative to <fsroot>/sys/fs/cgroup,
+/* cgroup v2 through one root: every path is relative to /sys/fs/cgroup below the root,
  * opened with openat() from a directory handle, so tests run on a plain
  * directory tree and nothing follows a symbolic link out of it. Files and
  * values only: what a binding writes is its owner's (cpuset/, memory/). */
 struct nrm_cgroupfs;
 
-int nrm_cgroupfs_open (const char *fsroot, struct nrm_cgroupfs **ret, nrm_error_t *err);
+int nrm_cgroupfs_open (const struct nrm_fsroot *root, struct nrm_cgroupfs **ret, nrm_error_t *err);
 void nrm_cgroupfs_close (struct nrm_cgroupfs *fs);
 const char *nrm_cgroupfs_root (const struct nrm_cgroupfs *fs);
 
@@ -26,8 +27,8 @@ enum nrm_cgroup_v2
   NRM_CGROUP_V2_WITH,
 };
 enum nrm_cgroup_v2 nrm_cgroupfs_controller (struct nrm_cgroupfs *fs, const char *controller);
-/* The same for <fsroot>/sys/fs/cgroup, opened here: NONE where it cannot be. */
-enum nrm_cgroup_v2 nrm_cgroup_v2_controller (const char *fsroot, const char *controller);
+/* The same for /sys/fs/cgroup below the root, opened here: NONE where it cannot be. */
+enum nrm_cgroup_v2 nrm_cgroup_v2_controller (const struct nrm_fsroot *root, const char *controller);
 
 /* A cgroup path relative to the root: no "..", no "." components, no empty
  * ones, printable characters only; a leading "/" is allowed and ignored. */
@@ -49,7 +50,7 @@ int nrm_cgroup_rmdir (struct nrm_cgroupfs *fs, const char *cgroup, nrm_error_t *
  * but plain digits that fit. */
 bool nrm_cgroup_value_bytes (const char *s, unsigned long long *v);
 
-/* The cgroup v2 path of a process, from /proc/<pid>/cgroup under fsroot. */
-int nrm_cgroup_of_pid (const char *fsroot, int pid, char **ret, nrm_error_t *err);
+/* The cgroup v2 path of a process, from /proc/<pid>/cgroup below the root. */
+int nrm_cgroup_of_pid (const struct nrm_fsroot *root, int pid, char **ret, nrm_error_t *err);
 
 #endif

@@ -257,13 +257,18 @@ nrm_scan_slices (struct nrm_config *c, char **counts, size_t *n_pci, nrm_error_t
   struct nrm_driver_selection sel;
   cleanup_json json_t *list = NULL;
   int r = -1;
-  if (nrm_topology_load (c->topology, &t, err) < 0)
+  struct nrm_fsroot *root = NULL;
+  if (nrm_fsroot_open (c->fsroot, &root, err) < 0)
     return -1;
-  struct nrm_driver_host h = {
-    .topo = t, .node = &c->publish, .fsroot = c->fsroot, .live = false, .log = NULL, .kubelet_dir = c->kubelet_dir
-  };
+  if (nrm_topology_load (c->topology, &t, err) < 0)
+    {
+      nrm_fsroot_free (root);
+      return -1;
+    }
+  struct nrm_driver_host h
+      = { .topo = t, .node = &c->publish, .fsroot = root, .live = false, .log = NULL, .kubelet_dir = c->kubelet_dir };
   nrm_config_drivers (c, &sel);
-  if (nrm_topology_apply_settings (t, &c->node, c->fsroot, err) == 0 && nrm_registry_new (&reg, err) == 0
+  if (nrm_topology_apply_settings (t, &c->node, root, err) == 0 && nrm_registry_new (&reg, err) == 0
       && nrm_drivers_open (reg, &sel, &h, &d, err) == 0)
     r = nrm_drivers_slices (&d, &c->publish, NULL, NULL, &list, err);
   if (r == 0 && counts != NULL)
@@ -291,6 +296,7 @@ nrm_scan_slices (struct nrm_config *c, char **counts, size_t *n_pci, nrm_error_t
   nrm_drivers_close (&d);
   nrm_registry_free (reg);
   nrm_topology_free (t);
+  nrm_fsroot_free (root);
   return r;
 }
 

@@ -51,7 +51,7 @@ LLVMFuzzerInitialize (int *argc, char ***argv)
       static struct nrm_driver_host h;
       static struct nrm_publish_options opts[4];
       opts[i] = o;
-      h = (struct nrm_driver_host){ .topo = t, .node = &opts[i], .fsroot = "/" };
+      h = (struct nrm_driver_host){ .topo = t, .node = &opts[i] };
       /* The CPU driver's settings: its mode, one CPU kept shared. */
       if (i % 2 == 0)
         h.settings = json_pack ("{s:s, s:i}", "mode", i >= 2 ? "partitioned" : "numa", "minSharedCPUs", 1);

@@ -17,6 +17,7 @@ int LLVMFuzzerTestOneInput (const uint8_t *data, size_t size);
 int LLVMFuzzerInitialize (int *argc, char ***argv);
 
 static char root[] = "/dev/shm/nrm-fuzz-hook-XXXXXX";
+static struct nrm_fsroot *tree; /* root, opened */
 
 static void
 put (const char *rel, const char *text)
@@ -48,6 +49,9 @@ LLVMFuzzerInitialize (int *argc, char ***argv)
       put (rel, "");
     }
   put ("proc/1/cgroup", "0::/kubepods/pod1/c1\n");
+  nrm_error_t err = NULL;
+  if (nrm_fsroot_open (root, &tree, &err) < 0)
+    abort ();
   /* The machine the memory bounds are checked against: two nodes. */
   put ("sys/devices/system/node/node0/meminfo", "Node 0 MemTotal:        1048576 kB\n");
   put ("sys/devices/system/node/node1/meminfo", "Node 1 MemTotal:        1048576 kB\n");
@@ -90,7 +94,7 @@ LLVMFuzzerTestOneInput (const uint8_t *data, size_t size)
       st[n++] = (char) data[i++];
   nrm_error_t err = NULL;
   char *summary = NULL;
-  nrm_hook_run (root, st, n, state_dir, &summary, &err);
+  nrm_hook_run (tree, st, n, state_dir, &summary, &err);
   free (summary);
   free (st);
   nrm_error_release (&err);

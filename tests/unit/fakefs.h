@@ -9,11 +9,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "nrm/base/cgroupfs.h"
 #include "nrm/base/cleanup.h"
 #include "nrm/base/fs.h"
+#include "nrm/base/fsroot.h"
 #include "nrm/base/xalloc.h"
 
 /* Writes text to <root>/<rel>, making its folders. */
@@ -89,13 +91,34 @@ fake_cg_get (const char *root, const char *cg, const char *file)
   return text ? text : xstrdup ("(none)");
 }
 
+/* The root handle of the tree at dir, for what takes one where a test has
+ * the tree's path: opened once per tree (a tree removed and made again at
+ * the same path is a new one) and kept until the test program exits. */
+static inline const struct nrm_fsroot *
+fake_root (const char *dir)
+{
+  static struct nrm_fsroot *roots[256];
+  static size_t n;
+  struct stat want, have;
+  nrm_error_t err = NULL;
+  assert_int_equal (stat (dir, &want), 0);
+  for (size_t i = 0; i < n; i++)
+    if (strcmp (nrm_fsroot_dir (roots[i]), dir) == 0 && fstat (nrm_fsroot_fd (roots[i]), &have) == 0
+        && have.st_dev == want.st_dev && have.st_ino == want.st_ino)
+      return roots[i];
+  assert_true (n < sizeof (roots) / sizeof (roots[0]));
+  if (nrm_fsroot_open (dir, &roots[n], &err) < 0)
+    fail_msg ("%s", nrm_error_msg (err));
+  return roots[n++];
+}
+
 /* The cgroupfs of the tree at root; the test fails when it cannot be had. */
 static inline struct nrm_cgroupfs *
 fake_cgroupfs (const char *root)
 {
   struct nrm_cgroupfs *fs = NULL;
   nrm_error_t err = NULL;
-  if (nrm_cgroupfs_open (root, &fs, &err) < 0)
+  if (nrm_cgroupfs_open (fake_root (root), &fs, &err) < 0)
     fail_msg ("%s", nrm_error_msg (err));
   return fs;
 }

@@ -27,6 +27,7 @@
 #include "nrm/base/xalloc.h"
 #include "nrm/logging.h"
 #include "tests/plugin/kubelet.h"
+#include "tests/unit/fakefs.h"
 
 #define TOPO_2N "24em64t-2n6c2t-pci.xml"
 
@@ -91,7 +92,7 @@ test_start_stop (void **state)
   /* The client's: the kubelet's side of the calls. */
   grpc_init ();
 
-  if (nrm_agent_start (&c, &a, &err) < 0)
+  if (nrm_agent_start (&c, fake_root (c.fsroot), &a, &err) < 0)
     fail_msg ("%s", nrm_error_msg (err));
   char *reg[2] = { NULL, NULL }, *dra[2] = { NULL, NULL }; /* freed below */
   for (size_t i = 0; i < 2; i++)
@@ -147,7 +148,7 @@ test_bad_start (void **state)
   if (nrm_config_finish (&c, &err) < 0)
     fail_msg ("%s", nrm_error_msg (err));
   int before = threads ();
-  assert_int_equal (nrm_agent_start (&c, &a, &err), -1);
+  assert_int_equal (nrm_agent_start (&c, fake_root (c.fsroot), &a, &err), -1);
   assert_null (a);
   assert_non_null (strstr (nrm_error_msg (err), "no claim source"));
   nrm_error_release (&err);

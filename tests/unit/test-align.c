@@ -77,7 +77,7 @@ static void *
 cpu_driver (const struct nrm_topology *t, const char *fsroot, struct nrm_publish_options *o)
 {
   nrm_publish_options_init (o);
-  struct nrm_driver_host h = { .topo = t, .node = o, .name = "cpu.nrm.io", .fsroot = fsroot };
+  struct nrm_driver_host h = { .topo = t, .node = o, .name = "cpu.nrm.io", .fsroot = fake_root (fsroot) };
   void *d = NULL;
   nrm_error_t err = NULL;
   if (nrm_cpu_driver.new(&h, &d, &err) < 0)

@@ -123,7 +123,7 @@ hook (const char *id, int pid, char **summary, nrm_error_t *err)
             "{\"ociVersion\":\"1.0.2\",\"id\":\"%s\",\"status\":\"creating\",\"pid\":%d,"
             "\"bundle\":\"%s/bundles/%s\"}",
             id, pid, root, id);
-  return nrm_hook_run (root, st, strlen (st), state_dir, summary, err);
+  return nrm_hook_run (fake_root (root), st, strlen (st), state_dir, summary, err);
 }
 
 static void
@@ -281,7 +281,7 @@ test_hook_errors (void **state)
           "{\"id\":\"ok\",\"pid\":1,\"bundle\":\"relative\"}", "{\"id\":\"ok\",\"pid\":0,\"bundle\":\"/b\"}" };
   for (size_t i = 0; i < sizeof (states) / sizeof (states[0]); i++)
     {
-      assert_int_equal (nrm_hook_run (root, states[i], strlen (states[i]), state_dir, NULL, &err), -1);
+      assert_int_equal (nrm_hook_run (fake_root (root), states[i], strlen (states[i]), state_dir, NULL, &err), -1);
       nrm_error_release (&err);
     }
   bundle ("c8", ",\"NRM_CPUS=1-\"");
@@ -298,7 +298,7 @@ test_reconcile (void **state)
   nrm_error_t err = NULL;
   struct nrm_cgroupfs *fs = NULL;
   struct nrm_reconcile_stats st;
-  assert_int_equal (nrm_cgroupfs_open (root, &fs, &err), 0);
+  assert_int_equal (nrm_cgroupfs_open (fake_root (root), &fs, &err), 0);
   /* c1 and c2 are exclusive (hooked above), s1 and s2 are shared. */
   container ("kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod77.slice/crio-s1.scope", "0-7");
   container ("kubepods/besteffort/pod88/s2", "");
@@ -435,7 +435,7 @@ test_reconcile_mems (void **state)
   nrm_error_t err = NULL;
   struct nrm_cgroupfs *fs = NULL;
   struct nrm_reconcile_stats st;
-  assert_int_equal (nrm_cgroupfs_open (root, &fs, &err), 0);
+  assert_int_equal (nrm_cgroupfs_open (fake_root (root), &fs, &err), 0);
   container ("kubepods/besteffort/podm1/m1", "");
   container ("kubepods/podm2/m2", "");
   container ("kubepods/podm3/m3", "");
@@ -484,7 +484,7 @@ test_watch (void **state)
   nrm_error_t err = NULL;
   struct nrm_cgroupfs *fs = NULL;
   struct nrm_kubepods_watch *w = NULL;
-  assert_int_equal (nrm_cgroupfs_open (root, &fs, &err), 0);
+  assert_int_equal (nrm_cgroupfs_open (fake_root (root), &fs, &err), 0);
   assert_int_equal (nrm_kubepods_watch_open (fs, &w, &err), 0);
   assert_int_equal (nrm_kubepods_watch_drain (w), 0);
   char path[512];

@@ -248,7 +248,7 @@ test_hook (void **state)
                                       root);
   nrm_error_t err = NULL;
   cleanup_free char *summary = NULL;
-  if (nrm_hook_run (root, oci, strlen (oci), state_dir, &summary, &err) < 0)
+  if (nrm_hook_run (fake_root (root), oci, strlen (oci), state_dir, &summary, &err) < 0)
     fail_msg ("%s", nrm_error_msg (err));
   ASSERT_FILE (CZ, "cpuset.cpus", "6-7");
   ASSERT_FILE (MACH, "cpuset.cpus", "0-3,6-7");

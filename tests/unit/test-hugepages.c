@@ -115,9 +115,12 @@ put_journal (unsigned node, const char *text)
 static struct nrm_driver_host
 host (json_t *settings)
 {
-  return (struct nrm_driver_host){
-    .topo = topo, .node = &opts, .name = "memory.nrm.io", .fsroot = root, .settings = settings, .state_dir = state_dir
-  };
+  return (struct nrm_driver_host){ .topo = topo,
+                                   .node = &opts,
+                                   .name = "memory.nrm.io",
+                                   .fsroot = fake_root (root),
+                                   .settings = settings,
+                                   .state_dir = state_dir };
 }
 
 static void *
@@ -483,19 +486,19 @@ test_kernel_layer (void **state)
   bool known = true;
   nrm_error_t err = NULL;
   fake_put (root, POOL0, "3\n");
-  assert_int_equal (nrm_hugepages_read (root, 0, 2 * MI, &got, &err), 0);
+  assert_int_equal (nrm_hugepages_read (fake_root (root), 0, 2 * MI, &got, &err), 0);
   assert_int_equal (got, 3);
-  assert_int_equal (nrm_hugepages_write (root, 0, 2 * MI, 10, &got, &err), 0);
+  assert_int_equal (nrm_hugepages_write (fake_root (root), 0, 2 * MI, 10, &got, &err), 0);
   assert_int_equal (got, 10);
   assert_int_equal (pool_pages (POOL0), 10);
-  assert_int_equal (nrm_node_mem_free (root, 0, &free_mem, &known, &err), 0);
+  assert_int_equal (nrm_node_mem_free (fake_root (root), 0, &free_mem, &known, &err), 0);
   assert_false (known);
   fake_put (root, POOL0, "many\n");
-  assert_int_equal (nrm_hugepages_read (root, 0, 2 * MI, &got, &err), -1);
+  assert_int_equal (nrm_hugepages_read (fake_root (root), 0, 2 * MI, &got, &err), -1);
   assert_non_null (strstr (nrm_error_msg (err), "is not a page count"));
   assert_non_null (strstr (nrm_error_msg (err), "node0/hugepages/hugepages-2048kB/nr_hugepages"));
   nrm_error_release (&err);
-  assert_int_equal (nrm_hugepages_write (root, 7, 2 * MI, 1, &got, &err), -1);
+  assert_int_equal (nrm_hugepages_write (fake_root (root), 7, 2 * MI, 1, &got, &err), -1);
   assert_non_null (strstr (nrm_error_msg (err), "node7"));
   nrm_error_release (&err);
   fake_put (root, POOL0, "0\n");

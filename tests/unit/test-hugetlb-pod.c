@@ -87,7 +87,7 @@ hook (const char *id, int pid, nrm_error_t *err)
 {
   char st[1024];
   snprintf (st, sizeof (st), "{\"id\":\"%s\",\"pid\":%d,\"bundle\":\"%s/bundles/%s\"}", id, pid, root, id);
-  return nrm_hook_run (root, st, strlen (st), state_dir, NULL, err);
+  return nrm_hook_run (fake_root (root), st, strlen (st), state_dir, NULL, err);
 }
 
 static void
@@ -112,7 +112,7 @@ sweep (void)
   nrm_error_t err = NULL;
   struct nrm_cgroupfs *fs = NULL;
   struct nrm_hugetlb_pod_stats st;
-  assert_int_equal (nrm_cgroupfs_open (root, &fs, &err), 0);
+  assert_int_equal (nrm_cgroupfs_open (fake_root (root), &fs, &err), 0);
   if (nrm_hugetlb_pod_sweep (fs, state_dir, &st, &err) < 0)
     fail_msg ("sweep: %s", nrm_error_msg (err));
   nrm_cgroupfs_close (fs);
@@ -234,7 +234,7 @@ test_reconcile_restores (void **state)
   struct nrm_cgroupfs *fs = NULL;
   struct nrm_reconcile_stats rs;
   char *first = NULL;
-  assert_int_equal (nrm_cgroupfs_open (root, &fs, &err), 0);
+  assert_int_equal (nrm_cgroupfs_open (fake_root (root), &fs, &err), 0);
   if (nrm_reconcile (fs, state_dir, "0-3", NULL, NULL, NULL, 0, &rs, &first, &err) < 0)
     fail_msg ("%s", nrm_error_msg (err));
   assert_null (first);

@@ -98,7 +98,7 @@ start (struct fixture *f, json_t *settings)
   f->t = load_2n ();
   nrm_publish_options_init (&f->o);
   struct nrm_driver_host h
-      = { .topo = f->t, .node = &f->o, .name = "memory.nrm.io", .fsroot = root, .settings = settings };
+      = { .topo = f->t, .node = &f->o, .name = "memory.nrm.io", .fsroot = fake_root (root), .settings = settings };
   if (nrm_memory_driver.new(&h, &f->d, &err) < 0)
     fail_msg ("%s", nrm_error_msg (err));
 }
@@ -204,7 +204,7 @@ test_edac_counters (void **state)
   nrm_error_t err = NULL;
   struct nrm_publish_options o;
   nrm_publish_options_init (&o);
-  struct nrm_driver_host h = { .topo = f.t, .node = &o, .name = "memory.nrm.io", .fsroot = root };
+  struct nrm_driver_host h = { .topo = f.t, .node = &o, .name = "memory.nrm.io", .fsroot = fake_root (root) };
   assert_int_equal (nrm_memory_health_new (&h, &mh, &err), 0);
   cleanup_json json_t *names = json_pack ("[s, s, s]", "numa0-hugepages-2mi", "numa1-hugepages-1gi", "numa7");
   struct nrm_health_report hr = { 0 };
@@ -471,7 +471,7 @@ test_no_edac (void **state)
   struct nrm_topology *t = load_2n ();
   struct nrm_publish_options o;
   nrm_publish_options_init (&o);
-  struct nrm_driver_host h = { .topo = t, .node = &o, .name = "memory.nrm.io", .fsroot = "/" };
+  struct nrm_driver_host h = { .topo = t, .node = &o, .name = "memory.nrm.io" };
   void *d = NULL;
   nrm_error_t err = NULL;
   assert_int_equal (nrm_memory_driver.new(&h, &d, &err), 0);
@@ -490,17 +490,17 @@ test_bad_input (void **state)
   size_t n = 0;
   make_root ();
   mc (0, NULL, "12abc\n", "0\n");
-  assert_int_equal (nrm_edac_read (root, &mcs, &n, &err), -1);
+  assert_int_equal (nrm_edac_read (fake_root (root), &mcs, &n, &err), -1);
   assert_non_null (strstr (nrm_error_msg (err), "mc0/ce_count"));
   assert_non_null (strstr (nrm_error_msg (err), "not a number"));
   nrm_error_release (&err);
   mc (0, NULL, "-1\n", "0\n");
-  assert_int_equal (nrm_edac_read (root, &mcs, &n, &err), -1);
+  assert_int_equal (nrm_edac_read (fake_root (root), &mcs, &n, &err), -1);
   nrm_error_release (&err);
   mc (0, "Intel_10nm Socket#3 IMC#1\n", "7\n", "0\n");
   mc (10, "Ivy Bridge SrcID#1_Ha#0\n", "0\n", "2\n");
   mc (2, "F19h\n", "0\n", "0\n");
-  assert_int_equal (nrm_edac_read (root, &mcs, &n, &err), 0);
+  assert_int_equal (nrm_edac_read (fake_root (root), &mcs, &n, &err), 0);
   assert_int_equal (n, 3);
   assert_string_equal (mcs[0].name, "mc0");
   assert_int_equal (mcs[0].socket, 3);
@@ -524,7 +524,8 @@ test_bad_input (void **state)
   for (size_t i = 0; i < sizeof (bad) / sizeof (bad[0]); i++)
     {
       cleanup_json json_t *s = json_loads (bad[i], 0, NULL);
-      struct nrm_driver_host h = { .topo = t, .node = &o, .name = "memory.nrm.io", .fsroot = root, .settings = s };
+      struct nrm_driver_host h
+          = { .topo = t, .node = &o, .name = "memory.nrm.io", .fsroot = fake_root (root), .settings = s };
       void *d = NULL;
       assert_int_equal (nrm_memory_driver.new(&h, &d, &err), -1);
       if (strstr (nrm_error_msg (err), says[i]) == NULL)

@@ -265,7 +265,7 @@ hook (char **summary, nrm_error_t *err)
   cleanup_free char *st = xasprintf ("{\"ociVersion\":\"1.0.2\",\"id\":\"c1\",\"status\":\"creating\",\"pid\":4242,"
                                      "\"bundle\":\"%s/bundles/c1\"}",
                                      root);
-  return nrm_hook_run (root, st, strlen (st), state_dir, summary, err);
+  return nrm_hook_run (fake_root (root), st, strlen (st), state_dir, summary, err);
 }
 
 static char *

@@ -69,8 +69,9 @@ static json_t *
 pool_of (const struct nrm_topology *t, const struct nrm_publish_options *o, const char *fsroot, json_t *settings,
          bool live, void **self)
 {
-  struct nrm_driver_host h
-      = { .topo = t, .node = o, .name = "pci.nrm.io", .fsroot = fsroot, .live = live, .settings = settings };
+  struct nrm_driver_host h = {
+    .topo = t, .node = o, .name = "pci.nrm.io", .fsroot = fake_root (fsroot), .live = live, .settings = settings
+  };
   struct nrm_pool p = { 0 };
   nrm_error_t err = NULL;
   void *d = NULL;
@@ -289,7 +290,7 @@ test_facts (void **state)
   struct nrm_pci_facts f;
   nrm_error_t err = NULL;
   build_tree ();
-  assert_int_equal (nrm_pci_facts_read (root, "0000:41:00.0", &f, &err), 0);
+  assert_int_equal (nrm_pci_facts_read (fake_root (root), "0000:41:00.0", &f, &err), 0);
   assert_int_equal (f.vendor_id, 0x10de);
   assert_int_equal (f.class_code, 0x030200);
   assert_int_equal (f.numa_node, 1);
@@ -304,47 +305,47 @@ test_facts (void **state)
   assert_string_equal (f.nodes[1], "/dev/dri/renderD129");
   nrm_pci_facts_done (&f);
 
-  assert_int_equal (nrm_pci_facts_read (root, "0000:00:02.0", &f, &err), 0);
+  assert_int_equal (nrm_pci_facts_read (fake_root (root), "0000:00:02.0", &f, &err), 0);
   assert_int_equal (f.numa_node, -1);
   assert_string_equal (f.pcie_root, "pci0000:00");
   assert_int_equal (f.n_nodes, 1); /* found below virtio0 */
   assert_string_equal (f.nodes[0], "/dev/dri/card0");
   nrm_pci_facts_done (&f);
 
-  assert_int_equal (nrm_pci_facts_read (root, "0000:42:00.0", &f, &err), 0);
+  assert_int_equal (nrm_pci_facts_read (fake_root (root), "0000:42:00.0", &f, &err), 0);
   assert_int_equal (f.sriov_total, 4);
   assert_int_equal (f.sriov_enabled, 2);
   assert_int_equal (f.carrier, -1); /* eth2 is down: its carrier is unknown */
   assert_int_equal (f.n_netdevs, 1);
   assert_string_equal (f.netdevs[0], "eth2");
   nrm_pci_facts_done (&f);
-  assert_int_equal (nrm_pci_facts_read (root, "0000:42:00.2", &f, &err), 0);
+  assert_int_equal (nrm_pci_facts_read (fake_root (root), "0000:42:00.2", &f, &err), 0);
   assert_string_equal (f.physfn, "0000:42:00.0");
   assert_int_equal (f.sriov_total, -1);
   assert_int_equal (f.carrier, 0);
   nrm_pci_facts_done (&f);
 
-  assert_int_equal (nrm_pci_facts_read (root, "0000:43:00.0", &f, &err), 0);
+  assert_int_equal (nrm_pci_facts_read (fake_root (root), "0000:43:00.0", &f, &err), 0);
   assert_int_equal (f.n_nodes, 2);
   assert_string_equal (f.nodes[0], "/dev/nvme0");
   assert_string_equal (f.nodes[1], "/dev/nvme0n1");
   nrm_pci_facts_done (&f);
-  assert_int_equal (nrm_pci_facts_read (root, "0000:44:00.0", &f, &err), 0);
+  assert_int_equal (nrm_pci_facts_read (fake_root (root), "0000:44:00.0", &f, &err), 0);
   assert_int_equal (f.n_nodes, 2);
   assert_string_equal (f.nodes[0], "/dev/infiniband/rdma_cm");
   assert_string_equal (f.nodes[1], "/dev/infiniband/uverbs0");
   nrm_pci_facts_done (&f);
-  assert_int_equal (nrm_pci_facts_read (root, "0000:45:00.0", &f, &err), 0);
+  assert_int_equal (nrm_pci_facts_read (fake_root (root), "0000:45:00.0", &f, &err), 0);
   assert_int_equal (f.n_nodes, 2);
   assert_string_equal (f.nodes[0], "/dev/vfio/30");
   assert_string_equal (f.nodes[1], "/dev/vfio/vfio");
   nrm_pci_facts_done (&f);
 
   /* Refused: a bus id that is no bus id, and one that is not there. */
-  assert_int_equal (nrm_pci_facts_read (root, "0000:41:00.0/../x", &f, &err), -1);
+  assert_int_equal (nrm_pci_facts_read (fake_root (root), "0000:41:00.0/../x", &f, &err), -1);
   assert_int_equal (err->status, EINVAL);
   nrm_error_release (&err);
-  assert_int_equal (nrm_pci_facts_read (root, "0000:99:00.0", &f, &err), -1);
+  assert_int_equal (nrm_pci_facts_read (fake_root (root), "0000:99:00.0", &f, &err), -1);
   assert_int_equal (err->status, ENOENT);
   assert_non_null (strstr (nrm_error_msg (err), "0000:99:00.0"));
   nrm_error_release (&err);
@@ -426,7 +427,8 @@ test_pool (void **state)
   struct nrm_pool busy = { 0 };
   void *bd = NULL;
   nrm_error_t berr = NULL;
-  struct nrm_driver_host bh = { .topo = t, .node = &o, .name = "pci.nrm.io", .fsroot = root, .settings = s };
+  struct nrm_driver_host bh
+      = { .topo = t, .node = &o, .name = "pci.nrm.io", .fsroot = fake_root (root), .settings = s };
   int logged = 0;
   bh.log = count_log;
   bh.log_ctx = &logged;
@@ -447,7 +449,7 @@ test_pool (void **state)
   assert_int_equal (json_integer_value (json_array_get (ints, 0)), 1);
 
   /* Bad settings name the key and the value. */
-  struct nrm_driver_host h = { .topo = t, .node = &o, .name = "pci.nrm.io", .fsroot = root };
+  struct nrm_driver_host h = { .topo = t, .node = &o, .name = "pci.nrm.io", .fsroot = fake_root (root) };
   const char *bad[] = { "{\"classes\": [\"tpu\"]}", "{\"classes\": \"gpu\"}", "{\"clases\": []}" };
   const char *says[] = { "`tpu` is not a class", "pci.classes", "unknown key `pci.clases`" };
   for (size_t i = 0; i < 3; i++)
@@ -663,7 +665,8 @@ test_coexistence (void **state)
   nrm_error_t err = NULL;
   build_tree ();
   cleanup_free char *kdir = xasprintf ("%s/var/lib/kubelet", root);
-  struct nrm_driver_host h = { .topo = t, .node = &o, .name = "pci.nrm.io", .fsroot = root, .kubelet_dir = kdir };
+  struct nrm_driver_host h
+      = { .topo = t, .node = &o, .name = "pci.nrm.io", .fsroot = fake_root (root), .kubelet_dir = kdir };
 
   /* NVIDIA's DRA driver registered: its GPUs are left out, also the
    * vfio-bound one; the virtio GPU and the HCA stay. */
@@ -898,8 +901,9 @@ test_passthrough (void **state)
   kernel_start (&k);
 
   cleanup_json json_t *s = json_pack ("{s:b}", "passthrough", true);
-  struct nrm_driver_host h
-      = { .topo = t, .node = &o, .name = "pci.nrm.io", .fsroot = root, .settings = s, .state_dir = statedir };
+  struct nrm_driver_host h = {
+    .topo = t, .node = &o, .name = "pci.nrm.io", .fsroot = fake_root (root), .settings = s, .state_dir = statedir
+  };
   void *d = NULL;
   assert_int_equal (nrm_pci_driver_new (&h, NULL, &d, &err), 0);
   struct nrm_pool p = { 0 };
@@ -1076,7 +1080,7 @@ test_vm_snapshot (void **state)
     {
       struct nrm_pci_facts f;
       nrm_error_t err = NULL;
-      if (nrm_pci_facts_read (tree, want[i].bdf, &f, &err) < 0)
+      if (nrm_pci_facts_read (fake_root (tree), want[i].bdf, &f, &err) < 0)
         fail_msg ("%s: %s", want[i].bdf, nrm_error_msg (err));
       assert_int_equal (f.numa_node, want[i].numa);
       assert_string_equal (f.pcie_root, want[i].root);
@@ -1094,11 +1098,11 @@ test_vm_snapshot (void **state)
     }
   struct nrm_pci_facts pf;
   nrm_error_t err = NULL;
-  assert_int_equal (nrm_pci_facts_read (tree, "0000:44:00.0", &pf, &err), 0);
+  assert_int_equal (nrm_pci_facts_read (fake_root (tree), "0000:44:00.0", &pf, &err), 0);
   assert_int_equal (pf.sriov_total, 2);
   assert_int_equal (pf.sriov_enabled, 2);
   nrm_pci_facts_done (&pf);
-  assert_int_equal (nrm_pci_facts_read (tree, "0000:44:00.2", &pf, &err), 0);
+  assert_int_equal (nrm_pci_facts_read (fake_root (tree), "0000:44:00.2", &pf, &err), 0);
   assert_string_equal (pf.physfn, "0000:44:00.0");
   nrm_pci_facts_done (&pf);
 

@@ -111,7 +111,7 @@ test_offlined_memory (void **state)
     fail_msg ("%s", nrm_error_msg (err));
   nrm_publish_options_init (&o);
   struct nrm_driver_selection sel = { .ids = "memory" };
-  struct nrm_driver_host h = { .topo = t, .node = &o, .fsroot = root, .state_dir = state_dir };
+  struct nrm_driver_host h = { .topo = t, .node = &o, .fsroot = fake_root (root), .state_dir = state_dir };
   assert_int_equal (nrm_registry_new (&reg, &err), 0);
   if (nrm_drivers_open (reg, &sel, &h, &d, &err) < 0)
     fail_msg ("%s", nrm_error_msg (err));

@@ -53,7 +53,7 @@ slices_held (const struct nrm_topology *t, const struct nrm_publish_options *o, 
   struct nrm_drivers d = { 0 };
   cleanup_json json_t *settings = settings_of (mode);
   struct nrm_driver_selection sel = { NULL, NULL, settings };
-  struct nrm_driver_host h = { .topo = t, .node = o, .fsroot = "/" };
+  struct nrm_driver_host h = { .topo = t, .node = o };
   cleanup_json json_t *held = json_pack ("{s:{s:{s:s}}}", CPU_DRIVER, "u1", "cpus", cpus);
   int r = -1;
   if (nrm_registry_new (&reg, err) == 0 && nrm_drivers_open (reg, &sel, &h, &d, err) == 0)
