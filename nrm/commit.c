@@ -229,100 +229,117 @@ nrm_env_binding_memory (const struct nrm_env_binding *eb, struct nrm_memory_bind
     }
 }
 
-int
-nrm_hook_run (const struct nrm_fsroot *root, const char *state, size_t len, const char *state_dir, char **ret_summary,
-              nrm_error_t *err)
+/* What the hook reads of one container: the OCI state and the binding in
+ * its bundle's environment, and the partition it asks for. */
+struct hook
+{
+  json_t *st, *cfg;
+  const char *id; /* in st */
+  json_int_t pid;
+  struct nrm_env_binding eb; /* in cfg */
+  struct nrm_binding b;
+  char *cpus, *mems;
+  enum nrm_partition_mode pmode;
+  char *punavail; /* why there is no partition, where one was asked for */
+};
+
+static void
+hook_done (struct hook *h)
+{
+  json_decref (h->st);
+  json_decref (h->cfg);
+  free (h->cpus);
+  free (h->mems);
+  free (h->punavail);
+}
+
+/* The OCI state and the bundle's NRM_* variables. */
+static int
+hook_read (struct hook *h, const char *state, size_t len, nrm_error_t *err)
 {
   json_error_t jerr;
-  cleanup_json json_t *st = json_loadb (state, len, 0, &jerr);
-  if (st == NULL || len > MAX_STATE)
-    return nrm_error_set (err, EINVAL, "the OCI state on stdin is not JSON: %s", st ? "too large" : jerr.text);
-  const char *id = json_string_value (json_object_get (st, "id"));
-  const char *bundle = json_string_value (json_object_get (st, "bundle"));
-  json_int_t pid = json_integer_value (json_object_get (st, "pid"));
+  h->st = json_loadb (state, len, 0, &jerr);
+  if (h->st == NULL || len > MAX_STATE)
+    return nrm_error_set (err, EINVAL, "the OCI state on stdin is not JSON: %s", h->st ? "too large" : jerr.text);
+  const char *id = json_string_value (json_object_get (h->st, "id"));
+  const char *bundle = json_string_value (json_object_get (h->st, "bundle"));
+  h->pid = json_integer_value (json_object_get (h->st, "pid"));
   if (!id_valid (id))
     return nrm_error_set (err, EINVAL, "OCI state: invalid container id");
+  h->id = id;
   if (bundle == NULL || bundle[0] != '/')
     return nrm_error_set (err, EINVAL, "OCI state of %s: bundle must be an absolute path", id);
-  if (pid <= 0 || pid > (1 << 22))
+  if (h->pid <= 0 || h->pid > (1 << 22))
     return nrm_error_set (err, EINVAL, "OCI state of %s: invalid pid", id);
 
   cleanup_free char *cfg_path = xasprintf ("%s/config.json", bundle), *cfg_text = NULL;
   if (nrm_read_file (cfg_path, MAX_BUNDLE_CONFIG, &cfg_text, NULL, err) < 0)
     return nrm_error_wrap (err, "container %s", id);
-  cleanup_json json_t *cfg = json_loads (cfg_text, 0, &jerr);
-  if (cfg == NULL)
+  h->cfg = json_loads (cfg_text, 0, &jerr);
+  if (h->cfg == NULL)
     return nrm_error_set (err, EINVAL, "container %s: `%s` is not JSON: %s", id, cfg_path, jerr.text);
 
   cleanup_free char *who = xasprintf ("container %s", id);
-  struct nrm_env_binding eb;
-  if (nrm_env_binding_parse (json_object_get (json_object_get (cfg, "process"), "env"), who, &eb, err) < 0)
+  struct nrm_env_binding *eb = &h->eb;
+  if (nrm_env_binding_parse (json_object_get (json_object_get (h->cfg, "process"), "env"), who, eb, err) < 0)
     return -1;
-  struct nrm_binding b = { 0 };
-  nrm_env_binding_memory (&eb, &b.memory);
-  cleanup_free char *cpus = NULL, *mems = NULL;
-  if (eb.cpus && list_value (nrm_env_name[NRM_ENV_CPUS], eb.cpus, &cpus, err) < 0)
+  nrm_env_binding_memory (eb, &h->b.memory);
+  if (eb->cpus && list_value (nrm_env_name[NRM_ENV_CPUS], eb->cpus, &h->cpus, err) < 0)
     return nrm_error_wrap (err, "container %s", id);
-  if ((eb.mems || eb.cpu_nodes)
-      && list_value (nrm_env_name[eb.mems ? NRM_ENV_MEMS : NRM_ENV_CPU_NODES], eb.mems ? eb.mems : eb.cpu_nodes, &mems,
-                     err)
+  if ((eb->mems || eb->cpu_nodes)
+      && list_value (nrm_env_name[eb->mems ? NRM_ENV_MEMS : NRM_ENV_CPU_NODES], eb->mems ? eb->mems : eb->cpu_nodes,
+                     &h->mems, err)
              < 0)
     return nrm_error_wrap (err, "container %s", id);
-  if (cpus == NULL && mems == NULL && b.memory.memory_max == NULL && b.memory.memory_min == NULL
-      && b.memory.n_hugetlb == 0)
+  return 0;
+}
+
+/* A partition: asked for, checked before anything is written. A mixed
+ * claim's CPUs are shared, so it cannot have one. */
+static int
+hook_partition (struct hook *h, nrm_error_t *err)
+{
+  h->pmode = NRM_PARTITION_OFF;
+  if (h->eb.partition
+      && nrm_partition_mode_parse (h->eb.partition, nrm_env_name[NRM_ENV_PARTITION], &h->pmode, err) < 0)
+    return nrm_error_wrap (err, "container %s", h->id);
+  if (h->pmode != NRM_PARTITION_OFF && (h->cpus == NULL || h->eb.shared_cpus))
     {
-      if (ret_summary)
-        *ret_summary = xstrdup ("no nrm binding in the container's environment; nothing to do");
-      return 0;
+      const char *why = h->cpus ? "a claim with sharedCPUs shares its CPUs" : "no exclusive CPUs (NRM_CPUS)";
+      if (h->eb.partition_required)
+        return nrm_error_set (err, EINVAL, "container %s: no cpuset partition can be made: %s", h->id, why);
+      h->punavail = xstrdup (why);
+      h->pmode = NRM_PARTITION_OFF;
     }
+  return 0;
+}
 
-  /* A partition: asked for, checked before anything is written. A mixed
-   * claim's CPUs are shared, so it cannot have one. */
-  enum nrm_partition_mode pmode = NRM_PARTITION_OFF;
-  cleanup_free char *punavail = NULL;
-  if (eb.partition && nrm_partition_mode_parse (eb.partition, nrm_env_name[NRM_ENV_PARTITION], &pmode, err) < 0)
-    return nrm_error_wrap (err, "container %s", id);
-  if (pmode != NRM_PARTITION_OFF && (cpus == NULL || eb.shared_cpus))
-    {
-      const char *why = cpus ? "a claim with sharedCPUs shares its CPUs" : "no exclusive CPUs (NRM_CPUS)";
-      if (eb.partition_required)
-        return nrm_error_set (err, EINVAL, "container %s: no cpuset partition can be made: %s", id, why);
-      punavail = xstrdup (why);
-      pmode = NRM_PARTITION_OFF;
-    }
-
-  /* Amounts the machine cannot have are refused before anything is
-   * recorded or written. */
-  b.memory.mems = mems;
-  if (nrm_memory_binding_check (root, &b.memory, err) < 0)
-    return nrm_error_wrap (err, "container %s", id);
-  cleanup_free char *cgroup = NULL;
-  if (nrm_cgroup_of_pid (root, (int) pid, &cgroup, err) < 0)
-    return nrm_error_wrap (err, "container %s", id);
-  struct nrm_cgroupfs *fs = NULL;
-  if (nrm_cgroupfs_open (root, &fs, err) < 0)
-    return nrm_error_wrap (err, "container %s", id);
-
+/* The record, the pod's huge page limits, the binding and the partition of
+ * the container in cgroup, all or nothing. */
+static int
+hook_bind (struct hook *h, struct nrm_cgroupfs *fs, const char *state_dir, const char *cgroup, nrm_error_t *err)
+{
   /* The record comes first, under the reconciler's lock: a pass that runs
    * meanwhile either sees the record or finishes before the cgroup is
    * written, so it never moves the container back. */
-  cleanup_free char *dir = xasprintf ("%s/containers", state_dir), *rec = record_path (state_dir, id), *text = NULL;
+  cleanup_free char *dir = xasprintf ("%s/containers", state_dir), *rec = record_path (state_dir, h->id), *text = NULL;
   cleanup_free char *with_shared = NULL;
   cleanup_close int lock = -1;
   cleanup_json json_t *doc = NULL;
   struct nrm_hugetlb_pod_undo *hp = NULL;
-  int r = -1;
+  const char *cpus = h->cpus, *mems = h->mems;
   if (nrm_mkdir_p (dir, 0700, err) < 0 || (lock = lock_records (state_dir, err)) < 0)
-    goto fail;
+    return -1;
   /* The pod's own hugetlb limits (the kubelet's 0 for a size the pod spec
    * does not request), undone if a later step fails. Before the record:
    * the journal's fsync then does not carry the record's rename too. */
-  if (b.memory.n_hugetlb > 0
-      && raise_pod_hugetlb (fs, state_dir, cgroup, json_object_get (json_object_get (cfg, "process"), "env"), &hp, err)
+  if (h->b.memory.n_hugetlb > 0
+      && raise_pod_hugetlb (fs, state_dir, cgroup, json_object_get (json_object_get (h->cfg, "process"), "env"), &hp,
+                            err)
              < 0)
-    goto fail;
-  doc = json_pack ("{s:s, s:s, s:s?, s:s?}", "id", id, "cgroup", cgroup, "cpus", cpus, "mems", mems);
-  if (eb.shared_cpus && cpus)
+    return -1;
+  doc = json_pack ("{s:s, s:s, s:s?, s:s?}", "id", h->id, "cgroup", cgroup, "cpus", cpus, "mems", mems);
+  if (h->eb.shared_cpus && cpus)
     json_object_set_new (doc, "sharedCPUs", json_true ());
   text = json_dumps (doc, JSON_COMPACT);
   /* Not synced: a crash of the machine that could lose it ends the
@@ -331,46 +348,47 @@ nrm_hook_run (const struct nrm_fsroot *root, const char *state, size_t len, cons
   if (nrm_write_unsynced (rec, text, strlen (text), 0600, err) < 0)
     {
       nrm_hugetlb_pod_undo (fs, hp);
-      goto fail;
+      return -1;
     }
   /* A mixed claim starts on its CPUs and the shared pool as the reconciler
    * last wrote it (under the same lock); without that file, on its own
    * CPUs until the next pass. */
-  if (eb.shared_cpus && cpus)
+  if (h->eb.shared_cpus && cpus)
     with_shared = mixed_cpus (state_dir, cpus);
-  b.cpus = with_shared ? with_shared : cpus;
-  b.memory.mems = mems;
+  h->b.cpus = with_shared ? with_shared : cpus;
+  h->b.memory.mems = mems;
   /* Below a host cgroup that nrm keeps on the shared pool (podman's
    * machine.slice, say), the claim's CPUs are outside it until it widens. */
-  if (nrm_host_make_room (fs, state_dir, cgroup, b.cpus, mems, err) < 0 || nrm_binding_apply (fs, cgroup, &b, err) < 0)
+  if (nrm_host_make_room (fs, state_dir, cgroup, h->b.cpus, mems, err) < 0
+      || nrm_binding_apply (fs, cgroup, &h->b, err) < 0)
     {
       nrm_hugetlb_pod_undo (fs, hp);
       unlink (rec);
-      goto fail;
+      return -1;
     }
   /* The partition after the cpuset: the kernel wants cpuset.cpus first. */
-  if (pmode != NRM_PARTITION_OFF)
+  if (h->pmode != NRM_PARTITION_OFF)
     {
       nrm_error_t pe = NULL;
-      if (nrm_partition_make (fs, cgroup, cpus, pmode, NULL, eb.partition_required ? err : &pe) < 0)
+      if (nrm_partition_make (fs, cgroup, cpus, h->pmode, NULL, h->eb.partition_required ? err : &pe) < 0)
         {
-          if (eb.partition_required)
+          if (h->eb.partition_required)
             {
               nrm_error_wrap (err, "the claim asks for a cpuset partition");
               nrm_hugetlb_pod_undo (fs, hp);
               unlink (rec);
-              goto fail;
+              return -1;
             }
-          punavail = xstrdup (nrm_error_msg (pe));
+          h->punavail = xstrdup (nrm_error_msg (pe));
           nrm_error_release (&pe);
         }
     }
-  if (punavail || pmode != NRM_PARTITION_OFF)
+  if (h->punavail || h->pmode != NRM_PARTITION_OFF)
     {
       /* What the container got, for `nrm status` and whoever reads the
        * record; rewritten only when there is a partition to tell of. */
       cleanup_free char *note
-          = punavail ? xasprintf ("unavailable (%s)", punavail) : xstrdup (nrm_partition_mode_name (pmode));
+          = h->punavail ? xasprintf ("unavailable (%s)", h->punavail) : xstrdup (nrm_partition_mode_name (h->pmode));
       json_object_set_new (doc, "partition", json_string (note));
       free (text);
       text = json_dumps (doc, JSON_COMPACT);
@@ -379,20 +397,53 @@ nrm_hook_run (const struct nrm_fsroot *root, const char *state, size_t len, cons
         nrm_error_release (&we); /* the binding stands; only the note is lost */
     }
   nrm_hugetlb_pod_keep (hp);
+  return 0;
+}
+
+int
+nrm_hook_run (const struct nrm_fsroot *root, const char *state, size_t len, const char *state_dir, char **ret_summary,
+              nrm_error_t *err)
+{
+  struct hook h = { 0 };
+  int r = -1;
+  cleanup_free char *cgroup = NULL;
+  struct nrm_cgroupfs *fs = NULL;
+  if (hook_read (&h, state, len, err) < 0)
+    goto out;
+  if (h.cpus == NULL && h.mems == NULL && h.b.memory.memory_max == NULL && h.b.memory.memory_min == NULL
+      && h.b.memory.n_hugetlb == 0)
+    {
+      if (ret_summary)
+        *ret_summary = xstrdup ("no nrm binding in the container's environment; nothing to do");
+      r = 0;
+      goto out;
+    }
+  if (hook_partition (&h, err) < 0)
+    goto out;
+  /* Amounts the machine cannot have are refused before anything is
+   * recorded or written. */
+  h.b.memory.mems = h.mems;
+  if (nrm_memory_binding_check (root, &h.b.memory, err) < 0 || nrm_cgroup_of_pid (root, (int) h.pid, &cgroup, err) < 0
+      || nrm_cgroupfs_open (root, &fs, err) < 0)
+    {
+      nrm_error_wrap (err, "container %s", h.id);
+      goto out;
+    }
+  if (hook_bind (&h, fs, state_dir, cgroup, err) < 0)
+    {
+      nrm_error_wrap (err, "container %s", h.id);
+      goto out;
+    }
+  if (ret_summary)
+    *ret_summary = xasprintf ("container %s in %s: cpus %s, mems %s%s%s%s%s", h.id, cgroup, h.cpus ? h.cpus : "-",
+                              h.mems ? h.mems : "-", h.punavail || h.pmode ? "; partition: " : "",
+                              h.punavail ? "unavailable (" : (h.pmode ? nrm_partition_mode_name (h.pmode) : ""),
+                              h.punavail ? h.punavail : "", h.punavail ? ")" : "");
   r = 0;
-  goto out;
-fail:
-  nrm_error_wrap (err, "container %s", id);
 out:
   nrm_cgroupfs_close (fs);
-  if (r < 0)
-    return -1;
-  if (ret_summary)
-    *ret_summary = xasprintf ("container %s in %s: cpus %s, mems %s%s%s%s%s", id, cgroup, cpus ? cpus : "-",
-                              mems ? mems : "-", punavail || pmode ? "; partition: " : "",
-                              punavail ? "unavailable (" : (pmode ? nrm_partition_mode_name (pmode) : ""),
-                              punavail ? punavail : "", punavail ? ")" : "");
-  return 0;
+  hook_done (&h);
+  return r;
 }
 
 /* --- reconciler --------------------------------------------------------------- */
