@@ -317,7 +317,7 @@ struct nrm_agent
 };
 
 /* Whether this instance writes the node's slices and cpusets: not while a
- * newer one of a rolling update does (driver/handover.h). */
+ * newer one of a rolling update does (driver/k8s/handover.h). */
 static bool
 publishing (void *ctx)
 {

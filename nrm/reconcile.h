@@ -43,7 +43,7 @@ hwloc_bitmap_t nrm_shared_pool_mems (const struct nrm_topology *t, hwloc_const_b
  * then until free(); start() starts the thread where there is a cgroup v2
  * to keep (it logs why not otherwise); stop() joins it. may_write says
  * whether this instance writes the node's cpusets (not while a newer one
- * of a rolling update does, driver/handover.h). */
+ * of a rolling update does, driver/k8s/handover.h). */
 struct nrm_reconciler;
 struct nrm_reconciler *nrm_reconciler_new (void);
 void nrm_reconciler_start (struct nrm_reconciler *r, struct nrm_config *c, const struct nrm_fsroot *root,
