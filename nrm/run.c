@@ -37,6 +37,7 @@
 #include "nrm/commit.h"
 #include "nrm/log.h"
 #include "nrm/run.h"
+#include "nrm/run-internal.h"
 #include "memory/place.h"
 #include "memory/policy.h"
 #include "nrm/status.h"
@@ -157,25 +158,6 @@ record_gone (json_t *rec, const char *uid, const char *ns, const char *boot)
   return start_time ((pid_t) ap) == (unsigned long long) json_integer_value (ast) ? 0 : 2;
 }
 
-/* A run's transient cgroup nrm.slice/<cgname> goes: no longer a partition
- * (a process of a killed run may still be in it, and its CPUs would stay
- * exclusive to it), removed where it is empty, and the exclusive CPUs it
- * left in nrm.slice given back. */
-static int
-remove_run_cgroup (struct nrm_cgroupfs *fs, const char *cgname, nrm_error_t *err)
-{
-  cleanup_free char *rel = xasprintf ("nrm.slice/%s", cgname), *part = NULL;
-  nrm_error_t e = NULL;
-  if (nrm_cgroup_read (fs, rel, "cpuset.cpus.partition", &part, &e) == 0 && strncmp (part, "member", 6) != 0
-      && nrm_cgroup_write (fs, rel, "cpuset.cpus.partition", "member", &e) == 0)
-    nrm_cgroup_write (fs, rel, "cpuset.cpus.exclusive", "\n", &e);
-  nrm_error_release (&e);
-  nrm_cgroup_rmdir (fs, rel, &e);
-  nrm_error_release (&e);
-  size_t trimmed = 0;
-  return nrm_partition_trim (fs, "nrm.slice", &trimmed, err);
-}
-
 void
 nrm_run_release_stale (const char *fsroot, const char *state_dir, struct nrm_plugin *const *pl, size_t n)
 {
@@ -220,7 +202,7 @@ nrm_run_release_stale (const char *fsroot, const char *state_dir, struct nrm_plu
               && nrm_cgroupfs_open (fsroot, &fs, &err) == 0)
             {
               cleanup_free char *cgname = xasprintf ("run-%d", (int) json_integer_value (json_object_get (rec, "pid")));
-              remove_run_cgroup (fs, cgname, &err);
+              nrm_run_cgroup_remove (fs, cgname, &err);
               nrm_cgroupfs_close (fs);
             }
           nrm_error_release (&err);
@@ -246,88 +228,6 @@ claim_with (const char *uid, const char *name, json_t *results, json_t *config)
   return json_pack ("{s:s, s:s, s:{s:s, s:s, s:s}, s:{s:{s:{s:o, s:O}}}}", "apiVersion", "resource.k8s.io/v1", "kind",
                     "ResourceClaim", "metadata", "namespace", RUN_NAMESPACE, "name", name, "uid", uid, "status",
                     "allocation", "devices", "results", results, "config", config);
-}
-
-/* The transient cgroup <root>/nrm.slice/run-<pid>, with cpuset (and memory)
- * enabled on the way down. */
-static int
-make_cgroup (struct nrm_cgroupfs *fs, const char *name, nrm_error_t *err)
-{
-  cleanup_free char *child = xasprintf ("nrm.slice/%s", name);
-  if (nrm_cgroup_write (fs, "", "cgroup.subtree_control", "+cpuset", err) < 0
-      || nrm_cgroup_mkdir (fs, "nrm.slice", err) < 0
-      || nrm_cgroup_write (fs, "nrm.slice", "cgroup.subtree_control", "+cpuset", err) < 0)
-    return -1;
-  /* The memory and hugetlb controllers are welcome, not needed: a run that
-   * asks for a limit fails later, naming the file, when one is missing. */
-  static const char *const welcome[] = { "+memory", "+hugetlb" };
-  for (size_t i = 0; i < 2; i++)
-    {
-      nrm_error_t ignored = NULL;
-      if (nrm_cgroup_write (fs, "", "cgroup.subtree_control", welcome[i], &ignored) == 0)
-        nrm_cgroup_write (fs, "nrm.slice", "cgroup.subtree_control", welcome[i], &ignored);
-      nrm_error_release (&ignored);
-    }
-  return nrm_cgroup_mkdir (fs, child, err);
-}
-
-/* A run's partition: --partition's, else the node's cpu.partition. */
-static enum nrm_partition_mode
-partition_mode (const struct nrm_config *c, const struct nrm_run_request *rq)
-{
-  return (enum nrm_partition_mode) (rq->partition >= 0 ? rq->partition : (int) c->cpu_partition);
-}
-
-/* The run's cgroup made a cpuset partition m: asked for (--partition), one
- * that cannot be had fails the run before the command starts; from the
- * node's cpu.partition, the run goes on without one and says why. */
-static int
-make_partition (struct nrm_cgroupfs *fs, const char *rel, const char *name, const char *cpus, enum nrm_partition_mode m,
-                bool asked, nrm_error_t *err)
-{
-  if (m == NRM_PARTITION_OFF)
-    return 0;
-  nrm_error_t perr = NULL;
-  cleanup_free char *eff = NULL;
-  if (nrm_partition_make (fs, rel, cpus, m, &eff, &perr) < 0)
-    {
-      if (asked)
-        {
-          *err = perr;
-          return nrm_error_wrap (err, "--partition %s", nrm_partition_mode_name (m));
-        }
-      nrm_log (NULL, NRM_LOG_INFO, "run %s: no cpuset partition (cpu.partition %s): %s", name,
-               nrm_partition_mode_name (m), nrm_error_msg (perr));
-      nrm_error_release (&perr);
-      return 0;
-    }
-  nrm_log (NULL, NRM_LOG_INFO, "run %s: CPUs %s are a cpuset partition (%s): no task outside the run runs there%s",
-           name, eff, nrm_partition_mode_name (m),
-           m == NRM_PARTITION_ISOLATED ? ", and the scheduler balances no load onto them" : "");
-  return 0;
-}
-
-/* What a partition of the run would be: asked for or the node's, and
- * whether this kernel can make one (not judged for a recorded machine). */
-static json_t *
-partition_view (const struct nrm_config *c, enum nrm_partition_mode m, bool asked)
-{
-  json_t *v
-      = json_pack ("{s:s, s:s}", "mode", nrm_partition_mode_name (m), "from", asked ? "--partition" : "cpu.partition");
-  if (c->topology)
-    {
-      json_object_set_new (v, "why", json_string ("not judged: a recorded machine"));
-      return v;
-    }
-  cleanup_free char *reason = NULL;
-  bool can = nrm_cgroup_v2_controller (c->fsroot, "cpuset") == NRM_CGROUP_V2_WITH
-             && nrm_partition_available (c->fsroot, &reason);
-  if (!can && reason == NULL)
-    reason = xstrdup ("no cgroup v2 cpuset here (cgroup v1?)");
-  json_object_set_new (v, "available", json_boolean (can));
-  if (reason)
-    json_object_set_new (v, "why", json_string (reason));
-  return v;
 }
 
 /* A dry run prepares in a scratch copy of the state directory: the same
@@ -1177,8 +1077,8 @@ choose_cpus (void *ctx, json_t *claims, json_t **ret, nrm_error_t *err)
       r->placement_failed = true;
       return -1;
     }
-  *ret = cpu_claim (r->uid, r->name, r->drv[0]->name, r->c->node_name, r->rq->isolated, r->parts, r->n_parts,
-                    r->config);
+  *ret
+      = cpu_claim (r->uid, r->name, r->drv[0]->name, r->c->node_name, r->rq->isolated, r->parts, r->n_parts, r->config);
   return 0;
 }
 
@@ -1309,22 +1209,20 @@ run_take_memory (struct run *r, nrm_error_t *err)
   if (rq->hugepages_2mi)
     {
       snprintf (dev, sizeof (dev), "numa%d-hugepages-2mi", r->node);
-      json_array_append_new (results,
-                             result_for ("hugepages-2mi", md, node_name, dev, "hugepages", rq->hugepages_2mi));
+      json_array_append_new (results, result_for ("hugepages-2mi", md, node_name, dev, "hugepages", rq->hugepages_2mi));
     }
   if (rq->hugepages_1gi)
     {
       snprintf (dev, sizeof (dev), "numa%d-hugepages-1gi", r->node);
-      json_array_append_new (results,
-                             result_for ("hugepages-1gi", md, node_name, dev, "hugepages", rq->hugepages_1gi));
+      json_array_append_new (results, result_for ("hugepages-1gi", md, node_name, dev, "hugepages", rq->hugepages_1gi));
     }
   cleanup_json json_t *claim = claim_with (r->uid, r->name, TAKE_PTR (results), mconfig);
   if (nrm_plugin_prepare_local (r->pl[1], RUN_NAMESPACE, r->name, r->uid, choose_claim, claim, &r->mem, err) < 0)
-    return nrm_error_wrap (
-        err, "%s%s%s%s%s%s%s%s on NUMA node %d", rq->memory ? "memory " : "", rq->memory ?: "",
-        rq->hugepages_2mi ? (rq->memory ? ", " : "") : "", rq->hugepages_2mi ? "2Mi huge pages " : "",
-        rq->hugepages_2mi ?: "", rq->hugepages_1gi ? (rq->memory || rq->hugepages_2mi ? ", " : "") : "",
-        rq->hugepages_1gi ? "1Gi huge pages " : "", rq->hugepages_1gi ?: "", r->node);
+    return nrm_error_wrap (err, "%s%s%s%s%s%s%s%s on NUMA node %d", rq->memory ? "memory " : "", rq->memory ?: "",
+                           rq->hugepages_2mi ? (rq->memory ? ", " : "") : "",
+                           rq->hugepages_2mi ? "2Mi huge pages " : "", rq->hugepages_2mi ?: "",
+                           rq->hugepages_1gi ? (rq->memory || rq->hugepages_2mi ? ", " : "") : "",
+                           rq->hugepages_1gi ? "1Gi huge pages " : "", rq->hugepages_1gi ?: "", r->node);
   r->prepared[1] = true;
   return nrm_env_binding_parse (json_object_get (r->mem.edits, "env"), r->name, &r->mem_eb, err);
 }
@@ -1336,12 +1234,12 @@ run_explain (struct run *r, FILE *out)
 {
   const struct nrm_run_request *rq = r->rq;
   struct nrm_config *c = r->c;
-  enum nrm_partition_mode pm = partition_mode (c, rq);
+  enum nrm_partition_mode pm = nrm_run_partition_mode (c, rq);
   cleanup_json json_t *why = explain (
       r->t, r->got, r->parts, r->n_parts, r->tried, r->cpu_claims, r->uid, rq, r->mems, r->node,
       rq->dry_run ? (c->topology && strcmp (c->state_dir, NRM_DEFAULT_STATE_DIR) == 0 ? NULL : c->state_dir) : NULL);
   if (pm != NRM_PARTITION_OFF)
-    json_object_set_new (why, "partition", partition_view (c, pm, rq->partition >= 0));
+    json_object_set_new (why, "partition", nrm_run_partition_view (c, pm, rq->partition >= 0));
   if (rq->attach_pid)
     json_object_set_new (why, "attach",
                          json_pack ("{s:i, s:s, s:i}", "pid", (int) r->att.pid, "command", r->att.comm, "threads",
@@ -1385,14 +1283,14 @@ run_bind (struct run *r, nrm_error_t *err)
       struct nrm_binding b = { .cpus = r->cpus, .memory = { .mems = r->mems } };
       nrm_env_binding_memory (&r->mem_eb, &b.memory);
       cleanup_free char *rel = xasprintf ("nrm.slice/%s", r->cgname);
-      if (nrm_cgroupfs_open (r->c->fsroot, &r->fs, err) < 0 || make_cgroup (r->fs, r->cgname, err) < 0
+      if (nrm_cgroupfs_open (r->c->fsroot, &r->fs, err) < 0 || nrm_run_cgroup_make (r->fs, r->cgname, err) < 0
           || nrm_binding_apply (r->fs, rel, &b, err) < 0)
         return -1;
-      return make_partition (r->fs, rel, r->name, r->cpus, partition_mode (r->c, rq), rq->partition >= 0, err);
+      return nrm_run_partition_make (r->fs, rel, r->name, r->cpus, nrm_run_partition_mode (r->c, rq),
+                                     rq->partition >= 0, err);
     }
   if (rq->partition > NRM_PARTITION_OFF)
-    return nrm_error_set (err, ENOTSUP,
-                          "--partition %s: no cgroup v2 cpuset here (cgroup v1?), so no cpuset partition",
+    return nrm_error_set (err, ENOTSUP, "--partition %s: no cgroup v2 cpuset here (cgroup v1?), so no cpuset partition",
                           nrm_partition_mode_name ((enum nrm_partition_mode) rq->partition));
   if (rq->attach_pid)
     nrm_log (NULL, NRM_LOG_INFO,
@@ -1430,8 +1328,7 @@ command_env (struct run *r)
 
 /* In the child, once the parent has moved it into the cgroup: pinned
  * where there is no cgroup, numactl's memory policy, then the command. */
-static void __attribute__ ((noreturn))
-child_exec (const struct run *r, int go, pid_t parent)
+static void __attribute__ ((noreturn)) child_exec (const struct run *r, int go, pid_t parent)
 {
   const struct nrm_run_request *rq = r->rq;
   char ok;
@@ -1476,8 +1373,7 @@ child_exec (const struct run *r, int go, pid_t parent)
       int mode = -1;
       if (get_mempolicy (&mode, NULL, 0, NULL, 0) < 0 || (mode != want && !(want == MPOL_DEFAULT && mode == 4)))
         {
-          fprintf (stderr, "nrm run: cannot set the memory policy %s on nodes %s\n", policy_name (rq->policy),
-                   r->mems);
+          fprintf (stderr, "nrm run: cannot set the memory policy %s on nodes %s\n", policy_name (rq->policy), r->mems);
           _exit (NRM_RUN_EXIT_FAILED);
         }
       numa_free_cpumask (cm);
@@ -1569,7 +1465,7 @@ run_close (struct run *r)
   if (r->fs)
     {
       nrm_error_t terr = NULL;
-      if (remove_run_cgroup (r->fs, r->cgname, &terr) < 0)
+      if (nrm_run_cgroup_remove (r->fs, r->cgname, &terr) < 0)
         {
           nrm_log (NULL, NRM_LOG_WARNING, "run %s: %s", r->name, nrm_error_msg (terr));
           nrm_error_release (&terr);
@@ -1607,8 +1503,8 @@ nrm_cmd_run (struct nrm_config *c, struct nrm_topology *t, const struct nrm_run_
                    .tried = json_array (),
                    .parts = xcalloc (t->n_numa + 1, sizeof (struct part)) };
   int ret = -1;
-  if (run_check (&r, err) < 0 || run_open (&r, err) < 0 || run_take_cpus (&r, err) < 0
-      || run_memory_nodes (&r, err) < 0 || run_take_memory (&r, err) < 0)
+  if (run_check (&r, err) < 0 || run_open (&r, err) < 0 || run_take_cpus (&r, err) < 0 || run_memory_nodes (&r, err) < 0
+      || run_take_memory (&r, err) < 0)
     goto out;
   run_explain (&r, out);
   if (rq->dry_run)
