@@ -5,16 +5,19 @@
 /* What the parts of nrm run offer one another; nothing outside nrm run
  * includes it:
  *   run.c         the phases and nrm_cmd_run
- *   run-cgroup.c  the run's transient cgroup and its cpuset partition */
+ *   run-cgroup.c  the run's transient cgroup and its cpuset partition
+ *   run-record.c  the run records and the release of stale runs */
 
 #include <jansson.h>
 #include <stdbool.h>
+#include <sys/types.h>
 
 #include "cpuset/partition.h"
 #include "nrm/base/error.h"
 #include "nrm/conf.h"
 #include "nrm/run.h"
 
+struct nrm_attach;
 struct nrm_cgroupfs;
 
 /* run-cgroup.c */
@@ -37,5 +40,22 @@ int nrm_run_partition_make (struct nrm_cgroupfs *fs, const char *rel, const char
 
 /* The partition m as a dry run reports it (a new reference). */
 json_t *nrm_run_partition_view (const struct nrm_config *c, enum nrm_partition_mode m, bool asked);
+
+/* run-record.c */
+
+/* A process's start time (clock ticks since boot), to tell a pid reused;
+ * 0 when it is gone. */
+unsigned long long nrm_run_start_time (pid_t pid);
+
+/* The folder of the run records under state_dir. */
+char *nrm_run_record_dir (const char *state_dir);
+
+/* The run's own record, written before its claims exist; att: the process
+ * it is attached to (--pid), or NULL. */
+int nrm_run_record_write (const char *state_dir, const char *uid, const char *name, pid_t pid, unsigned long long st,
+                          const struct nrm_attach *att, nrm_error_t *err);
+
+/* The run's record gone, once every claim of it is released. */
+void nrm_run_record_remove (const char *state_dir, const char *uid);
 
 #endif
