@@ -6,7 +6,8 @@
  * includes it:
  *   run.c         the phases and nrm_cmd_run
  *   run-cgroup.c  the run's transient cgroup and its cpuset partition
- *   run-record.c  the run records and the release of stale runs */
+ *   run-record.c  the run records and the release of stale runs
+ *   run-scratch.c a dry run's scratch copy of the state directory */
 
 #include <jansson.h>
 #include <stdbool.h>
@@ -57,5 +58,15 @@ int nrm_run_record_write (const char *state_dir, const char *uid, const char *na
 
 /* The run's record gone, once every claim of it is released. */
 void nrm_run_record_remove (const char *state_dir, const char *uid);
+
+/* run-scratch.c */
+
+/* A scratch state directory for a dry run: a copy of the checkpoints of
+ * the drivers names[2] and of the run records of from (NULL: nothing
+ * held); a path to free, or NULL. */
+char *nrm_run_scratch_make (const char *from, const char *const names[2], nrm_error_t *err);
+
+/* The scratch directory and what it holds removed. */
+void nrm_run_scratch_remove (const char *dir);
 
 #endif
