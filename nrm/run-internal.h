@@ -7,19 +7,78 @@
  *   run.c         the phases and nrm_cmd_run
  *   run-cgroup.c  the run's transient cgroup and its cpuset partition
  *   run-record.c  the run records and the release of stale runs
- *   run-scratch.c a dry run's scratch copy of the state directory */
+ *   run-scratch.c a dry run's scratch copy of the state directory
+ *   run-explain.c why these CPUs and memory: the dry run's report, the log */
 
 #include <jansson.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <sys/types.h>
 
+#include "cpuset/env.h"
 #include "cpuset/partition.h"
+#include "driver/kubelet/plugin.h"
+#include "driver/registry.h"
+#include "memory/policy.h"
+#include "nrm/attach.h"
 #include "nrm/base/error.h"
 #include "nrm/conf.h"
 #include "nrm/run.h"
 
-struct nrm_attach;
 struct nrm_cgroupfs;
+
+/* One NUMA node's share of the run's CPUs. */
+struct part
+{
+  size_t ni;          /* NUMA node index */
+  unsigned os;        /* its Linux number */
+  unsigned count;     /* CPUs taken there */
+  hwloc_bitmap_t pin; /* exactly these (-C), or NULL */
+};
+
+/* One run from its checks to its release: what its phases share. */
+struct run
+{
+  struct nrm_config *c;
+  struct nrm_topology *t;
+  const struct nrm_run_request *rq;
+  pid_t self;
+  unsigned long long st;
+  char *uid, *name, *cgname, *scratch;
+  const char *state; /* c->state_dir, or a dry run's scratch copy */
+  struct nrm_attach att;
+  struct nrm_publish_options po;
+  struct nrm_registry *reg;
+  struct nrm_drivers drivers;
+  struct nrm_driver_slot *drv[2]; /* the CPU and memory drivers */
+  struct nrm_plugin *pl[2];
+  bool prepared[2], recorded, released;
+  json_t *config;      /* the CPU claim's opaque configuration (--option) */
+  json_t *cpu_devices; /* the CPU driver's devices by name, as it publishes them */
+  unsigned options;    /* the CPU options placement uses */
+  /* Placement, under the CPU driver's serialize lock. */
+  struct part *parts;
+  size_t n_parts;
+  json_t *tried, *cpu_claims; /* the CPU claims as placement saw them */
+  bool placement_failed;      /* the error is placement's, not the prepare's */
+  /* What the drivers prepared, handed back by the prepares. */
+  struct nrm_plugin_prepared cpu, mem;
+  char *cpus, *mems;
+  hwloc_bitmap_t got;
+  int node; /* the node memory is taken from */
+  struct nrm_env_binding mem_eb;
+  struct nrm_cgroupfs *fs;
+  bool cgroup;
+};
+
+/* A run's policy in the words a claim's MemoryConfig uses. */
+static inline const char *
+nrm_run_policy_name (enum nrm_run_mempolicy p)
+{
+  static const enum nrm_mempolicy words[] = { NRM_MEMPOLICY_BIND, NRM_MEMPOLICY_BIND, NRM_MEMPOLICY_INTERLEAVE,
+                                              NRM_MEMPOLICY_PREFERRED, NRM_MEMPOLICY_LOCAL };
+  return nrm_mempolicy_name[words[p]];
+}
 
 /* run-cgroup.c */
 
@@ -68,5 +127,11 @@ char *nrm_run_scratch_make (const char *from, const char *const names[2], nrm_er
 
 /* The scratch directory and what it holds removed. */
 void nrm_run_scratch_remove (const char *dir);
+
+/* run-explain.c */
+
+/* Why these CPUs and this memory: printed to out for a dry run (JSON with
+ * --json), one line in the log for a real one. */
+void nrm_run_explain (struct run *r, FILE *out);
 
 #endif
