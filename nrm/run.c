@@ -242,26 +242,6 @@ spread (const struct nrm_topology *t, const bool *candidate, const uint64_t *fre
   return left == 0 ? n : 0;
 }
 
-/* The cgroup v2 a process is in ("" for the root), from /proc/PID/cgroup's
- * "0::" line, or NULL. */
-static char *
-cgroup_of (pid_t pid)
-{
-  char path[64], line[4096];
-  char *found = NULL;
-  snprintf (path, sizeof (path), "/proc/%d/cgroup", (int) pid);
-  FILE *f = fopen (path, "re");
-  while (f && found == NULL && fgets (line, sizeof (line), f))
-    if (strncmp (line, "0::/", 4) == 0)
-      {
-        line[strcspn (line, "\n")] = '\0';
-        found = xstrdup (line + 4);
-      }
-  if (f)
-    fclose (f);
-  return found;
-}
-
 /* Back as it was: into its old cgroup first (its old affinity may lie
  * outside the run's cpuset), then each thread's affinity. */
 static void
@@ -303,9 +283,25 @@ attach_and_hold (struct nrm_cgroupfs *fs, const char *cgname, const char *name, 
       char pidtext[32];
       cleanup_free char *rel = xasprintf ("nrm.slice/%s", cgname);
       snprintf (pidtext, sizeof (pidtext), "%d", (int) a->pid);
-      if ((a->old_cgroup = cgroup_of (a->pid)) == NULL)
-        return nrm_error_set (err, EINVAL, "--pid %d (%s): not in a cgroup v2 (no `0::` line in /proc/%d/cgroup)",
-                              (int) a->pid, a->comm, (int) a->pid);
+      cleanup_free char *old = NULL;
+      nrm_error_t cerr = NULL;
+      if (nrm_cgroup_of_pid ("/", (int) a->pid, &old, &cerr) < 0)
+        {
+          /* A cgroup path the cgroup layer refuses: it could not be put
+           * back there. Else (no "0::" line, /proc unreadable) the run's
+           * own message. */
+          if (cerr->status == EINVAL)
+            {
+              *err = cerr;
+              return nrm_error_wrap (err, "--pid %d (%s)", (int) a->pid, a->comm);
+            }
+          nrm_error_release (&cerr);
+          return nrm_error_set (err, EINVAL, "--pid %d (%s): not in a cgroup v2 (no `0::` line in /proc/%d/cgroup)",
+                                (int) a->pid, a->comm, (int) a->pid);
+        }
+      /* Relative to the cgroup layer's root, as put_back's message and
+       * the layer's errors name it. */
+      a->old_cgroup = xstrdup (old[0] == '/' ? old + 1 : old);
       /* The affinities to put back are those before the move: joining
        * the run's cgroup narrows them to its cpuset. */
       nrm_attach_save (a);
