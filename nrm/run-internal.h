@@ -5,6 +5,7 @@
 /* What the parts of nrm run offer one another; nothing outside nrm run
  * includes it:
  *   run.c         the phases and nrm_cmd_run
+ *   run-place.c   the CPUs placed under the CPU driver's serialize lock
  *   run-cgroup.c  the run's transient cgroup and its cpuset partition
  *   run-record.c  the run records and the release of stale runs
  *   run-scratch.c a dry run's scratch copy of the state directory
@@ -26,6 +27,9 @@
 #include "nrm/run.h"
 
 struct nrm_cgroupfs;
+
+/* The namespace of every run's claims. */
+#define RUN_NAMESPACE "nrm-run"
 
 /* One NUMA node's share of the run's CPUs. */
 struct part
@@ -79,6 +83,25 @@ nrm_run_policy_name (enum nrm_run_mempolicy p)
                                               NRM_MEMPOLICY_PREFERRED, NRM_MEMPOLICY_LOCAL };
   return nrm_mempolicy_name[words[p]];
 }
+
+/* run.c */
+
+/* A ResourceClaim of the run as the scheduler would have allocated it:
+ * results is an array of allocation results (stolen); a new reference. */
+json_t *nrm_run_claim (const char *uid, const char *name, json_t *results, json_t *config);
+
+/* run-place.c */
+
+/* The CPU claim, chosen under the CPU driver's serialize lock from the
+ * claims held then (an nrm_plugin_choose_fn; ctx the struct run): the
+ * parts placed, the claim naming their CPUs. */
+int nrm_run_choose_cpus (void *ctx, json_t *claims, json_t **ret, nrm_error_t *err);
+
+/* The parts placed let go. */
+void nrm_run_drop_parts (struct run *r);
+
+/* --cpus N found no room: why, from the last node's answer (stolen). */
+int nrm_run_no_room (struct run *r, nrm_error_t last, nrm_error_t *err);
 
 /* run-cgroup.c */
 
