@@ -2,13 +2,13 @@
 /* nrm run: the plugin's placement and state for any command, without
  * Kubernetes. The allocation is a claim in the same checkpoints the plugin
  * uses (so both coexist), committed into a transient cgroup v2, or with
- * sched_setaffinity and set_mempolicy where there is no cgroup v2 cpuset. */
+ * sched_setaffinity and set_mempolicy where there is no cgroup v2 cpuset.
+ * This file holds the phases of a run and nrm_cmd_run, which calls them in
+ * order; nrm/run-internal.h names the files that hold the rest. */
 #include "config.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,213 +23,22 @@
 
 #include "cpuset/partition.h"
 #include "cpuset/placement.h"
-#include "driver/kubelet/checkpoint.h"
+#include "driver/names.h"
 #include "driver/cpu/cpu.h"
 #include "driver/kit.h"
 #include "driver/kubelet/plugin.h"
-#include "driver/names.h"
 #include "driver/registry.h"
 #include "nrm/attach.h"
 #include "nrm/base/cgroupfs.h"
 #include "nrm/base/cleanup.h"
 #include "nrm/base/quantity.h"
 #include "nrm/base/xalloc.h"
-#include "nrm/base/fs.h"
 #include "nrm/commit.h"
 #include "nrm/logging.h"
 #include "nrm/run.h"
+#include "nrm/run-internal.h"
 #include "memory/place.h"
 #include "memory/policy.h"
-#include "nrm/status.h"
-
-#define RUN_NAMESPACE "nrm-run"
-
-/* A process's start time (clock ticks since boot), to tell a pid reused. */
-static unsigned long long
-start_time (pid_t pid)
-{
-  char path[64], buf[4096];
-  snprintf (path, sizeof (path), "/proc/%d/stat", (int) pid);
-  FILE *f = fopen (path, "re");
-  if (f == NULL)
-    return 0;
-  size_t n = fread (buf, 1, sizeof (buf) - 1, f);
-  fclose (f);
-  buf[n] = '\0';
-  /* Field 22; the command name (field 2) may hold spaces: start after ')'. */
-  char *p = strrchr (buf, ')');
-  unsigned long long v = 0;
-  for (int field = 2; p && field < 22; field++)
-    p = strchr (p + 1, ' ');
-  if (p)
-    v = strtoull (p + 1, NULL, 10);
-  return v;
-}
-
-/* This process's PID namespace, "dev:ino" of /proc/self/ns/pid: a record
- * written in another one names a pid this process cannot look up. */
-static char *
-pid_namespace (void)
-{
-  struct stat st;
-  if (stat ("/proc/self/ns/pid", &st) < 0)
-    return xstrdup ("?");
-  return xasprintf ("%llu:%llu", (unsigned long long) st.st_dev, (unsigned long long) st.st_ino);
-}
-
-/* This boot's id: start times count from boot, so a record of an earlier
- * boot is stale whatever its pid. */
-static char *
-boot_id (void)
-{
-  char *text = NULL;
-  nrm_error_t err = NULL;
-  if (nrm_read_file ("/proc/sys/kernel/random/boot_id", 128, &text, NULL, &err) < 0)
-    {
-      nrm_error_release (&err);
-      return xstrdup ("?");
-    }
-  text[strcspn (text, "\n")] = '\0';
-  return text;
-}
-
-static char *
-record_dir (const char *state_dir)
-{
-  return xasprintf ("%s/runs", state_dir);
-}
-
-static char *
-record_path (const char *state_dir, const char *uid)
-{
-  return xasprintf ("%s/runs/%s.json", state_dir, uid);
-}
-
-/* The run's own record, written before its claims exist: only nrm writes
- * in the state directory, so no claim can pose as a run. A run attached to
- * a process (--pid) names it too: the run is over when either is gone. */
-static int
-write_record (const char *state_dir, const char *uid, const char *name, pid_t pid, unsigned long long st,
-              const struct nrm_attach *att, nrm_error_t *err)
-{
-  cleanup_free char *dir = record_dir (state_dir), *path = record_path (state_dir, uid);
-  cleanup_free char *ns = pid_namespace (), *boot = boot_id (), *text = NULL;
-  cleanup_json json_t *rec = json_pack ("{s:s, s:s, s:i, s:I, s:s, s:s}", "uid", uid, "name", name, "pid", (int) pid,
-                                        "startTime", (json_int_t) st, "pidNamespace", ns, "bootId", boot);
-  if (att)
-    {
-      json_object_set_new (rec, "attachedPid", json_integer ((json_int_t) att->pid));
-      json_object_set_new (rec, "attachedStartTime", json_integer ((json_int_t) att->start));
-    }
-  text = json_dumps (rec, JSON_COMPACT);
-  if (nrm_mkdir_p (dir, 0700, err) < 0 || nrm_write_atomic (path, text, strlen (text), 0600, err) < 0)
-    return nrm_error_wrap (err, "run record");
-  return 0;
-}
-
-/* Whether the run of this record is gone: 1 gone, 2 the process it was
- * attached to is gone, 0 alive, -1 not known here (another PID namespace,
- * or an unreadable record). */
-static int
-record_gone (json_t *rec, const char *uid, const char *ns, const char *boot)
-{
-  json_t *pid = json_object_get (rec, "pid"), *st = json_object_get (rec, "startTime");
-  const char *rns = json_string_value (json_object_get (rec, "pidNamespace"));
-  const char *rboot = json_string_value (json_object_get (rec, "bootId"));
-  const char *ruid = json_string_value (json_object_get (rec, "uid"));
-  if (!json_is_integer (pid) || !json_is_integer (st) || rns == NULL || rboot == NULL || ruid == NULL
-      || strcmp (ruid, uid) != 0)
-    return -1;
-  if (strcmp (rboot, boot) != 0)
-    return 1;
-  if (strcmp (rns, ns) != 0)
-    return -1;
-  json_int_t p = json_integer_value (pid);
-  if (p <= 0 || p > 4194304)
-    return -1;
-  if (start_time ((pid_t) p) != (unsigned long long) json_integer_value (st))
-    return 1;
-  json_t *apid = json_object_get (rec, "attachedPid"), *ast = json_object_get (rec, "attachedStartTime");
-  if (apid == NULL)
-    return 0;
-  json_int_t ap = json_integer_value (apid);
-  if (!json_is_integer (apid) || !json_is_integer (ast) || ap <= 0 || ap > 4194304)
-    return -1;
-  return start_time ((pid_t) ap) == (unsigned long long) json_integer_value (ast) ? 0 : 2;
-}
-
-/* A run's transient cgroup nrm.slice/<cgname> goes: no longer a partition
- * (a process of a killed run may still be in it, and its CPUs would stay
- * exclusive to it), removed where it is empty, and the exclusive CPUs it
- * left in nrm.slice given back. */
-static int
-remove_run_cgroup (struct nrm_cgroupfs *fs, const char *cgname, nrm_error_t *err)
-{
-  cleanup_free char *rel = xasprintf ("nrm.slice/%s", cgname), *part = NULL;
-  nrm_error_t e = NULL;
-  if (nrm_cgroup_read (fs, rel, "cpuset.cpus.partition", &part, &e) == 0 && strncmp (part, "member", 6) != 0
-      && nrm_cgroup_write (fs, rel, "cpuset.cpus.partition", "member", &e) == 0)
-    nrm_cgroup_write (fs, rel, "cpuset.cpus.exclusive", "\n", &e);
-  nrm_error_release (&e);
-  nrm_cgroup_rmdir (fs, rel, &e);
-  nrm_error_release (&e);
-  size_t trimmed = 0;
-  return nrm_partition_trim (fs, "nrm.slice", &trimmed, err);
-}
-
-void
-nrm_run_release_stale (const struct nrm_fsroot *root, const char *state_dir, struct nrm_plugin *const *pl, size_t n)
-{
-  cleanup_free char *dir = record_dir (state_dir), *ns = pid_namespace (), *boot = boot_id ();
-  DIR *d = opendir (dir);
-  struct dirent *de;
-  if (d == NULL)
-    return; /* no run has ever started here */
-  while ((de = readdir (d)) != NULL)
-    {
-      size_t len = strlen (de->d_name);
-      if (len <= 5 || len > 64 + 5 || strcmp (de->d_name + len - 5, ".json") != 0 || de->d_name[0] == '.')
-        continue;
-      cleanup_free char *uid = xstrndup (de->d_name, len - 5);
-      cleanup_free char *path = record_path (state_dir, uid), *text = NULL;
-      nrm_error_t err = NULL;
-      if (nrm_read_file (path, 4096, &text, NULL, &err) < 0)
-        {
-          nrm_error_release (&err);
-          continue;
-        }
-      cleanup_json json_t *rec = json_loads (text, 0, NULL);
-      int gone = record_gone (rec, uid, ns, boot);
-      if (gone < 1)
-        continue;
-      const char *name = json_string_value (json_object_get (rec, "name"));
-      nrm_log (NULL, NRM_LOG_INFO, "releasing the claim of run %s (%s is gone)", name ? name : uid,
-               gone == 1 ? "its nrm process" : "the process it was attached to");
-      bool all = true;
-      for (size_t i = 0; i < n; i++)
-        if (pl[i] && nrm_plugin_unprepare (pl[i], uid, &err) < 0)
-          {
-            nrm_log (NULL, NRM_LOG_ERROR, "run %s: %s", name ? name : uid, nrm_error_msg (err));
-            nrm_error_release (&err);
-            all = false;
-          }
-      /* Kept until every driver has let go, to try again later. */
-      if (all)
-        {
-          struct nrm_cgroupfs *fs = NULL;
-          if (gone == 1 && nrm_cgroup_v2_controller (root, "cpuset") == NRM_CGROUP_V2_WITH
-              && nrm_cgroupfs_open (root, &fs, &err) == 0)
-            {
-              cleanup_free char *cgname = xasprintf ("run-%d", (int) json_integer_value (json_object_get (rec, "pid")));
-              remove_run_cgroup (fs, cgname, &err);
-              nrm_cgroupfs_close (fs);
-            }
-          nrm_error_release (&err);
-          unlink (path);
-        }
-    }
-  closedir (d);
-}
 
 static json_t *
 result_for (const char *request, const char *driver, const char *node, const char *device, const char *key,
@@ -239,225 +48,12 @@ result_for (const char *request, const char *driver, const char *node, const cha
                     device, "consumedCapacity", key, amount);
 }
 
-/* A ResourceClaim as the scheduler would have allocated it: results is an
- * array of allocation results (stolen). */
-static json_t *
-claim_with (const char *uid, const char *name, json_t *results, json_t *config)
+json_t *
+nrm_run_claim (const char *uid, const char *name, json_t *results, json_t *config)
 {
   return json_pack ("{s:s, s:s, s:{s:s, s:s, s:s}, s:{s:{s:{s:o, s:O}}}}", "apiVersion", "resource.k8s.io/v1", "kind",
                     "ResourceClaim", "metadata", "namespace", RUN_NAMESPACE, "name", name, "uid", uid, "status",
                     "allocation", "devices", "results", results, "config", config);
-}
-
-/* The transient cgroup <root>/nrm.slice/run-<pid>, with cpuset (and memory)
- * enabled on the way down. */
-static int
-make_cgroup (struct nrm_cgroupfs *fs, const char *name, nrm_error_t *err)
-{
-  cleanup_free char *child = xasprintf ("nrm.slice/%s", name);
-  if (nrm_cgroup_write (fs, "", "cgroup.subtree_control", "+cpuset", err) < 0
-      || nrm_cgroup_mkdir (fs, "nrm.slice", err) < 0
-      || nrm_cgroup_write (fs, "nrm.slice", "cgroup.subtree_control", "+cpuset", err) < 0)
-    return -1;
-  /* The memory and hugetlb controllers are welcome, not needed: a run that
-   * asks for a limit fails later, naming the file, when one is missing. */
-  static const char *const welcome[] = { "+memory", "+hugetlb" };
-  for (size_t i = 0; i < 2; i++)
-    {
-      nrm_error_t ignored = NULL;
-      if (nrm_cgroup_write (fs, "", "cgroup.subtree_control", welcome[i], &ignored) == 0)
-        nrm_cgroup_write (fs, "nrm.slice", "cgroup.subtree_control", welcome[i], &ignored);
-      nrm_error_release (&ignored);
-    }
-  return nrm_cgroup_mkdir (fs, child, err);
-}
-
-/* A run's partition: --partition's, else the node's cpu.partition. */
-static enum nrm_partition_mode
-partition_mode (const struct nrm_config *c, const struct nrm_run_request *rq)
-{
-  return (enum nrm_partition_mode) (rq->partition >= 0 ? rq->partition : (int) c->cpu.partition);
-}
-
-/* The run's cgroup made a cpuset partition m: asked for (--partition), one
- * that cannot be had fails the run before the command starts; from the
- * node's cpu.partition, the run goes on without one and says why. */
-static int
-make_partition (struct nrm_cgroupfs *fs, const char *rel, const char *name, const char *cpus, enum nrm_partition_mode m,
-                bool asked, nrm_error_t *err)
-{
-  if (m == NRM_PARTITION_OFF)
-    return 0;
-  nrm_error_t perr = NULL;
-  cleanup_free char *eff = NULL;
-  if (nrm_partition_make (fs, rel, cpus, m, &eff, &perr) < 0)
-    {
-      if (asked)
-        {
-          *err = perr;
-          return nrm_error_wrap (err, "--partition %s", nrm_partition_mode_name (m));
-        }
-      nrm_log (NULL, NRM_LOG_INFO, "run %s: no cpuset partition (cpu.partition %s): %s", name,
-               nrm_partition_mode_name (m), nrm_error_msg (perr));
-      nrm_error_release (&perr);
-      return 0;
-    }
-  nrm_log (NULL, NRM_LOG_INFO, "run %s: CPUs %s are a cpuset partition (%s): no task outside the run runs there%s",
-           name, eff, nrm_partition_mode_name (m),
-           m == NRM_PARTITION_ISOLATED ? ", and the scheduler balances no load onto them" : "");
-  return 0;
-}
-
-/* What a partition of the run would be: asked for or the node's, and
- * whether this kernel can make one (not judged for a recorded machine). */
-static json_t *
-partition_view (const struct nrm_config *c, const struct nrm_fsroot *root, enum nrm_partition_mode m, bool asked)
-{
-  json_t *v
-      = json_pack ("{s:s, s:s}", "mode", nrm_partition_mode_name (m), "from", asked ? "--partition" : "cpu.partition");
-  if (c->topology)
-    {
-      json_object_set_new (v, "why", json_string ("not judged: a recorded machine"));
-      return v;
-    }
-  cleanup_free char *reason = NULL;
-  bool can = nrm_cgroup_v2_controller (root, "cpuset") == NRM_CGROUP_V2_WITH && nrm_partition_available (root, &reason);
-  if (!can && reason == NULL)
-    reason = xstrdup ("no cgroup v2 cpuset here (cgroup v1?)");
-  json_object_set_new (v, "available", json_boolean (can));
-  if (reason)
-    json_object_set_new (v, "why", json_string (reason));
-  return v;
-}
-
-/* A dry run prepares in a scratch copy of the state directory: the same
- * code picks the CPUs, and the real checkpoints are only read. */
-static void
-remove_scratch (const char *dir)
-{
-  static const char *const sub[] = { "runs", "" };
-  for (size_t k = 0; k < 2; k++)
-    {
-      cleanup_free char *d = sub[k][0] ? xasprintf ("%s/%s", dir, sub[k]) : xstrdup (dir);
-      DIR *dh = opendir (d);
-      struct dirent *de;
-      while (dh && (de = readdir (dh)) != NULL)
-        if (strcmp (de->d_name, ".") && strcmp (de->d_name, ".."))
-          {
-            cleanup_free char *f = xasprintf ("%s/%s", d, de->d_name);
-            unlink (f);
-          }
-      if (dh)
-        closedir (dh);
-      rmdir (d);
-    }
-}
-
-static int
-copy_file (const char *from, const char *to, nrm_error_t *err)
-{
-  cleanup_free char *text = NULL;
-  size_t len = 0;
-  nrm_error_t rerr = NULL;
-  if (nrm_read_file (from, NRM_CHECKPOINT_MAX, &text, &len, &rerr) < 0)
-    {
-      bool missing = rerr->status == ENOENT;
-      if (missing)
-        {
-          nrm_error_release (&rerr);
-          return 0;
-        }
-      *err = rerr;
-      return -1;
-    }
-  return nrm_write_atomic (to, text, len, 0600, err);
-}
-
-/* The scratch state: the checkpoints of the two drivers and the run
- * records of from (NULL: nothing held). */
-static char *
-make_scratch (const char *from, const char *const names[2], nrm_error_t *err)
-{
-  const char *tmp = getenv ("TMPDIR");
-  cleanup_free char *runs = from ? record_dir (from) : NULL;
-  DIR *d = NULL;
-  char *dir = xasprintf ("%s/nrm-dry-run.XXXXXX", tmp && *tmp ? tmp : "/tmp");
-  if (mkdtemp (dir) == NULL)
-    {
-      nrm_error_errno (err, errno, "dry run: cannot create `%s`", dir);
-      free (dir);
-      return NULL;
-    }
-  for (size_t i = 0; from && i < 2; i++)
-    {
-      cleanup_free char *a = nrm_checkpoint_path (from, names[i]);
-      cleanup_free char *b = nrm_checkpoint_path (dir, names[i]);
-      if (copy_file (a, b, err) < 0)
-        goto fail;
-    }
-  d = runs ? opendir (runs) : NULL;
-  struct dirent *de;
-  while (d && (de = readdir (d)) != NULL)
-    {
-      size_t len = strlen (de->d_name);
-      if (de->d_name[0] == '.' || len <= 5 || strcmp (de->d_name + len - 5, ".json") != 0)
-        continue;
-      cleanup_free char *a = xasprintf ("%s/%s", runs, de->d_name);
-      cleanup_free char *bd = record_dir (dir);
-      cleanup_free char *b = xasprintf ("%s/%s", bd, de->d_name);
-      if (nrm_mkdir_p (bd, 0700, err) < 0 || copy_file (a, b, err) < 0)
-        {
-          closedir (d);
-          goto fail;
-        }
-    }
-  if (d)
-    closedir (d);
-  return dir;
-fail:
-  nrm_error_wrap (err, "dry run");
-  remove_scratch (dir);
-  free (dir);
-  return NULL;
-}
-
-/* One NUMA node's share of the run's CPUs. */
-struct part
-{
-  size_t ni;          /* NUMA node index */
-  unsigned os;        /* its Linux number */
-  unsigned count;     /* CPUs taken there */
-  hwloc_bitmap_t pin; /* exactly these (-C), or NULL */
-};
-
-/* The CPU claim of the parts: one result per node (request `run` when
- * there is one), a CPUConfig `cpus` entry for each pinned one. */
-static json_t *
-cpu_claim (const char *uid, const char *name, const char *driver, const char *pool, bool isolated,
-           const struct part *parts, size_t n, json_t *config)
-{
-  json_t *results = json_array ();
-  cleanup_json json_t *conf = json_deep_copy (config);
-  for (size_t i = 0; i < n; i++)
-    {
-      char req[32], dev[48], count[16];
-      if (n == 1)
-        snprintf (req, sizeof (req), "run");
-      else
-        snprintf (req, sizeof (req), "run-%zu", i);
-      nrm_numa_name (dev, sizeof (dev), parts[i].os, isolated ? NRM_NUMA_NAME_ISOLATED : NRM_NUMA_NAME_NODE, NULL);
-      snprintf (count, sizeof (count), "%u", parts[i].count);
-      json_array_append_new (results, json_pack ("{s:s, s:s, s:s, s:s, s:{s:s}}", "request", req, "driver", driver,
-                                                 "pool", pool, "device", dev, "consumedCapacity", "cpus", count));
-      if (parts[i].pin)
-        {
-          cleanup_free char *list = nrm_cpulist_format (parts[i].pin);
-          json_array_append_new (conf, json_pack ("{s:[s], s:s, s:{s:s, s:{s:s, s:s, s:s}}}", "requests", req, "source",
-                                                  "FromClaim", "opaque", "driver", driver, "parameters", "apiVersion",
-                                                  "cpu.nrm.io/v1alpha1", "kind", "CPUConfig", "cpus", list));
-        }
-    }
-  return claim_with (uid, name, results, conf);
 }
 
 /* "all" on the command line: every node. */
@@ -467,38 +63,7 @@ is_all (hwloc_const_bitmap_t set)
   return hwloc_bitmap_last (set) == -1 && !hwloc_bitmap_iszero (set);
 }
 
-/* A run's policy in the words a claim's MemoryConfig uses. */
-static const enum nrm_mempolicy run_mempolicy[] = { NRM_MEMPOLICY_BIND, NRM_MEMPOLICY_BIND, NRM_MEMPOLICY_INTERLEAVE,
-                                                    NRM_MEMPOLICY_PREFERRED, NRM_MEMPOLICY_LOCAL };
-#define policy_name(p) nrm_mempolicy_name[run_mempolicy[p]]
 static const char *const policy_flags[] = { "", "--membind", "--interleave", "--preferred", "--localalloc" };
-
-/* The holder of a CPU among the checkpoint's claims, "namespace/name
- * (uid)", or NULL. */
-static char *
-holder_of (json_t *claims, unsigned cpu)
-{
-  const char *uid;
-  json_t *e;
-  json_object_foreach (claims, uid, e)
-  {
-    cleanup_bitmap hwloc_bitmap_t set = NULL;
-    nrm_error_t perr = NULL;
-    const char *list = json_string_value (json_object_get (json_object_get (e, "state"), "cpus"));
-    if (!nrm_checkpoint_completed (e) || list == NULL || nrm_cpulist_parse (list, &set, &perr) < 0)
-      {
-        nrm_error_release (&perr);
-        continue;
-      }
-    if (hwloc_bitmap_isset (set, cpu))
-      return xasprintf (
-          "%s %s/%s (%s)",
-          strcmp (json_string_value (json_object_get (e, "namespace")) ?: "", RUN_NAMESPACE) == 0 ? "run" : "claim",
-          json_string_value (json_object_get (e, "namespace")) ?: "?",
-          json_string_value (json_object_get (e, "name")) ?: "?", uid);
-  }
-  return NULL;
-}
 
 static char *
 node_list (const struct nrm_topology *t)
@@ -533,190 +98,6 @@ check_nodes (const struct nrm_topology *t, hwloc_const_bitmap_t set, const char 
   return 0;
 }
 
-/* Every CPU of -C: on this machine, allocatable, of the right kind and not
- * held; the error names the CPU and why, its holder when held. */
-static int
-check_pin (const struct nrm_topology *t, const struct nrm_run_request *rq, json_t *claims, nrm_error_t *err)
-{
-  int cpu;
-  hwloc_bitmap_foreach_begin (cpu, rq->cpu_list)
-  {
-    int pi = nrm_topology_pu_index (t, (unsigned) cpu);
-    cleanup_free char *who = NULL;
-    if (pi < 0 || t->pus[pi].numa < 0)
-      {
-        cleanup_free char *all = nrm_cpulist_format (t->online);
-        return nrm_error_set (err, EINVAL, "--physcpubind: CPU %d is not on this machine (its CPUs are %s)", cpu, all);
-      }
-    if (hwloc_bitmap_isset (t->reserved, (unsigned) cpu))
-      return nrm_error_set (err, EINVAL, "--physcpubind: CPU %d is reserved (--reserved-cpus)", cpu);
-    if (hwloc_bitmap_isset (t->disallowed, (unsigned) cpu))
-      return nrm_error_set (err, EINVAL, "--physcpubind: CPU %d is outside the cgroup cpuset nrm runs in", cpu);
-    bool iso = hwloc_bitmap_isset (t->isolated, (unsigned) cpu);
-    if (iso != rq->isolated)
-      return nrm_error_set (err, EINVAL, "--physcpubind: CPU %d is %s", cpu,
-                            iso ? "isolated: give --isolated for isolated CPUs"
-                                : "not isolated, and --isolated asks for isolated ones");
-    if ((who = holder_of (claims, (unsigned) cpu)) != NULL)
-      return nrm_error_set (err, EBUSY, "--physcpubind: CPU %d is held by %s", cpu, who);
-  }
-  hwloc_bitmap_foreach_end ();
-  return 0;
-}
-
-/* Why these CPUs: the cores, L3 groups and nodes they make up, the
- * distances, the nodes tried, the memory and what else is held. */
-static json_t *
-explain (const struct nrm_topology *t, hwloc_const_bitmap_t got, const struct part *parts, size_t n_parts,
-         json_t *tried, json_t *claims, const char *uid, const struct nrm_run_request *rq, const char *mems,
-         int mem_node, const char *state_dir)
-{
-  cleanup_free char *cpus = nrm_cpulist_format (got);
-  json_t *jn = json_array ();
-  for (size_t i = 0; i < n_parts; i++)
-    {
-      const struct nrm_numa_node *nn = &t->numa[parts[i].ni];
-      cleanup_bitmap hwloc_bitmap_t on = xbitmap_dup (got);
-      hwloc_bitmap_and (on, on, nn->cpus);
-      cleanup_free char *list = nrm_cpulist_format (on);
-      json_t *dist = json_object ();
-      for (size_t j = 0; t->distances && j < t->n_numa; j++)
-        {
-          char key[16];
-          snprintf (key, sizeof (key), "%u", t->numa[j].os_index);
-          json_object_set_new (dist, key, json_integer ((json_int_t) nrm_topology_distance (t, parts[i].ni, j)));
-        }
-      json_array_append_new (jn, json_pack ("{s:i, s:s, s:i, s:o}", "node", (int) nn->os_index, "cpus", list, "count",
-                                            (int) parts[i].count, "distances", dist));
-    }
-  json_t *held = json_array ();
-  const char *u;
-  json_t *e;
-  json_object_foreach (claims, u, e)
-  {
-    const char *list = json_string_value (json_object_get (json_object_get (e, "state"), "cpus"));
-    if (strcmp (u, uid) == 0 || !nrm_checkpoint_completed (e) || list == NULL)
-      continue;
-    json_array_append_new (held,
-                           json_pack ("{s:s, s:s, s:s, s:s}", "namespace",
-                                      json_string_value (json_object_get (e, "namespace")) ?: "", "name",
-                                      json_string_value (json_object_get (e, "name")) ?: "", "uid", u, "cpus", list));
-  }
-  json_t *mem = json_pack ("{s:s, s:s}", "policy", policy_name (rq->policy), "nodes", mems);
-  if (rq->memory_kind || rq->memory_tier >= 0)
-    {
-      int mi = nrm_topology_numa_index (t, (unsigned) mem_node);
-      cleanup_free char *why = xasprintf ("the nearest node to the CPUs with %s memory (tier %d) and room",
-                                          mi >= 0 ? t->numa[mi].kind : "?", mi >= 0 ? t->numa[mi].tier : -1);
-      json_object_set_new (mem, "why", json_string (why));
-    }
-  else if (rq->policy == NRM_RUN_MEM_DEFAULT)
-    json_object_set_new (mem, "why", json_string ("the NUMA nodes of the CPUs"));
-  if (rq->memory || rq->hugepages_2mi || rq->hugepages_1gi)
-    json_object_set_new (mem, "takenFrom", json_integer (mem_node));
-  if (rq->memory)
-    json_object_set_new (mem, "memory", json_string (rq->memory));
-  if (rq->hugepages_2mi)
-    json_object_set_new (mem, "hugepages2Mi", json_string (rq->hugepages_2mi));
-  if (rq->hugepages_1gi)
-    json_object_set_new (mem, "hugepages1Gi", json_string (rq->hugepages_1gi));
-  /* The layout's keys (wholeCores ... numaNodes) after the count, as
-   * nrm status and the claim's metadata have them. */
-  json_t *x = json_pack ("{s:b, s:s, s:i}", "dryRun", rq->dry_run, "cpus", cpus, "count", hwloc_bitmap_weight (got));
-  cleanup_json json_t *layout = nrm_cpus_layout (t, got, NULL);
-  json_object_update (x, layout);
-  json_object_set_new (x, "nodes", jn);
-  json_object_set_new (x, "memory", mem);
-  json_object_set (x, "tried", tried);
-  json_object_set_new (x, "held", held);
-  json_object_set_new (x, "stateDir", state_dir ? json_string (state_dir) : json_null ());
-  return x;
-}
-
-static const char *
-dash (const char *s)
-{
-  return s && *s ? s : "-";
-}
-
-static void
-print_explanation (FILE *f, json_t *x, char **argv)
-{
-  size_t i;
-  json_t *v;
-  fprintf (f, "would take CPUs %s (%d) for", json_string_value (json_object_get (x, "cpus")),
-           (int) json_integer_value (json_object_get (x, "count")));
-  json_t *att = json_object_get (x, "attach");
-  for (size_t k = 0; argv && argv[k]; k++)
-    fprintf (f, " %s", argv[k]);
-  if (att)
-    fprintf (f, " process %d (%s, %d thread%s)\n", (int) json_integer_value (json_object_get (att, "pid")),
-             json_string_value (json_object_get (att, "command")),
-             (int) json_integer_value (json_object_get (att, "threads")),
-             json_integer_value (json_object_get (att, "threads")) == 1 ? "" : "s");
-  else
-    fprintf (f, "%s\n", argv ? "" : " a command");
-  fprintf (f, "  whole cores: %s; cores shared with other CPUs: %s (cores by their first CPU)\n",
-           dash (json_string_value (json_object_get (x, "wholeCores"))),
-           dash (json_string_value (json_object_get (x, "partialCores"))));
-  fprintf (f, "  L3 groups: %s; packages: %s; NUMA nodes: %s\n",
-           dash (json_string_value (json_object_get (x, "l3Groups"))),
-           dash (json_string_value (json_object_get (x, "packages"))),
-           dash (json_string_value (json_object_get (x, "numaNodes"))));
-  json_array_foreach (json_object_get (x, "nodes"), i, v)
-  {
-    fprintf (f, "  NUMA node %d: CPUs %s", (int) json_integer_value (json_object_get (v, "node")),
-             json_string_value (json_object_get (v, "cpus")));
-    const char *k;
-    json_t *d;
-    const char *sep = "; distances";
-    json_object_foreach (json_object_get (v, "distances"), k, d)
-    {
-      fprintf (f, "%s %s:%d", sep, k, (int) json_integer_value (d));
-      sep = "";
-    }
-    fputc ('\n', f);
-  }
-  json_t *pv = json_object_get (x, "partition");
-  if (pv)
-    {
-      json_t *av = json_object_get (pv, "available");
-      const char *pwhy = json_string_value (json_object_get (pv, "why"));
-      fprintf (f, "  cpuset partition: %s (%s)%s%s%s\n", json_string_value (json_object_get (pv, "mode")),
-               json_string_value (json_object_get (pv, "from")),
-               json_is_true (av) ? ": this kernel can make one"
-               : av              ? ": unavailable here"
-                                 : "",
-               pwhy ? "; " : "", pwhy ? pwhy : "");
-    }
-  json_t *m = json_object_get (x, "memory");
-  fprintf (f, "  memory: policy %s, nodes %s", json_string_value (json_object_get (m, "policy")),
-           json_string_value (json_object_get (m, "nodes")));
-  if (json_object_get (m, "why"))
-    fprintf (f, " (%s)", json_string_value (json_object_get (m, "why")));
-  if (json_object_get (m, "takenFrom"))
-    fprintf (f, "; from node %d:%s%s%s%s%s%s", (int) json_integer_value (json_object_get (m, "takenFrom")),
-             json_object_get (m, "memory") ? " memory " : "", json_string_value (json_object_get (m, "memory")) ?: "",
-             json_object_get (m, "hugepages2Mi") ? " 2Mi huge pages " : "",
-             json_string_value (json_object_get (m, "hugepages2Mi")) ?: "",
-             json_object_get (m, "hugepages1Gi") ? " 1Gi huge pages " : "",
-             json_string_value (json_object_get (m, "hugepages1Gi")) ?: "");
-  fputc ('\n', f);
-  json_array_foreach (json_object_get (x, "tried"), i, v) fprintf (
-      f, "  tried NUMA node%s %s: %s\n", strpbrk (json_string_value (json_object_get (v, "nodes")), ",-") ? "s" : "",
-      json_string_value (json_object_get (v, "nodes")), json_string_value (json_object_get (v, "result")));
-  json_t *held = json_object_get (x, "held");
-  if (json_array_size (held) == 0)
-    fprintf (f, "  held by others: nothing\n");
-  json_array_foreach (held, i, v)
-      fprintf (f, "  held by %s/%s (%s): CPUs %s\n", json_string_value (json_object_get (v, "namespace")),
-               json_string_value (json_object_get (v, "name")), json_string_value (json_object_get (v, "uid")),
-               json_string_value (json_object_get (v, "cpus")));
-  if (json_is_true (json_object_get (x, "dryRun")))
-    fprintf (f, "  nothing was taken (dry run; state read from %s)\n",
-             json_string_value (json_object_get (x, "stateDir")) ?: "nowhere: a recorded machine holds nothing");
-}
-
 static pid_t child_pid;
 
 static void
@@ -724,67 +105,6 @@ forward (int sig)
 {
   if (child_pid > 0)
     kill (child_pid, sig);
-}
-
-static void
-add_tried (json_t *tried, const struct part *parts, size_t n, const char *result)
-{
-  cleanup_bitmap hwloc_bitmap_t set = xbitmap_alloc ();
-  for (size_t i = 0; i < n; i++)
-    hwloc_bitmap_set (set, parts[i].os);
-  cleanup_free char *list = nrm_cpulist_format (set);
-  json_array_append_new (tried, json_pack ("{s:s, s:s}", "nodes", list, "result", result));
-}
-
-/* Several nodes when no one has room: from the node with the most free
- * CPUs, then the nearest ones (by distance, the freest first), each giving
- * what it has free. Returns the number of parts, 0 when all together have
- * too few. */
-static size_t
-spread (const struct nrm_topology *t, const bool *candidate, const uint64_t *free_cpus, unsigned want,
-        struct part *parts)
-{
-  size_t n = 0, start = SIZE_MAX;
-  unsigned left = want;
-  for (size_t i = 0; i < t->n_numa; i++)
-    if (candidate[i] && free_cpus[i] > 0 && (start == SIZE_MAX || free_cpus[i] > free_cpus[start]))
-      start = i;
-  cleanup_free bool *used = xcalloc (t->n_numa + 1, sizeof (bool));
-  for (size_t next = start; next != SIZE_MAX && left > 0;)
-    {
-      unsigned take = free_cpus[next] < left ? (unsigned) free_cpus[next] : left;
-      parts[n++] = (struct part){ next, t->numa[next].os_index, take, NULL };
-      used[next] = true;
-      left -= take;
-      next = SIZE_MAX;
-      for (size_t i = 0; i < t->n_numa; i++)
-        if (candidate[i] && !used[i] && free_cpus[i] > 0
-            && (next == SIZE_MAX || nrm_topology_distance (t, start, i) < nrm_topology_distance (t, start, next)
-                || (nrm_topology_distance (t, start, i) == nrm_topology_distance (t, start, next)
-                    && free_cpus[i] > free_cpus[next])))
-          next = i;
-    }
-  return left == 0 ? n : 0;
-}
-
-/* The cgroup v2 a process is in ("" for the root), from /proc/PID/cgroup's
- * "0::" line, or NULL. */
-static char *
-cgroup_of (pid_t pid)
-{
-  char path[64], line[4096];
-  char *found = NULL;
-  snprintf (path, sizeof (path), "/proc/%d/cgroup", (int) pid);
-  FILE *f = fopen (path, "re");
-  while (f && found == NULL && fgets (line, sizeof (line), f))
-    if (strncmp (line, "0::/", 4) == 0)
-      {
-        line[strcspn (line, "\n")] = '\0';
-        found = xstrdup (line + 4);
-      }
-  if (f)
-    fclose (f);
-  return found;
 }
 
 /* Back as it was: into its old cgroup first (its old affinity may lie
@@ -828,9 +148,25 @@ attach_and_hold (struct nrm_cgroupfs *fs, const char *cgname, const char *name, 
       char pidtext[32];
       cleanup_free char *rel = xasprintf ("nrm.slice/%s", cgname);
       snprintf (pidtext, sizeof (pidtext), "%d", (int) a->pid);
-      if ((a->old_cgroup = cgroup_of (a->pid)) == NULL)
-        return nrm_error_set (err, EINVAL, "--pid %d (%s): not in a cgroup v2 (no `0::` line in /proc/%d/cgroup)",
-                              (int) a->pid, a->comm, (int) a->pid);
+      cleanup_free char *old = NULL;
+      nrm_error_t cerr = NULL;
+      if (nrm_cgroup_of_pid (NULL, (int) a->pid, &old, &cerr) < 0)
+        {
+          /* A cgroup path the cgroup layer refuses: it could not be put
+           * back there. Else (no "0::" line, /proc unreadable) the run's
+           * own message. */
+          if (cerr->status == EINVAL)
+            {
+              *err = cerr;
+              return nrm_error_wrap (err, "--pid %d (%s)", (int) a->pid, a->comm);
+            }
+          nrm_error_release (&cerr);
+          return nrm_error_set (err, EINVAL, "--pid %d (%s): not in a cgroup v2 (no `0::` line in /proc/%d/cgroup)",
+                                (int) a->pid, a->comm, (int) a->pid);
+        }
+      /* Relative to the cgroup layer's root, as put_back's message and
+       * the layer's errors name it. */
+      a->old_cgroup = xstrdup (old[0] == '/' ? old + 1 : old);
       /* The affinities to put back are those before the move: joining
        * the run's cgroup narrows them to its cpuset. */
       nrm_attach_save (a);
@@ -879,42 +215,6 @@ attach_and_hold (struct nrm_cgroupfs *fs, const char *cgname, const char *name, 
   return 0;
 }
 
-/* One run from its checks to its release: what its phases share. */
-struct run
-{
-  struct nrm_config *c;
-  const struct nrm_fsroot *root; /* c->fsroot opened */
-  struct nrm_topology *t;
-  const struct nrm_run_request *rq;
-  pid_t self;
-  unsigned long long st;
-  char *uid, *name, *cgname, *scratch;
-  const char *state; /* c->state_dir, or a dry run's scratch copy */
-  struct nrm_attach att;
-  struct nrm_publish_options po;
-  struct nrm_registry *reg;
-  struct nrm_drivers drivers;
-  struct nrm_driver_slot *drv[2]; /* the CPU and memory drivers */
-  struct nrm_plugin *pl[2];
-  bool prepared[2], recorded, released;
-  json_t *config;      /* the CPU claim's opaque configuration (--option) */
-  json_t *cpu_devices; /* the CPU driver's devices by name, as it publishes them */
-  unsigned options;    /* the CPU options placement uses */
-  /* Placement, under the CPU driver's serialize lock. */
-  struct part *parts;
-  size_t n_parts;
-  json_t *tried, *cpu_claims; /* the CPU claims as placement saw them */
-  bool placement_failed;      /* the error is placement's, not the prepare's */
-  /* What the drivers prepared, handed back by the prepares. */
-  struct nrm_plugin_prepared cpu, mem;
-  char *cpus, *mems;
-  hwloc_bitmap_t got;
-  int node; /* the node memory is taken from */
-  struct nrm_env_binding mem_eb;
-  struct nrm_cgroupfs *fs;
-  bool cgroup;
-};
-
 static bool
 uses_memory (const struct nrm_run_request *rq)
 {
@@ -928,7 +228,7 @@ run_check (struct run *r, nrm_error_t *err)
 {
   const struct nrm_run_request *rq = r->rq;
   r->self = getpid ();
-  r->st = start_time (r->self);
+  r->st = nrm_run_start_time (r->self);
   /* --pid: the process is checked before anything is taken. */
   if (rq->attach_pid)
     {
@@ -1015,7 +315,7 @@ run_open (struct run *r, nrm_error_t *err)
       struct stat sb;
       bool read_state
           = (c->topology == NULL || strcmp (c->state_dir, NRM_DEFAULT_STATE_DIR) != 0) && stat (c->state_dir, &sb) == 0;
-      if ((r->scratch = make_scratch (read_state ? c->state_dir : NULL, dnames, err)) == NULL)
+      if ((r->scratch = nrm_run_scratch_make (read_state ? c->state_dir : NULL, dnames, err)) == NULL)
         return -1;
       r->state = r->scratch;
     }
@@ -1033,153 +333,9 @@ run_open (struct run *r, nrm_error_t *err)
   /* Runs whose nrm process is gone (killed with -9) still hold their
    * claims, CPUs and memory: released first. */
   nrm_run_release_stale (r->root, r->state, r->pl, 2);
-  if (write_record (r->state, r->uid, r->name, r->self, r->st, r->rq->attach_pid ? &r->att : NULL, err) < 0)
+  if (nrm_run_record_write (r->state, r->uid, r->name, r->self, r->st, r->rq->attach_pid ? &r->att : NULL, err) < 0)
     return -1;
   r->recorded = true;
-  return 0;
-}
-
-/* A part's CPUs placed as the CPU driver places them on its device, from
- * free (which loses them). */
-static int
-place_part (struct run *r, struct part *pt, hwloc_bitmap_t free_set, nrm_error_t *err)
-{
-  char dev[48], count[16];
-  size_t n;
-  nrm_numa_name (dev, sizeof (dev), pt->os, r->rq->isolated ? NRM_NUMA_NAME_ISOLATED : NRM_NUMA_NAME_NODE, NULL);
-  snprintf (count, sizeof (count), "%u", pt->count);
-  json_t *d = json_object_get (r->cpu_devices, dev);
-  if (d == NULL)
-    return nrm_error_set (err, ENODEV, "NUMA node %u: the CPU driver publishes no device %s", pt->os, dev);
-  cleanup_json json_t *consumed = json_pack ("{s:s}", "cpus", count);
-  struct nrm_alloc_result res = { r->drv[0]->name, "run", r->c->node_name, dev, NULL, consumed };
-  pt->pin = xbitmap_alloc ();
-  if (nrm_cpu_consumed (&res, d, &n, err) < 0
-      || nrm_cpu_place_device (r->t, dev, n, r->options, NULL, NULL, free_set, pt->pin, err) < 0)
-    {
-      hwloc_bitmap_free (pt->pin);
-      pt->pin = NULL;
-      return -1;
-    }
-  hwloc_bitmap_andnot (free_set, free_set, pt->pin);
-  return 0;
-}
-
-static void
-drop_parts (struct run *r)
-{
-  for (size_t i = 0; i < r->n_parts; i++)
-    hwloc_bitmap_free (r->parts[i].pin);
-  r->n_parts = 0;
-}
-
-/* --cpus N found no room: why, from the last node's answer. */
-static int
-no_room (struct run *r, nrm_error_t last, nrm_error_t *err)
-{
-  const struct nrm_run_request *rq = r->rq;
-  if (last == NULL && rq->isolated)
-    return nrm_error_set (err, ENOSPC,
-                          "no NUMA node%s has isolated CPUs (--isolated-cpus, or isolcpus= on the kernel "
-                          "command line)",
-                          rq->cpu_nodes ? " asked for" : "");
-  if (last == NULL)
-    return nrm_error_set (err, EINVAL, "no NUMA node asked for has CPUs");
-  *err = last;
-  return nrm_error_wrap (err, "%u CPU%s%s", rq->cpus, rq->cpus == 1 ? "" : "s",
-                         rq->cpu_nodes ? " on the NUMA nodes asked for" : " on any NUMA node");
-}
-
-/* --cpus N: one node, the first in preference order that has room, the
- * fullest first (a best fit, as the slices offer the nodes to the
- * scheduler); else several, asked for with -N LIST or needed without it. */
-static int
-place_count (struct run *r, json_t *claims, nrm_error_t *err)
-{
-  const struct nrm_topology *t = r->t;
-  const struct nrm_run_request *rq = r->rq;
-  cleanup_json json_t *held = nrm_checkpoint_held (claims);
-  cleanup_free uint64_t *free_cpus = NULL, *free_cell = NULL;
-  nrm_cpu_room (t, held, &free_cpus, &free_cell);
-  cleanup_free size_t *order = nrm_numa_preference_by_room (t, free_cpus, free_cell);
-  cleanup_bitmap hwloc_bitmap_t free_set = nrm_cpu_unheld (t, held);
-  cleanup_free bool *candidate = xcalloc (t->n_numa + 1, sizeof (bool));
-  size_t n_cand = 0;
-  nrm_error_t last = NULL;
-  for (size_t i = 0; i < t->n_numa; i++)
-    {
-      candidate[i] = !hwloc_bitmap_iszero (t->numa[i].cpus)
-                     && (rq->cpu_nodes == NULL || hwloc_bitmap_isset (rq->cpu_nodes, t->numa[i].os_index))
-                     && (!rq->isolated || hwloc_bitmap_intersects (t->numa[i].cpus, t->isolated));
-      n_cand += candidate[i];
-    }
-  for (size_t k = 0; k < t->n_numa && r->n_parts == 0; k++)
-    {
-      size_t ni = order[k];
-      struct part one = { ni, t->numa[ni].os_index, rq->cpus, NULL };
-      if (!candidate[ni])
-        continue;
-      nrm_error_release (&last);
-      if (place_part (r, &one, free_set, &last) == 0)
-        {
-          r->parts[r->n_parts++] = one;
-          add_tried (r->tried, &one, 1, "fits (the first in preference order, the fullest first)");
-        }
-      else
-        add_tried (r->tried, &one, 1, nrm_error_msg (last));
-    }
-  if (r->n_parts == 0 && last && n_cand > 1 && !rq->isolated
-      && (r->n_parts = spread (t, candidate, free_cpus, rq->cpus, r->parts)) > 1)
-    {
-      nrm_error_release (&last);
-      for (size_t i = 0; i < r->n_parts && last == NULL; i++)
-        place_part (r, &r->parts[i], free_set, &last);
-      if (last == NULL)
-        add_tried (r->tried, r->parts, r->n_parts, "fits across these nodes (no one node had room), nearest first");
-    }
-  if (r->n_parts == 0 || last)
-    {
-      drop_parts (r);
-      return no_room (r, last, err);
-    }
-  return 0;
-}
-
-/* -C: exactly these CPUs, from the nodes they are on; each checked free
- * under the lock, a held one refused naming its holder. */
-static int
-place_list (struct run *r, json_t *claims, nrm_error_t *err)
-{
-  const struct nrm_topology *t = r->t;
-  if (check_pin (t, r->rq, claims, err) < 0)
-    return -1;
-  for (size_t i = 0; i < t->n_numa; i++)
-    if (hwloc_bitmap_intersects (t->numa[i].cpus, r->rq->cpu_list))
-      {
-        hwloc_bitmap_t pin = xbitmap_dup (r->rq->cpu_list);
-        hwloc_bitmap_and (pin, pin, t->numa[i].cpus);
-        r->parts[r->n_parts++] = (struct part){ i, t->numa[i].os_index, (unsigned) hwloc_bitmap_weight (pin), pin };
-      }
-  add_tried (r->tried, r->parts, r->n_parts, "the CPUs asked for (--physcpubind)");
-  return 0;
-}
-
-/* The CPU claim, chosen under the CPU driver's serialize lock from the
- * claims held then: placement picks the node and the CPUs, and the claim
- * names them (CPUConfig cpus), so the prepare in the same hold takes
- * exactly those. */
-static int
-choose_cpus (void *ctx, json_t *claims, json_t **ret, nrm_error_t *err)
-{
-  struct run *r = ctx;
-  r->cpu_claims = json_deep_copy (claims);
-  if ((r->rq->cpu_list ? place_list (r, claims, err) : place_count (r, claims, err)) < 0)
-    {
-      r->placement_failed = true;
-      return -1;
-    }
-  *ret
-      = cpu_claim (r->uid, r->name, r->drv[0]->name, r->c->node_name, r->rq->isolated, r->parts, r->n_parts, r->config);
   return 0;
 }
 
@@ -1189,7 +345,7 @@ static int
 run_take_cpus (struct run *r, nrm_error_t *err)
 {
   const struct nrm_run_request *rq = r->rq;
-  if (nrm_plugin_prepare_local (r->pl[0], RUN_NAMESPACE, r->name, r->uid, choose_cpus, r, &r->cpu, err) < 0)
+  if (nrm_plugin_prepare_local (r->pl[0], RUN_NAMESPACE, r->name, r->uid, nrm_run_choose_cpus, r, &r->cpu, err) < 0)
     {
       if (r->placement_failed)
         return -1;
@@ -1198,8 +354,8 @@ run_take_cpus (struct run *r, nrm_error_t *err)
           cleanup_free char *list = nrm_cpulist_format (rq->cpu_list);
           return nrm_error_wrap (err, "CPUs %s", list);
         }
-      drop_parts (r);
-      return no_room (r, TAKE_PTR (*err), err);
+      nrm_run_drop_parts (r);
+      return nrm_run_no_room (r, TAKE_PTR (*err), err);
     }
   r->prepared[0] = true;
   r->cpus = xstrdup (json_string_value (json_object_get (r->cpu.state, "cpus")) ?: "");
@@ -1317,7 +473,7 @@ run_take_memory (struct run *r, nrm_error_t *err)
       nrm_numa_name (dev, sizeof (dev), (unsigned) r->node, NRM_NUMA_NAME_HUGEPAGES, "1Gi");
       json_array_append_new (results, result_for ("hugepages-1gi", md, node_name, dev, "hugepages", rq->hugepages_1gi));
     }
-  cleanup_json json_t *claim = claim_with (r->uid, r->name, TAKE_PTR (results), mconfig);
+  cleanup_json json_t *claim = nrm_run_claim (r->uid, r->name, TAKE_PTR (results), mconfig);
   if (nrm_plugin_prepare_local (r->pl[1], RUN_NAMESPACE, r->name, r->uid, choose_claim, claim, &r->mem, err) < 0)
     return nrm_error_wrap (err, "%s%s%s%s%s%s%s%s on NUMA node %d", rq->memory ? "memory " : "", rq->memory ?: "",
                            rq->hugepages_2mi ? (rq->memory ? ", " : "") : "",
@@ -1326,48 +482,6 @@ run_take_memory (struct run *r, nrm_error_t *err)
                            rq->hugepages_1gi ? "1Gi huge pages " : "", rq->hugepages_1gi ?: "", r->node);
   r->prepared[1] = true;
   return nrm_env_binding_parse (json_object_get (r->mem.edits, "env"), r->name, &r->mem_eb, err);
-}
-
-/* Why these CPUs and this memory: printed for a dry run, one line in the
- * log for a real one (with each node that had no room). */
-static void
-run_explain (struct run *r, FILE *out)
-{
-  const struct nrm_run_request *rq = r->rq;
-  struct nrm_config *c = r->c;
-  enum nrm_partition_mode pm = partition_mode (c, rq);
-  cleanup_json json_t *why = explain (
-      r->t, r->got, r->parts, r->n_parts, r->tried, r->cpu_claims, r->uid, rq, r->mems, r->node,
-      rq->dry_run ? (c->topology && strcmp (c->state_dir, NRM_DEFAULT_STATE_DIR) == 0 ? NULL : c->state_dir) : NULL);
-  if (pm != NRM_PARTITION_OFF)
-    json_object_set_new (why, "partition", partition_view (c, r->root, pm, rq->partition >= 0));
-  if (rq->attach_pid)
-    json_object_set_new (why, "attach",
-                         json_pack ("{s:i, s:s, s:i}", "pid", (int) r->att.pid, "command", r->att.comm, "threads",
-                                    (int) r->att.n_threads));
-  if (rq->dry_run && rq->json)
-    {
-      cleanup_free char *text = json_dumps (why, JSON_INDENT (2));
-      fprintf (out, "%s\n", text);
-      return;
-    }
-  if (rq->dry_run)
-    {
-      print_explanation (out, why, rq->argv);
-      return;
-    }
-  size_t i;
-  json_t *v;
-  json_array_foreach (r->tried, i, v) if (i + 1 < json_array_size (r->tried))
-      nrm_log (NULL, NRM_LOG_INFO, "run %s: NUMA node %s skipped: %s", r->name,
-               json_string_value (json_object_get (v, "nodes")), json_string_value (json_object_get (v, "result")));
-  nrm_log (NULL, NRM_LOG_INFO,
-           "run %s: CPUs %s (whole cores %s, partial cores %s; L3 groups %s; NUMA nodes %s), memory nodes %s "
-           "(policy %s)",
-           r->name, r->cpus, dash (json_string_value (json_object_get (why, "wholeCores"))),
-           dash (json_string_value (json_object_get (why, "partialCores"))),
-           dash (json_string_value (json_object_get (why, "l3Groups"))),
-           dash (json_string_value (json_object_get (why, "numaNodes"))), r->mems, policy_name (rq->policy));
 }
 
 /* The binding: the run's cgroup nrm.slice/run-<pid> through the cgroup
@@ -1384,10 +498,11 @@ run_bind (struct run *r, nrm_error_t *err)
       struct nrm_binding b = { .cpus = r->cpus, .memory = { .mems = r->mems } };
       nrm_env_binding_memory (&r->mem_eb, &b.memory);
       cleanup_free char *rel = xasprintf ("nrm.slice/%s", r->cgname);
-      if (nrm_cgroupfs_open (r->root, &r->fs, err) < 0 || make_cgroup (r->fs, r->cgname, err) < 0
+      if (nrm_cgroupfs_open (r->root, &r->fs, err) < 0 || nrm_run_cgroup_make (r->fs, r->cgname, err) < 0
           || nrm_binding_apply (r->fs, rel, &b, err) < 0)
         return -1;
-      return make_partition (r->fs, rel, r->name, r->cpus, partition_mode (r->c, rq), rq->partition >= 0, err);
+      return nrm_run_partition_make (r->fs, rel, r->name, r->cpus, nrm_run_partition_mode (r->c, rq),
+                                     rq->partition >= 0, err);
     }
   if (rq->partition > NRM_PARTITION_OFF)
     return nrm_error_set (err, ENOTSUP, "--partition %s: no cgroup v2 cpuset here (cgroup v1?), so no cpuset partition",
@@ -1473,7 +588,8 @@ static void __attribute__ ((noreturn)) child_exec (const struct run *r, int go, 
       int mode = -1;
       if (get_mempolicy (&mode, NULL, 0, NULL, 0) < 0 || (mode != want && !(want == MPOL_DEFAULT && mode == 4)))
         {
-          fprintf (stderr, "nrm run: cannot set the memory policy %s on nodes %s\n", policy_name (rq->policy), r->mems);
+          fprintf (stderr, "nrm run: cannot set the memory policy %s on nodes %s\n", nrm_run_policy_name (rq->policy),
+                   r->mems);
           _exit (NRM_RUN_EXIT_FAILED);
         }
       numa_free_cpumask (cm);
@@ -1550,22 +666,19 @@ run_close (struct run *r)
       nrm_plugin_stop (r->pl[i]);
     }
   if (r->recorded && r->released)
-    {
-      cleanup_free char *path = record_path (r->c->state_dir, r->uid);
-      unlink (path);
-    }
+    nrm_run_record_remove (r->c->state_dir, r->uid);
   nrm_plugin_prepared_done (&r->cpu);
   nrm_plugin_prepared_done (&r->mem);
   nrm_attach_close (&r->att);
   nrm_drivers_close (&r->drivers);
   nrm_registry_free (r->reg);
-  drop_parts (r);
+  nrm_run_drop_parts (r);
   if (r->scratch)
-    remove_scratch (r->scratch);
+    nrm_run_scratch_remove (r->scratch);
   if (r->fs)
     {
       nrm_error_t terr = NULL;
-      if (remove_run_cgroup (r->fs, r->cgname, &terr) < 0)
+      if (nrm_run_cgroup_remove (r->fs, r->cgname, &terr) < 0)
         {
           nrm_log (NULL, NRM_LOG_WARNING, "run %s: %s", r->name, nrm_error_msg (terr));
           nrm_error_release (&terr);
@@ -1607,7 +720,7 @@ nrm_cmd_run (struct nrm_config *c, const struct nrm_fsroot *root, struct nrm_top
   if (run_check (&r, err) < 0 || run_open (&r, err) < 0 || run_take_cpus (&r, err) < 0 || run_memory_nodes (&r, err) < 0
       || run_take_memory (&r, err) < 0)
     goto out;
-  run_explain (&r, out);
+  nrm_run_explain (&r, out);
   if (rq->dry_run)
     {
       *ret_status = 0;

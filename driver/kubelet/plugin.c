@@ -800,16 +800,6 @@ nrm_plugin_unprepare (struct nrm_plugin *p, const char *uid, nrm_error_t *err)
   return unprepare_claim (p, uid, err);
 }
 
-json_t *
-nrm_plugin_claims (struct nrm_plugin *p, nrm_error_t *err)
-{
-  if (nrm_plugin_lock_state (p, false, err) < 0)
-    return NULL;
-  json_t *c = json_deep_copy (json_object_get (p->cp, "claims"));
-  nrm_plugin_unlock_state (p);
-  return c;
-}
-
 void
 nrm_plugin_stop (struct nrm_plugin *p)
 {

@@ -82,10 +82,6 @@ int nrm_plugin_prepare_local (struct nrm_plugin *p, const char *ns, const char *
                               nrm_error_t *err);
 void nrm_plugin_prepared_done (struct nrm_plugin_prepared *out);
 
-/* The prepared claims as the checkpoint has them (uid -> entry with
- * namespace, name, phase, devices, state, edits), a new reference. */
-json_t *nrm_plugin_claims (struct nrm_plugin *p, nrm_error_t *err);
-
 /* Deregisters (removes the registration socket), finishes calls in flight,
  * removes this instance's own sockets. */
 void nrm_plugin_stop (struct nrm_plugin *p);
