@@ -249,20 +249,12 @@ nrm_config_set_cpu_options (struct nrm_config *c, const char *list, nrm_error_t 
 
 /* --- config file --------------------------------------------------------- */
 
-#define WANT(v, pred, key, what)                                                                                       \
-  do                                                                                                                   \
-    {                                                                                                                  \
-      if (!pred (v))                                                                                                   \
-        return nrm_error_set (err, EINVAL, "key `%s` must be %s, not %s", key, what, nrm_json_type_name (v));          \
-    }                                                                                                                  \
-  while (0)
-
 static int
 load_reserved_memory (struct nrm_config *c, json_t *v, nrm_error_t *err)
 {
   size_t i;
   json_t *e;
-  WANT (v, json_is_array, "reservedMemory", "a list");
+  NRM_JSON_WANT (v, json_is_array, "reservedMemory", "a list");
   nrm_config_clear_reserved_memory (c);
   json_array_foreach (v, i, e)
   {
@@ -270,7 +262,7 @@ load_reserved_memory (struct nrm_config *c, json_t *v, nrm_error_t *err)
     json_t *x;
     char where[64];
     snprintf (where, sizeof (where), "reservedMemory[%zu]", i);
-    WANT (e, json_is_object, where, "an object");
+    NRM_JSON_WANT (e, json_is_object, where, "an object");
     json_t *node = json_object_get (e, "numaNode"), *limits = json_object_get (e, "limits");
     json_object_foreach (e, key, x)
     {
@@ -381,7 +373,7 @@ load_driver_sections (struct nrm_config *c, const char *key, json_t *v, nrm_erro
 {
   const char *id;
   json_t *section;
-  WANT (v, json_is_object, key, "an object");
+  NRM_JSON_WANT (v, json_is_object, key, "an object");
   json_t *all = key[0] == 'p' ? json_pack ("{s:O}", "pci", v) : json_incref (v);
   json_object_foreach (all, id, section)
   {
@@ -415,11 +407,11 @@ load_drivers (struct nrm_config *c, const char *key, json_t *v, nrm_error_t *err
   size_t k;
   json_t *o;
   cleanup_free char *list = NULL;
-  WANT (v, json_is_array, key, "a list of driver ids");
+  NRM_JSON_WANT (v, json_is_array, key, "a list of driver ids");
   json_array_foreach (v, k, o)
   {
     char *next = NULL;
-    WANT (o, json_is_string, "drivers[]", "a string");
+    NRM_JSON_WANT (o, json_is_string, "drivers[]", "a string");
     if (strchr (json_string_value (o), ',') != NULL)
       return nrm_error_set (err, EINVAL, "key `drivers`: `%s` is not a driver id", json_string_value (o));
     next = xasprintf ("%s%s%s", list ? list : "", list ? "," : "", json_string_value (o));
@@ -435,19 +427,19 @@ load_key (struct nrm_config *c, const char *key, json_t *v, nrm_error_t *err)
   {
     if (string_key (c, key) != NULL)
       {
-        WANT (v, json_is_string, key, "a string");
+        NRM_JSON_WANT (v, json_is_string, key, "a string");
         if (nrm_config_set_string (string_key (c, key), json_string_value (v), err) < 0)
           return -1;
       }
     else if (strcmp (key, "reservedCPUs") == 0)
       {
-        WANT (v, json_is_string, key, "a CPU list string");
+        NRM_JSON_WANT (v, json_is_string, key, "a CPU list string");
         if (nrm_config_set_reserved_cpus (c, json_string_value (v), err) < 0)
           return nrm_error_wrap (err, "key `%s`", key);
       }
     else if (strcmp (key, "isolatedCPUs") == 0)
       {
-        WANT (v, json_is_string, key, "a CPU list string");
+        NRM_JSON_WANT (v, json_is_string, key, "a CPU list string");
         if (nrm_config_set_isolated_cpus (c, json_string_value (v), err) < 0)
           return nrm_error_wrap (err, "key `%s`", key);
       }
@@ -460,7 +452,7 @@ load_key (struct nrm_config *c, const char *key, json_t *v, nrm_error_t *err)
       {
         /* driverName is the framework's, sharedPoolCgroups the
          * reconciler's; the CPU driver reads the rest. */
-        WANT (v, json_is_object, key, "an object");
+        NRM_JSON_WANT (v, json_is_object, key, "an object");
         json_t *spc = json_object_get (v, "sharedPoolCgroups"), *name = json_object_get (v, "driverName");
         cleanup_json json_t *own = json_copy (v);
         json_object_del (own, "sharedPoolCgroups");
@@ -471,7 +463,7 @@ load_key (struct nrm_config *c, const char *key, json_t *v, nrm_error_t *err)
           return -1;
         if (name)
           {
-            WANT (name, json_is_string, "cpu.driverName", "a string");
+            NRM_JSON_WANT (name, json_is_string, "cpu.driverName", "a string");
             json_object_set (c->driver_names, "cpu", name);
           }
       }
@@ -480,7 +472,7 @@ load_key (struct nrm_config *c, const char *key, json_t *v, nrm_error_t *err)
         /* driverName is the framework's; the memory driver reads the rest
          * (and checks it here, so that a bad key fails at once), its keys
          * added to those an earlier section set. */
-        WANT (v, json_is_object, key, "an object");
+        NRM_JSON_WANT (v, json_is_object, key, "an object");
         json_t *name = json_object_get (v, "driverName");
         cleanup_json json_t *own = json_copy (v);
         json_object_del (own, "driverName");
@@ -492,7 +484,7 @@ load_key (struct nrm_config *c, const char *key, json_t *v, nrm_error_t *err)
         json_object_update (mine, own);
         if (name)
           {
-            WANT (name, json_is_string, "memory.driverName", "a string");
+            NRM_JSON_WANT (name, json_is_string, "memory.driverName", "a string");
             json_object_set (c->driver_names, "memory", name);
           }
       }
@@ -508,17 +500,17 @@ load_key (struct nrm_config *c, const char *key, json_t *v, nrm_error_t *err)
       }
     else if (strcmp (key, "deviceMetadata") == 0)
       {
-        WANT (v, json_is_boolean, key, "a boolean");
+        NRM_JSON_WANT (v, json_is_boolean, key, "a boolean");
         c->device_metadata = json_is_true (v);
       }
     else if (strcmp (key, "createStateDir") == 0 || strcmp (key, "allowNoCpuset") == 0)
       {
-        WANT (v, json_is_boolean, key, "a boolean");
+        NRM_JSON_WANT (v, json_is_boolean, key, "a boolean");
         *(key[0] == 'c' ? &c->create_state_dir : &c->allow_no_cpuset) = json_is_true (v);
       }
     else if (strcmp (key, "publishSlices") == 0)
       {
-        WANT (v, json_is_boolean, key, "a boolean");
+        NRM_JSON_WANT (v, json_is_boolean, key, "a boolean");
         c->no_publish = !json_is_true (v);
       }
     else if (strcmp (key, "apiQPS") == 0)
@@ -541,7 +533,7 @@ load_key (struct nrm_config *c, const char *key, json_t *v, nrm_error_t *err)
       }
     else if (strcmp (key, "kubernetesVersion") == 0)
       {
-        WANT (v, json_is_string, key, "a string");
+        NRM_JSON_WANT (v, json_is_string, key, "a string");
         if (nrm_config_set_kubernetes_version (c, json_string_value (v), err) < 0)
           return nrm_error_wrap (err, "key `kubernetesVersion`");
       }
@@ -549,12 +541,12 @@ load_key (struct nrm_config *c, const char *key, json_t *v, nrm_error_t *err)
       {
         const char *gate;
         json_t *g;
-        WANT (v, json_is_object, key, "an object");
+        NRM_JSON_WANT (v, json_is_object, key, "an object");
         json_object_foreach (v, gate, g)
         {
           char where[96];
           snprintf (where, sizeof (where), "featureGates.%s", gate);
-          WANT (g, json_is_boolean, where, "a boolean");
+          NRM_JSON_WANT (g, json_is_boolean, where, "a boolean");
           if (set_gate (c, gate, json_is_true (g), err) < 0)
             return nrm_error_wrap (err, "key `featureGates`");
         }
@@ -636,7 +628,7 @@ load_node_settings (struct nrm_config *c, json_t *settings, const char *where, n
 {
   const char *key;
   json_t *v;
-  WANT (settings, json_is_object, where, "an object");
+  NRM_JSON_WANT (settings, json_is_object, where, "an object");
   json_object_foreach (settings, key, v)
   {
     if (!is_node_key (key))
@@ -657,14 +649,14 @@ load_nodes (struct nrm_config *c, json_t *v, nrm_error_t *err)
 {
   size_t i;
   json_t *e;
-  WANT (v, json_is_array, "nodes", "a list");
+  NRM_JSON_WANT (v, json_is_array, "nodes", "a list");
   json_array_foreach (v, i, e)
   {
     char where[64];
     const char *key;
     json_t *x;
     snprintf (where, sizeof (where), "nodes[%zu]", i);
-    WANT (e, json_is_object, where, "an object");
+    NRM_JSON_WANT (e, json_is_object, where, "an object");
     json_object_foreach (e, key, x)
     {
       if (strcmp (key, "names") && strcmp (key, "selector") && strcmp (key, "settings"))

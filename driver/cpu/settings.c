@@ -40,24 +40,16 @@ nrm_cpu_mode_name (enum nrm_cpu_mode m)
   return mode_names[m == NRM_CPU_MODE_PARTITIONED];
 }
 
-#define WANT(v, pred, key, what)                                                                                       \
-  do                                                                                                                   \
-    {                                                                                                                  \
-      if (!pred (v))                                                                                                   \
-        return nrm_error_set (err, EINVAL, "key `%s` must be %s, not %s", key, what, nrm_json_type_name (v));          \
-    }                                                                                                                  \
-  while (0)
-
 static int
 read_options (json_t *options, unsigned *ret, nrm_error_t *err)
 {
   size_t k;
   json_t *o;
   unsigned opts = 0;
-  WANT (options, json_is_array, "cpu.options", "a list of option names");
+  NRM_JSON_WANT (options, json_is_array, "cpu.options", "a list of option names");
   json_array_foreach (options, k, o)
   {
-    WANT (o, json_is_string, "cpu.options[]", "a string");
+    NRM_JSON_WANT (o, json_is_string, "cpu.options[]", "a string");
     if (nrm_cpu_option_parse (json_string_value (o), &opts, err) < 0)
       return nrm_error_wrap (err, "key `cpu.options`");
   }
@@ -75,12 +67,12 @@ nrm_cpu_settings_read (json_t *section, struct nrm_cpu_settings *s, nrm_error_t 
   struct nrm_cpu_settings n = *s;
   if (section == NULL)
     return 0;
-  WANT (section, json_is_object, "cpu", "an object");
+  NRM_JSON_WANT (section, json_is_object, "cpu", "an object");
   json_object_foreach (section, key, v)
   {
     if (strcmp (key, "mode") == 0)
       {
-        WANT (v, json_is_string, "cpu.mode", "a string");
+        NRM_JSON_WANT (v, json_is_string, "cpu.mode", "a string");
         if (nrm_cpu_mode_parse (json_string_value (v), &n.mode, err) < 0)
           return nrm_error_wrap (err, "key `cpu.mode`");
       }

@@ -262,31 +262,41 @@ open_parent (struct nrm_cgroupfs *fs, char *copy, const char **leaf)
   return open_at (fs, copy, O_RDONLY | O_DIRECTORY);
 }
 
-int
-nrm_cgroup_mkdir (struct nrm_cgroupfs *fs, const char *cgroup, nrm_error_t *err)
+/* The parent directory of a cgroup to make or remove, opened, and its last
+ * component in *leaf (inside *copy); -1 with err set for a bad path. */
+static int
+open_leaf_parent (struct nrm_cgroupfs *fs, const char *cgroup, char **copy, const char **leaf, nrm_error_t *err)
 {
-  const char *leaf;
   const char *c = cgroup[0] == '/' ? cgroup + 1 : cgroup;
   if (!nrm_cgroup_path_valid (cgroup) || *c == '\0')
     return nrm_error_set (err, EINVAL, "invalid cgroup path `%s`", cgroup);
-  cleanup_free char *copy = xstrdup (c);
-  cleanup_close int dir = open_parent (fs, copy, &leaf);
+  *copy = xstrdup (c);
+  return open_parent (fs, *copy, leaf);
+}
+
+int
+nrm_cgroup_mkdir (struct nrm_cgroupfs *fs, const char *cgroup, nrm_error_t *err)
+{
+  const char *leaf = NULL;
+  cleanup_free char *copy = NULL;
+  cleanup_close int dir = open_leaf_parent (fs, cgroup, &copy, &leaf, err);
+  if (copy == NULL)
+    return -1;
   if (dir < 0 || (mkdirat (dir, leaf, 0755) < 0 && errno != EEXIST))
-    return nrm_error_errno (err, errno, "cannot create cgroup `%s` under `%s`", c, fs->root);
+    return nrm_error_errno (err, errno, "cannot create cgroup `%s` under `%s`", cgroup + (cgroup[0] == '/'), fs->root);
   return 0;
 }
 
 int
 nrm_cgroup_rmdir (struct nrm_cgroupfs *fs, const char *cgroup, nrm_error_t *err)
 {
-  const char *leaf;
-  const char *c = cgroup[0] == '/' ? cgroup + 1 : cgroup;
-  if (!nrm_cgroup_path_valid (cgroup) || *c == '\0')
-    return nrm_error_set (err, EINVAL, "invalid cgroup path `%s`", cgroup);
-  cleanup_free char *copy = xstrdup (c);
-  cleanup_close int dir = open_parent (fs, copy, &leaf);
+  const char *leaf = NULL;
+  cleanup_free char *copy = NULL;
+  cleanup_close int dir = open_leaf_parent (fs, cgroup, &copy, &leaf, err);
+  if (copy == NULL)
+    return -1;
   if (dir < 0 || unlinkat (dir, leaf, AT_REMOVEDIR) < 0)
-    return nrm_error_errno (err, errno, "cannot remove cgroup `%s` under `%s`", c, fs->root);
+    return nrm_error_errno (err, errno, "cannot remove cgroup `%s` under `%s`", cgroup + (cgroup[0] == '/'), fs->root);
   return 0;
 }
 

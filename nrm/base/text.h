@@ -2,9 +2,12 @@
 #ifndef NRM_TEXT_H
 #define NRM_TEXT_H
 
+#include <errno.h>
 #include <jansson.h>
 #include <stdbool.h>
 #include <stddef.h>
+
+#include "nrm/base/error.h"
 
 /* Whether s[0..len) is well-formed UTF-8 (no overlong forms, surrogates or
  * code points past U+10FFFF). */
@@ -24,5 +27,16 @@ char *nrm_text_bound (const char *s, size_t max);
 /* What a JSON value is, for a message on a setting of the wrong type: "an
  * object", "a list", "a string", "an integer", ... */
 const char *nrm_json_type_name (json_t *v);
+
+/* In a reader of settings: unless pred (v) (json_is_string, ...), returns
+ * -1 from the calling function with "key `KEY` must be WHAT, not <its
+ * type>" set in its `nrm_error_t *err`. */
+#define NRM_JSON_WANT(v, pred, key, what)                                                                              \
+  do                                                                                                                   \
+    {                                                                                                                  \
+      if (!pred (v))                                                                                                   \
+        return nrm_error_set (err, EINVAL, "key `%s` must be %s, not %s", key, what, nrm_json_type_name (v));          \
+    }                                                                                                                  \
+  while (0)
 
 #endif
