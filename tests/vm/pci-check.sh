@@ -30,15 +30,7 @@ here=$(cd "$(dirname "$0")" && pwd -P)
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/nrm-vmpci.XXXXXX") || exit 1
 trap 'rm -rf "$TMP"' EXIT
 cp "$1" "$TMP/out" || exit 1
-passed=0
-failed=0
-pass () { echo "ok: $*"; passed=$((passed + 1)); }
-fail () { echo "FAIL: $*"; failed=$((failed + 1)); }
-check () { # check DESCRIPTION EXPECTED ACTUAL
-  if [ "$2" = "$3" ]; then pass "$1 = $2"; else fail "$1: expected '$2', got '$3'"; fi
-}
-# verdict DESCRIPTION PROBLEMS: passes when PROBLEMS is empty.
-verdict () { if [ -z "$2" ]; then pass "$1"; else fail "$1:$2"; fi; }
+. "$here/check-lib.sh"
 . "$here/json.sh"
 
 nodes=2
@@ -186,5 +178,4 @@ if grep -q '^snapshot failed' "$TMP/vfio"; then
 elif [ -n "$snap" ]; then
   check "the snapshot in $snap" yes "$([ -d "$snap/sys" ] && echo yes || echo no)"
 fi
-echo "$passed passed, $failed failed"
-[ "$failed" -eq 0 ]
+finish

@@ -12,14 +12,7 @@ here=$(cd "$(dirname "$0")" && pwd -P)
 out=$1
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/nrm-vmscan.XXXXXX") || exit 1
 trap 'rm -rf "$TMP"' EXIT
-passed=0
-failed=0
-pass () { echo "ok: $*"; passed=$((passed + 1)); }
-fail () { echo "FAIL: $*"; failed=$((failed + 1)); }
-check () { # check DESCRIPTION EXPECTED ACTUAL
-  if [ "$2" = "$3" ]; then pass "$1 = $2"; else fail "$1: expected '$2', got '$3'"; fi
-}
-
+. "$here/check-lib.sh"
 . "$here/json.sh"
 
 # count_cpus LIST: the number of CPUs in a cpulist like 0-3,8,10-11.
@@ -102,5 +95,4 @@ while [ "$k" -lt "$nodes" ]; do
 done
 [ -z "$bad" ] && pass "$name: one CPU device per node of capacity $per_node CPUs, threadsPerCore $threads, and one memory device per node" \
   || fail "$name: devices:$bad"
-echo "$passed passed, $failed failed"
-[ "$failed" -eq 0 ]
+finish
