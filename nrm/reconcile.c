@@ -53,18 +53,7 @@ nrm_shared_pool_claimed_cpus (const char *state_dir, const struct nrm_drivers *d
   for (size_t i = 0; i < d->n; i++)
     {
       cleanup_json json_t *descs = descriptions (state_dir, &d->slots[i], true);
-      const char *uid;
-      json_t *desc;
-      json_object_foreach (descs, uid, desc)
-      {
-        hwloc_bitmap_t set = NULL;
-        nrm_error_t err = NULL;
-        const char *list = json_string_value (json_object_get (desc, "cpus"));
-        if (list && nrm_cpulist_parse (list, &set, &err) == 0)
-          hwloc_bitmap_or (all, all, set);
-        nrm_error_release (&err);
-        hwloc_bitmap_free (set);
-      }
+      nrm_cpulist_union_members (all, descs, "cpus");
     }
   return all;
 }

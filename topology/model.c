@@ -74,6 +74,23 @@ nrm_cpulist_parse (const char *text, hwloc_bitmap_t *ret, nrm_error_t *err)
   return 0;
 }
 
+void
+nrm_cpulist_union_members (hwloc_bitmap_t set, json_t *map, const char *key)
+{
+  const char *name;
+  json_t *member;
+  json_object_foreach (map, name, member)
+  {
+    hwloc_bitmap_t one = NULL;
+    nrm_error_t err = NULL;
+    const char *list = json_string_value (json_object_get (member, key));
+    if (list && nrm_cpulist_parse (list, &one, &err) == 0)
+      hwloc_bitmap_or (set, set, one);
+    nrm_error_release (&err);
+    hwloc_bitmap_free (one);
+  }
+}
+
 /* Both lists parsed, or false. */
 static bool
 two_lists (const char *a, const char *b, hwloc_bitmap_t *x, hwloc_bitmap_t *y)

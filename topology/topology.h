@@ -194,6 +194,10 @@ int nrm_topology_print_hardware (const struct nrm_topology *topo, const struct n
 char *nrm_cpulist_format (hwloc_const_bitmap_t set);
 /* Parses a Linux CPU list ("0-3,8,10-11"); empty text gives an empty set. */
 int nrm_cpulist_parse (const char *text, hwloc_bitmap_t *ret, nrm_error_t *err);
+/* Adds to set the CPU list under key of every member of the JSON object
+ * map (claims by uid, say); a member without one, or with a list that does
+ * not parse, adds nothing. */
+void nrm_cpulist_union_members (hwloc_bitmap_t set, json_t *map, const char *key);
 
 /* Set operations on two CPU (or node) lists as text, as cgroup files hold
  * them. NULL or false when either is not a list. */

@@ -754,19 +754,11 @@ order_by_room (const struct nrm_topology *t, struct nrm_pool *p, const uint64_t 
 hwloc_bitmap_t
 nrm_cpu_unheld (const struct nrm_topology *t, json_t *held)
 {
-  hwloc_bitmap_t free_set = xbitmap_dup (t->online);
-  const char *uid;
-  json_t *st;
-  json_object_foreach (held, uid, st)
-  {
-    hwloc_bitmap_t set = NULL;
-    nrm_error_t e = NULL;
-    const char *list = json_string_value (json_object_get (st, "cpus"));
-    if (list && nrm_cpulist_parse (list, &set, &e) == 0)
-      hwloc_bitmap_andnot (free_set, free_set, set);
-    nrm_error_release (&e);
-    hwloc_bitmap_free (set);
-  }
+  hwloc_bitmap_t held_set = xbitmap_alloc ();
+  nrm_cpulist_union_members (held_set, held, "cpus");
+  hwloc_bitmap_t free_set = xbitmap_alloc ();
+  hwloc_bitmap_andnot (free_set, t->online, held_set);
+  hwloc_bitmap_free (held_set);
   return free_set;
 }
 
