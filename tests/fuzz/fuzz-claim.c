@@ -69,6 +69,8 @@ LLVMFuzzerInitialize (int *argc, char ***argv)
                                       .claims = { fuzz_get, NULL } };
       if (ops->new (&h, &d, &err) < 0)
         abort ();
+      /* The driver keeps its own copy of its settings. */
+      json_decref (h.settings);
       if (nrm_plugin_start (&pc, ops, d, &plugins[i], &err) < 0)
         abort ();
     }
