@@ -541,3 +541,57 @@ pgrep -x %s >/dev/null && exit 2
         except subprocess.TimeoutExpired:
             self.vm.kill()
         self.cluster.stop()
+
+
+def nrm_pods(node):
+    """The DaemonSet's pods on the node (the controller's Deployment runs
+    there too, under the same name label)."""
+    s, ps = node.cluster.api("GET", "/api/v1/namespaces/%s/pods" % clusterlib.NAMESPACE)
+    return [p for p in ps.get("items", []) if p["spec"].get("nodeName") == NODE
+            and any(o.get("kind") == "DaemonSet" for o in p["metadata"].get("ownerReferences", []))]
+
+
+def nrm_ready_again(node, old_uid=None, old_restarts=None, timeout=400):
+    """Waits until one nrm pod runs on the node, Ready, and (given old_uid)
+    is another pod than old_uid, or (given old_restarts) its container has
+    restarted more often."""
+    def f():
+        pods = nrm_pods(node)
+        if len(pods) != 1:
+            return None
+        p = pods[0]
+        if old_uid and p["metadata"]["uid"] == old_uid:
+            return None
+        st = p.get("status", {})
+        restarts = sum(c.get("restartCount", 0) for c in st.get("containerStatuses", []))
+        if old_restarts is not None and restarts <= old_restarts:
+            return None
+        conds = {x["type"]: x["status"] for x in st.get("conditions", [])}
+        return p if conds.get("Ready") == "True" else None
+    return wait_for(f, timeout, 2)
+
+
+def after(node, what, first, online):
+    """The checks after one restart. first: the claimed container's view."""
+    c = node.cluster
+    v = node.view("default", CLAIMED, "app")
+    check(v.get("id") == first["id"] and v.get("Cpus_allowed_list") == first["Cpus_allowed_list"],
+          "%s: the claimed container runs on, the same one on the same CPUs (%s)" % (what, v.get("Cpus_allowed_list")))
+    mine = clusterlib.cpulist(first["Cpus_allowed_list"])
+    shared = wait_for(lambda: node.cpus("default", "plain", "c") == online - mine, 120, 3)
+    check(shared, "%s: the shared pool still leaves the claim's CPUs out: %s"
+          % (what, sorted(node.cpus("default", "plain", "c"))))
+    name = "after-" + what.replace(" ", "-").replace("'", "")[:40].strip("-")
+    c.kubectl("apply", "-f", "-", stdin=claim_example(name=name))
+    ok = node.wait_running(name)
+    if not check(ok, "%s: a new pod with a claim is prepared and runs" % what):
+        print(c.kubectl("get", "events", "-n", "default", check=False).stdout[-3000:])
+        return
+    theirs = node.cpus("default", name, "app")
+    check(len(theirs) == 2 and not theirs & mine, "%s: ... on 2 other CPUs (%s; the first claim has %s)"
+          % (what, sorted(theirs), sorted(mine)))
+    both = wait_for(lambda: node.cpus("default", "plain", "c") == online - mine - theirs, 120, 3)
+    check(both, "%s: ... and the shared pool leaves both claims out" % what)
+    c.kubectl("delete", "pod", name, "--wait=true", "--timeout=300s")
+    back = wait_for(lambda: node.cpus("default", "plain", "c") == online - mine, 120, 3)
+    check(back, "%s: ... whose CPUs return to the pool once it is deleted" % what)

@@ -33,60 +33,6 @@ from nodelib import check, clusterlib, wait_for  # noqa: E402
 CLAIMED = nodelib.CLAIMED
 
 
-def nrm_pods(node):
-    """The DaemonSet's pods on the node (the controller's Deployment runs
-    there too, under the same name label)."""
-    s, ps = node.cluster.api("GET", "/api/v1/namespaces/%s/pods" % clusterlib.NAMESPACE)
-    return [p for p in ps.get("items", []) if p["spec"].get("nodeName") == nodelib.NODE
-            and any(o.get("kind") == "DaemonSet" for o in p["metadata"].get("ownerReferences", []))]
-
-
-def nrm_ready_again(node, old_uid=None, old_restarts=None, timeout=400):
-    """Waits until one nrm pod runs on the node, Ready, and (given old_uid)
-    is another pod than old_uid, or (given old_restarts) its container has
-    restarted more often."""
-    def f():
-        pods = nrm_pods(node)
-        if len(pods) != 1:
-            return None
-        p = pods[0]
-        if old_uid and p["metadata"]["uid"] == old_uid:
-            return None
-        st = p.get("status", {})
-        restarts = sum(c.get("restartCount", 0) for c in st.get("containerStatuses", []))
-        if old_restarts is not None and restarts <= old_restarts:
-            return None
-        conds = {x["type"]: x["status"] for x in st.get("conditions", [])}
-        return p if conds.get("Ready") == "True" else None
-    return wait_for(f, timeout, 2)
-
-
-def after(node, what, first, online):
-    """The checks after one restart. first: the claimed container's view."""
-    c = node.cluster
-    v = node.view("default", CLAIMED, "app")
-    check(v.get("id") == first["id"] and v.get("Cpus_allowed_list") == first["Cpus_allowed_list"],
-          "%s: the claimed container runs on, the same one on the same CPUs (%s)" % (what, v.get("Cpus_allowed_list")))
-    mine = clusterlib.cpulist(first["Cpus_allowed_list"])
-    shared = wait_for(lambda: node.cpus("default", "plain", "c") == online - mine, 120, 3)
-    check(shared, "%s: the shared pool still leaves the claim's CPUs out: %s"
-          % (what, sorted(node.cpus("default", "plain", "c"))))
-    name = "after-" + what.replace(" ", "-").replace("'", "")[:40].strip("-")
-    c.kubectl("apply", "-f", "-", stdin=nodelib.claim_example(name=name))
-    ok = node.wait_running(name)
-    if not check(ok, "%s: a new pod with a claim is prepared and runs" % what):
-        print(c.kubectl("get", "events", "-n", "default", check=False).stdout[-3000:])
-        return
-    theirs = node.cpus("default", name, "app")
-    check(len(theirs) == 2 and not theirs & mine, "%s: ... on 2 other CPUs (%s; the first claim has %s)"
-          % (what, sorted(theirs), sorted(mine)))
-    both = wait_for(lambda: node.cpus("default", "plain", "c") == online - mine - theirs, 120, 3)
-    check(both, "%s: ... and the shared pool leaves both claims out" % what)
-    c.kubectl("delete", "pod", name, "--wait=true", "--timeout=300s")
-    back = wait_for(lambda: node.cpus("default", "plain", "c") == online - mine, 120, 3)
-    check(back, "%s: ... whose CPUs return to the pool once it is deleted" % what)
-
-
 def killed_in_prepare(node, first, online):
     """nrm killed with SIGKILL inside a prepare the kubelet issued. The test
     holds the CPU driver's serialize lock (flock; nothing else in the plugin
@@ -96,7 +42,7 @@ def killed_in_prepare(node, first, online):
     succeeds."""
     c = node.cluster
     lock = "/var/lib/nrm/cpu.nrm.io.serialize.lock"
-    p = nrm_pods(node)[0]
+    p = nodelib.nrm_pods(node)[0]
     restarts = sum(x.get("restartCount", 0) for x in p["status"].get("containerStatuses", []))
     held, release = os.path.join(node.g, "held"), os.path.join(node.g, "release")
     node.guest("(flock %s sh -c 'echo >%s; while [ ! -e %s ]; do sleep 0.2; done') >/dev/null 2>&1 &"
@@ -120,7 +66,7 @@ done
 echo "no waiter after $i polls:"; cat /proc/locks; touch %s; exit 1""" % (lock, release, release), timeout=420)
     check(rc == 0, "nrm's plugin waited for the lock inside the kubelet's prepare and was killed with SIGKILL "
           "(%.0f s): %s" % (time.time() - t, out.strip()))
-    ok = nrm_ready_again(node, old_restarts=restarts)
+    ok = nodelib.nrm_ready_again(node, old_restarts=restarts)
     check(ok, "the kubelet starts nrm's container again and it turns Ready (%.0f s)" % (time.time() - t))
     ok = node.wait_running("killed-in-prepare")
     check(ok, "the kubelet's retry of the prepare succeeds: the pod runs (%.0f s)" % (time.time() - t))
@@ -153,34 +99,34 @@ def main():
     node.restart("kubelet")
     ok = wait_for(lambda: node.pod_ready(clusterlib.NAMESPACE, pod) and node.node_ready(), 300, 3)
     check(ok, "the kubelet restarted: the Node and nrm's pod Ready again (%.0f s)" % (time.time() - t))
-    after(node, "kubelet restart", first, online)
+    nodelib.after(node, "kubelet restart", first, online)
 
     t = time.time()
     node.restart("containerd")
     ok = wait_for(lambda: node.pod_ready(clusterlib.NAMESPACE, pod), 300, 3)
     check(ok, "containerd restarted: nrm's pod Ready (%.0f s)" % (time.time() - t))
-    after(node, "containerd restart", first, online)
+    nodelib.after(node, "containerd restart", first, online)
 
     t = time.time()
-    p = nrm_pods(node)[0]
+    p = nodelib.nrm_pods(node)[0]
     restarts = sum(x.get("restartCount", 0) for x in p["status"].get("containerStatuses", []))
     # nrm execs nrm-agent beside it with the same arguments: the plugin's
     # command line; the controller's (nrm-agent too) says controller.
     rc, out = node.guest("pkill -9 -f '^/usr/bin/nrm-agent plugin '")
     check(rc == 0, "nrm's process killed with SIGKILL in the guest")
-    ok = nrm_ready_again(node, old_restarts=restarts)
+    ok = nodelib.nrm_ready_again(node, old_restarts=restarts)
     check(ok, "the kubelet starts nrm's container again and it turns Ready (%.0f s)" % (time.time() - t))
-    after(node, "nrm killed", first, online)
+    nodelib.after(node, "nrm killed", first, online)
 
     killed_in_prepare(node, first, online)
 
     t = time.time()
-    old = nrm_pods(node)[0]["metadata"]["uid"]
+    old = nodelib.nrm_pods(node)[0]["metadata"]["uid"]
     c.kubectl("-n", clusterlib.NAMESPACE, "rollout", "restart", "daemonset/nrm")
-    new = nrm_ready_again(node, old_uid=old, timeout=600)
+    new = nodelib.nrm_ready_again(node, old_uid=old, timeout=600)
     check(new, "nrm's DaemonSet rolled: a new pod took the node over and the old one is gone (%.0f s)"
           % (time.time() - t))
-    after(node, "rolling update", first, online)
+    nodelib.after(node, "rolling update", first, online)
 
     node.finish(t0, "node restarts test")
 
