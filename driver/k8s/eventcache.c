@@ -56,8 +56,8 @@ nrm_event_new (const struct nrm_event_spec *s, int64_t now_us)
   cleanup_free char *note = nrm_text_bound (str (s->note), NRM_EVENT_NOTE_MAX);
   char when[32];
   nrm_event_micro_time (now_us, when);
-  json_t *reg = json_pack ("{s:s, s:s, s:s}", "apiVersion", str (r->api_version), "kind", str (r->kind), "name",
-                           str (r->name));
+  json_t *reg
+      = json_pack ("{s:s, s:s, s:s}", "apiVersion", str (r->api_version), "kind", str (r->kind), "name", str (r->name));
   if (r->ns)
     json_object_set_new (reg, "namespace", json_string (r->ns));
   if (r->uid)
@@ -109,8 +109,8 @@ key_of (json_t *ev, bool spam)
       = json_pack ("[s, s, s, s, s, s, s]", get (ev, "reportingController"), get (ev, "reportingInstance"),
                    get (r, "apiVersion"), get (r, "kind"), get (r, "namespace"), get (r, "name"), get (r, "uid"));
   if (!spam)
-    json_array_extend (k, json_pack ("[s, s, s, s]", get (ev, "action"), get (ev, "reason"), get (ev, "type"),
-                                     get (ev, "note")));
+    json_array_extend (
+        k, json_pack ("[s, s, s, s]", get (ev, "action"), get (ev, "reason"), get (ev, "type"), get (ev, "note")));
   return json_dumps (k, JSON_COMPACT);
 }
 
@@ -194,8 +194,8 @@ series_of (json_t *entry, int64_t now_us)
   char when[32];
   nrm_event_micro_time (int_of (entry, "last"), when);
   json_t *ev = json_deep_copy (json_object_get (entry, "event"));
-  json_object_set_new (ev, "series", json_pack ("{s:I, s:s}", "count", (json_int_t) int_of (entry, "count"),
-                                                "lastObservedTime", when));
+  json_object_set_new (
+      ev, "series", json_pack ("{s:I, s:s}", "count", (json_int_t) int_of (entry, "count"), "lastObservedTime", when));
   set_int (entry, "sent", int_of (entry, "count"));
   set_int (entry, "written", now_us);
   return ev;

@@ -71,7 +71,7 @@ enum nrm_event_verdict
  * *write is what to send (a new reference) for CREATE and PATCH, else
  * NULL. */
 enum nrm_event_verdict nrm_event_cache_observe (struct nrm_event_cache *c, json_t *event, int64_t now_us,
-                                               json_t **write);
+                                                json_t **write);
 
 /* What is due at now (new references appended to out, each with its
  * series, to patch): series counted since they were last written, once

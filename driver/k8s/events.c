@@ -62,8 +62,7 @@ enqueue (struct nrm_events *e, json_t *ev, int tries, int64_t not_before)
   if (e->queued >= NRM_EVENTS_QUEUE)
     {
       if (e->full++ % 100 == 0)
-        LOG (e, NRM_LOG_WARNING, "events: %lu Event writes dropped so far: %d wait already", e->full,
-             NRM_EVENTS_QUEUE);
+        LOG (e, NRM_LOG_WARNING, "%lu Event writes dropped so far: %d wait already", e->full, NRM_EVENTS_QUEUE);
       json_decref (ev);
       return;
     }
@@ -133,12 +132,12 @@ write_event (struct nrm_events *e, json_t *ev)
   const char *what = json_string_value (json_object_get (ev, "reason"));
   if (code < 0 || code == 429 || code >= 500)
     {
-      LOG (e, NRM_LOG_DEBUG, "events: %s/%s (%s): %s", ns, name, what,
+      LOG (e, NRM_LOG_DEBUG, "%s/%s (%s): %s", ns, name, what,
            code < 0 ? nrm_error_msg (err) : nrm_kube_status_message (answer, code));
       nrm_error_release (&err);
       return 1;
     }
-  LOG (e, NRM_LOG_WARNING, "events: Event %s on %s %s dropped: HTTP %d: %s", what,
+  LOG (e, NRM_LOG_WARNING, "Event %s on %s %s dropped: HTTP %d: %s", what,
        json_string_value (json_object_get (json_object_get (ev, "regarding"), "kind")),
        json_string_value (json_object_get (json_object_get (ev, "regarding"), "name")), code,
        nrm_kube_status_message (answer, code));
@@ -175,7 +174,7 @@ events_thread (void *arg)
       if (again && ++j->tries < NRM_EVENTS_TRIES)
         enqueue (e, TAKE_PTR (j->ev), j->tries, now_us () + NRM_EVENTS_RETRY_S * 1000000LL);
       else if (again)
-        LOG (e, NRM_LOG_WARNING, "events: Event %s on %s %s dropped: no answer from the API server after %d tries",
+        LOG (e, NRM_LOG_WARNING, "Event %s on %s %s dropped: no answer from the API server after %d tries",
              json_string_value (json_object_get (j->ev, "reason")),
              json_string_value (json_object_get (json_object_get (j->ev, "regarding"), "kind")),
              json_string_value (json_object_get (json_object_get (j->ev, "regarding"), "name")), NRM_EVENTS_TRIES);
@@ -201,7 +200,7 @@ nrm_events_start (const struct nrm_events_config *cfg, struct nrm_events **ret, 
     {
       e->running = false;
       nrm_events_stop (e);
-      return nrm_error_errno (err, rc, "events: cannot start the thread");
+      return nrm_error_errno (err, rc, "cannot start the thread");
     }
   e->running = true;
   *ret = e;
@@ -238,8 +237,7 @@ nrm_events_record (struct nrm_events *e, const char *controller, const struct nr
     enqueue (e, write, 0, 0);
   pthread_mutex_unlock (&e->lock);
   if (v == NRM_EVENT_SPAM)
-    LOG (e, NRM_LOG_DEBUG, "events: too many Events on %s %s: %s not written", regarding->kind, regarding->name,
-         reason);
+    LOG (e, NRM_LOG_DEBUG, "too many Events on %s %s: %s not written", regarding->kind, regarding->name, reason);
 }
 
 void
