@@ -58,15 +58,15 @@ nrm_leftout_check (void *arg)
       json_object_foreach (now, bus, who)
       {
         if (!json_equal (who, json_object_get (was, bus)))
-          nrm_events_record (lo->events, s->name, &node, false, "DeviceLeftToOtherDriver", "PublishResources",
-                             "%s leaves PCI function %s out of its ResourceSlices: %s publishes it on this node",
-                             s->name, bus, json_string_value (who));
+          nrm_events_record (lo->events, s->name, &node, false, "DeviceLeftOut", "PublishResources",
+                             "%s leaves PCI function %s out of its ResourceSlices: it is left to %s", s->name, bus,
+                             json_string_value (who));
       }
       json_object_foreach (was, bus, who)
       {
         if (json_object_get (now, bus) == NULL)
           nrm_events_record (lo->events, s->name, &node, false, "DeviceServedAgain", "PublishResources",
-                             "%s publishes PCI function %s again: %s no longer does", s->name, bus,
+                             "%s publishes PCI function %s again (it was left to %s)", s->name, bus,
                              json_string_value (who));
       }
       json_object_set_new (lo->last, s->name, now);

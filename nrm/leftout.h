@@ -6,8 +6,9 @@
 #include "driver/registry.h"
 
 /* Events on the Node when a PCI driver (generic or vendor) leaves a
- * function out of its slices because another DRA driver publishes it on
- * the node, and when it serves it again (driver/pci, node_devices). */
+ * function out of its slices (another DRA driver publishes it on the node,
+ * another driver's DaemonSet serves it, the host uses it), and when it
+ * publishes it again (nrm_pci_driver_left_out()). */
 struct nrm_leftout;
 
 /* NULL when no enabled driver is a PCI driver, or without events. */
