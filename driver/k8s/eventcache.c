@@ -108,9 +108,11 @@ key_of (json_t *ev, bool spam)
   cleanup_json json_t *k
       = json_pack ("[s, s, s, s, s, s, s]", get (ev, "reportingController"), get (ev, "reportingInstance"),
                    get (r, "apiVersion"), get (r, "kind"), get (r, "namespace"), get (r, "name"), get (r, "uid"));
-  if (!spam)
-    json_array_extend (
-        k, json_pack ("[s, s, s, s]", get (ev, "action"), get (ev, "reason"), get (ev, "type"), get (ev, "note")));
+  cleanup_json json_t *what
+      = spam ? NULL
+             : json_pack ("[s, s, s, s]", get (ev, "action"), get (ev, "reason"), get (ev, "type"), get (ev, "note"));
+  if (what)
+    json_array_extend (k, what);
   return json_dumps (k, JSON_COMPACT);
 }
 
@@ -226,6 +228,22 @@ nrm_event_cache_observe (struct nrm_event_cache *c, json_t *event, int64_t now_u
                                   (json_int_t) now_us, "written", (json_int_t) now_us));
   *write = json_deep_copy (event);
   return NRM_EVENT_CREATE;
+}
+
+void
+nrm_event_cache_update (struct nrm_event_cache *c, json_t *write, int64_t now_us)
+{
+  if (json_object_get (write, "series") == NULL)
+    return;
+  cleanup_json json_t *bare = json_deep_copy (write);
+  json_object_del (bare, "series");
+  cleanup_free char *key = key_of (bare, false);
+  json_t *e = json_object_get (c->entries, key);
+  if (e == NULL
+      || !json_equal (json_object_get (json_object_get (e, "event"), "metadata"), json_object_get (write, "metadata")))
+    return;
+  cleanup_json json_t *now = series_of (e, now_us);
+  json_object_set (write, "series", json_object_get (now, "series"));
 }
 
 void

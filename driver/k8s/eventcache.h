@@ -80,6 +80,11 @@ enum nrm_event_verdict nrm_event_cache_observe (struct nrm_event_cache *c, json_
  * leave the cache; their next occurrence is a new Event. */
 void nrm_event_cache_tick (struct nrm_event_cache *c, int64_t now_us, json_t *out);
 
+/* A series write about to be sent again (a retry): its series brought up
+ * to what the cache counted since, so that an older count never follows a
+ * newer one. */
+void nrm_event_cache_update (struct nrm_event_cache *c, json_t *write, int64_t now_us);
+
 /* Events held (for tests). */
 size_t nrm_event_cache_size (struct nrm_event_cache *c);
 

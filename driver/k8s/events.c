@@ -168,6 +168,8 @@ events_thread (void *arg)
           pthread_cond_timedwait (&e->cond, &e->lock, &until);
           continue;
         }
+      if (j->tries > 0)
+        nrm_event_cache_update (e->cache, j->ev, now);
       pthread_mutex_unlock (&e->lock);
       int again = write_event (e, j->ev);
       pthread_mutex_lock (&e->lock);
