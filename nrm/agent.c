@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "driver/k8s/binding.h"
+#include "driver/k8s/events.h"
 #include "driver/k8s/handover.h"
 #include "driver/k8s/kube.h"
 #include "driver/k8s/nodeview.h"
@@ -23,6 +24,7 @@
 #include "nrm/base/fs.h"
 #include "nrm/base/xalloc.h"
 #include "nrm/http.h"
+#include "nrm/leftout.h"
 #include "nrm/logging.h"
 #include "nrm/metrics.h"
 #include "nrm/reconcile.h"
@@ -309,6 +311,8 @@ struct nrm_agent
   struct nrm_kube *kube;
   struct nrm_binder *binder;
   struct nrm_nodeview *nodeview;
+  struct nrm_events *events;
+  struct nrm_leftout *leftout;
   int http_fd;
   struct nrm_http *http;
   struct nrm_metrics_sources ms;
@@ -375,6 +379,7 @@ start_plugin (struct nrm_agent *a, size_t i, nrm_error_t *err)
   pc.on_change_ctx = a->rec;
   pc.on_health = nrm_refresher_kick;
   pc.on_health_ctx = a->refresher;
+  pc.events = a->events;
   if (c->claims_dir)
     {
       if (a->claims_dir == NULL)
@@ -411,6 +416,10 @@ start_api (struct nrm_agent *a, nrm_error_t *err)
     {
       if (start_publishers (c, &a->d, a->kube, a->pubs, a->handovers, err) < 0)
         return -1;
+      /* Functions a PCI driver leaves to another driver: seen after a pass. */
+      a->leftout = nrm_leftout_new (&a->d, a->events, c->node_name);
+      if (a->leftout)
+        nrm_refresher_after_pass (a->refresher, nrm_leftout_check, a->leftout);
       refreshing = nrm_refresher_start (a->refresher, c, &a->d, a->pubs);
     }
   struct nrm_binder_config bc
@@ -461,6 +470,11 @@ nrm_agent_start (struct nrm_config *c, const struct nrm_fsroot *root, struct nrm
   a->digest = settings_digest (a->settings);
   a->takeback = (struct takeback){ .state_dir = c->state_dir, .settings = a->settings, .rec = a->rec };
   if (nrm_mkdir_p (c->state_dir, 0700, err) < 0 || nrm_settings_write (c->state_dir, a->settings, err) < 0)
+    goto fail;
+  /* Events on claims and on the Node, when the API is in use. */
+  struct nrm_events_config ec
+      = { .kube = a->kube, .instance = c->node_name, .log = publisher_log, .log_ctx = "events" };
+  if (a->api && nrm_events_start (&ec, &a->events, err) < 0)
     goto fail;
   for (size_t i = 0; i < a->d.n; i++)
     if (start_plugin (a, i, err) < 0)
@@ -529,9 +543,12 @@ nrm_agent_stop (struct nrm_agent *a)
     nrm_handover_release (a->handovers[i]);
   for (size_t i = a->d.n; a->plugins && i-- > 0;)
     nrm_plugin_stop (a->plugins[i]);
+  /* After everything that records Events. */
+  nrm_events_stop (a->events);
   /* Freed only now: the node view's thread and the plugins' health threads
    * (joined by nrm_plugin_stop()) may kick it until they end. */
   nrm_refresher_free (a->refresher);
+  nrm_leftout_free (a->leftout);
   nrm_claims_dir_free (a->claims_dir);
   nrm_setup_close_drivers (a->reg, &a->d);
   nrm_kube_free (a->kube);

@@ -24,6 +24,8 @@ struct nrm_refresher
   int wake;
   bool stop, running;
   pthread_t thread;
+  void (*after) (void *ctx);
+  void *after_ctx;
 };
 
 json_t *
@@ -165,6 +167,8 @@ refresh_thread (void *arg)
           nrm_log (NULL, NRM_LOG_ERROR, "updating the slices: %s", nrm_error_msg (err));
           nrm_error_release (&err);
         }
+      if (rf->after)
+        rf->after (rf->after_ctx);
       struct pollfd pfd = { rf->wake, POLLIN, 0 };
       if (poll (&pfd, 1, NRM_REFRESH_PERIOD_S * 1000) > 0)
         {
@@ -174,6 +178,13 @@ refresh_thread (void *arg)
         }
     }
   return NULL;
+}
+
+void
+nrm_refresher_after_pass (struct nrm_refresher *rf, void (*fn) (void *ctx), void *ctx)
+{
+  rf->after = fn;
+  rf->after_ctx = ctx;
 }
 
 bool

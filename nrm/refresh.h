@@ -35,6 +35,8 @@ void nrm_refresher_kick (void *refresher);
 bool nrm_refresher_start (struct nrm_refresher *rf, const struct nrm_config *c, const struct nrm_drivers *d,
                           struct nrm_publisher **pubs);
 void nrm_refresher_stop (struct nrm_refresher *rf);
+/* fn runs on the thread after each pass (set before start()). */
+void nrm_refresher_after_pass (struct nrm_refresher *rf, void (*fn) (void *ctx), void *ctx);
 void nrm_refresher_free (struct nrm_refresher *rf);
 
 #endif

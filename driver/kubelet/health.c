@@ -46,6 +46,8 @@ health_message (struct nrm_plugin *p, size_t *len)
       LOG (p, NRM_LOG_WARNING, "%s: health: %s", p->driver, nrm_error_msg (err));
       nrm_error_release (&err);
     }
+  else
+    nrm_plugin_report_health (p, &rep);
   size_t n = rep.n;
   V1alpha1__NodeWatchResourcesResponse out = V1ALPHA1__NODE_WATCH_RESOURCES_RESPONSE__INIT;
   V1alpha1__DeviceHealth *dh = xcalloc (n + 1, sizeof (*dh));

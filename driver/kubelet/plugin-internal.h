@@ -11,6 +11,7 @@
  *   cdi.c          the CDI spec of every prepared claim
  *   health.c       the health streams and their threads
  *   metrics.c      call counters and latencies
+ *   report.c       Events on refused claims and on the Node
  * The checkpoint's format is checkpoint.c's, the device metadata files
  * metadata.c's (both in this folder). */
 
@@ -73,6 +74,7 @@ struct nrm_plugin
   int estop; /* eventfd that ends the health event thread */
   struct nrm_grpc_stream **streams;
   size_t n_streams;
+  json_t *health_seen; /* device -> the last health known, for Events; under hlock */
 };
 
 #define LOG(p, lvl, ...) NRM_LOG_TO ((p)->cfg.log, (p)->cfg.log_ctx, lvl, __VA_ARGS__)
@@ -173,6 +175,16 @@ grpc_status_code nrm_plugin_health_watch (void *ctx, const uint8_t *req, size_t 
  * driver's health events; stop also ends the open streams. */
 void nrm_plugin_health_start (struct nrm_plugin *p);
 void nrm_plugin_health_stop (struct nrm_plugin *p);
+
+/* --- Events (report.c) ------------------------------------------------------ */
+
+/* A refused prepare: an Event on its claim with the kubelet's message. */
+void nrm_plugin_report_prepare_failed (struct nrm_plugin *p, const char *ns, const char *name, const char *uid,
+                                       int status, const char *message);
+
+/* A health report: an Event on the Node for each device whose health
+ * turned (unhealthy, or healthy again); takes hlock. */
+void nrm_plugin_report_health (struct nrm_plugin *p, const struct nrm_health_report *r);
 
 /* --- metrics (metrics.c) ---------------------------------------------------- */
 

@@ -32,8 +32,10 @@
 
 #define MAX_CLAIMS_PER_CALL 4096
 #define MAX_UID 128
-#define QUOTE_MAX 64         /* bytes of a bad input quoted in a message */
-#define MAX_REPLY_ERROR 1024 /* bytes of an error in a reply */
+#define QUOTE_MAX 64 /* bytes of a bad input quoted in a message */
+/* Bytes of an error in a reply: the kubelet puts all of it in the pod's
+ * FailedPrepareDynamicResources Event, which has no limit of its own. */
+#define MAX_REPLY_ERROR 4096
 
 typedef K8s__Io__Kubelet__Pkg__Apis__Dra__V1__NodePrepareResourcesRequest PrepareRequest;
 typedef K8s__Io__Kubelet__Pkg__Apis__Dra__V1__NodePrepareResourcesResponse PrepareResponse;
@@ -396,6 +398,8 @@ prepare_common (struct nrm_plugin *p, const uint8_t *req, size_t len, uint8_t **
           errors[n_out] = nrm_text_bound (msg, MAX_REPLY_ERROR);
           r->error = errors[n_out];
           LOG (p, NRM_LOG_WARNING, "prepare: %s", r->error);
+          if (!c->bad)
+            nrm_plugin_report_prepare_failed (p, c->ns, c->name, c->uid, err ? err->status : 0, r->error);
           nrm_error_release (&err);
         }
       else
@@ -620,6 +624,7 @@ plugin_free (struct nrm_plugin *p)
   free (p->instance_lock);
   json_decref (p->cp);
   json_decref (p->devices);
+  json_decref (p->health_seen);
   free (p->streams);
   if (p->instance_fd >= 0)
     close (p->instance_fd);

@@ -12,6 +12,8 @@
 #include "nrm/base/error.h"
 #include "nrm/base/log.h"
 
+struct nrm_events;
+
 /* The kubelet plugin framework. A driver implements nrm_driver_ops
  * (driver/driver.h); the framework owns the sockets, registration, the DRA
  * and health services, serialization, checkpoints, CDI specs and claim
@@ -42,6 +44,9 @@ struct nrm_plugin_config
   /* Device metadata in containers (KEP-5304): a metadata file and CDI
    * spec for every prepared request, the spec's id in the reply. */
   bool device_metadata;
+  /* Events on the claims it refuses and on the Node when a device's
+   * health turns (driver/k8s/events.h), or NULL. */
+  struct nrm_events *events;
   /* Local use (nrm run): no sockets, no registration, no CDI specs, no
    * instance lock; only the shared state under the serialization lock. */
   bool local;

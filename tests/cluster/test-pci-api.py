@@ -5,8 +5,9 @@
 tree's GPUs, steps aside from a GPU that another driver publishes on the
 node (a ResourceSlice the test's admin creates on the real API server, read
 by nrm through its watch of the node's slices), and serves it again once
-that driver's slice is deleted, without a restart. Every expectation is read
-back from the real server."""
+that driver's slice is deleted, without a restart, with an Event on the
+Node for each (under the manifest's RBAC). Every expectation is read back
+from the real server."""
 
 import os
 import sys
@@ -48,6 +49,12 @@ try:
                                              "--fsroot", root, "--drivers", "pci"])
     plugin.start()
 
+    def node_events(reason):
+        s, lst = cluster.api("GET", "/apis/events.k8s.io/v1/namespaces/default/events")
+        return [e.get("note", "") for e in (lst.get("items", []) if s == 200 else [])
+                if e.get("reason") == reason and e.get("reportingController") == DRIVER
+                and e.get("regarding", {}).get("kind") == "Node" and e["regarding"].get("name") == NODE]
+
     def ours():
         return {d["name"] for s in cluster.slices(NODE, DRIVER) for d in s["spec"].get("devices", [])}
 
@@ -65,9 +72,17 @@ try:
     check(wait_for(lambda: ours() == {"gpu-0000-42-00-0"}),
           "the GPU another driver publishes leaves nrm's slice: %s" % sorted(ours()))
     check("leaves 0000:41:00.0 to %s" % OTHER in plugin.text(), "the log says which and to whom")
+    left = ("%s leaves PCI function 0000:41:00.0 out of its ResourceSlices: it is left to %s (it publishes the "
+            "function)" % (DRIVER, OTHER))
+    check(wait_for(lambda: node_events("DeviceLeftOut") == [left], 30),
+          "a Normal Event on the Node says it too: %s" % node_events("DeviceLeftOut"))
     s, body = cluster.api("DELETE", "/apis/resource.k8s.io/v1/resourceslices/" + other["metadata"]["name"])
     check(s == 200 and wait_for(lambda: ours() == {"gpu-0000-41-00-0", "gpu-0000-42-00-0"}),
           "and comes back once that driver's slice is gone: %s" % sorted(ours()))
+    check(wait_for(lambda: node_events("DeviceServedAgain") == [
+        "%s publishes PCI function 0000:41:00.0 again (it was left to %s (it publishes the function))"
+        % (DRIVER, OTHER)], 30),
+          "with an Event on the Node: %s" % node_events("DeviceServedAgain"))
 finally:
     stop_all(cluster, plugin)
 

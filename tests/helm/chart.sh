@@ -218,6 +218,27 @@ check(driver_names(render()) == ["cpu.nrm.io", "memory.nrm.io", "pci.nrm.io"],
       "resourceclaims/driver: the default drivers' names (the binder writes their status.devices)")
 check(driver_names(render("--set", "drivers={cpu,nvidia}")) == ["cpu.nrm.io", "nvidia.nrm.io"],
       "drivers={cpu,nvidia}: resourceclaims/driver for those two only")
+check(driver_names(render("--set", "config.cpu.driverName=cpu.example.com", "--set", "drivers={cpu,memory}"))
+      == ["cpu.example.com", "memory.nrm.io"],
+      "config.cpu.driverName=cpu.example.com: resourceclaims/driver follows the renamed driver")
+
+
+def node_rules(d):
+    """The node agent's ClusterRole as (group, resource, names, verbs), sorted."""
+    return sorted((",".join(r["apiGroups"]), ",".join(r["resources"]), ",".join(r.get("resourceNames", [])),
+                   ",".join(sorted(r["verbs"]))) for r in by(d, "ClusterRole", "nrm")["rules"])
+
+
+# Exactly what nrm plugin calls (docs/install.md, permissions): a rule more
+# or less fails here.
+check(node_rules(render()) == sorted([
+    ("resource.k8s.io", "resourceclaims", "", "get,list,watch"),
+    ("resource.k8s.io", "resourceclaims/status", "", "patch"),
+    ("resource.k8s.io", "resourceclaims/driver", "cpu.nrm.io,memory.nrm.io,pci.nrm.io", "associated-node:patch"),
+    ("events.k8s.io", "events", "", "create,patch"),
+    ("resource.k8s.io", "resourceslices", "", "create,delete,list,update,watch"),
+    ("", "nodes", "", "get"),
+]), "the node agent's ClusterRole grants exactly what nrm plugin calls: %s" % node_rules(render()))
 check(sys_mount(render()).get("readOnly") is True, "default: /sys read-only")
 for v in ("config.pci.passthrough=true", "config.memory.hugepagesOnDemand.2Mi=256Mi"):
     m = sys_mount(render("--set", v))

@@ -30,7 +30,7 @@ typedef K8s__Io__Kubelet__Pkg__Apis__Dra__V1__NodePrepareResourcesResponse Prepa
 typedef K8s__Io__Kubelet__Pkg__Apis__Dra__V1__NodeUnprepareResourcesResponse UnprepareResponse;
 
 #define GOOD_UID "00000000-0000-4000-8000-00000000a000"
-#define MAX_ERROR 1100 /* the plugin bounds a reply error to 1024 bytes */
+#define MAX_ERROR 4100 /* the plugin bounds a reply error to 4096 bytes */
 
 static struct nh h;
 static grpc_channel *cpu_ch, *mem_ch;
