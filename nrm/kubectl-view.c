@@ -336,7 +336,9 @@ nrm_kview_nodes (json_t *slices, json_t *claims, const char *node)
                        uid ? uid : "");
       if (nc == NULL)
         json_object_set_new (node_claims, n, nc = json_object ());
-      json_object_set_new (nc, cid, json_boolean (is_ready || json_is_true (json_object_get (nc, cid))));
+      /* Prepared when every result of it on the node is. */
+      json_t *was = json_object_get (nc, cid);
+      json_object_set_new (nc, cid, json_boolean (is_ready && (was == NULL || json_is_true (was))));
       const char *res_name;
       json_t *v;
       json_object_foreach (json_object_get (dev, "capacity"), res_name, v)
