@@ -269,16 +269,16 @@ print_claim (json_t *view, FILE *out)
   size_t i, k;
   json_t *r, *c;
   const char *node = json_string_value (json_object_get (view, "node"));
-  fprintf (out, "Claim:       %s/%s\n", json_string_value (json_object_get (view, "namespace")),
+  fprintf (out, "Claim:         %s/%s\n", json_string_value (json_object_get (view, "namespace")),
            json_string_value (json_object_get (view, "name")));
-  fprintf (out, "Allocated:   %s\n", json_is_true (json_object_get (view, "allocated")) ? "yes" : "no");
+  fprintf (out, "Allocated:     %s\n", json_is_true (json_object_get (view, "allocated")) ? "yes" : "no");
   if (node)
-    fprintf (out, "Node:        %s\n", node);
-  fputs ("Reserved for:", out);
+    fprintf (out, "Node:          %s\n", node);
+  fputs ("Reserved for: ", out);
   json_array_foreach (json_object_get (view, "reservedFor"), i, r)
-  fprintf (out, "%s%s %s", i ? "," : " ", json_string_value (json_object_get (r, "resource")),
+  fprintf (out, "%s%s %s", i ? ", " : "", json_string_value (json_object_get (r, "resource")),
            json_string_value (json_object_get (r, "name")));
-  fputs (json_array_size (json_object_get (view, "reservedFor")) ? "\n" : " -\n", out);
+  fputs (json_array_size (json_object_get (view, "reservedFor")) ? "\n" : "-\n", out);
   if (json_array_size (json_object_get (view, "results")))
     {
       struct table t = { json_array () };
@@ -316,7 +316,14 @@ print_claim (json_t *view, FILE *out)
     json_object_foreach (json_object_get (r, "data"), key, v)
     {
       cleanup_free char *s = one_line (v);
-      fprintf (out, "  %-14s %s\n", key, s);
+      char size[64] = "";
+      /* bytes also with a binary suffix, as the other sizes are shown. */
+      if (strcmp (key, "bytes") == 0 && json_is_integer (v) && json_integer_value (v) > 0)
+        {
+          char q[48];
+          snprintf (size, sizeof (size), " (%s)", nrm_quantity_format ((uint64_t) json_integer_value (v), 1, q, 48));
+        }
+      fprintf (out, "  %-14s %s%s\n", key, s, size);
     }
     json_array_foreach (json_object_get (r, "conditions"), k, c)
     {
@@ -468,7 +475,7 @@ view_claim (struct nrm_cli *cli, struct nrm_kube *k, const char *ns, json_t **re
   if (code < 0)
     return -1;
   if (code == 404)
-    return nrm_error_set (err, ENOENT, "claim: ResourceClaim `%s` not found in namespace `%s`", name, ns);
+    return nrm_error_set (err, ENOENT, "ResourceClaim `%s` not found in namespace `%s`", name, ns);
   if (code != 200)
     return nrm_error_set (err, EIO, "GET %s: %d %s", path, code, nrm_kube_status_message (claim, code));
   *ret = nrm_kview_claim (claim);
@@ -542,8 +549,8 @@ nrm_cli_kubectl (struct nrm_cli *cli, nrm_error_t *err)
     {
       nrm_kubectl_print (sub, view, f);
       if (strcmp (sub, "nodes") == 0)
-        fputs ("\nCPUs and memory that `nrm run` holds on a node are the node's own, not in the API: they are not "
-               "counted here (`nrm status` on the node shows them).\n",
+        fputs ("\nWhat `nrm run` holds on a node is the node's own and not in the API, so not counted here:\n"
+               "`nrm status` on the node shows it.\n",
                f);
     }
   fclose (f);
