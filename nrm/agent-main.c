@@ -174,8 +174,8 @@ int
 main (int argc, char **argv)
 {
   static const struct nrm_command commands[] = {
-    { "topology", nrm_cli_topology, NULL }, { "slices", nrm_cli_slices, NULL }, { "status", nrm_cli_status, NULL },
-    { "hook", nrm_cli_hook, NULL },         { "plugin", cmd_plugin, NULL },     { "run", cmd_run, NULL },
+    { "topology", nrm_cli_topology, NULL }, { "slices", nrm_cli_slices, NULL },   { "status", nrm_cli_status, NULL },
+    { "hook", nrm_cli_hook, NULL },         { "plugin", cmd_plugin, NULL },       { "run", cmd_run, NULL },
     { "controller", cmd_controller, NULL }, { "kubectl", nrm_cli_kubectl, NULL },
   };
   return nrm_cli_main (argc, argv, commands, sizeof (commands) / sizeof (commands[0]));

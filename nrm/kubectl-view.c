@@ -15,7 +15,7 @@
 #include "topology/topology.h"
 
 const char *const nrm_kview_known_keys[] = {
-  "request",  "cpus",       "numaNodes",    "bytes",    "pageSize", "busID",
+  "request",     "cpus",      "numaNodes",  "bytes",        "pageSize", "busID",
   "deviceNodes", "partition", "wholeCores", "partialCores", "l3Groups", NULL,
 };
 
@@ -138,8 +138,10 @@ entry_of (json_t *claim, json_t *result)
   {
     const char *share = json_string_value (json_object_get (d, "shareID"));
     const char *rshare = json_string_value (json_object_get (result, "shareID"));
-    if (str_eq (json_string_value (json_object_get (d, "driver")), json_string_value (json_object_get (result, "driver")))
-        && str_eq (json_string_value (json_object_get (d, "pool")), json_string_value (json_object_get (result, "pool")))
+    if (str_eq (json_string_value (json_object_get (d, "driver")),
+                json_string_value (json_object_get (result, "driver")))
+        && str_eq (json_string_value (json_object_get (d, "pool")),
+                   json_string_value (json_object_get (result, "pool")))
         && str_eq (json_string_value (json_object_get (d, "device")),
                    json_string_value (json_object_get (result, "device")))
         && (share == NULL || rshare == NULL || strcmp (share, rshare) == 0))
@@ -186,7 +188,8 @@ index_slices (json_t *slices, const char *only, json_t *devices, json_t *counter
       continue;
     cleanup_free char *pkey = xasprintf ("%s/%s", driver, pname);
     /* A pool being rewritten: only its newest slices count. */
-    if (json_integer_value (json_object_get (pool, "generation")) != json_integer_value (json_object_get (newest, pkey)))
+    if (json_integer_value (json_object_get (pool, "generation"))
+        != json_integer_value (json_object_get (newest, pkey)))
       continue;
     json_array_foreach (json_object_get (spec, "sharedCounters"), j, d)
     {
@@ -258,8 +261,9 @@ row_cmp (const void *a, const void *b)
   if (nx != ny)
     return nx < 0 ? 1 : ny < 0 ? -1 : nx < ny ? -1 : 1;
   c = strcmp (json_string_value (json_object_get (x, "resource")), json_string_value (json_object_get (y, "resource")));
-  return c ? c : strcmp (json_string_value (json_object_get (x, "driver")),
-                         json_string_value (json_object_get (y, "driver")));
+  return c ? c
+           : strcmp (json_string_value (json_object_get (x, "driver")),
+                     json_string_value (json_object_get (y, "driver")));
 }
 
 static int
@@ -317,10 +321,9 @@ nrm_kview_nodes (json_t *slices, json_t *claims, const char *node)
   {
     json_array_foreach (results_of (claim), j, res)
     {
-      cleanup_free char *dkey
-          = device_key (json_string_value (json_object_get (res, "driver")),
-                        json_string_value (json_object_get (res, "pool")),
-                        json_string_value (json_object_get (res, "device")));
+      cleanup_free char *dkey = device_key (json_string_value (json_object_get (res, "driver")),
+                                            json_string_value (json_object_get (res, "pool")),
+                                            json_string_value (json_object_get (res, "device")));
       json_t *dev = json_object_get (devices, dkey);
       if (dev == NULL)
         continue;
@@ -330,10 +333,9 @@ nrm_kview_nodes (json_t *slices, json_t *claims, const char *node)
       bool is_ready = entry && ready (json_object_get (entry, "conditions"));
       json_t *nc = json_object_get (node_claims, n);
       const char *uid = json_string_value (json_object_get (json_object_get (claim, "metadata"), "uid"));
-      cleanup_free char *cid
-          = xasprintf ("%s/%s/%s", json_string_value (json_object_get (json_object_get (claim, "metadata"), "namespace")),
-                       json_string_value (json_object_get (json_object_get (claim, "metadata"), "name")),
-                       uid ? uid : "");
+      cleanup_free char *cid = xasprintf (
+          "%s/%s/%s", json_string_value (json_object_get (json_object_get (claim, "metadata"), "namespace")),
+          json_string_value (json_object_get (json_object_get (claim, "metadata"), "name")), uid ? uid : "");
       if (nc == NULL)
         json_object_set_new (node_claims, n, nc = json_object ());
       /* Prepared when every result of it on the node is. */
@@ -364,8 +366,9 @@ nrm_kview_nodes (json_t *slices, json_t *claims, const char *node)
   json_t **sorted = xcalloc (n ? n : 1, sizeof (json_t *));
   json_object_foreach (rows, key, d)
   {
-    json_object_set_new (d, "free", json_integer (json_integer_value (json_object_get (d, "published"))
-                                                  - json_integer_value (json_object_get (d, "allocated"))));
+    json_object_set_new (d, "free",
+                         json_integer (json_integer_value (json_object_get (d, "published"))
+                                       - json_integer_value (json_object_get (d, "allocated"))));
     sorted[k++] = d;
   }
   qsort (sorted, n, sizeof (json_t *), row_cmp);
@@ -375,11 +378,13 @@ nrm_kview_nodes (json_t *slices, json_t *claims, const char *node)
   free (sorted);
   json_t *nodes = json_array ();
   cleanup_json json_t *node_names = json_object ();
-  json_object_foreach (devices, key, d) json_object_set_new (node_names, json_string_value (json_object_get (d, "node")),
-                                                             json_true ());
+  json_object_foreach (devices, key, d)
+  {
+    json_object_set_new (node_names, json_string_value (json_object_get (d, "node")), json_true ());
+  }
   const char **names = xcalloc (json_object_size (node_names) + 1, sizeof (char *));
   k = 0;
-  json_object_foreach (node_names, key, d) names[k++] = key;
+  json_object_foreach (node_names, key, d) { names[k++] = key; }
   qsort (names, k, sizeof (char *), name_cmp);
   for (size_t m = 0; m < k; m++)
     {
@@ -387,7 +392,7 @@ nrm_kview_nodes (json_t *slices, json_t *claims, const char *node)
       json_int_t prepared = 0;
       const char *cid;
       json_t *v;
-      json_object_foreach (nc, cid, v) prepared += json_is_true (v);
+      json_object_foreach (nc, cid, v) { prepared += json_is_true (v); }
       json_array_append_new (nodes, json_pack ("{s:s, s:I, s:I}", "name", names[m], "claims",
                                                (json_int_t) json_object_size (nc), "preparedClaims", prepared));
     }
@@ -426,7 +431,11 @@ ordered_data (json_t *data)
   for (const char *const *k = nrm_kview_known_keys; *k; k++)
     if ((v = json_object_get (data, *k)))
       json_object_set (out, *k, v);
-  json_object_foreach (data, key, v) if (json_object_get (out, key) == NULL) json_object_set (out, key, v);
+  json_object_foreach (data, key, v)
+  {
+    if (json_object_get (out, key) == NULL)
+      json_object_set (out, key, v);
+  }
   return out;
 }
 
@@ -465,18 +474,22 @@ nrm_kview_claim (json_t *claim)
     json_t *conds = json_array (), *c;
     size_t k;
     json_array_foreach (json_object_get (r, "conditions"), k, c)
-    json_array_append_new (conds, json_pack ("{s:s?, s:s?, s:s?, s:s?}", "type",
-                                             json_string_value (json_object_get (c, "type")), "status",
-                                             json_string_value (json_object_get (c, "status")), "reason",
-                                             json_string_value (json_object_get (c, "reason")), "message",
-                                             json_string_value (json_object_get (c, "message"))));
+    {
+      json_array_append_new (conds, json_pack ("{s:s?, s:s?, s:s?, s:s?}", "type",
+                                               json_string_value (json_object_get (c, "type")), "status",
+                                               json_string_value (json_object_get (c, "status")), "reason",
+                                               json_string_value (json_object_get (c, "reason")), "message",
+                                               json_string_value (json_object_get (c, "message"))));
+    }
     json_object_set_new (o, "conditions", conds);
     json_array_append_new (devices, o);
   }
   json_array_foreach (json_object_get (status, "reservedFor"), i, r)
-  json_array_append_new (reserved, json_pack ("{s:s?, s:s?}", "resource",
-                                              json_string_value (json_object_get (r, "resource")), "name",
-                                              json_string_value (json_object_get (r, "name"))));
+  {
+    json_array_append_new (reserved,
+                           json_pack ("{s:s?, s:s?}", "resource", json_string_value (json_object_get (r, "resource")),
+                                      "name", json_string_value (json_object_get (r, "name"))));
+  }
   return json_pack ("{s:s?, s:s?, s:b, s:s?, s:o, s:o, s:o}", "namespace",
                     json_string_value (json_object_get (meta, "namespace")), "name",
                     json_string_value (json_object_get (meta, "name")), "allocated", alloc != NULL, "node", node,
@@ -504,7 +517,10 @@ pod_claims (json_t *pod)
     bool seen = false;
     size_t k;
     json_t *o;
-    json_array_foreach (out, k, o) seen |= name && strcmp (json_string_value (json_object_get (o, "name")), name) == 0;
+    json_array_foreach (out, k, o)
+    {
+      seen |= name && strcmp (json_string_value (json_object_get (o, "name")), name) == 0;
+    }
     if (name && !seen)
       json_array_append_new (out, json_pack ("{s:s, s:s?}", "name", name, "claim", claim));
   }
@@ -547,10 +563,11 @@ placement (json_t *claim)
       hwloc_bitmap_or (cpus, cpus, set);
     nrm_error_release (&e);
     hwloc_bitmap_free (set);
-    json_array_foreach (json_object_get (data, "numaNodes"), k, v) if (json_is_integer (v)
-                                                                       && json_integer_value (v) >= 0
-                                                                       && json_integer_value (v) < 65536)
+    json_array_foreach (json_object_get (data, "numaNodes"), k, v)
+    {
+      if (json_is_integer (v) && json_integer_value (v) >= 0 && json_integer_value (v) < 65536)
         hwloc_bitmap_set (nodes, (unsigned) json_integer_value (v));
+    }
     json_t *b = json_object_get (data, "bytes");
     if (json_is_integer (b))
       bytes += json_integer_value (b);
@@ -560,8 +577,8 @@ placement (json_t *claim)
       json_array_append (bus, json_object_get (data, "busID"));
   }
   cleanup_free char *c = nrm_cpulist_format (cpus), *n = nrm_cpulist_format (nodes);
-  return json_pack ("{s:s, s:s, s:I, s:o, s:b}", "cpus", c, "numaNodes", n, "bytes", bytes, "busIDs", bus,
-                    "prepared", prepared);
+  return json_pack ("{s:s, s:s, s:I, s:o, s:b}", "cpus", c, "numaNodes", n, "bytes", bytes, "busIDs", bus, "prepared",
+                    prepared);
 }
 
 json_t *
@@ -579,11 +596,11 @@ nrm_kview_pods (json_t *pods, json_t *claims)
     {
       const char *cname = json_string_value (json_object_get (pc, "claim"));
       json_t *claim = cname ? find_claim (claims, ns, cname) : NULL;
-      json_t *row = json_pack ("{s:s?, s:s?, s:s?, s:s?, s:s?, s:b}", "namespace", ns, "pod",
-                               json_string_value (json_object_get (meta, "name")), "node",
-                               json_string_value (json_object_get (json_object_get (pod, "spec"), "nodeName")),
-                               "podClaimName", json_string_value (json_object_get (pc, "name")), "claim", cname, "found",
-                               claim != NULL);
+      json_t *row
+          = json_pack ("{s:s?, s:s?, s:s?, s:s?, s:s?, s:b}", "namespace", ns, "pod",
+                       json_string_value (json_object_get (meta, "name")), "node",
+                       json_string_value (json_object_get (json_object_get (pod, "spec"), "nodeName")), "podClaimName",
+                       json_string_value (json_object_get (pc, "name")), "claim", cname, "found", claim != NULL);
       if (claim)
         {
           cleanup_json json_t *p = placement (claim);

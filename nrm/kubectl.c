@@ -75,7 +75,11 @@ emit_value (yaml_emitter_t *e, json_t *v)
       yaml_sequence_start_event_initialize (&ev, NULL, NULL, 1, YAML_BLOCK_SEQUENCE_STYLE);
       if (emit (e, &ev) < 0)
         return -1;
-      json_array_foreach (v, i, child) if (emit_value (e, child) < 0) return -1;
+      json_array_foreach (v, i, child)
+      {
+        if (emit_value (e, child) < 0)
+          return -1;
+      }
       yaml_sequence_end_event_initialize (&ev);
       return emit (e, &ev);
     }
@@ -160,10 +164,15 @@ table_print (struct table *t, FILE *out)
 {
   size_t widths[32] = { 0 }, i, j;
   json_t *row, *cell;
-  json_array_foreach (t->rows, i, row) json_array_foreach (row, j, cell) if (j < 32
-                                                                             && strlen (json_string_value (cell))
-                                                                                    > widths[j]) widths[j]
-      = strlen (json_string_value (cell));
+  json_array_foreach (t->rows, i, row)
+  {
+    json_array_foreach (row, j, cell)
+    {
+      size_t w = strlen (json_string_value (cell));
+      if (j < 32 && w > widths[j])
+        widths[j] = w;
+    }
+  }
   json_array_foreach (t->rows, i, row)
   {
     size_t n = json_array_size (row);
@@ -182,16 +191,11 @@ static void
 amount (const char *resource, json_int_t v, char *buf, size_t len)
 {
   bool size = strcmp (resource, "memory") == 0 || strncmp (resource, "hugepages", 9) == 0;
-  if (v < 0)
-    {
-      char pos[64];
-      snprintf (buf, len, "-%s", size ? nrm_quantity_format ((uint64_t) -v, 1, pos, sizeof (pos)) : "");
-      if (!size)
-        snprintf (buf, len, "%" JSON_INTEGER_FORMAT, v);
-      return;
-    }
+  char q[64];
+  /* Negative only when claims hold more than is published (a pool that
+   * shrank under them). */
   if (size)
-    nrm_quantity_format ((uint64_t) v, 1, buf, (unsigned) len);
+    snprintf (buf, len, "%s%s", v < 0 ? "-" : "", nrm_quantity_format ((uint64_t) (v < 0 ? -v : v), 1, q, sizeof (q)));
   else
     snprintf (buf, len, "%" JSON_INTEGER_FORMAT, v);
 }
@@ -224,9 +228,12 @@ print_nodes (json_t *view, FILE *out)
   else
     table_print (&t, out);
   json_array_foreach (json_object_get (view, "nodes"), i, r)
-  fprintf (out, "%s%s: %" JSON_INTEGER_FORMAT " allocated claim(s), %" JSON_INTEGER_FORMAT " prepared\n",
-           i == 0 ? "\n" : "", json_string_value (json_object_get (r, "name")),
-           json_integer_value (json_object_get (r, "claims")), json_integer_value (json_object_get (r, "preparedClaims")));
+  {
+    fprintf (out, "%s%s: %" JSON_INTEGER_FORMAT " allocated claim(s), %" JSON_INTEGER_FORMAT " prepared\n",
+             i == 0 ? "\n" : "", json_string_value (json_object_get (r, "name")),
+             json_integer_value (json_object_get (r, "claims")),
+             json_integer_value (json_object_get (r, "preparedClaims")));
+  }
   json_decref (t.rows);
 }
 
@@ -242,7 +249,7 @@ one_line (json_t *v)
       size_t i, n = 0;
       json_t *e;
       bool scalars = true;
-      json_array_foreach (v, i, e) scalars &= !json_is_object (e) && !json_is_array (e);
+      json_array_foreach (v, i, e) { scalars &= !json_is_object (e) && !json_is_array (e); }
       if (scalars)
         {
           cleanup_free char *buf = NULL;
@@ -276,8 +283,10 @@ print_claim (json_t *view, FILE *out)
     fprintf (out, "Node:          %s\n", node);
   fputs ("Reserved for: ", out);
   json_array_foreach (json_object_get (view, "reservedFor"), i, r)
-  fprintf (out, "%s%s %s", i ? ", " : "", json_string_value (json_object_get (r, "resource")),
-           json_string_value (json_object_get (r, "name")));
+  {
+    fprintf (out, "%s%s %s", i ? ", " : "", json_string_value (json_object_get (r, "resource")),
+             json_string_value (json_object_get (r, "name")));
+  }
   fputs (json_array_size (json_object_get (view, "reservedFor")) ? "\n" : "-\n", out);
   if (json_array_size (json_object_get (view, "results")))
     {
@@ -330,8 +339,8 @@ print_claim (json_t *view, FILE *out)
       const char *reason = json_string_value (json_object_get (c, "reason"));
       const char *msg = json_string_value (json_object_get (c, "message"));
       fprintf (out, "  condition      %s=%s%s%s%s%s\n", json_string_value (json_object_get (c, "type")),
-               json_string_value (json_object_get (c, "status")), reason && *reason ? " " : "",
-               reason ? reason : "", msg && *msg ? ": " : "", msg ? msg : "");
+               json_string_value (json_object_get (c, "status")), reason && *reason ? " " : "", reason ? reason : "",
+               msg && *msg ? ": " : "", msg ? msg : "");
     }
   }
   if (json_array_size (json_object_get (view, "devices")) == 0 && json_is_true (json_object_get (view, "allocated")))
@@ -360,7 +369,7 @@ print_pods (json_t *view, FILE *out)
     table_add (&t, 9, json_string_value (json_object_get (r, "namespace")),
                json_string_value (json_object_get (r, "pod")), json_string_value (json_object_get (r, "node")),
                json_string_value (json_object_get (r, "claim")),
-               !found                                          ? "(no claim)"
+               !found                                           ? "(no claim)"
                : json_is_true (json_object_get (r, "prepared")) ? "yes"
                                                                 : "no",
                cpus && *cpus ? cpus : "-", numa && *numa ? numa : "-", mem, pci && *pci ? pci : "-");
@@ -506,8 +515,7 @@ nrm_cli_kubectl (struct nrm_cli *cli, nrm_error_t *err)
   const char *sub = a->sub;
   int r = -1;
   if (a->output && strcmp (a->output, "json") && strcmp (a->output, "yaml"))
-    return nrm_error_set (err, EINVAL, "%s: `-o %s`: the outputs are json and yaml (default: columns)", sub,
-                          a->output);
+    return nrm_error_set (err, EINVAL, "%s: `-o %s`: the outputs are json and yaml (default: columns)", sub, a->output);
   if (a->node && !nrm_is_dns_subdomain (a->node, 253))
     return nrm_error_set (err, EINVAL, "%s: `--node %.80s` is not a node name", sub, a->node);
   if (a->namespace && !nrm_is_dns_label (a->namespace))

@@ -60,7 +60,7 @@ main (int argc, char **argv)
   static const struct nrm_command commands[] = {
     { "topology", nrm_cli_topology, NULL }, { "slices", nrm_cli_slices, NULL }, { "status", nrm_cli_status, NULL },
     { "hook", nrm_cli_hook, NULL },         { "plugin", NULL, exec_agent },     { "run", NULL, exec_agent },
-    { "controller", NULL, exec_agent }, { "kubectl", NULL, exec_agent },
+    { "controller", NULL, exec_agent },     { "kubectl", NULL, exec_agent },
   };
   return nrm_cli_main (argc, argv, commands, sizeof (commands) / sizeof (commands[0]));
 }

@@ -554,7 +554,8 @@ nrm_options_parse (struct nrm_cli *cli, const char *cmd, int argc, char **argv, 
   else if ((me & CMD_KUBECTL_CLAIM) && optind + 1 == argc)
     cli->kubectl.name = argv[optind];
   else if (optind < argc)
-    return nrm_error_set (err, EINVAL, "%s: unexpected argument `%s`", cmd, argv[optind + ((me & CMD_KUBECTL_CLAIM) != 0)]);
+    return nrm_error_set (err, EINVAL, "%s: unexpected argument `%s`", cmd,
+                          argv[optind + ((me & CMD_KUBECTL_CLAIM) != 0)]);
 
   optind = 0;
   while ((c = getopt_long (argc, argv, optstring, long_options, NULL)) != -1)

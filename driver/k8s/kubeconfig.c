@@ -161,16 +161,22 @@ load_exec (struct nrm_kubeconfig *kc, json_t *exec, const char *dir, const char 
                           "client.authentication.k8s.io/v1 and v1beta1 plugins)",
                           path, kc->user_name, api ? api : "(none)");
   if (mode && strcmp (mode, "Never") && strcmp (mode, "IfAvailable") && strcmp (mode, "Always"))
-    return nrm_error_set (err, EINVAL, "kubeconfig `%s`: user `%s`: `exec` interactiveMode `%s` is not Never, "
-                          "IfAvailable or Always", path, kc->user_name, mode);
+    return nrm_error_set (err, EINVAL,
+                          "kubeconfig `%s`: user `%s`: `exec` interactiveMode `%s` is not Never, "
+                          "IfAvailable or Always",
+                          path, kc->user_name, mode);
   if (mode == NULL && strcmp (api, "client.authentication.k8s.io/v1") == 0)
     return nrm_error_set (err, EINVAL, "kubeconfig `%s`: user `%s`: `exec` of apiVersion v1 needs an interactiveMode",
                           path, kc->user_name);
   if ((args && !json_is_array (args)) || (env && !json_is_array (env)))
     return nrm_error_set (err, EINVAL, "kubeconfig `%s`: user `%s`: `exec` args and env must be lists", path,
                           kc->user_name);
-  json_array_foreach (args, i, e) if (!json_is_string (e)) return nrm_error_set (
-      err, EINVAL, "kubeconfig `%s`: user `%s`: `exec` args[%zu] is not a string", path, kc->user_name, i);
+  json_array_foreach (args, i, e)
+  {
+    if (!json_is_string (e))
+      return nrm_error_set (err, EINVAL, "kubeconfig `%s`: user `%s`: `exec` args[%zu] is not a string", path,
+                            kc->user_name, i);
+  }
   json_array_foreach (env, i, e)
   {
     const char *n = json_string_value (json_object_get (e, "name"));
@@ -234,13 +240,11 @@ load_cluster (struct nrm_kubeconfig *kc, json_t *cluster, const char *dir, const
   size_t sl = strlen (kc->server);
   while (sl > 8 && kc->server[sl - 1] == '/')
     kc->server[--sl] = '\0';
-  return set_file_or_data (cluster, "certificate-authority", dir, "kubeconfig cluster", &kc->ca_file, &kc->ca_pem,
-                           err);
+  return set_file_or_data (cluster, "certificate-authority", dir, "kubeconfig cluster", &kc->ca_file, &kc->ca_pem, err);
 }
 
 static int
-select_context (struct nrm_kubeconfig *kc, struct merged *m, const char *where, const char *context,
-                nrm_error_t *err)
+select_context (struct nrm_kubeconfig *kc, struct merged *m, const char *where, const char *context, nrm_error_t *err)
 {
   const char *ctx_name = context ? context : m->current;
   if (ctx_name == NULL || *ctx_name == '\0')
@@ -274,11 +278,10 @@ select_context (struct nrm_kubeconfig *kc, struct merged *m, const char *where, 
 }
 
 int
-nrm_kubeconfig_load (const char *paths, bool list, const char *context, struct nrm_kubeconfig **ret,
-                     nrm_error_t *err)
+nrm_kubeconfig_load (const char *paths, bool list, const char *context, struct nrm_kubeconfig **ret, nrm_error_t *err)
 {
-  struct merged m = { .clusters = json_object (), .users = json_object (), .contexts = json_object (),
-                      .files = json_array () };
+  struct merged m
+      = { .clusters = json_object (), .users = json_object (), .contexts = json_object (), .files = json_array () };
   cleanup_free char *copy = xstrdup (paths);
   size_t loaded = 0;
   int r = 0;
@@ -477,8 +480,10 @@ plugin_env (json_t *env, const char *info)
         out[k++] = xstrdup (environ[j]);
     }
   json_array_foreach (env, i, e)
-  out[k++] = xasprintf ("%s=%s", json_string_value (json_object_get (e, "name")),
-                        json_string_value (json_object_get (e, "value")));
+  {
+    out[k++] = xasprintf ("%s=%s", json_string_value (json_object_get (e, "name")),
+                          json_string_value (json_object_get (e, "value")));
+  }
   out[k++] = xasprintf ("KUBERNETES_EXEC_INFO=%s", info);
   return out;
 }
@@ -513,7 +518,7 @@ nrm_exec_credential_run (const struct nrm_kubeconfig *kc, struct nrm_exec_creden
   char **envp = plugin_env (json_object_get (kc->exec, "env"), info);
   char **argv = xcalloc (json_array_size (args) + 2, sizeof (char *));
   argv[0] = (char *) cmd;
-  json_array_foreach (args, i, e) argv[i + 1] = (char *) json_string_value (e);
+  json_array_foreach (args, i, e) { argv[i + 1] = (char *) json_string_value (e); }
 
   int fds[2] = { -1, -1 };
   cleanup_free char *buf = NULL;

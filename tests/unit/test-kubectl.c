@@ -302,19 +302,21 @@ test_kubeconfig_list (void **state)
 {
   cleanup_free char *sub = xasprintf ("%s/sub", dir);
   mkdir (sub, 0700);
-  cleanup_free char *one = write_file ("one", "current-context: c1\n"
-                                              "contexts:\n- name: c1\n  context: {cluster: k1, user: u1, namespace: ns1}\n"
-                                              "clusters:\n- name: k1\n  cluster: {server: 'https://one:6443/'}\n"
-                                              "users:\n- name: u1\n  user: {token: t1}\n",
+  cleanup_free char *one = write_file ("one",
+                                       "current-context: c1\n"
+                                       "contexts:\n- name: c1\n  context: {cluster: k1, user: u1, namespace: ns1}\n"
+                                       "clusters:\n- name: k1\n  cluster: {server: 'https://one:6443/'}\n"
+                                       "users:\n- name: u1\n  user: {token: t1}\n",
                                        0600);
   cleanup_free char *ca = write_file ("sub/ca.crt", "not read here\n", 0600);
-  cleanup_free char *two = write_file ("sub/two", "current-context: c2\n"
-                                                  "contexts:\n- name: c2\n  context: {cluster: k2, user: u2}\n"
-                                                  "- name: c1\n  context: {cluster: k2, user: u2}\n"
-                                                  "clusters:\n- name: k1\n  cluster: {server: 'https://lost'}\n"
-                                                  "- name: k2\n  cluster: {server: 'https://two', "
-                                                  "certificate-authority: ca.crt}\n"
-                                                  "users:\n- name: u2\n  user: {tokenFile: token}\n",
+  cleanup_free char *two = write_file ("sub/two",
+                                       "current-context: c2\n"
+                                       "contexts:\n- name: c2\n  context: {cluster: k2, user: u2}\n"
+                                       "- name: c1\n  context: {cluster: k2, user: u2}\n"
+                                       "clusters:\n- name: k1\n  cluster: {server: 'https://lost'}\n"
+                                       "- name: k2\n  cluster: {server: 'https://two', "
+                                       "certificate-authority: ca.crt}\n"
+                                       "users:\n- name: u2\n  user: {tokenFile: token}\n",
                                        0600);
   cleanup_free char *list = xasprintf ("%s/missing:%s::%s", dir, one, two);
   cleanup_free char *rev = xasprintf ("%s:%s", two, one);
@@ -340,8 +342,9 @@ test_kubeconfig_list (void **state)
   load_fails (missing, false, NULL, "missing");
   load_fails (missing2, true, NULL, "none of the files");
   /* A path with a colon is one file when it is not a list. */
-  cleanup_free char *colon = write_file ("a:b", "current-context: c\ncontexts:\n- name: c\n  context: {cluster: k}\n"
-                                                "clusters:\n- name: k\n  cluster: {server: 'https://colon'}\n",
+  cleanup_free char *colon = write_file ("a:b",
+                                         "current-context: c\ncontexts:\n- name: c\n  context: {cluster: k}\n"
+                                         "clusters:\n- name: k\n  cluster: {server: 'https://colon'}\n",
                                          0600);
   load_ok (colon, false, NULL, "https://colon", NULL, NULL);
 
@@ -409,9 +412,9 @@ test_exec_parse (void **state)
 }
 
 #define EXEC_KC_MODE(cmd, mode, extra)                                                                                 \
-  "current-context: c\ncontexts:\n- name: c\n  context: {cluster: k, user: u}\n"                                      \
-  "clusters:\n- name: k\n  cluster: {server: 'https://exec', certificate-authority-data: Q0EK}\n"                     \
-  "users:\n- name: u\n  user:\n    exec:\n      apiVersion: client.authentication.k8s.io/v1\n"                        \
+  "current-context: c\ncontexts:\n- name: c\n  context: {cluster: k, user: u}\n"                                       \
+  "clusters:\n- name: k\n  cluster: {server: 'https://exec', certificate-authority-data: Q0EK}\n"                      \
+  "users:\n- name: u\n  user:\n    exec:\n      apiVersion: client.authentication.k8s.io/v1\n"                         \
   "      interactiveMode: " mode "\n      command: " cmd "\n" extra
 #define EXEC_KC(cmd, extra) EXEC_KC_MODE (cmd, "Never", extra)
 
