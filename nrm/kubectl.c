@@ -514,22 +514,17 @@ nrm_cli_kubectl (struct nrm_cli *cli, nrm_error_t *err)
   cleanup_json json_t *view = NULL;
   const char *sub = a->sub;
   int r = -1;
-  if (a->output && strcmp (a->output, "json") && strcmp (a->output, "yaml"))
-    return nrm_error_set (err, EINVAL, "%s: `-o %s`: the outputs are json and yaml (default: columns)", sub, a->output);
-  if (a->node && !nrm_is_dns_subdomain (a->node, 253))
-    return nrm_error_set (err, EINVAL, "%s: `--node %.80s` is not a node name", sub, a->node);
-  if (a->namespace && !nrm_is_dns_label (a->namespace))
-    return nrm_error_set (err, EINVAL, "%s: `-n %.80s` is not a namespace name", sub, a->namespace);
-  if (a->namespace && a->all_namespaces)
-    return nrm_error_set (err, EINVAL, "%s: -n and -A: give one", sub);
-  if (strcmp (sub, "claim") == 0 && a->name == NULL)
-    return nrm_error_set (err, EINVAL, "claim: which claim? (kubectl nrm claim NAME [-n NAMESPACE])");
-  if (a->name && !nrm_is_dns_subdomain (a->name, 253))
-    return nrm_error_set (err, EINVAL, "claim: `%.80s` is not a ResourceClaim name", a->name);
   if (open_kube (cli, &k, err) < 0)
     return nrm_error_wrap (err, "%s", sub);
   /* The namespace: -n, else the context's, else default (as kubectl). */
   const char *ns = a->namespace ? a->namespace : nrm_kube_namespace (k) ? nrm_kube_namespace (k) : "default";
+  /* It goes into a request path. */
+  if (!nrm_is_dns_label (ns))
+    {
+      nrm_kube_free (k);
+      return nrm_error_set (err, EINVAL, "%s: the kubeconfig context's namespace `%.80s` is not a namespace name", sub,
+                            ns);
+    }
   if (strcmp (sub, "nodes") == 0)
     r = view_nodes (cli, k, &view, err);
   else if (strcmp (sub, "claim") == 0)

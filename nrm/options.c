@@ -13,6 +13,7 @@
 
 #include "cpuset/partition.h"
 #include "cpuset/placement.h"
+#include "driver/names.h"
 #include "nrm/base/quantity.h"
 #include "nrm/base/xalloc.h"
 #include "nrm/options.h"
@@ -473,6 +474,27 @@ static const struct row rows[] = {
 /* clang-format on */
 #define N_ROWS (sizeof (rows) / sizeof (rows[0]))
 
+/* kubectl's flags and argument, checked: names go into request paths. */
+static int
+kubectl_usage (const struct nrm_kubectl_args *a, nrm_error_t *err)
+{
+  const char *sub = a->sub;
+  if (a->output && strcmp (a->output, "json") && strcmp (a->output, "yaml"))
+    return nrm_error_set (err, EINVAL, "%s: `-o %.40s`: the outputs are json and yaml (default: columns)", sub,
+                          a->output);
+  if (a->node && !nrm_is_dns_subdomain (a->node, 253))
+    return nrm_error_set (err, EINVAL, "%s: `--node %.80s` is not a node name", sub, a->node);
+  if (a->namespace && !nrm_is_dns_label (a->namespace))
+    return nrm_error_set (err, EINVAL, "%s: `-n %.80s` is not a namespace name", sub, a->namespace);
+  if (a->namespace && a->all_namespaces)
+    return nrm_error_set (err, EINVAL, "%s: -n and -A: give one", sub);
+  if (strcmp (sub, "claim") == 0 && a->name == NULL)
+    return nrm_error_set (err, EINVAL, "claim: which claim? (kubectl nrm claim NAME [-n NAMESPACE])");
+  if (a->name && !nrm_is_dns_subdomain (a->name, 253))
+    return nrm_error_set (err, EINVAL, "claim: `%.80s` is not a ResourceClaim name", a->name);
+  return 0;
+}
+
 static unsigned
 command_bit (const char *cmd)
 {
@@ -578,6 +600,8 @@ nrm_options_parse (struct nrm_cli *cli, const char *cmd, int argc, char **argv, 
     }
   if (cli->json && cli->hardware)
     return nrm_error_set (err, EINVAL, "topology: --hardware is a text view and --json the whole model: give one");
+  if ((me & CMD_KUBECTL) && kubectl_usage (&cli->kubectl, err) < 0)
+    return -1;
   return nrm_config_finish (&cli->cfg, err);
 }
 

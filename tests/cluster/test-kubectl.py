@@ -295,9 +295,9 @@ check(p.returncode == 0 and "No device status yet" in p.stdout, "claim db: alloc
 p = run("claim", "nosuch", "-n", "team-a", *ADMIN)
 check(p.returncode == 1 and "not found" in p.stderr, "claim nosuch: not found, exit 1")
 p = run("claim", *ADMIN)
-check(p.returncode == 1 and "which claim" in p.stderr, "claim without a name: refused")
+check(p.returncode == 2 and "which claim" in p.stderr, "claim without a name: refused as usage")
 p = run("nodes", "-o", "xml", *ADMIN)
-check(p.returncode == 1 and "json and yaml" in p.stderr, "-o xml: refused")
+check(p.returncode == 2 and "json and yaml" in p.stderr, "-o xml: refused as usage")
 p = run("nodes", "--topology", "x", *ADMIN)
 check(p.returncode == 2 and "is an option of" in p.stderr, "a node command's flag: refused as usage")
 
