@@ -504,10 +504,14 @@ command_bit (const char *cmd)
   return 0;
 }
 
-/* "`nrm plugin` and `nrm controller`": the commands of a mask. */
+/* "`nrm plugin` and `nrm controller`": the commands of a mask, kubectl's
+ * three as `nrm kubectl` when the mask has them all. */
 static void
 command_list (unsigned mask, char *list, size_t size)
 {
+  bool all_kubectl = (mask & CMD_KUBECTL) == CMD_KUBECTL;
+  if (all_kubectl)
+    mask = (mask & ~(unsigned) CMD_KUBECTL) | CMD_KUBECTL_NODES;
   size_t n = 0, total = (size_t) __builtin_popcount (mask);
   list[0] = '\0';
   for (size_t i = 0; i < N_COMMANDS; i++)
@@ -518,7 +522,7 @@ command_list (unsigned mask, char *list, size_t size)
                   n == 1       ? ""
                   : n == total ? " and "
                                : ", ",
-                  commands[i].name);
+                  (1u << i) == CMD_KUBECTL_NODES && all_kubectl ? "kubectl" : commands[i].name);
       }
 }
 
