@@ -281,7 +281,7 @@ print_claim (json_t *view, FILE *out)
   fprintf (out, "Allocated:     %s\n", json_is_true (json_object_get (view, "allocated")) ? "yes" : "no");
   if (node)
     fprintf (out, "Node:          %s\n", node);
-  fputs ("Reserved for: ", out);
+  fputs ("Reserved for:  ", out);
   json_array_foreach (json_object_get (view, "reservedFor"), i, r)
   {
     fprintf (out, "%s%s %s", i ? ", " : "", json_string_value (json_object_get (r, "resource")),

@@ -41,13 +41,21 @@ os.symlink("nrm", os.path.join(linkdir, "kubectl-nrm"))
 KNRM = os.path.join(linkdir, "kubectl-nrm")
 
 T = os.path.join(TOPOLOGIES, "24em64t-2n6c2t-pci.xml")
+# node-numa has 128 huge pages of 2 MiB on each NUMA node, in a copy of the
+# machine's hwloc XML, as a node has them from its boot settings.
+with open(T) as fh:
+    xml = fh.read()
+T_HUGE = os.path.join(work, "huge.xml")
+with open(T_HUGE, "w") as fh:
+    fh.write(xml.replace('<page_type size="2097152" count="0"/>', '<page_type size="2097152" count="128"/>'))
 cluster = Cluster(work, "kubectl", bindir)
 cluster.install_nrm()
 plugins = {
-    "node-numa": NrmPlugin(cluster, "node-numa", work, ["-t", T, "--cpu-mode", "numa", "--drivers", "cpu,memory"]),
+    "node-numa": NrmPlugin(cluster, "node-numa", work, ["-t", T_HUGE, "--cpu-mode", "numa", "--drivers",
+                                                        "cpu,memory"]),
     "node-part": NrmPlugin(cluster, "node-part", work, ["-t", T, "--cpu-mode", "partitioned", "--drivers", "cpu"]),
 }
-cluster.create_nodes([("node-numa", 24, 128 << 30), ("node-part", 24, 128 << 30)])
+cluster.create_nodes([("node-numa", 24, 128 << 30, {"hugepages-2Mi": "512Mi"}), ("node-part", 24, 128 << 30)])
 for p in plugins.values():
     p.start()
 check(all(p.register() for p in plugins.values()), "both plugins registered (as the kubelet does)")
@@ -85,7 +93,9 @@ claim_and_pod("team-a", "web", "node-numa",
               [request("cpus", "cpu.nrm.io", capacity={"cpus": "4"}),
                request("mem", "memory.nrm.io", capacity={"memory": "1Gi"})],
               [{"requests": ["cpus", "mem"], "matchAttribute": "resource.kubernetes.io/numaNode"}])
-claim_and_pod("team-b", "db", "node-numa", [request("cpus", "cpu.nrm.io", capacity={"cpus": "2"})])
+claim_and_pod("team-b", "db", "node-numa", [request("cpus", "cpu.nrm.io", capacity={"cpus": "2"}),
+                                            request("pages", "hugepages-2mi.memory.nrm.io",
+                                                    capacity={"hugepages": "64Mi"})])
 claim_and_pod("team-b", "cores", "node-part",
               [request("cores", "cpu.nrm.io", count=2,
                        selector='device.attributes["cpu.nrm.io"].granularity == "core"')])
@@ -171,8 +181,11 @@ def expected():
     for s in cluster.slices():
         sp = s["spec"]
         for d in sp.get("devices", []):
-            numa = d["attributes"]["resource.kubernetes.io/numaNode"]["int"]
+            attrs = d["attributes"]
+            numa = attrs["resource.kubernetes.io/numaNode"]["int"]
             (res, cap), = d["capacity"].items()
+            if attrs.get("hugeTLB", {}).get("bool"):
+                res = "hugepages-" + attrs["pageSize"]["string"]
             amount = qty(cap["value"])
             key = (sp["nodeName"], numa, res)
             devs[(sp["driver"], sp["pool"]["name"], d["name"])] = (key, amount, d.get("allowMultipleAllocations"))
@@ -190,7 +203,7 @@ def expected():
         for r in c["status"]["allocation"]["devices"]["results"]:
             key, amount, shared = devs[(r["driver"], r["pool"], r["device"])]
             if shared:
-                amount = qty(r["consumedCapacity"][key[2]])
+                amount = qty(r["consumedCapacity"][key[2].split("-")[0]])
             want[key][1] += amount
             if (r["driver"], r["pool"], r["device"]) in ready:
                 want[key][2] += amount
@@ -211,6 +224,9 @@ check(got == want, "nodes: published, allocated and prepared per node, NUMA node
 check(sum(v[1] for k, v in got.items() if k[0] == "node-numa" and k[2] == "cpus") == 6
       and sum(v[2] for k, v in got.items() if k[0] == "node-numa" and k[2] == "cpus") == 4,
       "node-numa: 6 CPUs allocated (web 4, db 2), 4 prepared (web)")
+check(sum(v[0] for k, v in got.items() if k[0] == "node-numa" and k[2] == "hugepages-2Mi") == 512 << 20
+      and sum(v[1] for k, v in got.items() if k[0] == "node-numa" and k[2] == "hugepages-2Mi") == 64 << 20,
+      "node-numa: 2 x 256Mi of 2 MiB pages published, 64Mi allocated (db)")
 check(sum(v[1] for k, v in got.items() if k[0] == "node-part") == 4,
       "node-part: 2 cores of 2 CPUs allocated whole")
 check({n["name"]: (n["claims"], n["preparedClaims"]) for n in view["nodes"]}
