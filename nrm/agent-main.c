@@ -19,6 +19,7 @@
 #include "nrm/base/cleanup.h"
 #include "nrm/cli.h"
 #include "nrm/controller.h"
+#include "nrm/kubectl.h"
 #include "nrm/logging.h"
 #include "nrm/run.h"
 #include "nrm/setup.h"
@@ -173,9 +174,9 @@ int
 main (int argc, char **argv)
 {
   static const struct nrm_command commands[] = {
-    { "topology", nrm_cli_topology, NULL }, { "slices", nrm_cli_slices, NULL }, { "status", nrm_cli_status, NULL },
-    { "hook", nrm_cli_hook, NULL },         { "plugin", cmd_plugin, NULL },     { "run", cmd_run, NULL },
-    { "controller", cmd_controller, NULL },
+    { "topology", nrm_cli_topology, NULL }, { "slices", nrm_cli_slices, NULL },   { "status", nrm_cli_status, NULL },
+    { "hook", nrm_cli_hook, NULL },         { "plugin", cmd_plugin, NULL },       { "run", cmd_run, NULL },
+    { "controller", cmd_controller, NULL }, { "kubectl", nrm_cli_kubectl, NULL },
   };
   return nrm_cli_main (argc, argv, commands, sizeof (commands) / sizeof (commands[0]));
 }

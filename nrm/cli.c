@@ -163,6 +163,10 @@ cli_done (struct nrm_cli *cli)
   hwloc_bitmap_free (cli->run.cpu_list);
   hwloc_bitmap_free (cli->run.cpu_nodes);
   hwloc_bitmap_free (cli->run.mem_nodes);
+  free (cli->kubectl.context);
+  free (cli->kubectl.namespace);
+  free (cli->kubectl.output);
+  free (cli->kubectl.node);
 }
 
 int
@@ -207,6 +211,28 @@ nrm_cli_main (int argc, char **argv, const struct nrm_command *commands, size_t 
   if (command->handoff)
     command->handoff (argv);
 
+  /* nrm kubectl SUB: the command is "kubectl SUB", its options after SUB. */
+  char kcmd[32];
+  bool kubectl = strcmp (cmd, "kubectl") == 0;
+  if (kubectl)
+    {
+      const char *sub = argc > 2 ? argv[2] : "--help";
+      if (strcmp (sub, "--help") == 0 || strcmp (sub, "-h") == 0 || strcmp (sub, "help") == 0)
+        {
+          nrm_options_help (stdout, "kubectl");
+          return 0;
+        }
+      if (strcmp (sub, "nodes") && strcmp (sub, "claim") && strcmp (sub, "pods"))
+        {
+          fprintf (stderr, "nrm: kubectl: unknown command `%s`; see `kubectl nrm --help`\n", sub);
+          return NRM_EXIT_USAGE;
+        }
+      snprintf (kcmd, sizeof (kcmd), "kubectl %s", sub);
+      cli.kubectl.sub = argv[2];
+      cmd = kcmd;
+      argc--;
+      argv++;
+    }
   nrm_config_init (&cli.cfg);
   r = nrm_options_parse (&cli, cmd, argc - 1, argv + 1, &err);
   if (r == 1)
@@ -220,9 +246,10 @@ nrm_cli_main (int argc, char **argv, const struct nrm_command *commands, size_t 
   bool is_run = strcmp (cmd, "run") == 0;
   /* The plugin matches nodes[] by labels too, once it has the API; status
    * takes the plugin's choice from its record. */
-  if (r == 0 && strcmp (cmd, "plugin") && strcmp (cmd, "status"))
+  if (r == 0 && strcmp (cmd, "plugin") && strcmp (cmd, "status") && !kubectl)
     r = nrm_config_resolve_node (&cli.cfg, NULL, &err);
-  if (r == 0)
+  /* kubectl reads the API only, nothing of this machine. */
+  if (r == 0 && !kubectl)
     r = nrm_fsroot_open (cli.cfg.fsroot, &cli.root, &err);
   if (r < 0)
     {

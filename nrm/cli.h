@@ -16,6 +16,15 @@
 
 #define NRM_EXIT_USAGE 2
 
+/* nrm kubectl SUB (kubectl nrm SUB): its sub-command, argument and flags. */
+struct nrm_kubectl_args
+{
+  const char *sub;  /* nodes, claim or pods */
+  const char *name; /* claim NAME */
+  char *context, *namespace, *output, *node;
+  bool all_namespaces;
+};
+
 /* What a command line says: the settings, and what the options of a
  * command set besides. */
 struct nrm_cli
@@ -29,6 +38,7 @@ struct nrm_cli
   size_t n_options;
   bool reserved_memory_flag; /* a --reserved-memory replaced the file's list */
   int status;                /* the exit status on success (nrm run: the command's own) */
+  struct nrm_kubectl_args kubectl;
 };
 
 /* A command an executable runs itself, or hands to another one: handoff

@@ -13,6 +13,7 @@
 
 #include "cpuset/partition.h"
 #include "cpuset/placement.h"
+#include "driver/names.h"
 #include "nrm/base/quantity.h"
 #include "nrm/base/xalloc.h"
 #include "nrm/options.h"
@@ -28,7 +29,12 @@ enum
   CMD_STATUS = 1 << 4,
   CMD_HOOK = 1 << 5,
   CMD_CONTROLLER = 1 << 6,
-  CMD_ALL = (1 << 7) - 1,
+  CMD_ALL = (1 << 7) - 1, /* the node's commands: all but kubectl */
+  CMD_KUBECTL_NODES = 1 << 7,
+  CMD_KUBECTL_CLAIM = 1 << 8,
+  CMD_KUBECTL_PODS = 1 << 9,
+  CMD_KUBECTL = CMD_KUBECTL_NODES | CMD_KUBECTL_CLAIM | CMD_KUBECTL_PODS,
+  CMD_EVERY = CMD_ALL | CMD_KUBECTL,
   CMD_DRIVERS = CMD_SLICES | CMD_STATUS | CMD_PLUGIN | CMD_CONTROLLER,
   CMD_API = CMD_PLUGIN | CMD_CONTROLLER,
 };
@@ -55,6 +61,14 @@ static const struct
   { "controller", "the cluster's one binding-conditions controller (a Deployment beside the\n"
                   "DaemonSet): labels each claim that waits for binding conditions on an nrm\n"
                   "device with its node, so that each node watches only its own claims" },
+  { "kubectl nodes", "per node and NUMA node: the CPUs, memory, huge pages and devices the\n"
+                     "ResourceSlices publish, what claims have allocated and prepared of them,\n"
+                     "and what is free, as the scheduler sees it (also `kubectl nrm nodes`)" },
+  { "kubectl claim", "kubectl claim NAME: a ResourceClaim's allocation, the placement nrm's\n"
+                     "drivers report in its status.devices (CPUs, NUMA nodes, bytes, PCI\n"
+                     "function...) and their conditions (also `kubectl nrm claim NAME`)" },
+  { "kubectl pods", "which pods hold which CPUs, NUMA nodes, memory and PCI functions,\n"
+                    "through their claims (also `kubectl nrm pods`)" },
 };
 #define N_COMMANDS (sizeof (commands) / sizeof (commands[0]))
 
@@ -89,6 +103,7 @@ struct row
 };
 
 #define CFG(f) offsetof (struct nrm_cli, cfg.f)
+#define KCTL(f) offsetof (struct nrm_cli, kubectl.f)
 #define RUN(f) offsetof (struct nrm_cli, run.f)
 
 static void *
@@ -355,7 +370,7 @@ static const struct row rows[] = {
     "the API server's release, e.g. 1.37, whose field shapes\nthe slices take (1.36; plugin: asked of the API server)" },
   { "fsroot", 0, "DIR", CMD_ALL, "fsroot", NULL, K_STRING, CFG (fsroot), 0, 0, NULL,
     "prefix of /sys for the files nrm reads itself ($NRM_FSROOT)" },
-  { "help", 'h', NULL, CMD_ALL, NULL, NULL, K_TRUE, 0, 0, 0, NULL, "show this help" },
+  { "help", 'h', NULL, CMD_EVERY, NULL, NULL, K_TRUE, 0, 0, 0, NULL, "show this help" },
   { "drivers", 0, "LIST", CMD_DRIVERS, "drivers", NULL, K_STRING, CFG (drivers), 0, 0, NULL,
     "the drivers to serve, by id (default: every one; built in:\ncpu, memory, pci)" },
   { "driver-dir", 0, "DIR", CMD_DRIVERS, "driverDir", NULL, K_STRING, CFG (driver_dir), 0, 0, NULL,
@@ -378,8 +393,19 @@ static const struct row rows[] = {
   { "allow-no-cpuset", 0, NULL, CMD_PLUGIN, "allowNoCpuset", NULL, K_TRUE, CFG (allow_no_cpuset), 0, 0, NULL,
     "serve although cgroup v2 has no cpuset controller (cgroup\nv1 or hybrid): the hook cannot bind containers, and fails\n"
     "those with claims; for trying the protocol only" },
-  { "kubeconfig", 0, "FILE", CMD_API, "kubeconfig", NULL, K_STRING, CFG (kubeconfig), 0, 0, NULL,
-    "the Kubernetes API for claims and ResourceSlices (in a pod:\nits service account, without this flag)" },
+  { "kubeconfig", 0, "FILE", CMD_API | CMD_KUBECTL, "kubeconfig", NULL, K_STRING, CFG (kubeconfig), 0, 0, NULL,
+    "the Kubernetes API for claims and ResourceSlices (in a pod:\nits service account, without this flag; kubectl:\n"
+    "default $KUBECONFIG, a list of files, else ~/.kube/config)" },
+  { "context", 0, "NAME", CMD_KUBECTL, NULL, NULL, K_STRING, KCTL (context), 0, 0, NULL,
+    "the kubeconfig context to use (default: its current-context)" },
+  { "namespace", 'n', "NS", CMD_KUBECTL_CLAIM | CMD_KUBECTL_PODS, NULL, NULL, K_STRING, KCTL (namespace), 0, 0, NULL,
+    "the namespace (claim: default the context's, else default;\npods: default every namespace)" },
+  { "all-namespaces", 'A', NULL, CMD_KUBECTL_PODS, NULL, NULL, K_TRUE, KCTL (all_namespaces), 0, 0, NULL,
+    "pods of every namespace (the default without -n)" },
+  { "node", 0, "NAME", CMD_KUBECTL_NODES | CMD_KUBECTL_PODS, NULL, NULL, K_STRING, KCTL (node), 0, 0, NULL,
+    "only this Kubernetes node" },
+  { "output", 'o', "FORMAT", CMD_KUBECTL, NULL, NULL, K_STRING, KCTL (output), 0, 0, NULL,
+    "json or yaml: the whole view (default: aligned columns)" },
   { "claims-dir", 0, "DIR", CMD_PLUGIN, "claimsDir", NULL, K_STRING, CFG (claims_dir), 0, 0, NULL,
     "read ResourceClaims from the *.json files in DIR instead" },
   { "no-publish", 0, NULL, CMD_PLUGIN, "publishSlices", set_no_publish, 0, 0, 0, 0, NULL,
@@ -448,6 +474,27 @@ static const struct row rows[] = {
 /* clang-format on */
 #define N_ROWS (sizeof (rows) / sizeof (rows[0]))
 
+/* kubectl's flags and argument, checked: names go into request paths. */
+static int
+kubectl_usage (const struct nrm_kubectl_args *a, nrm_error_t *err)
+{
+  const char *sub = a->sub;
+  if (a->output && strcmp (a->output, "json") && strcmp (a->output, "yaml"))
+    return nrm_error_set (err, EINVAL, "%s: `-o %.40s`: the outputs are json and yaml (default: columns)", sub,
+                          a->output);
+  if (a->node && !nrm_is_dns_subdomain (a->node, 253))
+    return nrm_error_set (err, EINVAL, "%s: `--node %.80s` is not a node name", sub, a->node);
+  if (a->namespace && !nrm_is_dns_label (a->namespace))
+    return nrm_error_set (err, EINVAL, "%s: `-n %.80s` is not a namespace name", sub, a->namespace);
+  if (a->namespace && a->all_namespaces)
+    return nrm_error_set (err, EINVAL, "%s: -n and -A: give one", sub);
+  if (strcmp (sub, "claim") == 0 && a->name == NULL)
+    return nrm_error_set (err, EINVAL, "claim: which claim? (kubectl nrm claim NAME [-n NAMESPACE])");
+  if (a->name && !nrm_is_dns_subdomain (a->name, 253))
+    return nrm_error_set (err, EINVAL, "claim: `%.80s` is not a ResourceClaim name", a->name);
+  return 0;
+}
+
 static unsigned
 command_bit (const char *cmd)
 {
@@ -457,10 +504,14 @@ command_bit (const char *cmd)
   return 0;
 }
 
-/* "`nrm plugin` and `nrm controller`": the commands of a mask. */
+/* "`nrm plugin` and `nrm controller`": the commands of a mask, kubectl's
+ * three as `nrm kubectl` when the mask has them all. */
 static void
 command_list (unsigned mask, char *list, size_t size)
 {
+  bool all_kubectl = (mask & CMD_KUBECTL) == CMD_KUBECTL;
+  if (all_kubectl)
+    mask = (mask & ~(unsigned) CMD_KUBECTL) | CMD_KUBECTL_NODES;
   size_t n = 0, total = (size_t) __builtin_popcount (mask);
   list[0] = '\0';
   for (size_t i = 0; i < N_COMMANDS; i++)
@@ -471,7 +522,7 @@ command_list (unsigned mask, char *list, size_t size)
                   n == 1       ? ""
                   : n == total ? " and "
                                : ", ",
-                  commands[i].name);
+                  (1u << i) == CMD_KUBECTL_NODES && all_kubectl ? "kubectl" : commands[i].name);
       }
 }
 
@@ -502,12 +553,16 @@ nrm_options_parse (struct nrm_cli *cli, const char *cmd, int argc, char **argv, 
     }
   memset (&long_options[N_ROWS], 0, sizeof (long_options[0]));
   unsigned me = command_bit (cmd);
+  /* kubectl's flags go before or after its arguments (kubectl nrm claim
+   * NAME -n NS); the other commands stop at the first argument. */
+  const char *optstring = me & CMD_KUBECTL ? shorts + 1 : shorts;
 
   /* Two passes: the config files first, so that every flag overrides them
-   * wherever it stands on the command line. */
-  optind = 1;
+   * wherever it stands on the command line. optind 0 starts getopt over
+   * (its permutation included). */
+  optind = 0;
   opterr = 0;
-  while ((c = getopt_long (argc, argv, shorts, long_options, NULL)) != -1)
+  while ((c = getopt_long (argc, argv, optstring, long_options, NULL)) != -1)
     {
       if (c == 'c' && nrm_config_load_file (&cli->cfg, optarg, err) < 0)
         return -1;
@@ -522,11 +577,14 @@ nrm_options_parse (struct nrm_cli *cli, const char *cmd, int argc, char **argv, 
     }
   if (strcmp (cmd, "run") == 0)
     cli->run.argv = optind < argc ? argv + optind : NULL; /* none: only for --dry-run */
+  else if ((me & CMD_KUBECTL_CLAIM) && optind + 1 == argc)
+    cli->kubectl.name = argv[optind];
   else if (optind < argc)
-    return nrm_error_set (err, EINVAL, "%s: unexpected argument `%s`", cmd, argv[optind]);
+    return nrm_error_set (err, EINVAL, "%s: unexpected argument `%s`", cmd,
+                          argv[optind + ((me & CMD_KUBECTL_CLAIM) != 0)]);
 
-  optind = 1;
-  while ((c = getopt_long (argc, argv, shorts, long_options, NULL)) != -1)
+  optind = 0;
+  while ((c = getopt_long (argc, argv, optstring, long_options, NULL)) != -1)
     {
       const struct row *o = row_of (c);
       if (o == NULL || c == 'c')
@@ -546,6 +604,8 @@ nrm_options_parse (struct nrm_cli *cli, const char *cmd, int argc, char **argv, 
     }
   if (cli->json && cli->hardware)
     return nrm_error_set (err, EINVAL, "topology: --hardware is a text view and --json the whole model: give one");
+  if ((me & CMD_KUBECTL) && kubectl_usage (&cli->kubectl, err) < 0)
+    return -1;
   return nrm_config_finish (&cli->cfg, err);
 }
 
@@ -588,6 +648,29 @@ void
 nrm_options_help (FILE *out, const char *cmd)
 {
   unsigned me = command_bit (cmd);
+  if (cmd && strcmp (cmd, "kubectl") == 0)
+    {
+      /* kubectl nrm, or nrm kubectl: the sub-commands and their options. */
+      fputs ("Usage: kubectl nrm COMMAND [OPTIONS] (or nrm kubectl COMMAND [OPTIONS])\n\n"
+             "What the scheduler and nrm's drivers decided, read from the Kubernetes API with\n"
+             "your kubeconfig (kubectl passes its own flags to no plugin: give them here).\n\n"
+             "Commands:\n",
+             out);
+      for (size_t i = 0; i < N_COMMANDS; i++)
+        if ((1u << i) & CMD_KUBECTL)
+          {
+            fprintf (out, "  %-8s ", commands[i].name + 8);
+            help_text (out, commands[i].help, 11);
+          }
+      fputs ("\nOptions:\n", out);
+      for (size_t i = 0; i < N_ROWS; i++)
+        if (rows[i].cmds & CMD_KUBECTL)
+          help_row (out, &rows[i]);
+      fputs ("\nkubectl nrm COMMAND --help: the options of COMMAND. Exit status: 0 on success, 1 when\n"
+             "the API or a kubeconfig fails, 2 for bad usage.\n",
+             out);
+      return;
+    }
   if (me)
     {
       fprintf (out, "Usage: nrm %s [OPTIONS]\n\n", cmd);
@@ -597,7 +680,9 @@ nrm_options_help (FILE *out, const char *cmd)
         if (rows[i].cmds & me)
           help_row (out, &rows[i]);
       fputc ('\n', out);
-      fputs (trailer, out);
+      fputs (me & CMD_KUBECTL ? "Exit status: 0 on success, 1 when the API or a kubeconfig fails, 2 for bad usage.\n"
+                              : trailer,
+             out);
       return;
     }
   fputs ("Usage: nrm COMMAND [OPTIONS]\n\n"
@@ -606,7 +691,10 @@ nrm_options_help (FILE *out, const char *cmd)
          out);
   for (size_t i = 0; i < N_COMMANDS; i++)
     {
-      fprintf (out, "  %-10s ", commands[i].name);
+      if (strlen (commands[i].name) > 10)
+        fprintf (out, "  %s\n%13s", commands[i].name, "");
+      else
+        fprintf (out, "  %-10s ", commands[i].name);
       help_text (out, commands[i].help, 13);
     }
   fputs ("  help       show this help (nrm COMMAND --help: the options of COMMAND)\n"
@@ -625,7 +713,10 @@ nrm_options_help (FILE *out, const char *cmd)
       done[n_done++] = rows[i].cmds;
       char list[256];
       command_list (rows[i].cmds, list, sizeof (list));
-      fprintf (out, "\nOptions of %s:\n", rows[i].cmds == CMD_ALL ? "every command" : list);
+      fprintf (out, "\nOptions of %s:\n",
+               rows[i].cmds == CMD_EVERY ? "every command"
+               : rows[i].cmds == CMD_ALL ? "every command but `nrm kubectl`"
+                                         : list);
       for (size_t k = i; k < N_ROWS; k++)
         if (rows[k].cmds == rows[i].cmds)
           help_row (out, &rows[k]);
@@ -687,7 +778,7 @@ nrm_options_man (FILE *out)
       roff (out, o->help);
       command_list (o->cmds, list, sizeof (list));
       fputs (".\nCommands: ", out);
-      roff (out, o->cmds == CMD_ALL ? "every one" : list);
+      roff (out, o->cmds == CMD_EVERY ? "every one" : o->cmds == CMD_ALL ? "every one but kubectl" : list);
       if (o->key)
         {
           fputs ("; config key ", out);

@@ -15,6 +15,7 @@
 #include <openssl/evp.h>
 
 #include "driver/k8s/kube.h"
+#include "driver/k8s/kubeconfig.h"
 #include "nrm/base/cleanup.h"
 #include "nrm/base/clock.h"
 #include "nrm/base/xalloc.h"
@@ -42,6 +43,11 @@ struct nrm_kube
   char *token_file;
   long long token_read_ns;
   struct timespec token_mtime;
+  /* Or an exec plugin's credential, run again when it expires or the API
+   * answers 401; its client certificate replaces cert_pem and key_pem. */
+  struct nrm_kubeconfig *exec;
+  time_t token_expires;
+  char *namespace; /* the kubeconfig context's */
   /* Token bucket. */
   pthread_mutex_t rate_lock;
   double qps, tokens;
@@ -150,6 +156,8 @@ nrm_kube_free (struct nrm_kube *k)
     explicit_bzero (k->token, strlen (k->token));
   free (k->token);
   free (k->token_file);
+  free (k->namespace);
+  nrm_kubeconfig_free (k->exec);
   free (k);
 }
 
@@ -166,135 +174,35 @@ nrm_kube_server (struct nrm_kube *k)
   return k->server;
 }
 
+const char *
+nrm_kube_namespace (struct nrm_kube *k)
+{
+  return k->namespace;
+}
+
 /* --- settings --------------------------------------------------------- */
 
+/* The chosen context of a kubeconfig (driver/k8s/kubeconfig.h). */
 static int
-base64_decode (const char *in, const char *what, char **ret, nrm_error_t *err)
+load_kubeconfig (struct nrm_kube *k, const struct nrm_kube_options *o, nrm_error_t *err)
 {
-  size_t len = strlen (in);
-  cleanup_free char *out = xmalloc (len / 4 * 3 + 4);
-  EVP_ENCODE_CTX *ctx = EVP_ENCODE_CTX_new ();
-  int n = 0, m = 0;
-  /* It fails only for lack of memory. */
-  if (ctx == NULL)
-    nrm_oom ();
-  EVP_DecodeInit (ctx);
-  int r = EVP_DecodeUpdate (ctx, (unsigned char *) out, &n, (const unsigned char *) in, (int) len);
-  if (r >= 0)
-    r = EVP_DecodeFinal (ctx, (unsigned char *) out + n, &m);
-  EVP_ENCODE_CTX_free (ctx);
-  if (r < 0)
-    return nrm_error_set (err, EINVAL, "%s is not valid base64", what);
-  out[n + m] = '\0';
-  *ret = TAKE_PTR (out);
-  return 0;
-}
-
-/* A path of the kubeconfig is relative to the file's directory. */
-static char *
-resolve_path (const char *base_dir, const char *p)
-{
-  if (p[0] == '/')
-    return xstrdup (p);
-  return xasprintf ("%s/%s", base_dir, p);
-}
-
-static json_t *
-named (json_t *list, const char *name, const char *inner)
-{
-  size_t i;
-  json_t *e;
-  json_array_foreach (list, i, e)
-  {
-    const char *n = json_string_value (json_object_get (e, "name"));
-    if (n && strcmp (n, name) == 0)
-      return json_object_get (e, inner);
-  }
-  return NULL;
-}
-
-static int
-set_file_or_data (json_t *obj, const char *key, const char *base_dir, const char *what, char **file, char **pem,
-                  nrm_error_t *err)
-{
-  cleanup_free char *data_key = xasprintf ("%s-data", key);
-  const char *data = json_string_value (json_object_get (obj, data_key));
-  const char *path = json_string_value (json_object_get (obj, key));
-  if (data && *data)
-    {
-      cleanup_free char *w = xasprintf ("%s %s", what, data_key);
-      return base64_decode (data, w, pem, err);
-    }
-  if (path && *path)
-    {
-      *file = resolve_path (base_dir, path);
-      if (access (*file, R_OK) < 0)
-        return nrm_error_errno (err, errno, "%s %s `%s`", what, key, *file);
-    }
-  return 0;
-}
-
-static int
-load_kubeconfig (struct nrm_kube *k, const char *path, nrm_error_t *err)
-{
-  cleanup_json json_t *cfg = NULL;
-  if (nrm_yaml_load_file (path, MAX_SMALL_FILE, &cfg, err) < 0)
-    return nrm_error_wrap (err, "kubeconfig");
-  cleanup_free char *dcopy = xstrdup (path);
-  const char *dir = dirname (dcopy);
-
-  const char *ctx_name = json_string_value (json_object_get (cfg, "current-context"));
-  if (ctx_name == NULL || *ctx_name == '\0')
-    return nrm_error_set (err, EINVAL, "kubeconfig `%s` has no current-context", path);
-  json_t *ctx = named (json_object_get (cfg, "contexts"), ctx_name, "context");
-  if (ctx == NULL)
-    return nrm_error_set (err, EINVAL, "kubeconfig `%s`: context `%s` not found", path, ctx_name);
-  const char *cluster_name = json_string_value (json_object_get (ctx, "cluster"));
-  const char *user_name = json_string_value (json_object_get (ctx, "user"));
-  json_t *cluster = cluster_name ? named (json_object_get (cfg, "clusters"), cluster_name, "cluster") : NULL;
-  if (cluster == NULL)
-    return nrm_error_set (err, EINVAL, "kubeconfig `%s`: cluster of context `%s` not found", path, ctx_name);
-  json_t *user = user_name ? named (json_object_get (cfg, "users"), user_name, "user") : NULL;
-
-  const char *server = json_string_value (json_object_get (cluster, "server"));
-  if (server == NULL || strncmp (server, "https://", 8) != 0 || server[8] == '\0')
-    return nrm_error_set (err, EINVAL, "kubeconfig `%s`: cluster `%s` needs an https:// server", path, cluster_name);
-  if (json_is_true (json_object_get (cluster, "insecure-skip-tls-verify")))
-    return nrm_error_set (err, EINVAL,
-                          "kubeconfig `%s`: cluster `%s` sets insecure-skip-tls-verify; nrm always verifies the "
-                          "API server's certificate: give certificate-authority(-data)",
-                          path, cluster_name);
-  if (json_object_get (cluster, "proxy-url") || json_object_get (cluster, "tls-server-name"))
-    return nrm_error_set (err, EINVAL, "kubeconfig `%s`: cluster `%s`: proxy-url and tls-server-name are not supported",
-                          path, cluster_name);
-  k->server = xstrdup (server);
-  size_t sl = strlen (k->server);
-  while (sl > 8 && k->server[sl - 1] == '/')
-    k->server[--sl] = '\0';
-  if (set_file_or_data (cluster, "certificate-authority", dir, "kubeconfig cluster", &k->ca_file, &k->ca_pem, err) < 0)
+  struct nrm_kubeconfig *kc = NULL;
+  if (nrm_kubeconfig_load (o->kubeconfig, o->kubeconfig_list, o->context, &kc, err) < 0)
     return -1;
-
-  if (user == NULL)
-    return 0;
-  static const char *const unsupported[] = { "exec", "auth-provider", "username", "password", "as", NULL };
-  for (const char *const *u = unsupported; *u; u++)
-    if (json_object_get (user, *u))
-      return nrm_error_set (err, EINVAL,
-                            "kubeconfig `%s`: user `%s` uses `%s`, which nrm does not support: give a token, "
-                            "tokenFile or a client certificate",
-                            path, user_name, *u);
-  const char *token = json_string_value (json_object_get (user, "token"));
-  const char *token_file = json_string_value (json_object_get (user, "tokenFile"));
-  if (token && *token)
-    k->token = xstrdup (token);
-  if (token == NULL && token_file && *token_file)
-    k->token_file = resolve_path (dir, token_file);
-  if (set_file_or_data (user, "client-certificate", dir, "kubeconfig user", &k->cert_file, &k->cert_pem, err) < 0
-      || set_file_or_data (user, "client-key", dir, "kubeconfig user", &k->key_file, &k->key_pem, err) < 0)
-    return -1;
-  if ((k->cert_file || k->cert_pem) != (k->key_file || k->key_pem))
-    return nrm_error_set (err, EINVAL, "kubeconfig `%s`: user `%s` needs both a client certificate and its key", path,
-                          user_name);
+  k->server = TAKE_PTR (kc->server);
+  k->ca_file = TAKE_PTR (kc->ca_file);
+  k->ca_pem = TAKE_PTR (kc->ca_pem);
+  k->cert_file = TAKE_PTR (kc->cert_file);
+  k->cert_pem = TAKE_PTR (kc->cert_pem);
+  k->key_file = TAKE_PTR (kc->key_file);
+  k->key_pem = TAKE_PTR (kc->key_pem);
+  k->token = TAKE_PTR (kc->token);
+  k->token_file = TAKE_PTR (kc->token_file);
+  k->namespace = TAKE_PTR (kc->namespace);
+  if (kc->exec)
+    k->exec = kc; /* the plugin needs the cluster and the user */
+  else
+    nrm_kubeconfig_free (kc);
   return 0;
 }
 
@@ -325,6 +233,31 @@ current_token (struct nrm_kube *k, bool force, char **ret, nrm_error_t *err)
   int r = 0;
   *ret = NULL;
   pthread_mutex_lock (&k->token_lock);
+  /* A credential is renewed a little before it expires. */
+  if (k->exec && (force || k->token == NULL || (k->token_expires && time (NULL) + 10 >= k->token_expires)))
+    {
+      struct nrm_exec_credential c;
+      if (nrm_exec_credential_run (k->exec, &c, err) < 0)
+        r = -1;
+      else
+        {
+          if (k->token)
+            explicit_bzero (k->token, strlen (k->token));
+          free (k->token);
+          k->token = TAKE_PTR (c.token);
+          if (c.cert_pem)
+            {
+              free (k->cert_pem);
+              if (k->key_pem)
+                explicit_bzero (k->key_pem, strlen (k->key_pem));
+              free (k->key_pem);
+              k->cert_pem = TAKE_PTR (c.cert_pem);
+              k->key_pem = TAKE_PTR (c.key_pem);
+            }
+          k->token_expires = c.expires;
+          nrm_exec_credential_clear (&c);
+        }
+    }
   if (k->token_file)
     {
       struct stat st;
@@ -388,7 +321,7 @@ nrm_kube_new (const struct nrm_kube_options *o, struct nrm_kube **ret, nrm_error
   k->max_tries = o->max_tries > 0 ? o->max_tries : 1;
   k->user_agent = xstrdup (o->user_agent ? o->user_agent : PACKAGE_NAME);
 
-  int r = o->kubeconfig ? load_kubeconfig (k, o->kubeconfig, err) : load_in_cluster (k, err);
+  int r = o->kubeconfig ? load_kubeconfig (k, o, err) : load_in_cluster (k, err);
   cleanup_free char *probe = NULL;
   if (r == 0)
     r = current_token (k, true, &probe, err);
@@ -577,12 +510,15 @@ easy_new (struct nrm_kube *k, const char *method, const char *path, const char *
     c = set_pem (h, CURLOPT_CAINFO_BLOB, CURLOPT_LASTENTRY, k->ca_pem);
   if (k->cert_file)
     SET (CURLOPT_SSLCERT, k->cert_file);
-  if (c == CURLE_OK)
-    c = set_pem (h, CURLOPT_SSLCERT_BLOB, CURLOPT_SSLCERTTYPE, k->cert_pem);
   if (k->key_file)
     SET (CURLOPT_SSLKEY, k->key_file);
+  /* An exec plugin's certificate may be renewed by another thread. */
+  pthread_mutex_lock (&k->token_lock);
+  if (c == CURLE_OK)
+    c = set_pem (h, CURLOPT_SSLCERT_BLOB, CURLOPT_SSLCERTTYPE, k->cert_pem);
   if (c == CURLE_OK)
     c = set_pem (h, CURLOPT_SSLKEY_BLOB, CURLOPT_SSLKEYTYPE, k->key_pem);
+  pthread_mutex_unlock (&k->token_lock);
 #undef SET
   if (c != CURLE_OK)
     return nrm_error_set (err, EINVAL, "libcurl: %s", curl_easy_strerror (c));

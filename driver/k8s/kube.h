@@ -15,6 +15,8 @@
 struct nrm_kube_options
 {
   const char *kubeconfig; /* a kubeconfig file, or NULL for the in-cluster settings */
+  bool kubeconfig_list;   /* kubeconfig is a list of files as $KUBECONFIG is */
+  const char *context;    /* the kubeconfig's context to use (NULL: current-context) */
   double qps;             /* requests per second (20; 0 or less: no limit) */
   int burst;              /* requests allowed at once above qps (100) */
   int timeout_ms;         /* one request, transfer included (10000) */
@@ -46,6 +48,9 @@ void nrm_kube_cancel (struct nrm_kube *k);
 bool nrm_kube_in_cluster (void);
 
 const char *nrm_kube_server (struct nrm_kube *k);
+
+/* The namespace of the kubeconfig's context, or NULL. */
+const char *nrm_kube_namespace (struct nrm_kube *k);
 
 /* One API call; path starts with "/" and carries its query. Returns the
  * HTTP status, with *ret the JSON body (NULL when there is none), or -1 when

@@ -9,7 +9,7 @@ options=$(sed -n "s/^  { \"\([a-z0-9A-Z-]*\)\", \(0\|'.'\),.*/\1/p" "$NRM_SRCDIR
 for o in $options; do
   grep -q -- "--$o\b" "$TMP/help" && ok || fail "--$o is accepted but not in nrm --help"
 done
-for c in topology slices plugin run status hook help version; do
+for c in topology slices plugin run status hook kubectl help version; do
   grep -q "^  $c " "$TMP/help" && ok || fail "command $c is not in nrm --help"
 done
 man=$(dirname "$NRM")/../nrm.1
