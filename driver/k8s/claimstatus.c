@@ -374,8 +374,8 @@ run (void *arg)
         {
           int wait = BACKOFF_MIN_S << (it->tries < 6 ? it->tries : 6);
           wait = wait > BACKOFF_MAX_S ? BACKOFF_MAX_S : wait;
-          LOG (w, NRM_LOG_WARNING, "%s: claim %s/%s: placement status: %s; again in %d s", it->driver, it->ns,
-               it->name, nrm_error_msg (err), wait);
+          LOG (w, NRM_LOG_WARNING, "%s: claim %s/%s: placement status: %s; again in %d s", it->driver, it->ns, it->name,
+               nrm_error_msg (err), wait);
           bool queued = false;
           for (struct item *q = w->items; q; q = q->next)
             queued |= strcmp (q->driver, it->driver) == 0 && strcmp (q->uid, it->uid) == 0;
