@@ -293,7 +293,10 @@ sync_claim (struct nrm_claimstatus *w, const struct item *it, nrm_error_t *err)
   entries = nrm_placement_entries (it->driver, w->cfg.node_name, entry, described, claim, now);
   cleanup_free char *manager = nrm_placement_manager (it->driver);
   if (nrm_placement_current (claim, manager, entries))
-    return 0;
+    {
+      LOG (w, NRM_LOG_DEBUG, "%s: claim %s/%s: its status holds the placement already", it->driver, ns, name);
+      return 0;
+    }
   body = nrm_placement_body (ns, name, it->uid, entries);
   cleanup_free char *escaped = nrm_kube_escape (manager);
   if (escaped == NULL)
