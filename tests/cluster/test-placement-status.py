@@ -18,19 +18,24 @@ status.devices, each with its data (the request, the CPUs and how they lie,
 the memory's node, bytes and page size, the PCI function) and a Ready
 condition, written by the field manager <driver>/placement; the binder's
 condition on the same device stays, whichever of the two writes first, and
-neither takes the other's fields. After an unprepare its entries are gone
-and the binder's stays. A restart of nrm writes nothing to a claim whose
+neither takes the other's fields. A prepare answers at once while its
+status write hangs (node-q reaches the server through
+tests/cluster/faultproxy.py, which holds and refuses writes on cue), and
+the write is tried again until it lands. After an unprepare its entries
+are gone and the binder's stays. A restart of nrm writes nothing to a claim whose
 status is as it should be: its resourceVersion stays."""
 
 import json
 import os
 import re
 import sys
+import time
 import uuid
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from clusterlib import (DRA_CLIENT, NRM, TOPOLOGIES, Cluster, NrmPlugin, binaries, check, failures,  # noqa: E402
                         finish, skip, wait_for, workdir)
+from faultproxy import FaultProxy  # noqa: E402
 
 if not os.access(NRM, os.X_OK) or not os.access(DRA_CLIENT, os.X_OK):
     skip("build nrm and tests/plugin/dra-client first (make check)")
@@ -63,7 +68,10 @@ cluster = Cluster(work, "placement", bindir)
 cluster.install_nrm()
 cluster.create_nodes([(NODE, 24, 64 << 30, {"hugepages-2Mi": "64Mi"}), (PCI_NODE, 24, 64 << 30)])
 plugin = NrmPlugin(cluster, NODE, work, ["-c", config, "-t", TOPO, "--fsroot", root, "--drivers", "cpu,memory"])
-pci_plugin = NrmPlugin(cluster, PCI_NODE, work, ["-t", TOPO, "--drivers", "pci"])
+# node-q's plugin reaches the server through a proxy that fails its status
+# writes on cue.
+proxy = FaultProxy(cluster)
+pci_plugin = NrmPlugin(cluster, PCI_NODE, work, ["-t", TOPO, "--drivers", "pci"], proxy=proxy)
 plugin.start("--allow-no-cpuset")  # the fake tree has no cgroup: nothing to bind here
 pci_plugin.start()
 check(plugin.register() and pci_plugin.register() and wait_for(plugin.settled, 60)
@@ -193,9 +201,20 @@ check(after.get("data") == before.get("data") and conds(after).get("Ready") == c
 # --- PCI ------------------------------------------------------------------------------
 GPU = "gpu-0000-06-00-0"
 cc = allocate("third", [("gpu", PCI, GPU, None, None)], node=PCI_NODE)
+# Its status write held past the client's 10 s timeout, then refused twice.
+proxy.delay_next(1, 12, method="PATCH", path_contains="/resourceclaims/third/status")
+proxy.fail_next(2, code=403, method="PATCH", path_contains="/resourceclaims/third/status")
+t0 = time.monotonic()
 ok, out = pci_plugin.prepare(PCI, cc)
-check(ok, "a PCI function is prepared on %s (%s)" % (PCI_NODE, out))
-pe = wait_for(lambda: placed("third", PCI, GPU), 30, 0.3)
+took = time.monotonic() - t0
+check(ok and took < 5, "a PCI function is prepared on %s in %.1f s, while its status write hangs (%s)"
+      % (PCI_NODE, took, out))
+pe = wait_for(lambda: placed("third", PCI, GPU), 60, 0.3)
+retried = re.findall(r"placement: %s: claim default/third: placement status: writing its status: HTTP 403.*; "
+                     r"again in (\d+) s" % PCI, pci_plugin.text())
+check(pe is not None and retried == ["1", "2"],
+      "the write is tried again after the timeout and after each refusal (again in %s s), and lands"
+      % ", ".join(retried))
 d = (pe or {}).get("data", {})
 # A recorded machine without its /dev: the container gets no device node.
 check(d == {"request": "gpu", "busID": "0000:06:00.0", "deviceNodes": []},
@@ -239,5 +258,7 @@ for p in (plugin, pci_plugin):
     check(p.stop() == 0, "%s: the plugin stops cleanly" % p.node)
 if failures:
     print(plugin.text()[-4000:])
+    print(pci_plugin.text()[-3000:])
+proxy.stop()
 cluster.stop()
 finish()
