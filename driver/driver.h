@@ -177,8 +177,10 @@ struct nrm_driver_ops
    *  "deviceCPUs": {name: "0-1" (its CPUs of the claim)},
    *  "placement": {name: {what was chosen of the device, for the claim's
    *  status.devices[].data (docs/kubernetes-api.md, placement)}}}; every
-   *  key optional. Built from state and the machine, so that a restart tells the
-   *  same. Optional: without it, devices are listed as held. */
+   *  key optional. Built from state and the machine, so that a restart
+   *  tells the same. Called from other threads than prepare's (the
+   *  reconciler, the placement writer). Optional: without it, devices are
+   *  listed as held. */
   json_t *(*describe) (void *self, const char *uid, json_t *state);
 
   /* The devices every other driver publishes on this node, as the API
