@@ -174,8 +174,13 @@ struct nrm_driver_ops
   /* What a claim holds, for nrm status and /metrics (a new reference):
    * {"cpus": "0-3" (CPUs held exclusively), "memoryNodes": "0",
    *  "devices": {name: {capacity name: amount (a number)}},
-   *  "deviceCPUs": {name: "0-1" (its CPUs of the claim)}}; every key
-   * optional. Optional: without it, devices are listed as held. */
+   *  "deviceCPUs": {name: "0-1" (its CPUs of the claim)},
+   *  "placement": {name: {what was chosen of the device, for the claim's
+   *  status.devices[].data (docs/kubernetes-api.md, placement)}}}; every
+   *  key optional. Built from state and the machine, so that a restart
+   *  tells the same. Called from other threads than prepare's (the
+   *  reconciler, the placement writer). Optional: without it, devices are
+   *  listed as held. */
   json_t *(*describe) (void *self, const char *uid, json_t *state);
 
   /* The devices every other driver publishes on this node, as the API

@@ -12,11 +12,13 @@
 #include <unistd.h>
 
 #include "driver/k8s/binding.h"
+#include "driver/k8s/claimstatus.h"
 #include "driver/k8s/events.h"
 #include "driver/k8s/handover.h"
 #include "driver/k8s/kube.h"
 #include "driver/k8s/nodeview.h"
 #include "driver/k8s/publish.h"
+#include "driver/kubelet/checkpoint.h"
 #include "driver/registry.h"
 #include "nrm/agent.h"
 #include "nrm/base/cleanup.h"
@@ -310,6 +312,7 @@ struct nrm_agent
   struct nrm_claims_dir *claims_dir;
   struct nrm_kube *kube;
   struct nrm_binder *binder;
+  struct nrm_claimstatus *placement; /* each claim's placement in its status */
   struct nrm_nodeview *nodeview;
   struct nrm_events *events;
   struct nrm_leftout *leftout;
@@ -362,6 +365,49 @@ check_settings (struct nrm_agent *a, nrm_error_t *err)
   return 0;
 }
 
+/* The completed claims of a driver's checkpoint, for the placement writer. */
+static json_t *
+completed_claims (void *ctx, const char *driver)
+{
+  struct nrm_agent *a = ctx;
+  nrm_error_t err = NULL;
+  cleanup_json json_t *claims = nrm_checkpoint_claims (a->cfg->state_dir, driver, &err);
+  if (err)
+    {
+      nrm_log (NULL, NRM_LOG_WARNING, "%s: placement status: %s", driver, nrm_error_msg (err));
+      nrm_error_release (&err);
+    }
+  json_t *out = json_object ();
+  const char *uid;
+  json_t *cl;
+  json_object_foreach (claims, uid, cl)
+  {
+    if (nrm_checkpoint_completed (cl))
+      json_object_set (out, uid, cl);
+  }
+  return out;
+}
+
+static void
+claim_changed (void *ctx, const char *driver, const char *uid, const char *ns, const char *name)
+{
+  nrm_claimstatus_changed (ctx, driver, uid, ns, name);
+}
+
+/* Before the plugins: a claim prepared from their start on is written. */
+static int
+start_placement (struct nrm_agent *a, nrm_error_t *err)
+{
+  struct nrm_claimstatus_config cc = { .kube = a->kube,
+                                       .drivers = &a->d,
+                                       .node_name = a->cfg->node_name,
+                                       .claims = completed_claims,
+                                       .claims_ctx = a,
+                                       .log = publisher_log,
+                                       .log_ctx = "placement" };
+  return nrm_claimstatus_start (&cc, &a->placement, err);
+}
+
 /* Driver i's kubelet plugin, and its claim of the role of the instance
  * that writes (the newest; an older one still running, in a rolling
  * update, sees it and stops). */
@@ -377,6 +423,11 @@ start_plugin (struct nrm_agent *a, size_t i, nrm_error_t *err)
   /* Any claim may change the exclusive CPUs: the shared pool follows. */
   pc.on_change = nrm_reconciler_kick;
   pc.on_change_ctx = a->rec;
+  if (a->placement)
+    {
+      pc.on_claim = claim_changed;
+      pc.on_claim_ctx = a->placement;
+    }
   pc.on_health = nrm_refresher_kick;
   pc.on_health_ctx = a->refresher;
   pc.events = a->events;
@@ -474,7 +525,7 @@ nrm_agent_start (struct nrm_config *c, const struct nrm_fsroot *root, struct nrm
   /* Events on claims and on the Node, when the API is in use. */
   struct nrm_events_config ec
       = { .kube = a->kube, .instance = c->node_name, .log = publisher_log, .log_ctx = "events" };
-  if (a->api && nrm_events_start (&ec, &a->events, err) < 0)
+  if (a->api && (nrm_events_start (&ec, &a->events, err) < 0 || start_placement (a, err) < 0))
     goto fail;
   for (size_t i = 0; i < a->d.n; i++)
     if (start_plugin (a, i, err) < 0)
@@ -532,6 +583,7 @@ nrm_agent_stop (struct nrm_agent *a)
   /* Requests in flight end now: nothing waits for the API server. */
   nrm_binder_stopping (a->binder);
   nrm_nodeview_stopping (a->nodeview);
+  nrm_claimstatus_stopping (a->placement);
   if (a->kube)
     nrm_kube_cancel (a->kube);
   nrm_binder_stop (a->binder);
@@ -543,6 +595,8 @@ nrm_agent_stop (struct nrm_agent *a)
     nrm_handover_release (a->handovers[i]);
   for (size_t i = a->d.n; a->plugins && i-- > 0;)
     nrm_plugin_stop (a->plugins[i]);
+  /* After the plugins, which tell it of their claims. */
+  nrm_claimstatus_stop (a->placement);
   /* After everything that records Events. */
   nrm_events_stop (a->events);
   /* Freed only now: the node view's thread and the plugins' health threads

@@ -682,6 +682,43 @@ cpu_health (void *self, struct nrm_health_report *ret, nrm_error_t *err)
   return 0;
 }
 
+/* The os indexes of a list ("0-1,3") as an array of integers. */
+static json_t *
+list_ints (const char *list)
+{
+  json_t *out = json_array ();
+  cleanup_bitmap hwloc_bitmap_t set = NULL;
+  nrm_error_t e = NULL;
+  if (list == NULL || nrm_cpulist_parse (list, &set, &e) < 0)
+    {
+      nrm_error_release (&e);
+      return out;
+    }
+  int i;
+  hwloc_bitmap_foreach_begin (i, set) { json_array_append_new (out, json_integer (i)); }
+  hwloc_bitmap_foreach_end ();
+  return out;
+}
+
+/* What the claim holds of one device, for its status (describe's
+ * "placement"): its CPUs there, and how they lie (cores by their first
+ * CPU, as nrm status and the metadata file tell them). */
+static json_t *
+cpu_placement (struct cpu_driver *d, hwloc_const_bitmap_t on, json_t *state)
+{
+  cleanup_free char *cpus = nrm_cpulist_format (on);
+  cleanup_json json_t *layout = nrm_cpus_layout (d->t, on, NULL);
+  json_t *out = json_pack ("{s:s, s:O, s:O}", "cpus", cpus, "wholeCores", json_object_get (layout, "wholeCores"),
+                           "partialCores", json_object_get (layout, "partialCores"));
+  /* A machine without L3 caches in its topology has no groups to tell. */
+  if (d->t->n_l3 > 0)
+    json_object_set (out, "l3Groups", json_object_get (layout, "l3Groups"));
+  json_object_set_new (out, "numaNodes", list_ints (json_string_value (json_object_get (layout, "numaNodes"))));
+  if (json_is_string (json_object_get (state, "partition")))
+    json_object_set (out, "partition", json_object_get (state, "partition"));
+  return out;
+}
+
 static json_t *
 cpu_describe (void *self, const char *uid, json_t *state)
 {
@@ -703,7 +740,7 @@ cpu_describe (void *self, const char *uid, json_t *state)
       return out;
     }
   /* The CPUs of the claim on each device that covers some of them. */
-  json_t *devs = json_object (), *lists = json_object ();
+  json_t *devs = json_object (), *lists = json_object (), *placement = json_object ();
   size_t i;
   json_t *name;
   json_array_foreach (d->names, i, name)
@@ -716,10 +753,12 @@ cpu_describe (void *self, const char *uid, json_t *state)
         json_object_set_new (devs, json_string_value (name),
                              json_pack ("{s:I}", "cpus", (json_int_t) hwloc_bitmap_weight (on)));
         json_object_set_new (lists, json_string_value (name), json_string (on_list));
+        json_object_set_new (placement, json_string_value (name), cpu_placement (d, on, state));
       }
   }
   json_object_set_new (out, "devices", devs);
   json_object_set_new (out, "deviceCPUs", lists);
+  json_object_set_new (out, "placement", placement);
   return out;
 }
 

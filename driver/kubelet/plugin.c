@@ -219,6 +219,8 @@ prepare_claim (struct nrm_plugin *p, const char *ns, const char *name, const cha
     }
   if (p->cfg.on_change)
     p->cfg.on_change (p->cfg.on_change_ctx);
+  if (p->cfg.on_claim)
+    p->cfg.on_claim (p->cfg.on_claim_ctx, p->driver, uid, ns, name);
   return o.devs;
 }
 
@@ -228,7 +230,7 @@ unprepare_claim (struct nrm_plugin *p, const char *uid, nrm_error_t *err)
   struct nrm_plugin_op o = { .unprepare = true, .uid = uid };
   nrm_plugin_submit (p, &o);
   bool removed = o.saved != NULL;
-  json_decref (o.saved);
+  cleanup_json json_t *saved = o.saved;
   if (o.err)
     {
       *err = o.err;
@@ -236,6 +238,9 @@ unprepare_claim (struct nrm_plugin *p, const char *uid, nrm_error_t *err)
     }
   if (removed && p->cfg.on_change)
     p->cfg.on_change (p->cfg.on_change_ctx);
+  if (removed && p->cfg.on_claim)
+    p->cfg.on_claim (p->cfg.on_claim_ctx, p->driver, uid, json_string_value (json_object_get (saved, "namespace")),
+                     json_string_value (json_object_get (saved, "name")));
   return 0;
 }
 

@@ -38,6 +38,10 @@ struct nrm_plugin_config
   /* Called after a claim was prepared or unprepared, or NULL. */
   void (*on_change) (void *ctx);
   void *on_change_ctx;
+  /* Called after a prepare or unprepare of one claim completed (its
+   * checkpoint entry came or went), or NULL. */
+  void (*on_claim) (void *ctx, const char *driver, const char *uid, const char *ns, const char *name);
+  void *on_claim_ctx;
   /* Called when the driver's health_fd says health may have changed. */
   void (*on_health) (void *ctx);
   void *on_health_ctx;

@@ -479,6 +479,55 @@ mem_unprepare (void *self, const char *uid, json_t *state)
     }
 }
 
+/* The page size of a device ("4Ki", "2Mi"), from its name and the
+ * machine (so that a restart tells the same), else from its published
+ * attributes; NULL when neither says. */
+static char *
+page_size (struct memory_driver *d, const char *name, unsigned node, enum nrm_numa_name_kind kind)
+{
+  int i = nrm_topology_numa_index (d->t, node);
+  const struct nrm_numa_node *n = i >= 0 ? &d->t->numa[i] : NULL;
+  if (n && kind == NRM_NUMA_NAME_NODE && n->base_page)
+    return nrm_pagesize_name (n->base_page);
+  for (size_t h = 0; n && kind == NRM_NUMA_NAME_HUGEPAGES && h < n->n_hugepages; h++)
+    {
+      char want[NRM_NUMA_NAME_MAX];
+      cleanup_free char *ps = nrm_pagesize_name (n->hugepages[h].size);
+      nrm_numa_name (want, sizeof (want), node, kind, ps);
+      if (strcmp (want, name) == 0)
+        return TAKE_PTR (ps);
+    }
+  const char *ps = json_string_value (attr (json_object_get (d->devices, name), "pageSize", "string"));
+  return ps ? xstrdup (ps) : NULL;
+}
+
+/* What the claim holds of each of its devices, for its status (describe's
+ * "placement"): the node, the bytes, the page size. */
+static json_t *
+mem_placement (struct memory_driver *d, json_t *state)
+{
+  json_t *out = json_object ();
+  const char *name;
+  json_t *v;
+  json_object_foreach (json_object_get (state, "devices"), name, v)
+  {
+    unsigned node;
+    enum nrm_numa_name_kind kind;
+    if (!json_is_integer (v))
+      continue;
+    json_t *p = json_pack ("{s:O}", "bytes", v);
+    if (nrm_numa_name_parse (name, &node, &kind))
+      {
+        cleanup_free char *ps = page_size (d, name, node, kind);
+        json_object_set_new (p, "numaNodes", json_pack ("[I]", (json_int_t) node));
+        if (ps)
+          json_object_set_new (p, "pageSize", json_string (ps));
+      }
+    json_object_set_new (out, name, p);
+  }
+  return out;
+}
+
 static json_t *
 mem_describe (void *self, const char *uid, json_t *state)
 {
@@ -502,6 +551,7 @@ mem_describe (void *self, const char *uid, json_t *state)
       json_object_set_new (devs, name, json_pack ("{s:O}", key, v));
   }
   json_object_set_new (out, "devices", devs);
+  json_object_set_new (out, "placement", mem_placement (d, state));
   return out;
 }
 

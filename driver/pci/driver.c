@@ -800,7 +800,8 @@ nrm_pci_driver_prepare (void *self, const struct nrm_claim_view *c, struct nrm_p
           nrm_error_set (err, ENODEV, "device %s (%s) was removed from the machine", fn->name, fn->facts.bus_id);
           goto out;
         }
-      json_array_append_new (entries, state_entry (fn));
+      json_t *entry = state_entry (fn);
+      json_array_append_new (entries, entry);
       append_string (&busids, fn->facts.bus_id);
       const char *who = json_string_value (json_object_get (d->holder, fn->facts.bus_id));
       if (who && strcmp (who, c->uid) != 0)
@@ -818,12 +819,16 @@ nrm_pci_driver_prepare (void *self, const struct nrm_claim_view *c, struct nrm_p
       char **dev_nodes = fn->passthrough ? now.nodes : fn->facts.nodes;
       size_t n_dev_nodes = fn->passthrough ? now.n_nodes : fn->facts.n_nodes;
       cleanup_free char *paths = NULL;
+      json_t *given = json_array ();
+      /* Kept in the state: the claim's status tells them after a restart. */
+      json_object_set_new (entry, "deviceNodes", given);
       for (size_t k = 0; k < n_dev_nodes; k++)
         {
           /* Passed through, the function is reached through VFIO alone. */
           if (fn->passthrough && strncmp (dev_nodes[k], "/dev/vfio/", 10) != 0)
             continue;
           json_array_append_new (nodes, nrm_pci_device_node (d->fsroot, dev_nodes[k]));
+          json_array_append_new (given, json_string (dev_nodes[k]));
           append_string (&paths, dev_nodes[k]);
         }
       nrm_pci_facts_done (&now);
@@ -1139,15 +1144,24 @@ nrm_pci_driver_describe (void *self, const char *uid, json_t *state)
 {
   (void) self;
   (void) uid;
-  json_t *devs = json_object (), *e;
+  json_t *devs = json_object (), *placement = json_object (), *e;
   size_t i;
   json_array_foreach (json_object_get (state, "devices"), i, e)
   {
     const char *name = json_string_value (json_object_get (e, "name"));
-    if (name)
-      json_object_set_new (devs, name, json_object ());
+    if (name == NULL)
+      continue;
+    json_object_set_new (devs, name, json_object ());
+    /* The function and the device nodes the container got (a claim
+     * prepared before they were kept in the state has none to tell). */
+    json_t *p = json_object ();
+    if (json_is_string (json_object_get (e, "busID")))
+      json_object_set (p, "busID", json_object_get (e, "busID"));
+    if (json_is_array (json_object_get (e, "deviceNodes")))
+      json_object_set (p, "deviceNodes", json_object_get (e, "deviceNodes"));
+    json_object_set_new (placement, name, p);
   }
-  return json_pack ("{s:o}", "devices", devs);
+  return json_pack ("{s:o, s:o}", "devices", devs, "placement", placement);
 }
 
 void

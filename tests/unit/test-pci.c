@@ -518,6 +518,11 @@ test_prepare_and_health (void **state)
       "0000:41:00.0");
   cleanup_json json_t *state_copy = json_incref (p.state);
   nrm_prepared_done (&p);
+  /* What the claim's status tells of it, from the state alone. */
+  cleanup_json json_t *desc = nrm_pci_driver_describe (d, "uid-1", state_copy);
+  cleanup_json json_t *want = json_pack ("{s:{s:s, s:[s, s]}}", "gpu-0000-41-00-0", "busID", "0000:41:00.0",
+                                         "deviceNodes", "/dev/dri/card1", "/dev/dri/renderD129");
+  assert_true (json_equal (json_object_get (desc, "placement"), want));
 
   /* Held: another claim cannot have it; unknown names are errors. */
   assert_int_equal (prepare (d, "uid-2", gpu, 1, false, &p, &err), -1);
