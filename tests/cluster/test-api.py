@@ -646,6 +646,8 @@ m = re.search(r"dropped (spec\.\S+);", q.text())
 check(m is not None and ("requestPolicy" in m.group(1) or "allowMultipleAllocations" in m.group(1)),
       "...and the field: %s" % (m.group(1) if m else "?"))
 check(wait_for(lambda: q.metric("nrm_slices_synced", CPU) == 0, 30), "/metrics shows the pool out of sync")
+errs = q.metric("nrm_slices_publish_errors_total", CPU)
+check(errs is not None and errs >= 1, "...and nrm_slices_publish_errors_total counts the problem (%s)" % errs)
 time.sleep(5)
 mark = len(off.audit())
 time.sleep(10)
