@@ -323,6 +323,13 @@ with open(online, "w") as fh:
 check(wait_for("cleared", lambda: rule_states()["NrmSharedPoolBelowMinimum"]["state"] == "inactive", 15),
       "CPUs back online: NrmSharedPoolBelowMinimum is inactive again")
 
+nrm = procs[0]
+nrm.send_signal(signal.SIGTERM)
+try:
+    rc = nrm.wait(30)
+except subprocess.TimeoutExpired:
+    rc = "still running after 30 s"
+check(rc == 0, f"nrm plugin stops on SIGTERM with status 0 (a sanitizer's finding would show here): {rc}")
 if failed:
     fail_out(f"{failed} checks failed")
 cleanup()
