@@ -184,10 +184,14 @@ procs.append(subprocess.Popen(
     stdout=open(os.path.join(work, "prometheus.log"), "w"), stderr=subprocess.STDOUT))
 
 
+# Loopback only: no proxy from the environment.
+opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
 def api(path, **params):
     url = prom + path + ("?" + urllib.parse.urlencode(params) if params else "")
     try:
-        with urllib.request.urlopen(url, timeout=5) as r:
+        with opener.open(url, timeout=5) as r:
             return json.load(r)
     except Exception as e:  # not up yet, or a bad query (an HTTP 400 with a JSON error)
         body = getattr(e, "read", lambda: b"")()
