@@ -132,23 +132,28 @@ def claim(name, uid, cpus):
 claim("four", "11111111-0000-4000-8000-000000000001", 4)
 claim("two", "11111111-0000-4000-8000-000000000002", 2)
 # As root the plugin runs as nobody: a read-only folder then stops its writes.
+# nobody may not reach the build tree (a checkout under /root): it runs
+# copies of nrm-agent (what `nrm plugin` runs) and of the machine.
 as_user = []
+cmd = [NRM, "plugin", "-t", TOPOLOGY]
 if os.geteuid() == 0:
     if shutil.which("setpriv") is None:
         print("SKIP: running as root without setpriv (util-linux) to run the plugin as nobody")
         cleanup()
         sys.exit(77)
     as_user = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+    cmd = [shutil.copy2(os.path.join(os.path.dirname(NRM), "nrm-agent"), work), "plugin",
+           "-t", shutil.copy2(TOPOLOGY, work)]
     os.chmod(work, 0o755)
     for root, dirs, _ in os.walk(work):
         for d in dirs:
             os.chown(os.path.join(root, d), 65534, 65534)
 nrm_log = open(os.path.join(work, "nrm.log"), "w")
 procs.append(subprocess.Popen(
-    as_user + [NRM, "plugin", "-t", TOPOLOGY, "--drivers", "cpu,memory", "--fsroot", fsroot, "--allow-no-cpuset",
-               "--node-name", "node-1", "--claims-dir", claims, "--kubelet-dir", kubelet,
-               "--cdi-dir", os.path.join(work, "cdi"), "--state-dir", state, "--reconcile-interval", "0",
-               "--min-shared-cpus", str(MIN_SHARED), "--http-address", "127.0.0.1:0"],
+    as_user + cmd + ["--drivers", "cpu,memory", "--fsroot", fsroot, "--allow-no-cpuset",
+                     "--node-name", "node-1", "--claims-dir", claims, "--kubelet-dir", kubelet,
+                     "--cdi-dir", os.path.join(work, "cdi"), "--state-dir", state, "--reconcile-interval", "0",
+                     "--min-shared-cpus", str(MIN_SHARED), "--http-address", "127.0.0.1:0"],
     stdout=nrm_log, stderr=subprocess.STDOUT))
 
 
