@@ -63,6 +63,34 @@ op_metrics (FILE *f, const char *name, const char *op, const char *driver, const
   fprintf (f, "%s_count{driver=\"%s\",operation=\"%s\"} %llu\n", name, driver, op, m->count);
 }
 
+/* The shared pool as cpu.minSharedCPUs counts it, with the CPUs online
+ * now: allocatable (neither reserved nor outside nrm's cpuset), not
+ * isolated, held by no claim. The online list is read where the CPU
+ * driver's health check reads it (this machine, or the tree under
+ * --fsroot); a recorded machine without one keeps its recorded CPUs. */
+static int
+shared_pool_now (struct nrm_metrics_sources *s, const char *exclusive)
+{
+  cleanup_bitmap hwloc_bitmap_t set = xbitmap_alloc (), held = NULL, online = NULL;
+  cleanup_free char *text = NULL;
+  nrm_error_t err = NULL;
+  for (size_t i = 0; i < s->t->n_numa; i++)
+    {
+      cleanup_bitmap hwloc_bitmap_t a = nrm_topology_node_allocatable (s->t, i);
+      hwloc_bitmap_or (set, set, a);
+    }
+  hwloc_bitmap_andnot (set, set, s->t->isolated);
+  if (exclusive && nrm_cpulist_parse (exclusive, &held, &err) == 0)
+    hwloc_bitmap_andnot (set, set, held);
+  nrm_error_release (&err);
+  if ((s->cfg->topology == NULL || !nrm_fsroot_live (s->root))
+      && nrm_fsroot_read (s->root, "/sys/devices/system/cpu/online", 1 << 16, &text, NULL, &err) == 0
+      && nrm_cpulist_parse (text, &online, &err) == 0)
+    hwloc_bitmap_and (set, set, online);
+  nrm_error_release (&err);
+  return hwloc_bitmap_weight (set);
+}
+
 static void
 status_metrics (FILE *f, struct nrm_metrics_sources *s)
 {
@@ -144,6 +172,14 @@ status_metrics (FILE *f, struct nrm_metrics_sources *s)
     label (f, set);
     fprintf (f, "\"} %d\n", n < 0 ? 0 : n);
   }
+  header (f, "nrm_shared_pool_cpus", "gauge",
+          "Allocatable CPUs of the shared pool online now (not reserved, isolated or claimed), as cpu.minSharedCPUs "
+          "counts them.");
+  fprintf (f, "nrm_shared_pool_cpus %d\n",
+           shared_pool_now (s, json_string_value (json_object_get (json_object_get (st, "cpus"), "exclusive"))));
+  header (f, "nrm_shared_pool_min_cpus", "gauge",
+          "The fewest CPUs the CPU driver leaves in the shared pool (cpu.minSharedCPUs).");
+  fprintf (f, "nrm_shared_pool_min_cpus %ld\n", s->cfg->cpu.min_shared_cpus);
   header (f, "nrm_claims", "gauge", "Prepared claims and runs.");
   fprintf (f, "nrm_claims %zu\n", json_object_size (json_object_get (st, "claims")));
   header (f, "nrm_setting_info", "gauge",
@@ -178,6 +214,16 @@ nrm_metrics_render (struct nrm_metrics_sources *s)
   for (size_t i = 0; i < n; i++)
     fprintf (f, "nrm_registered{driver=\"%s\"} %d\n", s->names[i], nrm_plugin_registered (s->plugins[i]));
 
+  header (f, "nrm_devices", "gauge", "Devices of a driver by health, as its health report says now.");
+  for (size_t i = 0; i < n; i++)
+    {
+      static const char *const states[] = { "unknown", "healthy", "unhealthy" };
+      unsigned long long counts[3];
+      nrm_plugin_health_counts (s->plugins[i], counts);
+      for (int h = 0; h < 3; h++)
+        fprintf (f, "nrm_devices{driver=\"%s\",health=\"%s\"} %llu\n", s->names[i], states[h], counts[h]);
+    }
+
   header (f, "nrm_claim_operation_duration_seconds", "histogram", "Time to prepare or unprepare one claim.");
   cleanup_free struct nrm_plugin_metrics *pm = xcalloc (n + 1, sizeof (*pm));
   for (size_t i = 0; i < n; i++)
@@ -195,6 +241,9 @@ nrm_metrics_render (struct nrm_metrics_sources *s)
         fprintf (f, "nrm_claim_errors_total{driver=\"%s\",operation=\"unprepare\",kind=\"%s\"} %llu\n", s->names[i],
                  nrm_error_kind_name (k), pm[i].unprepare.errors[k]);
       }
+  header (f, "nrm_checkpoint_write_errors_total", "counter", "Writes of the driver's checkpoint that failed.");
+  for (size_t i = 0; i < n; i++)
+    fprintf (f, "nrm_checkpoint_write_errors_total{driver=\"%s\"} %llu\n", s->names[i], pm[i].checkpoint_write_errors);
 
   cleanup_free struct nrm_publisher_status *ps = s->publishers ? xcalloc (n + 1, sizeof (*ps)) : NULL;
   if (ps)
@@ -218,6 +267,15 @@ nrm_metrics_render (struct nrm_metrics_sources *s)
       header (f, "nrm_slices_writes_total", "counter", "ResourceSlice creates, updates and deletes.");
       for (size_t i = 0; i < n; i++)
         fprintf (f, "nrm_slices_writes_total{driver=\"%s\"} %lld\n", s->names[i], ps[i].writes);
+      header (f, "nrm_slices_publish_errors_total", "counter",
+              "Problems of the ResourceSlice publisher, each logged as an error (API errors after retries, refused "
+              "writes, dropped fields, broken watches).");
+      for (size_t i = 0; i < n; i++)
+        fprintf (f, "nrm_slices_publish_errors_total{driver=\"%s\"} %lld\n", s->names[i], ps[i].errors);
+      header (f, "nrm_api_request_errors_total", "counter",
+              "Requests and watches of the ResourceSlice publisher that got no answer, or HTTP 401, 403, 429 or 5xx.");
+      for (size_t i = 0; i < n; i++)
+        fprintf (f, "nrm_api_request_errors_total{driver=\"%s\"} %lld\n", s->names[i], ps[i].api_errors);
       header (f, "nrm_api_connected", "gauge", "1 when the last request to the Kubernetes API got an answer.");
       fprintf (f, "nrm_api_connected %d\n", connected);
       for (size_t i = 0; i < n; i++)

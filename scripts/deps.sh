@@ -11,6 +11,8 @@
 # debootstrap: scripts/image.sh's base for the container image, which
 # tests/node/test-node-smoke.py runs as the DaemonSet; containernetworking-
 # plugins and iptables: that node's pod network and kube-proxy, in the VM.
+# prometheus: promtool and the server for tests/prometheus/ (the alerting
+# rules and the Grafana dashboard's queries).
 # --image (the container image's tools) is accepted and installs the same.
 set -eu
 PKGS="build-essential autoconf automake pkg-config
@@ -18,7 +20,7 @@ PKGS="build-essential autoconf automake pkg-config
  libprotobuf-c-dev protobuf-c-compiler libgrpc-dev
  libcurl4-openssl-dev libssl-dev libjansson-dev libyaml-dev libmicrohttpd-dev libcmocka-dev
  openssl python3 python3-yaml help2man clang libclang-rt-14-dev clang-format
- procps strace curl
+ procps strace curl prometheus
  valgrind
  qemu-system-x86 busybox-static cpio runc podman
  debootstrap containernetworking-plugins iptables"

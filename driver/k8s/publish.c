@@ -82,6 +82,8 @@ set_status (struct nrm_publisher *p, int synced, int connected, const char *fmt,
     p->st.synced = synced;
   if (connected >= 0)
     p->st.connected = connected;
+  if (fmt)
+    p->st.errors++;
   if (fmt || synced == 1)
     {
       free (p->st.error);
@@ -228,12 +230,26 @@ nrm_slice_dropped_field (json_t *sent, json_t *stored, const char **gate)
 
 /* --- API calls ----------------------------------------------------------- */
 
-/* nrm_kube_call that keeps the connected flag of the status. */
+/* A request or watch that got no answer, or one that says the server
+ * cannot or will not serve nrm (not a conflict or a missing object). */
+static void
+count_api_error (struct nrm_publisher *p, long code)
+{
+  if (code > 0 && code != 401 && code != 403 && code != 429 && code < 500)
+    return;
+  pthread_mutex_lock (&p->lock);
+  p->st.api_errors++;
+  pthread_mutex_unlock (&p->lock);
+}
+
+/* nrm_kube_call that keeps the connected flag and the error count of the
+ * status. */
 static int
 call (struct nrm_publisher *p, const char *method, const char *path, json_t *body, json_t **ret, nrm_error_t *err)
 {
   int code = nrm_kube_call (p->kube, method, path, body, ret, err);
   set_status (p, -1, code > 0 && code != 401 && code != 403, NULL);
+  count_api_error (p, code);
   return code;
 }
 
@@ -728,6 +744,7 @@ thread_main (void *arg)
                             sel, p->rv, 300 + nrm_random_below (300));
           if (nrm_kube_watch_open (p->kube, path, on_event, p, &w, &err) < 0)
             {
+              count_api_error (p, -1);
               failed (p, &err);
               continue;
             }
@@ -748,6 +765,7 @@ thread_main (void *arg)
               continue;
             }
           set_status (p, -1, 0, NULL);
+          count_api_error (p, -1);
           p->need_list = true;
           failed (p, &err);
           continue;
@@ -760,6 +778,7 @@ thread_main (void *arg)
       else if (status != 200)
         {
           set_status (p, -1, status != 401 && status != 403, NULL);
+          count_api_error (p, status);
           p->need_list = true;
           nrm_error_set (&err, EIO, "ResourceSlice watch: HTTP %ld: %s", status,
                          nrm_kube_status_message (body, (int) status));

@@ -51,6 +51,8 @@ struct nrm_publisher_status
   bool standby;         /* another instance publishes (may_write said no) */
   long long generation; /* of the published pool, 0 before the first */
   long long writes;     /* creates, updates and deletes so far */
+  long long errors;     /* problems logged so far (each a new error) */
+  long long api_errors; /* requests and watches with no answer, or 401, 403, 429, 5xx */
   char *error;          /* the last problem, or NULL; malloc'd */
 };
 

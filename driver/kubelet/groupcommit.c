@@ -244,7 +244,10 @@ batch_commit (struct nrm_plugin *p, struct batch *b)
   if (!wrote)
     {
       if (!poisoned)
-        LOG (p, NRM_LOG_ERROR, "%s: %s", p->driver, nrm_error_msg (err));
+        {
+          LOG (p, NRM_LOG_ERROR, "%s: %s", p->driver, nrm_error_msg (err));
+          nrm_plugin_record_write_error (p);
+        }
       p->poisoned = true;
     }
   const char *why = poisoned ? "an earlier checkpoint write failed" : nrm_error_msg (err);

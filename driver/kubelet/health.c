@@ -187,6 +187,23 @@ nrm_plugin_health_changed (struct nrm_plugin *p)
 }
 
 void
+nrm_plugin_health_counts (struct nrm_plugin *p, unsigned long long out[3])
+{
+  struct nrm_health_report rep = { 0 };
+  nrm_error_t err = NULL;
+  out[NRM_HEALTH_UNKNOWN] = out[NRM_HEALTH_HEALTHY] = out[NRM_HEALTH_UNHEALTHY] = 0;
+  if (health_report (p, &rep, &err) < 0)
+    {
+      nrm_error_release (&err);
+      out[NRM_HEALTH_UNKNOWN] = json_array_size (p->devices);
+      return;
+    }
+  for (size_t i = 0; i < rep.n; i++)
+    out[rep.devices[i].health <= NRM_HEALTH_UNHEALTHY ? rep.devices[i].health : NRM_HEALTH_UNKNOWN]++;
+  nrm_health_report_done (&rep);
+}
+
+void
 nrm_plugin_health_start (struct nrm_plugin *p)
 {
   p->hrunning = pthread_create (&p->hthread, NULL, health_thread, p) == 0;

@@ -69,6 +69,14 @@ nrm_plugin_record (struct nrm_plugin *p, struct nrm_op_metrics *m, const struct 
 }
 
 void
+nrm_plugin_record_write_error (struct nrm_plugin *p)
+{
+  pthread_mutex_lock (&p->mlock);
+  p->metrics.checkpoint_write_errors++;
+  pthread_mutex_unlock (&p->mlock);
+}
+
+void
 nrm_plugin_metrics (struct nrm_plugin *p, struct nrm_plugin_metrics *out)
 {
   pthread_mutex_lock (&p->mlock);

@@ -191,4 +191,7 @@ void nrm_plugin_report_health (struct nrm_plugin *p, const struct nrm_health_rep
 /* Counts one call that started at t0 (CLOCK_MONOTONIC) and ended with err. */
 void nrm_plugin_record (struct nrm_plugin *p, struct nrm_op_metrics *m, const struct timespec *t0, nrm_error_t err);
 
+/* Counts one checkpoint write that failed. */
+void nrm_plugin_record_write_error (struct nrm_plugin *p);
+
 #endif

@@ -128,9 +128,15 @@ struct nrm_op_metrics
 struct nrm_plugin_metrics
 {
   struct nrm_op_metrics prepare, unprepare;
+  unsigned long long checkpoint_write_errors; /* writes of the checkpoint that failed */
 };
 
 void nrm_plugin_metrics (struct nrm_plugin *p, struct nrm_plugin_metrics *out);
+
+/* The driver's devices by the health of a report made now (what the health
+ * stream would send), indexed by enum nrm_health; a report that fails
+ * counts every device unknown. */
+void nrm_plugin_health_counts (struct nrm_plugin *p, unsigned long long out[3]);
 
 /* Paths the plugin serves on, for tests and logs. */
 const char *nrm_plugin_dra_socket (struct nrm_plugin *p);

@@ -193,7 +193,10 @@ nrm_plugin_write_state (struct nrm_plugin *p, nrm_error_t *err)
 {
   json_int_t gen;
   if (nrm_checkpoint_write (p->checkpoint, p->cp, &gen, err) < 0)
-    return -1;
+    {
+      nrm_plugin_record_write_error (p);
+      return -1;
+    }
   nrm_plugin_state_written (p, gen);
   return 0;
 }

@@ -235,6 +235,20 @@ check(ended >= 2 and delete_slice(published(MEM)[0]["metadata"]["name"]) and wai
 # comes after the repair then.
 check(wait_for(lambda: lists(proxy.requests[n_req:], "resourceslices"), 10), "the 410 was answered with a relist")
 
+# --- a list that fails past the client's 5 tries -----------------------------------------------
+# The CPU publisher's relist gets 500 five times: one failed request, one
+# problem logged, both counted in /metrics; the next attempt repairs.
+api_errs = p.metric("nrm_api_request_errors_total", CPU)
+pub_errs = p.metric("nrm_slices_publish_errors_total", CPU)
+proxy.fail_next(5, code=500, method="GET", path_contains="spec.driver%3D" + CPU)
+proxy.expire_watches()
+counted = wait_for(lambda: p.metric("nrm_api_request_errors_total", CPU) > api_errs
+                   and p.metric("nrm_slices_publish_errors_total", CPU) > pub_errs, 60, 0.5)
+check(counted and delete_slice(published(CPU)[0]["metadata"]["name"]) and wait_for(lambda: matches(p, CPU), 30),
+      "a list failed 5 times: nrm_api_request_errors_total %s -> %s, nrm_slices_publish_errors_total %s -> %s; "
+      "the slices are repaired" % (api_errs, p.metric("nrm_api_request_errors_total", CPU), pub_errs,
+                                   p.metric("nrm_slices_publish_errors_total", CPU)))
+
 # --- the token stops being valid, the kubelet writes a new one ------------------------------
 # The token is bound to the DaemonSet's pod: the pod replaced, the old token
 # is refused (401) and the kubelet writes the new pod's token to the file.
@@ -646,6 +660,8 @@ m = re.search(r"dropped (spec\.\S+);", q.text())
 check(m is not None and ("requestPolicy" in m.group(1) or "allowMultipleAllocations" in m.group(1)),
       "...and the field: %s" % (m.group(1) if m else "?"))
 check(wait_for(lambda: q.metric("nrm_slices_synced", CPU) == 0, 30), "/metrics shows the pool out of sync")
+errs = q.metric("nrm_slices_publish_errors_total", CPU)
+check(errs is not None and errs >= 1, "...and nrm_slices_publish_errors_total counts the problem (%s)" % errs)
 time.sleep(5)
 mark = len(off.audit())
 time.sleep(10)

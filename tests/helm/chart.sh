@@ -203,6 +203,36 @@ check(by(render("--set", "drivers={pci}"), "ValidatingAdmissionPolicy", "nrm-opa
 d = render("--set", "tolerations=null")
 check("tolerations" not in by(d, "DaemonSet", "nrm")["spec"]["template"]["spec"], "tolerations=null: none")
 
+# --- the PrometheusRule: off by default, the rules file when on -------------------
+rules = yaml.safe_load(open(os.path.join(top, "deploy/prometheus/nrm-rules.yaml")))
+check(not [x for x in render() if x["kind"] == "PrometheusRule"] and "PrometheusRule" not in open(manifest).read(),
+      "default values and nrm.yaml: no PrometheusRule (the Prometheus Operator's CRDs may be missing)")
+d = render("-n", "monitoring", "--set", "prometheusRule.enabled=true", "--set", "prometheusRule.labels.release=kps")
+pr = [x for x in d if x["kind"] == "PrometheusRule"]
+check(len(pr) == 1 and pr[0]["apiVersion"] == "monitoring.coreos.com/v1" and pr[0]["metadata"]["name"] == "nrm"
+      and pr[0]["metadata"]["namespace"] == "monitoring"
+      and pr[0]["metadata"]["labels"] == {"app.kubernetes.io/name": "nrm", "release": "kps"},
+      "prometheusRule.enabled=true: one PrometheusRule monitoring.coreos.com/v1 nrm, with prometheusRule.labels")
+spec = pr[0]["spec"] if pr else {}
+check(spec == {"groups": rules["groups"]},
+      f"its spec.groups are deploy/prometheus/nrm-rules.yaml's ({sum(len(g['rules']) for g in rules['groups'])} rules)")
+# What the CRD requires of a group and a rule; promtool checks the rest.
+dur = re.compile(r"^(0|(([0-9]+)y)?(([0-9]+)w)?(([0-9]+)d)?(([0-9]+)h)?(([0-9]+)m)?(([0-9]+)s)?(([0-9]+)ms)?)$")
+ok = all(isinstance(g.get("name"), str) and g["name"] and all(
+    ("alert" in r) != ("record" in r) and isinstance(r.get("expr"), str) and dur.match(r.get("for", "0"))
+    and all(isinstance(v, str) for v in {**r.get("labels", {}), **r.get("annotations", {})}.values())
+    for r in g["rules"]) for g in spec.get("groups", []))
+check(ok and spec.get("groups"), "every group has a name, every rule alert or record, an expr, a duration, string labels")
+promtool = shutil.which("promtool")
+if promtool:
+    with open(os.path.join(tmp, "rendered-rules.yaml"), "w") as f:
+        yaml.safe_dump(spec, f)
+    p = subprocess.run([promtool, "check", "rules", os.path.join(tmp, "rendered-rules.yaml")],
+                       capture_output=True, text=True)
+    check(p.returncode == 0, "promtool check rules on the rendered spec: " + (p.stdout + p.stderr).strip().splitlines()[-1])
+else:
+    print("skip promtool check rules on the rendered spec: promtool is not installed (Debian package prometheus)")
+
 
 def sys_mount(d):
     c = by(d, "DaemonSet", "nrm")["spec"]["template"]["spec"]["containers"][0]
