@@ -506,7 +506,8 @@ test_bad_input (void **state)
   assert_int_equal (mcs[0].socket, 3);
   assert_int_equal (mcs[0].ce, 7);
   assert_string_equal (mcs[1].name, "mc2");
-  assert_int_equal (mcs[1].socket, -1);
+  assert_int_equal (mcs[1].map, NRM_EDAC_SOCKET); /* amd64_edac: AMD node 2 is socket 2 */
+  assert_int_equal (mcs[1].socket, 2);
   assert_string_equal (mcs[2].name, "mc10");
   assert_int_equal (mcs[2].socket, 1);
   assert_int_equal (mcs[2].ue, 2);
