@@ -682,10 +682,11 @@ test_amd_dies (void **state)
   bare_stop (&f);
   remove_tree ();
 
-  /* Eight dies, two NUMA nodes: interleaved; a note on every node. */
+  /* Eight dies, two NUMA nodes: interleaved, and mc1 is die 1 of socket
+   * 0, not node 1: a note on every node. */
   make_root ();
   for (unsigned i = 0; i < 8; i++)
-    mc (i, "F17h\n", "0\n", i == 5 ? "1\n" : "0\n");
+    mc (i, "F17h\n", "0\n", i == 1 ? "1\n" : "0\n");
   bare_start (&f, "AMD-19h-Zen4-2xEpyc-9654.xml");
   bare_health (&f, &r);
   expect (&r, "numa0", "memory-errors-unmapped", NRM_TAINT_NONE, "(NUMA node not known): 0 corrected, 1 uncorrected");
@@ -756,15 +757,16 @@ trace_line (const char *line)
 
 /* As ghes_edac reports them (ghes_edac.c, ghes_edac_report_mem_error())
  * and trace_pipe prints them (ras_event.h, TRACE_EVENT(mc_event)). Blocks
- * of 128 MiB: 0-3 on node 0, 4-7 on node 1. */
+ * of 128 MiB: 0-3 on node 0, 4-7 on node 1; the addresses lie in the
+ * blocks either side of the nodes' border (3 and 4). */
 #define UE_NODE1                                                                                                       \
   "          <idle>-0       [003] d.h1.  7713.146563: mc_event: 1 Uncorrected error: Multi-bit ECC on CPU1_DIMM_B1 "  \
-  "(mc:0 location:5:-1:-1 address:0x31234040 grain:64 syndrome:0x00000000 APEI location: node:1 card:1 module:0 "    \
+  "(mc:0 location:5:-1:-1 address:0x20001040 grain:64 syndrome:0x00000000 APEI location: node:1 card:1 module:0 "    \
   "rank:0 bank:3 row:9842 col:472 DIMM location:CPU1 DIMM_B1 status(0x0000000000000400): Storage error in DRAM "      \
   "memory)\n"
 #define CE_NODE0                                                                                                       \
   "     kworker/0:2-311     [000] .....  7720.008812: mc_event: 1 Corrected error: Single-bit ECC on CPU0_DIMM_A1 "   \
-  "(mc:0 location:0:-1:-1 address:0x0a3c5080 grain:64 syndrome:0x00000000 APEI location: node:0 card:0 module:0 "    \
+  "(mc:0 location:0:-1:-1 address:0x1ffff080 grain:64 syndrome:0x00000000 APEI location: node:0 card:0 module:0 "    \
   "rank:1 bank:0 row:512 col:88 DIMM location:CPU0 DIMM_A1 status(0x0000000000000400): Storage error in DRAM "       \
   "memory)\n"
 #define UE_NOWHERE                                                                                                     \
@@ -874,7 +876,7 @@ test_mc_event_parse (void **state)
   assert_false (ev.corrected);
   assert_string_equal (ev.type, "Uncorrected");
   assert_int_equal (ev.mc, 0);
-  assert_int_equal (ev.address, 0x31234040);
+  assert_int_equal (ev.address, 0x20001040);
   /* amd64_edac's own: several errors, a 64-bit address, no detail. */
   assert_int_equal (nrm_mc_event_parse ("   kworker/u513:3-1042  [012] ..... 88.1: mc_event: 2 Deferred errors: on "
                                         "N0 (mc:1 location:0:3:-1 address:0x1fffff0000c0 grain:64 syndrome:0x0000c0de)",
