@@ -4,7 +4,8 @@
 
 /* What the kernel says of the health of memory, read below a root (this
  * machine or a tree standing for it): the EDAC error counters of each memory
- * controller and the state of the memory blocks of each NUMA node. */
+ * controller with what places it on NUMA nodes, the state of the memory
+ * blocks of each NUMA node and the node of a physical address. */
 
 #include <stdint.h>
 #include <stddef.h>
@@ -39,13 +40,13 @@ enum nrm_edac_map
 
 struct nrm_edac_mc
 {
-  char name[16];   /* mc0 */
-  char ctl[32];    /* mc_name, cut at a newline; "" when absent */
-  unsigned index;  /* N of mcN: edac_mc_alloc()'s mc_num */
+  char name[16];  /* mc0 */
+  char ctl[32];   /* mc_name, cut at a newline; "" when absent */
+  unsigned index; /* N of mcN: edac_mc_alloc()'s mc_num */
   enum nrm_edac_map map;
-  int socket;      /* NRM_EDAC_SOCKET: the package's OS index; else -1 */
-  int node;        /* NRM_EDAC_DIE, NRM_EDAC_NODE: the NUMA node; else -1 */
-  int64_t ce, ue;  /* ce_count and ue_count: since boot or reset_counters */
+  int socket;     /* NRM_EDAC_SOCKET: the package's OS index; else -1 */
+  int node;       /* NRM_EDAC_DIE, NRM_EDAC_NODE: the NUMA node; else -1 */
+  int64_t ce, ue; /* ce_count and ue_count: since boot or reset_counters */
 };
 
 /* Every controller of /sys/devices/system/edac/mc, in index order; none

@@ -29,12 +29,12 @@
 
 struct nrm_mc_event
 {
-  unsigned count;     /* error_count */
-  bool corrected;     /* "Corrected"; every other type is counted as
-                       * uncorrected, as ue_count counts it */
-  unsigned mc;        /* mc_index: the controller mcN */
-  uint64_t address;   /* physical; 0 when the driver knew none */
-  char type[16];      /* as printed: Corrected, Uncorrected, Deferred, Fatal, Info */
+  unsigned count;   /* error_count */
+  bool corrected;   /* "Corrected"; every other type is counted as
+                     * uncorrected, as ue_count counts it */
+  unsigned mc;      /* mc_index: the controller mcN */
+  uint64_t address; /* physical; 0 when the driver knew none */
+  char type[16];    /* as printed: Corrected, Uncorrected, Deferred, Fatal, Info */
 };
 
 /* One line of trace_pipe. Returns 1 for an mc_event line (into *ev), 0 for

@@ -50,8 +50,8 @@ struct nrm_memory_health
   nrm_log_fn log;
   void *log_ctx;
   const char *name;
-  char *state;   /* <state_dir>/<name>.mc-events.json, or NULL */
-  char *boot_id; /* the tallies' boot */
+  char *state;     /* <state_dir>/<name>.mc-events.json, or NULL */
+  char *boot_id;   /* the tallies' boot */
   uint64_t *start; /* bytes online per node at the start */
   bool *known;     /* start[i] read */
   pthread_mutex_t lock;
@@ -162,16 +162,16 @@ save (struct nrm_memory_health *mh)
     return;
   cleanup_json json_t *errors = json_array (), *seen = json_array ();
   for (size_t i = 0; i < mh->n_tallies; i++)
-    json_array_append_new (errors, json_pack ("{s:I, s:I, s:I, s:I}", "mc", (json_int_t) mh->tallies[i].mc, "node",
-                                              (json_int_t) mh->tallies[i].node, "corrected",
-                                              (json_int_t) mh->tallies[i].ce, "uncorrected",
-                                              (json_int_t) mh->tallies[i].ue));
+    json_array_append_new (errors,
+                           json_pack ("{s:I, s:I, s:I, s:I}", "mc", (json_int_t) mh->tallies[i].mc, "node",
+                                      (json_int_t) mh->tallies[i].node, "corrected", (json_int_t) mh->tallies[i].ce,
+                                      "uncorrected", (json_int_t) mh->tallies[i].ue));
   for (size_t i = 0; i < mh->n_seen; i++)
-    json_array_append_new (seen, json_pack ("{s:I, s:I}", "mc", (json_int_t) mh->seen[i].mc, "total",
-                                            (json_int_t) mh->seen[i].total));
-  cleanup_json json_t *doc = json_pack ("{s:s, s:O, s:O, s:I}", "bootId", mh->boot_id ? mh->boot_id : "", "errors",
-                                        errors, "counters", seen, "lost",
-                                        (json_int_t) (mh->lost > INT64_MAX ? INT64_MAX : mh->lost));
+    json_array_append_new (
+        seen, json_pack ("{s:I, s:I}", "mc", (json_int_t) mh->seen[i].mc, "total", (json_int_t) mh->seen[i].total));
+  cleanup_json json_t *doc
+      = json_pack ("{s:s, s:O, s:O, s:I}", "bootId", mh->boot_id ? mh->boot_id : "", "errors", errors, "counters", seen,
+                   "lost", (json_int_t) (mh->lost > INT64_MAX ? INT64_MAX : mh->lost));
   cleanup_free char *text = json_dumps (doc, JSON_COMPACT);
   nrm_error_t e = NULL;
   if (text == NULL || nrm_write_atomic (mh->state, text, strlen (text), 0600, &e) < 0)

@@ -30,7 +30,8 @@ LLVMFuzzerTestOneInput (const uint8_t *data, size_t size)
       int r = nrm_mc_event_parse (line, &ev, &lost, &err);
       if ((r < 0) != (err != NULL) || r > 1)
         abort ();
-      if (r == 1 && (ev.mc > 255 || ev.count > UINT16_MAX || strlen (ev.type) == 0 || strlen (ev.type) >= sizeof (ev.type)))
+      if (r == 1
+          && (ev.mc > 255 || ev.count > UINT16_MAX || strlen (ev.type) == 0 || strlen (ev.type) >= sizeof (ev.type)))
         abort ();
       nrm_error_release (&err);
     }

@@ -760,18 +760,18 @@ trace_line (const char *line)
  * of 128 MiB: 0-3 on node 0, 4-7 on node 1; the addresses lie in the
  * blocks either side of the nodes' border (3 and 4). */
 #define UE_NODE1                                                                                                       \
-  "          <idle>-0       [003] d.h1.  7713.146563: mc_event: 1 Uncorrected error: Multi-bit ECC on CPU1_DIMM_B1 "  \
-  "(mc:0 location:5:-1:-1 address:0x20001040 grain:64 syndrome:0x00000000 APEI location: node:1 card:1 module:0 "    \
-  "rank:0 bank:3 row:9842 col:472 DIMM location:CPU1 DIMM_B1 status(0x0000000000000400): Storage error in DRAM "      \
+  "          <idle>-0       [003] d.h1.  7713.146563: mc_event: 1 Uncorrected error: Multi-bit ECC on CPU1_DIMM_B1 "   \
+  "(mc:0 location:5:-1:-1 address:0x20001040 grain:64 syndrome:0x00000000 APEI location: node:1 card:1 module:0 "      \
+  "rank:0 bank:3 row:9842 col:472 DIMM location:CPU1 DIMM_B1 status(0x0000000000000400): Storage error in DRAM "       \
   "memory)\n"
 #define CE_NODE0                                                                                                       \
-  "     kworker/0:2-311     [000] .....  7720.008812: mc_event: 1 Corrected error: Single-bit ECC on CPU0_DIMM_A1 "   \
-  "(mc:0 location:0:-1:-1 address:0x1ffff080 grain:64 syndrome:0x00000000 APEI location: node:0 card:0 module:0 "    \
-  "rank:1 bank:0 row:512 col:88 DIMM location:CPU0 DIMM_A1 status(0x0000000000000400): Storage error in DRAM "       \
+  "     kworker/0:2-311     [000] .....  7720.008812: mc_event: 1 Corrected error: Single-bit ECC on CPU0_DIMM_A1 "    \
+  "(mc:0 location:0:-1:-1 address:0x1ffff080 grain:64 syndrome:0x00000000 APEI location: node:0 card:0 module:0 "      \
+  "rank:1 bank:0 row:512 col:88 DIMM location:CPU0 DIMM_A1 status(0x0000000000000400): Storage error in DRAM "         \
   "memory)\n"
 #define UE_NOWHERE                                                                                                     \
   "          <idle>-0       [001] d.h1.  7731.400127: mc_event: 1 Uncorrected error: Multi-bit ECC on unknown memory " \
-  "(mc:0 location:-1:-1:-1 address:0x00000000 grain:1 syndrome:0x00000000 APEI location: node:0 "                    \
+  "(mc:0 location:-1:-1:-1 address:0x00000000 grain:1 syndrome:0x00000000 APEI location: node:0 "                      \
   "status(0x0000000000000400): Storage error in DRAM memory)\n"
 
 /* ghes_edac: one controller for the machine; each error placed by the
@@ -831,7 +831,8 @@ test_firmware_first (void **state)
   trace_line ("CPU:2 [LOST 1 EVENTS]\n");
   mc (0, NULL, "1\n", "3\n");
   health (&f, &r);
-  expect (&r, "numa1", "memory-uncorrected", NRM_TAINT_NO_EXECUTE, "mc0 (NUMA node not known): 0 corrected, 2 uncorrected");
+  expect (&r, "numa1", "memory-uncorrected", NRM_TAINT_NO_EXECUTE,
+          "mc0 (NUMA node not known): 0 corrected, 2 uncorrected");
   expect (&r, "numa0", "memory-corrected", NRM_TAINT_NONE, "mc0 (NUMA node not known): 0 corrected, 2 uncorrected");
 
   /* reset_counters: the tallies go with the counters. */
@@ -853,7 +854,8 @@ test_firmware_first (void **state)
   mc (0, "ghes_edac\n", "0\n", "1\n");
   start (&f, NULL);
   health (&f, &r);
-  expect (&r, "numa0", "memory-errors-unmapped", NRM_TAINT_NONE, "mc0 (NUMA node not known): 0 corrected, 1 uncorrected");
+  expect (&r, "numa0", "memory-errors-unmapped", NRM_TAINT_NONE,
+          "mc0 (NUMA node not known): 0 corrected, 1 uncorrected");
   expect (&r, "numa1", "memory-errors-unmapped", NRM_TAINT_NONE, NULL);
   nrm_health_report_done (&r);
   stop (&f);
@@ -961,10 +963,18 @@ int
 main (void)
 {
   const struct CMUnitTest tests[] = {
-    cmocka_unit_test (test_edac_counters), cmocka_unit_test (test_blocks),  cmocka_unit_test (test_node_offline),
-    cmocka_unit_test (test_pressure),      cmocka_unit_test (test_no_edac), cmocka_unit_test (test_bad_input),
-    cmocka_unit_test (test_amd_sockets),   cmocka_unit_test (test_amd_dies), cmocka_unit_test (test_arm),
-    cmocka_unit_test (test_firmware_first), cmocka_unit_test (test_mc_event_parse), cmocka_unit_test (test_block_node),
+    cmocka_unit_test (test_edac_counters),
+    cmocka_unit_test (test_blocks),
+    cmocka_unit_test (test_node_offline),
+    cmocka_unit_test (test_pressure),
+    cmocka_unit_test (test_no_edac),
+    cmocka_unit_test (test_bad_input),
+    cmocka_unit_test (test_amd_sockets),
+    cmocka_unit_test (test_amd_dies),
+    cmocka_unit_test (test_arm),
+    cmocka_unit_test (test_firmware_first),
+    cmocka_unit_test (test_mc_event_parse),
+    cmocka_unit_test (test_block_node),
   };
   return cmocka_run_group_tests_name ("memhealth", tests, NULL, NULL);
 }
