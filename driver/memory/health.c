@@ -45,6 +45,8 @@ struct nrm_memory_health
   int64_t threshold;
   int poll_s;
   int timer;
+  /* Under lock: */
+  bool owner;                 /* reads the trace, writes the tallies */
   int epoll;                  /* the timer and trace_pipe, or -1 */
   struct nrm_mc_trace *trace; /* ras:mc_event, or NULL */
   nrm_log_fn log;
@@ -158,7 +160,7 @@ tally_clear (struct nrm_memory_health *mh, unsigned mc)
 static void
 save (struct nrm_memory_health *mh)
 {
-  if (mh->state == NULL)
+  if (mh->state == NULL || !mh->owner)
     return;
   cleanup_json json_t *errors = json_array (), *seen = json_array ();
   for (size_t i = 0; i < mh->n_tallies; i++)
@@ -218,10 +220,11 @@ load (struct nrm_memory_health *mh, nrm_error_t *err)
   return 0;
 }
 
-/* Opens the trace and what listens: the timer and trace_pipe in one epoll
- * descriptor, the one health_fd the driver interface has. */
-static int
-listen_events (struct nrm_memory_health *mh, const struct nrm_driver_host *h, nrm_error_t *err)
+/* The errors placed before a restart, for every process that reads the
+ * health (nrm slices and status too); a file that cannot be read is named
+ * and nothing of it is kept. */
+static void
+take_back (struct nrm_memory_health *mh, const struct nrm_driver_host *h)
 {
   nrm_error_t e = NULL;
   cleanup_free char *boot = NULL;
@@ -229,25 +232,46 @@ listen_events (struct nrm_memory_health *mh, const struct nrm_driver_host *h, nr
   if (nrm_fsroot_read (mh->fsroot, "/proc/sys/kernel/random/boot_id", 64, &boot, &len, &e) == 0)
     mh->boot_id = xstrndup (boot, strcspn (boot, "\n"));
   nrm_error_release (&e);
-  if (h->state_dir)
+  if (h->state_dir == NULL)
+    return;
+  mh->state = xasprintf ("%s/%s.mc-events.json", h->state_dir, h->name);
+  if (load (mh, &e) < 0)
     {
-      mh->state = xasprintf ("%s/%s.mc-events.json", h->state_dir, h->name);
-      if (load (mh, &e) < 0)
-        warn (mh, "memory error tallies (starting afresh)", &e);
+      warn (mh, "memory error tallies (starting afresh)", &e);
+      mh->n_tallies = mh->n_seen = 0;
+      mh->lost = 0;
     }
+}
+
+/* Under lock: opens the trace and what listens, the timer and trace_pipe
+ * in one epoll descriptor (the one health_fd the driver interface has).
+ * Only the process that asks for health_fd, the plugin, reads the trace
+ * (each line is read once) and writes the tallies. */
+static void
+listen_events (struct nrm_memory_health *mh)
+{
+  nrm_error_t e = NULL;
+  mh->owner = true;
   if (nrm_mc_trace_open (mh->fsroot, &mh->trace, &e) < 0)
     warn (mh, "memory error events (errors of a machine-wide controller stay unplaced)", &e);
-  mh->epoll = epoll_create1 (EPOLL_CLOEXEC);
-  if (mh->epoll < 0)
-    return nrm_error_errno (err, errno, "memory health: cannot make its epoll descriptor");
   struct epoll_event ev = { .events = EPOLLIN };
-  if (epoll_ctl (mh->epoll, EPOLL_CTL_ADD, mh->timer, &ev) < 0)
-    return nrm_error_errno (err, errno, "memory health: cannot watch its timer");
+  mh->epoll = epoll_create1 (EPOLL_CLOEXEC);
+  if (mh->epoll < 0 || epoll_ctl (mh->epoll, EPOLL_CTL_ADD, mh->timer, &ev) < 0)
+    {
+      nrm_error_errno (&e, errno, "cannot watch the timer and the trace together: the timer reads the trace");
+      warn (mh, "memory error events", &e);
+      if (mh->epoll >= 0)
+        close (mh->epoll);
+      mh->epoll = -1;
+      return;
+    }
   /* A regular file standing for trace_pipe cannot be watched (EPERM):
    * the timer reads it. */
   if (mh->trace && epoll_ctl (mh->epoll, EPOLL_CTL_ADD, nrm_mc_trace_fd (mh->trace), &ev) < 0 && errno != EPERM)
-    return nrm_error_errno (err, errno, "memory health: cannot watch the trace");
-  return 0;
+    {
+      nrm_error_errno (&e, errno, "cannot watch `trace_pipe`: the timer reads it");
+      warn (mh, "memory error events", &e);
+    }
 }
 
 int
@@ -297,11 +321,7 @@ nrm_memory_health_new (const struct nrm_driver_host *h, struct nrm_memory_health
           nrm_memory_health_free (mh);
           return nrm_error_errno (err, e, "memory health: cannot start its timer");
         }
-      if (listen_events (mh, h, err) < 0)
-        {
-          nrm_memory_health_free (mh);
-          return -1;
-        }
+      take_back (mh, h);
     }
   *ret = mh;
   return 0;
@@ -310,7 +330,14 @@ nrm_memory_health_new (const struct nrm_driver_host *h, struct nrm_memory_health
 int
 nrm_memory_health_fd (struct nrm_memory_health *mh)
 {
-  return mh == NULL ? -1 : mh->epoll >= 0 ? mh->epoll : mh->timer;
+  if (mh == NULL || mh->timer < 0)
+    return -1;
+  pthread_mutex_lock (&mh->lock);
+  if (!mh->owner)
+    listen_events (mh);
+  int fd = mh->epoll >= 0 ? mh->epoll : mh->timer;
+  pthread_mutex_unlock (&mh->lock);
+  return fd;
 }
 
 struct drain
@@ -350,10 +377,8 @@ drain_trace (struct nrm_memory_health *mh)
 {
   struct drain d = { .mh = mh };
   nrm_error_t e = NULL;
-  if (mh->trace == NULL)
-    return;
   pthread_mutex_lock (&mh->lock);
-  if (nrm_mc_trace_read (mh->trace, on_line, &d, &e) < 0)
+  if (mh->trace && nrm_mc_trace_read (mh->trace, on_line, &d, &e) < 0)
     warn (mh, "memory error events", &e);
   if (d.changed)
     save (mh);

@@ -19,9 +19,8 @@
 struct nrm_memory_health;
 
 /* Reads the settings (h->settings: {"health": {correctedErrorThreshold,
- * pollSeconds}}) and the memory blocks online at the start, opens the
- * trace (a warning through h->log where it cannot) and takes back the
- * errors it placed before a restart (<state_dir>/<name>.mc-events.json). */
+ * pollSeconds}}), the memory blocks online at the start and the errors
+ * placed by address before a restart (<state_dir>/<name>.mc-events.json). */
 int nrm_memory_health_new (const struct nrm_driver_host *h, struct nrm_memory_health **ret, nrm_error_t *err);
 void nrm_memory_health_free (struct nrm_memory_health *mh);
 
@@ -35,7 +34,10 @@ int nrm_memory_health_report (struct nrm_memory_health *mh, json_t *names, struc
 
 /* Readable every pollSeconds and when a memory error event waits (an
  * epoll descriptor over the timer and trace_pipe); -1 without sysfs.
- * drain() reads both. */
+ * drain() reads both. The first call opens the trace (a warning through
+ * h->log where it cannot): only the process that watches health, the
+ * plugin, takes the events (each is read once) and keeps their tallies;
+ * nrm slices and status show what it kept. */
 int nrm_memory_health_fd (struct nrm_memory_health *mh);
 void nrm_memory_health_drain (struct nrm_memory_health *mh);
 

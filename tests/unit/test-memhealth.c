@@ -789,10 +789,11 @@ test_firmware_first (void **state)
   fake_tracefs ();
   cleanup_free char *state_dir = xasprintf ("%s/var/lib/nrm", root);
   fake_put (root, "var/lib/nrm/.keep", "");
-  start (&f, NULL);
-  nrm_memory_driver.free (f.d);
-  nrm_topology_free (f.t);
   start_on (&f, TOPO_2N, NULL, state_dir);
+  /* Only the process that watches health opens the trace. */
+  cleanup_free char *before = fake_get (root, TRACE "/instances/nrm/events/ras/mc_event/enable");
+  assert_string_equal (before, "0");
+  assert_true (nrm_memory_driver.health_fd (f.d) >= 0);
   cleanup_free char *enable = fake_get (root, TRACE "/instances/nrm/events/ras/mc_event/enable");
   cleanup_free char *percent = fake_get (root, TRACE "/instances/nrm/buffer_percent");
   assert_string_equal (enable, "1");
@@ -821,9 +822,35 @@ test_firmware_first (void **state)
   nrm_topology_free (f.t);
   fake_put (root, PIPE, "");
   start_on (&f, TOPO_2N, NULL, state_dir);
+  assert_true (nrm_memory_driver.health_fd (f.d) >= 0);
   health (&f, &r);
   expect (&r, "numa1", "memory-uncorrected", NRM_TAINT_NO_EXECUTE, "mc0 (by error address): 1 uncorrected");
   expect (&r, "numa0", "memory-corrected", NRM_TAINT_NONE, NULL);
+
+  /* nrm slices and status beside the plugin: they show its tallies, read
+   * no line and write nothing. */
+  {
+    struct nrm_publish_options o;
+    nrm_publish_options_init (&o);
+    struct nrm_driver_host h
+        = { .topo = f.t, .node = &o, .name = "memory.nrm.io", .fsroot = fake_root (root), .state_dir = state_dir };
+    struct nrm_memory_health *viewer = NULL;
+    nrm_error_t err = NULL;
+    cleanup_free char *kept = fake_get (root, "var/lib/nrm/memory.nrm.io.mc-events.json");
+    assert_non_null (kept);
+    assert_int_equal (nrm_memory_health_new (&h, &viewer, &err), 0);
+    trace_line (CE_NODE0);
+    cleanup_json json_t *names = json_pack ("[s, s]", "numa0", "numa1");
+    struct nrm_health_report hr = { 0 };
+    assert_int_equal (nrm_memory_health_report (viewer, names, &hr, &err), 0);
+    expect (&hr, "numa1", "memory-uncorrected", NRM_TAINT_NO_EXECUTE, "mc0 (by error address): 1 uncorrected");
+    expect (&hr, "numa0", "memory-corrected", NRM_TAINT_NONE, "mc0 (by error address): 1 corrected");
+    nrm_health_report_done (&hr);
+    nrm_memory_health_free (viewer);
+    cleanup_free char *after = fake_get (root, "var/lib/nrm/memory.nrm.io.mc-events.json");
+    assert_string_equal (after, kept);
+    fake_put (root, PIPE, "");
+  }
 
   /* One without an address, and events the buffer dropped: what the
    * lines do not place is a note on every node. */
