@@ -41,7 +41,7 @@ enum nrm_edac_map
 struct nrm_edac_mc
 {
   char name[16];  /* mc0 */
-  char ctl[32];   /* mc_name, cut at a newline; "" when absent */
+  char ctl[64];   /* mc_name, cut at a newline; "" when absent */
   unsigned index; /* N of mcN: edac_mc_alloc()'s mc_num */
   enum nrm_edac_map map;
   int socket;     /* NRM_EDAC_SOCKET: the package's OS index; else -1 */
