@@ -553,23 +553,28 @@ name_into (char **list, const char *name, const char *how)
   *list = joined;
 }
 
-/* Under lock: notes controller m's counters; a reset (smaller counters)
- * clears its tallies, and a controller placed by sysfs needs none. Returns
- * whether the state changed. */
+/* Under lock: a controller placed by sysfs needs no tallies; for one
+ * placed by its events, notes its counters: smaller ones than last time
+ * mean reset_counters, which clears its tallies too. Returns whether the
+ * state changed. */
 static bool
 counted (struct nrm_memory_health *mh, const struct nrm_edac_mc *m, bool placed)
 {
   size_t i = 0, before = mh->n_tallies;
   int64_t total = m->ce > INT64_MAX - m->ue ? INT64_MAX : m->ce + m->ue;
+  if (placed)
+    {
+      tally_clear (mh, m->index);
+      return before != mh->n_tallies;
+    }
   while (i < mh->n_seen && mh->seen[i].mc != m->index)
     i++;
   if (i == mh->n_seen)
     {
       mh->seen = xrealloc (mh->seen, (mh->n_seen + 1) * sizeof (*mh->seen));
-      mh->seen[mh->n_seen++] = (struct seen){ .mc = m->index, .total = total };
-      before = (size_t) -1;
+      mh->seen[mh->n_seen++] = (struct seen){ .mc = m->index, .total = -1 };
     }
-  if (placed || total < mh->seen[i].total)
+  if (total < mh->seen[i].total)
     tally_clear (mh, m->index);
   bool changed = before != mh->n_tallies || mh->seen[i].total != total;
   mh->seen[i].total = total;
