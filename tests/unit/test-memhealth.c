@@ -1,8 +1,11 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Memory health over fake sysfs trees: EDAC counters that change between
  * passes, memory blocks going offline and online (the published capacity
- * follows), no EDAC at all, and bad files named. On a recorded machine
- * with two sockets and two NUMA nodes. */
+ * follows), no EDAC at all, and bad files named, on a recorded machine
+ * with two sockets and two NUMA nodes. Each EDAC driver's controllers
+ * placed on the nodes of recorded AMD, Hygon and Arm machines; a
+ * firmware-first machine's errors placed by the addresses of ras:mc_event
+ * lines written as trace_pipe prints them, in a fake tracefs. */
 #include "config.h"
 
 #include <setjmp.h>
