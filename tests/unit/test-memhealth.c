@@ -15,6 +15,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -892,6 +895,46 @@ test_firmware_first (void **state)
   remove_tree ();
 }
 
+/* trace_pipe as a pipe, as the kernel's is to poll: health_fd wakes when
+ * a line waits, long before the timer (5 s), and a line read in two parts
+ * counts once. */
+static void
+test_trace_wakes (void **state)
+{
+  (void) state;
+  struct fixture f;
+  struct nrm_health_report r = { 0 };
+  make_root ();
+  for (unsigned b = 0; b < 8; b++)
+    block (b, b / 4, "online\n");
+  mc (0, "ghes_edac\n", "0\n", "1\n");
+  fake_tracefs ();
+  cleanup_free char *pipe = xasprintf ("%s/%s", root, PIPE);
+  assert_int_equal (unlink (pipe), 0);
+  assert_int_equal (mkfifo (pipe, 0600), 0);
+  start (&f, NULL);
+  int fd = nrm_memory_driver.health_fd (f.d);
+  assert_true (fd >= 0);
+  int w = open (pipe, O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+  assert_true (w >= 0);
+  struct pollfd p = { .fd = fd, .events = POLLIN };
+  assert_int_equal (poll (&p, 1, 200), 0);
+  size_t half = strlen (UE_NODE1) / 2;
+  assert_int_equal (write (w, UE_NODE1, half), (ssize_t) half);
+  assert_int_equal (poll (&p, 1, 2000), 1);
+  nrm_memory_driver.health_event (f.d);
+  assert_int_equal (poll (&p, 1, 0), 0);
+  assert_int_equal (write (w, UE_NODE1 + half, strlen (UE_NODE1) - half), (ssize_t) (strlen (UE_NODE1) - half));
+  assert_int_equal (poll (&p, 1, 2000), 1);
+  nrm_memory_driver.health_event (f.d);
+  health (&f, &r);
+  expect_uncorrected_on (&r, 1u << 1, "mc0 (by error address): 1 uncorrected memory errors");
+  close (w);
+  nrm_health_report_done (&r);
+  stop (&f);
+  remove_tree ();
+}
+
 /* The parser of trace_pipe lines, on the kernel's format and on lines
  * that only look like it. */
 static void
@@ -993,17 +1036,10 @@ int
 main (void)
 {
   const struct CMUnitTest tests[] = {
-    cmocka_unit_test (test_edac_counters),
-    cmocka_unit_test (test_blocks),
-    cmocka_unit_test (test_node_offline),
-    cmocka_unit_test (test_pressure),
-    cmocka_unit_test (test_no_edac),
-    cmocka_unit_test (test_bad_input),
-    cmocka_unit_test (test_amd_sockets),
-    cmocka_unit_test (test_amd_dies),
-    cmocka_unit_test (test_arm),
-    cmocka_unit_test (test_firmware_first),
-    cmocka_unit_test (test_mc_event_parse),
+    cmocka_unit_test (test_edac_counters),  cmocka_unit_test (test_blocks),      cmocka_unit_test (test_node_offline),
+    cmocka_unit_test (test_pressure),       cmocka_unit_test (test_no_edac),     cmocka_unit_test (test_bad_input),
+    cmocka_unit_test (test_amd_sockets),    cmocka_unit_test (test_amd_dies),    cmocka_unit_test (test_arm),
+    cmocka_unit_test (test_firmware_first), cmocka_unit_test (test_trace_wakes), cmocka_unit_test (test_mc_event_parse),
     cmocka_unit_test (test_block_node),
   };
   return cmocka_run_group_tests_name ("memhealth", tests, NULL, NULL);
