@@ -128,6 +128,14 @@ warn (struct nrm_memory_health *mh, const char *what, nrm_error_t *e)
   nrm_error_release (e);
 }
 
+/* Counts are at most INT64_MAX each (a fake tree may say so): their sum
+ * stops there. */
+static int64_t
+plus (int64_t a, int64_t b)
+{
+  return b > INT64_MAX - a ? INT64_MAX : a + b;
+}
+
 /* Under lock. */
 static void
 tally_add (struct nrm_memory_health *mh, unsigned mc, int node, int64_t ce, int64_t ue)
@@ -140,8 +148,8 @@ tally_add (struct nrm_memory_health *mh, unsigned mc, int node, int64_t ce, int6
       mh->tallies = xrealloc (mh->tallies, (mh->n_tallies + 1) * sizeof (*mh->tallies));
       mh->tallies[mh->n_tallies++] = (struct tally){ .mc = mc, .node = node };
     }
-  mh->tallies[i].ce = ce > INT64_MAX - mh->tallies[i].ce ? INT64_MAX : mh->tallies[i].ce + ce;
-  mh->tallies[i].ue = ue > INT64_MAX - mh->tallies[i].ue ? INT64_MAX : mh->tallies[i].ue + ue;
+  mh->tallies[i].ce = plus (mh->tallies[i].ce, ce);
+  mh->tallies[i].ue = plus (mh->tallies[i].ue, ue);
 }
 
 /* Under lock: drops the tallies of controller mc. */
@@ -633,8 +641,8 @@ nrm_memory_health_report (struct nrm_memory_health *mh, json_t *names, struct nr
           if (y->mc != mcs[k].index || i == t->n_numa)
             continue;
           name_into (&lists[i], mcs[k].name, " (by error address)");
-          ce[i] += y->ce;
-          ue[i] += y->ue;
+          ce[i] = plus (ce[i], y->ce);
+          ue[i] = plus (ue[i], y->ue);
           rest_ce -= y->ce < rest_ce ? y->ce : rest_ce;
           rest_ue -= y->ue < rest_ue ? y->ue : rest_ue;
         }
@@ -642,14 +650,14 @@ nrm_memory_health_report (struct nrm_memory_health *mh, json_t *names, struct nr
         if (serves (t, i, &mcs[k], dies))
           {
             name_into (&lists[i], mcs[k].name, "");
-            ce[i] += mcs[k].ce;
-            ue[i] += mcs[k].ue;
+            ce[i] = plus (ce[i], mcs[k].ce);
+            ue[i] = plus (ue[i], mcs[k].ue);
           }
       if (!any)
         {
           name_into (&lists[n], mcs[k].name, "");
-          ce[n] += rest_ce;
-          ue[n] += rest_ue;
+          ce[n] = plus (ce[n], rest_ce);
+          ue[n] = plus (ue[n], rest_ue);
         }
     }
   if (changed)
