@@ -7,6 +7,7 @@
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "memory/health.h"
@@ -52,11 +53,70 @@ socket_of (const char *mc_name)
   static const char *const marks[] = { "Socket#", "SrcID#" };
   for (size_t i = 0; i < 2; i++)
     {
-      const char *s = mc_name ? strstr (mc_name, marks[i]) : NULL;
+      const char *s = strstr (mc_name, marks[i]);
       if (s && s[strlen (marks[i])] >= '0' && s[strlen (marks[i])] <= '9')
         return (int) strtol (s + strlen (marks[i]), NULL, 10) & 0xffff;
     }
   return -1;
+}
+
+/* amd64_edac's names (drivers/edac/amd64_edac.c, per_family_init():
+ * pvt->ctl_name, shown as mc_name by edac_mc_sysfs.c, mci_ctl_name_show()):
+ * "K8", "F10h", "F17h_M30h", "F19h_M10h", "F1Ah"... */
+static bool
+amd64_name (const char *n)
+{
+  static const char hex[] = "0123456789ABCDEF";
+  if (strcmp (n, "K8") == 0)
+    return true;
+  if (n[0] != 'F' || !n[1] || !strchr (hex, n[1]) || !n[2] || !strchr (hex, n[2]) || n[3] != 'h')
+    return false;
+  if (n[4] == '\0')
+    return true;
+  return n[4] == '_' && n[5] == 'M' && n[6] && strchr (hex, n[6]) && n[7] && strchr (hex, n[7]) && n[8] == 'h'
+         && n[9] == '\0';
+}
+
+/* The families whose AMD node is a die, several to a package: Magny-Cours
+ * (F10h), Interlagos (F15h models 00h-0Fh), Naples (F17h models 00h-0Fh)
+ * and Hygon Dhyana (F18h). amd64_edac makes one controller per AMD node
+ * (amd64_edac_init(): probe_one_instance(i) for i < amd_nb_num(), which
+ * sets pvt->mc_node_id = i, the index of edac_mc_alloc() in
+ * init_one_instance()); from Rome (F17h_M30h) on, and on the single-die
+ * families, an AMD node is a socket. */
+static bool
+amd64_per_die (const char *n)
+{
+  return strcmp (n, "F10h") == 0 || strcmp (n, "F15h") == 0 || strcmp (n, "F17h") == 0 || strcmp (n, "F18h") == 0;
+}
+
+static void
+classify (struct nrm_edac_mc *m)
+{
+  const char *n = m->ctl;
+  m->map = NRM_EDAC_UNMAPPED;
+  m->socket = m->node = -1;
+  if ((m->socket = socket_of (n)) >= 0)
+    m->map = NRM_EDAC_SOCKET;
+  else if (amd64_name (n) && amd64_per_die (n))
+    {
+      m->map = NRM_EDAC_DIE;
+      m->node = (int) m->index;
+    }
+  else if (amd64_name (n))
+    {
+      m->map = NRM_EDAC_SOCKET;
+      m->socket = (int) m->index;
+    }
+  else if (strcmp (n, "thunderx-lmc") == 0)
+    {
+      /* thunderx_edac.c, thunderx_lmc_probe(): mci->ctl_name and
+       * edac_mc_alloc (pci_dev_to_mc_idx (pdev), ...). */
+      m->map = NRM_EDAC_NODE;
+      m->node = (int) (m->index >> 3);
+    }
+  else if (strcmp (n, "ghes_edac") == 0)
+    m->map = NRM_EDAC_FIRMWARE;
 }
 
 static int
@@ -89,7 +149,9 @@ nrm_edac_read (const struct nrm_fsroot *root, struct nrm_edac_mc **ret, size_t *
       mcs = xrealloc (mcs, (count + 1) * sizeof (*mcs));
       struct nrm_edac_mc *m = &mcs[count++];
       uint64_t ce = 0, ue = 0;
+      memset (m, 0, sizeof (*m));
       snprintf (m->name, sizeof (m->name), "mc%u", index);
+      m->index = index;
       cleanup_free char *cep = xasprintf ("%s/%s/ce_count", dir, e->d_name);
       cleanup_free char *uep = xasprintf ("%s/%s/ue_count", dir, e->d_name);
       cleanup_free char *namep = xasprintf ("%s/%s/mc_name", dir, e->d_name);
@@ -101,11 +163,13 @@ nrm_edac_read (const struct nrm_fsroot *root, struct nrm_edac_mc **ret, size_t *
           free (mcs);
           return -1;
         }
-      /* A name is only a hint of the socket: its absence is no error. */
+      /* A name places the controller; its absence is no error. */
       nrm_error_t ignore = NULL;
       if (nrm_read_file (namep, 256, &mc_name, &len, &ignore) < 0)
         nrm_error_release (&ignore);
-      m->socket = socket_of (mc_name);
+      else
+        snprintf (m->ctl, sizeof (m->ctl), "%.*s", (int) strcspn (mc_name, "\n"), mc_name);
+      classify (m);
       m->ce = ce > INT64_MAX ? INT64_MAX : (int64_t) ce;
       m->ue = ue > INT64_MAX ? INT64_MAX : (int64_t) ue;
     }
@@ -115,6 +179,42 @@ nrm_edac_read (const struct nrm_fsroot *root, struct nrm_edac_mc **ret, size_t *
   *ret = mcs;
   *n = count;
   return 0;
+}
+
+int
+nrm_memory_block_node (const struct nrm_fsroot *root, uint64_t address, unsigned *node, nrm_error_t *err)
+{
+  cleanup_free char *sizep = nrm_fsroot_path (root, "/sys/devices/system/memory/block_size_bytes");
+  cleanup_free char *nodes = nrm_fsroot_path (root, "/sys/devices/system/node");
+  uint64_t size;
+  if (access (sizep, F_OK) < 0)
+    return 1;
+  if (read_number (sizep, 16, &size, err) < 0)
+    return -1;
+  if (size == 0)
+    return nrm_error_set (err, EINVAL, "`%s`: a block size of 0", sizep);
+  /* Each node folder links the blocks it holds (memory<N>); the block
+   * folder links its node back (node<N>), but a tree may copy the block. */
+  DIR *d = opendir (nodes);
+  if (d == NULL)
+    return 1;
+  struct dirent *e;
+  int r = 1;
+  while (r == 1 && (e = readdir (d)) != NULL)
+    {
+      unsigned index;
+      if (!indexed (e->d_name, "node", &index))
+        continue;
+      cleanup_free char *link = xasprintf ("%s/%s/memory%" PRIu64, nodes, e->d_name, address / size);
+      struct stat st;
+      if (lstat (link, &st) == 0)
+        {
+          *node = index;
+          r = 0;
+        }
+    }
+  closedir (d);
+  return r;
 }
 
 int

@@ -10,10 +10,14 @@ numa0's published capacity, all without a restart (memory.health.pollSeconds:
 DRADeviceTaints gate is on by default in 1.36. The NoExecute taint on numa1,
 a device that several claims share, makes kube-controller-manager's
 device-taint eviction controller delete every pod with a claim on it but
-the one whose request tolerates it; a pod on numa0 stays."""
+the one whose request tolerates it; a pod on numa0 stays. Then the machine
+turns firmware-first (one ghes_edac controller): an uncorrected error whose
+ras:mc_event line, in the fake tree's tracefs, has an address of node 0
+taints numa0 alone, and the pod there is deleted."""
 
 import json
 import os
+import shutil
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -56,6 +60,13 @@ for b in range(8):
     block(b, b // 4, "online")
 mc(0, "Skylake Socket#0 IMC#0", 0, 0)
 mc(1, "Skylake Socket#1 IMC#0", 0, 0)
+# tracefs as the plugin finds it: ras:mc_event at the top level and in its
+# instance (the kernel makes an instance's files; a tree cannot), and
+# trace_pipe, a file that lines are added to.
+put("sys/kernel/tracing/events/ras/mc_event/enable", "0")
+put("sys/kernel/tracing/instances/nrm/events/ras/mc_event/enable", "0")
+trace_pipe = os.path.join(root, "sys/kernel/tracing/instances/nrm/trace_pipe")
+open(trace_pipe, "w").close()
 config = os.path.join(work, "nrm.json")
 with open(config, "w") as fh:
     json.dump({"memory": {"health": {"pollSeconds": 1, "correctedErrorThreshold": 5}}}, fh)
@@ -154,6 +165,29 @@ try:
           "online again: the capacity is back, the taint gone: %s %s" % (capacity("numa0"), taints("numa0")))
     check("device numa1: mc1: 1 uncorrected memory errors; tainted memory.nrm.io/memory-uncorrected:NoExecute"
           in plugin.text(), "the log names the device, the counts and the taint")
+
+    # Firmware-first: one controller for the machine; the error's address
+    # (block 1, node 0) says where it is, as ghes_edac reports it and
+    # trace_pipe prints it.
+    with open(os.path.join(root, "sys/kernel/tracing/instances/nrm/events/ras/mc_event/enable")) as fh:
+        check(fh.read().strip() == "1", "the plugin enabled ras:mc_event in its trace instance")
+    shutil.rmtree(os.path.join(root, "sys/devices/system/edac/mc/mc1"))
+    mc(0, "ghes_edac", 0, 0)
+    check(wait_for(lambda: taints("numa0") == [] and taints("numa1") == []),
+          "ghes_edac without errors: no taints: %s %s" % (taints("numa0"), taints("numa1")))
+    with open(trace_pipe, "a") as fh:
+        fh.write("          <idle>-0       [002] d.h1.  8120.551203: mc_event: 1 Uncorrected error: Multi-bit ECC "
+                 "on CPU0_DIMM_A2 (mc:0 location:1:-1:-1 address:0x08000040 grain:64 syndrome:0x00000000 APEI "
+                 "location: node:0 card:0 module:1 rank:0 bank:2 row:1033 col:16 DIMM location:CPU0 DIMM_A2 "
+                 "status(0x0000000000000400): Storage error in DRAM memory)\n")
+    mc(0, "ghes_edac", 0, 1)
+    check(wait_for(lambda: taints("numa0") == [(DRIVER + "/memory-uncorrected", "NoExecute")]),
+          "a firmware-first uncorrected error at an address of node 0 taints numa0 NoExecute: %s" % taints("numa0"))
+    check(taints("numa1") == [], "numa1 stays untainted: %s" % taints("numa1"))
+    check(wait_for(lambda: evicted("c"), 60, 1), "the pod with memory on numa0 is deleted")
+    check(not evicted("t"), "the pod whose request tolerates memory-uncorrected stays")
+    check("device numa0: mc0 (by error address): 1 uncorrected memory errors" in plugin.text(),
+          "the log says the error was placed by its address")
 finally:
     stop_all(cluster, plugin)
 

@@ -162,7 +162,8 @@ for name, sub in (("kubelet-root", ""), ("kubelet-plugins", "/plugins"), ("kubel
 check(args[args.index("--cdi-dir") + 1] == "/etc/cdi" and vols["cdi"] == "/etc/cdi" and mounts["cdi"] == "/etc/cdi",
       "cdiDir: --cdi-dir, the cdi volume and its mount")
 others = {n: p for n, p in vols.items() if not n.startswith("kubelet-") and n != "cdi"}
-check(others == {"config": None, "state": "/var/lib/nrm", "sys": "/sys", "cgroup": "/sys/fs/cgroup", "dev": "/dev"},
+check(others == {"config": None, "state": "/var/lib/nrm", "sys": "/sys", "cgroup": "/sys/fs/cgroup",
+                 "tracing": "/sys/kernel/tracing", "dev": "/dev"},
       "the other volumes stay")
 check(args[args.index("--drivers") + 1] == "cpu", "drivers={cpu}: --drivers cpu in the DaemonSet")
 ctl = by(d, "Deployment", "nrm-controller")
