@@ -46,6 +46,7 @@ struct nrm_kube
   /* Or an exec plugin's credential, run again when it expires or the API
    * answers 401; its client certificate replaces cert_pem and key_pem. */
   struct nrm_kubeconfig *exec;
+  bool exec_have; /* the plugin answered: a credential is in hand */
   time_t token_expires;
   char *namespace; /* the kubeconfig context's */
   /* Token bucket. */
@@ -234,7 +235,9 @@ current_token (struct nrm_kube *k, bool force, char **ret, nrm_error_t *err)
   *ret = NULL;
   pthread_mutex_lock (&k->token_lock);
   /* A credential is renewed a little before it expires. */
-  if (k->exec && (force || k->token == NULL || (k->token_expires && time (NULL) + 10 >= k->token_expires)))
+  /* A credential of a client certificate alone has no token: whether the
+   * plugin answered is what says one is in hand. */
+  if (k->exec && (force || !k->exec_have || (k->token_expires && time (NULL) + 10 >= k->token_expires)))
     {
       struct nrm_exec_credential c;
       if (nrm_exec_credential_run (k->exec, &c, err) < 0)
@@ -255,6 +258,7 @@ current_token (struct nrm_kube *k, bool force, char **ret, nrm_error_t *err)
               k->key_pem = TAKE_PTR (c.key_pem);
             }
           k->token_expires = c.expires;
+          k->exec_have = true;
           nrm_exec_credential_clear (&c);
         }
     }

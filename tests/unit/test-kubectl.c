@@ -496,6 +496,52 @@ test_exec_run (void **state)
   load_fails (old_api, false, NULL, "v1alpha1` is not supported");
 }
 
+/* A plugin that answers with a client certificate alone (no token) runs
+ * once, not again at every request while its credential holds. */
+static void
+test_exec_cert_once (void **state)
+{
+  cleanup_free char *plugin
+      = write_file ("cert.sh",
+                    "#!/bin/sh\necho run >> \"$(dirname \"$0\")/runs\"\n"
+                    "printf '{\"apiVersion\":\"client.authentication.k8s.io/v1\",\"kind\":\"ExecCredential\","
+                    "\"status\":{\"clientCertificateData\":\"cert\",\"clientKeyData\":\"key\"}}'\n",
+                    0700);
+  cleanup_free char *kc = write_file (
+      "cert.yaml",
+      "current-context: c\ncontexts:\n- name: c\n  context: {cluster: k, user: u}\n"
+      "clusters:\n- name: k\n  cluster: {server: 'https://127.0.0.1:1', certificate-authority-data: Q0EK}\n"
+      "users:\n- name: u\n  user:\n    exec:\n      apiVersion: client.authentication.k8s.io/v1\n"
+      "      interactiveMode: Never\n      command: ./cert.sh\n",
+      0600);
+  struct nrm_kube_options o;
+  struct nrm_kube *k = NULL;
+  nrm_error_t err = NULL;
+  nrm_kube_options_init (&o);
+  o.kubeconfig = kc;
+  o.max_tries = 1;
+  o.timeout_ms = 2000;
+  if (nrm_kube_new (&o, &k, &err) < 0)
+    fail_msg ("%s", nrm_error_msg (err));
+  for (int i = 0; i < 3; i++)
+    {
+      json_t *body = NULL;
+      /* Nothing listens there: no answer, and no 401 that would renew it. */
+      assert_int_equal (nrm_kube_call (k, "GET", "/version", NULL, &body, &err), -1);
+      nrm_error_release (&err);
+      json_decref (body);
+    }
+  nrm_kube_free (k);
+  cleanup_free char *runs = xasprintf ("%s/runs", dir);
+  FILE *f = fopen (runs, "r");
+  assert_non_null (f);
+  int lines = 0, ch;
+  while ((ch = fgetc (f)) != EOF)
+    lines += ch == '\n';
+  fclose (f);
+  assert_int_equal (lines, 1);
+}
+
 int
 main (void)
 {
@@ -507,6 +553,7 @@ main (void)
     cmocka_unit_test_setup_teardown (test_kubeconfig_list, setup_dir, teardown_dir),
     cmocka_unit_test (test_exec_parse),
     cmocka_unit_test_setup_teardown (test_exec_run, setup_dir, teardown_dir),
+    cmocka_unit_test_setup_teardown (test_exec_cert_once, setup_dir, teardown_dir),
   };
   return cmocka_run_group_tests (tests, NULL, NULL);
 }
