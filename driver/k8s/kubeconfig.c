@@ -505,7 +505,9 @@ nrm_exec_credential_run (const struct nrm_kubeconfig *kc, struct nrm_exec_creden
   const char *hint = json_string_value (json_object_get (kc->exec, "installHint"));
   json_t *args = json_object_get (kc->exec, "args");
   bool tty = isatty (STDIN_FILENO) == 1;
-  bool interactive = tty && mode && strcmp (mode, "Never") != 0;
+  /* v1beta1 without interactiveMode means IfAvailable (client-go's
+   * SetDefaults_ExecConfig); v1 always names one. */
+  bool interactive = tty && (mode == NULL || strcmp (mode, "Never") != 0);
   size_t i;
   json_t *e;
   memset (ret, 0, sizeof (*ret));

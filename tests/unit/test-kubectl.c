@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include <cmocka.h>
+#include <pty.h>
 
 #include "driver/k8s/kube.h"
 #include "driver/k8s/kubeconfig.h"
@@ -542,6 +543,47 @@ test_exec_cert_once (void **state)
   assert_int_equal (lines, 1);
 }
 
+/* A v1beta1 plugin without interactiveMode may ask (IfAvailable, as
+ * client-go defaults it): with a terminal on stdin it is told so. */
+static void
+test_exec_beta_interactive (void **state)
+{
+  int master = -1, slave = -1;
+  if (openpty (&master, &slave, NULL, NULL, NULL) < 0)
+    skip ();
+  cleanup_free char *plugin
+      = write_file ("beta.sh",
+                    "#!/bin/sh\n"
+                    "case \"$KUBERNETES_EXEC_INFO\" in *'\"interactive\":true'*) t=asked;; *) t=silent;; esac\n"
+                    "printf '{\"apiVersion\":\"client.authentication.k8s.io/v1beta1\",\"kind\":\"ExecCredential\","
+                    "\"status\":{\"token\":\"%s\"}}' $t\n",
+                    0700);
+  cleanup_free char *path
+      = write_file ("beta.yaml",
+                    "current-context: c\ncontexts:\n- name: c\n  context: {cluster: k, user: u}\n"
+                    "clusters:\n- name: k\n  cluster: {server: 'https://exec'}\n"
+                    "users:\n- name: u\n  user:\n    exec:\n      apiVersion: client.authentication.k8s.io/v1beta1\n"
+                    "      command: ./beta.sh\n",
+                    0600);
+  struct nrm_kubeconfig *kc = NULL;
+  struct nrm_exec_credential c;
+  nrm_error_t err = NULL;
+  load_ok (path, false, NULL, "https://exec", NULL, &kc);
+  int saved = dup (STDIN_FILENO);
+  assert_true (saved >= 0);
+  assert_int_equal (dup2 (slave, STDIN_FILENO), STDIN_FILENO);
+  int r = nrm_exec_credential_run (kc, &c, &err);
+  dup2 (saved, STDIN_FILENO);
+  close (saved);
+  close (slave);
+  close (master);
+  if (r < 0)
+    fail_msg ("%s", nrm_error_msg (err));
+  assert_string_equal (c.token, "asked");
+  nrm_exec_credential_clear (&c);
+  nrm_kubeconfig_free (kc);
+}
+
 int
 main (void)
 {
@@ -554,6 +596,7 @@ main (void)
     cmocka_unit_test (test_exec_parse),
     cmocka_unit_test_setup_teardown (test_exec_run, setup_dir, teardown_dir),
     cmocka_unit_test_setup_teardown (test_exec_cert_once, setup_dir, teardown_dir),
+    cmocka_unit_test_setup_teardown (test_exec_beta_interactive, setup_dir, teardown_dir),
   };
   return cmocka_run_group_tests (tests, NULL, NULL);
 }
