@@ -419,6 +419,11 @@ nrm_exec_credential_parse (const char *text, size_t len, const char *api_version
                           "exec plugin: status has clientCertificateData or clientKeyData without the other");
   if (!(token && *token) && !(cert && *cert))
     return nrm_error_set (err, EPROTO, "exec plugin: status has neither a token nor a client certificate");
+  /* The token goes into an HTTP header line: a CR or LF would end it and
+   * start another. */
+  for (const char *t = token; t && *t; t++)
+    if ((unsigned char) *t < 0x20 || *t == 0x7f)
+      return nrm_error_set (err, EPROTO, "exec plugin: status.token holds a control character");
   if (exp && *exp && parse_time (exp, &ret->expires) < 0)
     return nrm_error_set (err, EPROTO, "exec plugin: expirationTimestamp `%.40s` is not an RFC 3339 time", exp);
   if (token && *token)

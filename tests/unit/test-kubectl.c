@@ -410,6 +410,7 @@ test_exec_parse (void **state)
   parse_fails (EC_HEAD "\"status\":{}}", "neither a token nor a client certificate");
   parse_fails (EC_HEAD "\"status\":{\"clientCertificateData\":\"c\"}}", "without the other");
   parse_fails (EC_HEAD "\"status\":{\"token\":\"x\",\"expirationTimestamp\":\"tomorrow\"}}", "RFC 3339");
+  parse_fails (EC_HEAD "\"status\":{\"token\":\"x\\r\\nX-Injected: 1\"}}", "control character");
 }
 
 #define EXEC_KC_MODE(cmd, mode, extra)                                                                                 \
