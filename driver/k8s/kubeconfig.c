@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <libgen.h>
 #include <poll.h>
+#include <signal.h>
 #include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -542,7 +543,19 @@ nrm_exec_credential_run (const struct nrm_kubeconfig *kc, struct nrm_exec_creden
   posix_spawn_file_actions_adddup2 (&fa, fds[1], STDOUT_FILENO);
   if (!interactive)
     posix_spawn_file_actions_addopen (&fa, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
-  int s = posix_spawnp (&pid, cmd, &fa, NULL, argv, envp);
+  /* The daemons block SIGTERM and SIGINT for their signal wait and ignore
+   * SIGPIPE; a plugin would inherit both, and could then be neither
+   * stopped nor ended by a closed pipe. It starts as from a shell. */
+  posix_spawnattr_t attr;
+  sigset_t none, all;
+  sigemptyset (&none);
+  sigfillset (&all);
+  posix_spawnattr_init (&attr);
+  posix_spawnattr_setsigmask (&attr, &none);
+  posix_spawnattr_setsigdefault (&attr, &all);
+  posix_spawnattr_setflags (&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+  int s = posix_spawnp (&pid, cmd, &fa, &attr, argv, envp);
+  posix_spawnattr_destroy (&attr);
   posix_spawn_file_actions_destroy (&fa);
   close (fds[1]);
   if (s != 0)

@@ -17,6 +17,7 @@
 
 #include <cmocka.h>
 #include <pty.h>
+#include <signal.h>
 
 #include "driver/k8s/kube.h"
 #include "driver/k8s/kubeconfig.h"
@@ -585,6 +586,43 @@ test_exec_beta_interactive (void **state)
   nrm_kubeconfig_free (kc);
 }
 
+/* A daemon blocks SIGTERM and ignores SIGPIPE: its plugin gets neither. */
+static void
+test_exec_signals (void **state)
+{
+  cleanup_free char *plugin
+      = write_file ("sig.sh",
+                    "#!/bin/sh\n"
+                    "blk=$(sed -n 's/^SigBlk:[[:space:]]*//p' /proc/$$/status)\n"
+                    "ign=$(sed -n 's/^SigIgn:[[:space:]]*//p' /proc/$$/status)\n"
+                    "printf '{\"apiVersion\":\"client.authentication.k8s.io/v1\",\"kind\":\"ExecCredential\","
+                    "\"status\":{\"token\":\"%s-%s\"}}' $blk $ign\n",
+                    0700);
+  cleanup_free char *path = write_file ("sig.yaml", EXEC_KC ("./sig.sh", ""), 0600);
+  struct nrm_kubeconfig *kc = NULL;
+  struct nrm_exec_credential c;
+  nrm_error_t err = NULL;
+  sigset_t set, old;
+  sigemptyset (&set);
+  sigaddset (&set, SIGTERM);
+  sigaddset (&set, SIGINT);
+  pthread_sigmask (SIG_BLOCK, &set, &old);
+  void (*was) (int) = signal (SIGPIPE, SIG_IGN);
+  load_ok (path, false, NULL, "https://exec", NULL, &kc);
+  int r = nrm_exec_credential_run (kc, &c, &err);
+  pthread_sigmask (SIG_SETMASK, &old, NULL);
+  signal (SIGPIPE, was);
+  if (r < 0)
+    fail_msg ("%s", nrm_error_msg (err));
+  /* The masks of /proc/PID/status: bit N-1 for signal N. */
+  unsigned long long blk = 0, ign = 0;
+  assert_int_equal (sscanf (c.token, "%llx-%llx", &blk, &ign), 2);
+  assert_int_equal (blk & (1ULL << (SIGTERM - 1) | 1ULL << (SIGINT - 1)), 0);
+  assert_int_equal (ign & (1ULL << (SIGPIPE - 1)), 0);
+  nrm_exec_credential_clear (&c);
+  nrm_kubeconfig_free (kc);
+}
+
 int
 main (void)
 {
@@ -598,6 +636,7 @@ main (void)
     cmocka_unit_test_setup_teardown (test_exec_run, setup_dir, teardown_dir),
     cmocka_unit_test_setup_teardown (test_exec_cert_once, setup_dir, teardown_dir),
     cmocka_unit_test_setup_teardown (test_exec_beta_interactive, setup_dir, teardown_dir),
+    cmocka_unit_test_setup_teardown (test_exec_signals, setup_dir, teardown_dir),
   };
   return cmocka_run_group_tests (tests, NULL, NULL);
 }
