@@ -190,9 +190,11 @@ load_kubeconfig (struct nrm_kube *k, const struct nrm_kube_options *o, nrm_error
   struct nrm_kubeconfig *kc = NULL;
   if (nrm_kubeconfig_load (o->kubeconfig, o->kubeconfig_list, o->context, &kc, err) < 0)
     return -1;
-  k->server = TAKE_PTR (kc->server);
-  k->ca_file = TAKE_PTR (kc->ca_file);
-  k->ca_pem = TAKE_PTR (kc->ca_pem);
+  /* Copies: an exec plugin keeps kc, and is told of the cluster from it
+   * (provideClusterInfo). */
+  k->server = xstrdup (kc->server);
+  k->ca_file = kc->ca_file ? xstrdup (kc->ca_file) : NULL;
+  k->ca_pem = kc->ca_pem ? xstrdup (kc->ca_pem) : NULL;
   k->cert_file = TAKE_PTR (kc->cert_file);
   k->cert_pem = TAKE_PTR (kc->cert_pem);
   k->key_file = TAKE_PTR (kc->key_file);

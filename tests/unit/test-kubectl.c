@@ -451,11 +451,22 @@ test_exec_run (void **state)
   nrm_exec_credential_clear (&c);
   nrm_kubeconfig_free (kc);
 
-  /* The client runs it when it starts. */
+  /* The client runs it when it starts, with the cluster's facts too. */
+  cleanup_free char *strict = write_file (
+      "strict.sh",
+      "#!/bin/sh\n"
+      "case \"$KUBERNETES_EXEC_INFO\" in *'\"server\":\"https://exec\"'*) ;; *) echo \"no server\" >&2; exit 1;; esac\n"
+      "case \"$KUBERNETES_EXEC_INFO\" in *'\"certificate-authority-data\":\"Q0EK\"'*) ;; *) echo \"no CA\" >&2; exit "
+      "1;; esac\n"
+      "printf '{\"apiVersion\":\"client.authentication.k8s.io/v1\",\"kind\":\"ExecCredential\","
+      "\"status\":{\"token\":\"t\"}}'\n",
+      0700);
+  cleanup_free char *kc0
+      = write_file ("strict.yaml", EXEC_KC ("./strict.sh", "      provideClusterInfo: true\n"), 0600);
   struct nrm_kube_options o;
   struct nrm_kube *k = NULL;
   nrm_kube_options_init (&o);
-  o.kubeconfig = kc1;
+  o.kubeconfig = kc0;
   if (nrm_kube_new (&o, &k, &err) < 0)
     fail_msg ("%s", nrm_error_msg (err));
   nrm_kube_free (k);
