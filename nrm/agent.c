@@ -376,6 +376,7 @@ completed_claims (void *ctx, const char *driver)
     {
       nrm_log (NULL, NRM_LOG_WARNING, "%s: placement status: %s", driver, nrm_error_msg (err));
       nrm_error_release (&err);
+      return NULL; /* not "no claims": the writer tries again */
     }
   json_t *out = json_object ();
   const char *uid;

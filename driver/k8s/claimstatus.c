@@ -267,6 +267,8 @@ sync_claim (struct nrm_claimstatus *w, const struct item *it, nrm_error_t *err)
   if (s == NULL)
     return 0;
   cleanup_json json_t *claims = w->cfg.claims (w->cfg.claims_ctx, it->driver);
+  if (claims == NULL)
+    return nrm_error_set (err, EIO, "the driver's checkpoint cannot be read");
   json_t *entry = json_object_get (claims, it->uid);
   const char *ns = json_string_value (json_object_get (entry, "namespace")) ?: it->ns;
   const char *name = json_string_value (json_object_get (entry, "name")) ?: it->name;

@@ -25,7 +25,10 @@
 #define NRM_PLACEMENT_REASON "Prepared"
 
 /* The completed claims of a driver's checkpoint ({uid: entry with
- * namespace, name, devices, state}; a new reference, or NULL for none). */
+ * namespace, name, devices, state}; a new reference, an empty object for
+ * none), or NULL when the checkpoint cannot be read: then nothing is
+ * written (an empty list would take the placement off prepared claims)
+ * and the claim is tried again. */
 typedef json_t *(*nrm_claimstatus_claims_fn) (void *ctx, const char *driver);
 
 struct nrm_claimstatus_config

@@ -15,9 +15,12 @@
 #include <unistd.h>
 
 #include <cmocka.h>
+#include <pthread.h>
 
 #include "driver/driver.h"
 #include "driver/k8s/claimstatus.h"
+#include "driver/k8s/kube.h"
+#include "driver/registry.h"
 #include "nrm/base/cleanup.h"
 #include "nrm/base/fs.h"
 #include "nrm/base/xalloc.h"
@@ -398,12 +401,101 @@ test_no_write_when_current (void **state)
       "2026-03-03T00:00:00Z");
 }
 
+/* --- the writer ----------------------------------------------------------------- */
+
+static json_t *
+unreadable (void *ctx, const char *driver)
+{
+  (void) ctx;
+  (void) driver;
+  return NULL;
+}
+
+struct seen_log
+{
+  pthread_mutex_t lock;
+  char *first; /* the first warning */
+};
+
+static void
+keep_warning (void *ctx, enum nrm_log_level level, const char *fmt, ...)
+{
+  struct seen_log *l = ctx;
+  va_list ap;
+  if (level != NRM_LOG_WARNING)
+    return;
+  va_start (ap, fmt);
+  char *msg = xvasprintf (fmt, ap);
+  va_end (ap);
+  pthread_mutex_lock (&l->lock);
+  if (l->first == NULL)
+    l->first = msg;
+  else
+    free (msg);
+  pthread_mutex_unlock (&l->lock);
+}
+
+/* A checkpoint that cannot be read is no checkpoint without the claim:
+ * nothing is asked of or written to the API server (an apply of no
+ * entries would take the placement off a prepared claim), and the claim
+ * is tried again. */
+static void
+test_unreadable_checkpoint (void **state)
+{
+  char kc[] = "/tmp/nrm-claimstatus-XXXXXX";
+  int fd = mkstemp (kc);
+  assert_true (fd >= 0);
+  static const char text[] = "current-context: c\ncontexts:\n- name: c\n  context: {cluster: k, user: u}\n"
+                             "clusters:\n- name: k\n  cluster: {server: 'https://127.0.0.1:1'}\n"
+                             "users:\n- name: u\n  user: {token: t}\n";
+  assert_int_equal (write (fd, text, strlen (text)), (ssize_t) strlen (text));
+  close (fd);
+  struct nrm_kube_options o;
+  struct nrm_kube *k = NULL;
+  nrm_error_t err = NULL;
+  nrm_kube_options_init (&o);
+  o.kubeconfig = kc;
+  o.max_tries = 1;
+  if (nrm_kube_new (&o, &k, &err) < 0)
+    fail_msg ("%s", nrm_error_msg (err));
+  unlink (kc);
+  static const struct nrm_driver_ops ops = { 0 };
+  struct nrm_driver_slot slot = { .ops = &ops, .name = (char *) "cpu.nrm.io" };
+  struct nrm_drivers drivers = { .n = 1, .slots = &slot };
+  struct seen_log l = { .lock = PTHREAD_MUTEX_INITIALIZER };
+  struct nrm_claimstatus_config cfg = {
+    .kube = k, .drivers = &drivers, .node_name = "node-a", .claims = unreadable, .log = keep_warning, .log_ctx = &l
+  };
+  struct nrm_claimstatus *w = NULL;
+  if (nrm_claimstatus_start (&cfg, &w, &err) < 0)
+    fail_msg ("%s", nrm_error_msg (err));
+  nrm_claimstatus_changed (w, "cpu.nrm.io", "uid-1", "default", "claim-1");
+  bool done = false;
+  for (int i = 0; i < 100 && !done; i++)
+    {
+      usleep (50000);
+      pthread_mutex_lock (&l.lock);
+      done = l.first != NULL;
+      pthread_mutex_unlock (&l.lock);
+    }
+  nrm_claimstatus_stop (w);
+  nrm_kube_free (k);
+  assert_non_null (l.first);
+  if (strstr (l.first, "checkpoint cannot be read") == NULL || strstr (l.first, "again in") == NULL)
+    fail_msg ("%s", l.first);
+  free (l.first);
+}
+
 int
 main (void)
 {
   const struct CMUnitTest tests[] = {
-    cmocka_unit_test (test_cpu_numa), cmocka_unit_test (test_cpu_partitioned),       cmocka_unit_test (test_memory),
-    cmocka_unit_test (test_entries),  cmocka_unit_test (test_no_write_when_current),
+    cmocka_unit_test (test_cpu_numa),
+    cmocka_unit_test (test_cpu_partitioned),
+    cmocka_unit_test (test_memory),
+    cmocka_unit_test (test_entries),
+    cmocka_unit_test (test_no_write_when_current),
+    cmocka_unit_test (test_unreadable_checkpoint),
   };
   return cmocka_run_group_tests (tests, NULL, NULL);
 }
