@@ -170,8 +170,12 @@ index_slices (json_t *slices, const char *only, json_t *devices, json_t *counter
   {
     json_t *spec = json_object_get (s, "spec");
     json_t *pool = json_object_get (spec, "pool");
-    cleanup_free char *key = xasprintf ("%s/%s", json_string_value (json_object_get (spec, "driver")),
-                                        json_string_value (json_object_get (pool, "name")));
+    const char *driver = json_string_value (json_object_get (spec, "driver"));
+    const char *pname = json_string_value (json_object_get (pool, "name"));
+    /* As in the pass below: a slice without them is no pool's. */
+    if (driver == NULL || pname == NULL)
+      continue;
+    cleanup_free char *key = xasprintf ("%s/%s", driver, pname);
     json_int_t g = json_integer_value (json_object_get (pool, "generation"));
     json_t *seen = json_object_get (newest, key);
     if (seen == NULL || json_integer_value (seen) < g)
