@@ -15,6 +15,7 @@
 #include "driver/names.h"
 #include "nrm/base/cleanup.h"
 #include "nrm/base/quantity.h"
+#include "nrm/base/text.h"
 #include "nrm/base/xalloc.h"
 #include "nrm/base/yaml.h"
 #include "nrm/kubectl-view.h"
@@ -557,5 +558,9 @@ nrm_cli_kubectl (struct nrm_cli *cli, nrm_error_t *err)
                f);
     }
   fclose (f);
+  /* Names, messages and data come from the API server: no escape sequence
+   * of theirs reaches the terminal (JSON and YAML escape their own). */
+  if (a->output == NULL)
+    nrm_text_defang (buf, len);
   return r < 0 ? -1 : nrm_cli_emit (buf, len, err);
 }

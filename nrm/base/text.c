@@ -85,6 +85,29 @@ nrm_quote (const char *s, size_t len, size_t max)
   return out;
 }
 
+void
+nrm_text_defang (char *s, size_t len)
+{
+  unsigned char *u = (unsigned char *) s;
+  size_t i = 0;
+  while (i < len)
+    {
+      size_t k = utf8_char (u + i, len - i);
+      if (k == 0)
+        u[i++] = '?';
+      else if (k == 1 && ((u[i] < 0x20 && u[i] != '\n') || u[i] == 0x7f))
+        u[i++] = '?';
+      else if (k == 2 && u[i] == 0xc2 && u[i + 1] < 0xa0)
+        {
+          u[i] = '?';
+          u[i + 1] = '?';
+          i += 2;
+        }
+      else
+        i += k;
+    }
+}
+
 char *
 nrm_text_bound (const char *s, size_t max)
 {

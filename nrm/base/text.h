@@ -24,6 +24,12 @@ char *nrm_quote (const char *s, size_t len, size_t max);
  * into a protobuf string that a peer must be able to decode. */
 char *nrm_text_bound (const char *s, size_t max);
 
+/* Text from elsewhere made safe for a terminal, in place: every control
+ * character but the newline (C0, DEL, and the C1 range U+0080-U+009F, whose
+ * CSI a terminal may obey as ESC [) becomes '?', and so does every byte
+ * that is not UTF-8. The length stays. */
+void nrm_text_defang (char *s, size_t len);
+
 /* What a JSON value is, for a message on a setting of the wrong type: "an
  * object", "a list", "a string", "an integer", ... */
 const char *nrm_json_type_name (json_t *v);

@@ -289,6 +289,14 @@ test_text (void **state)
   q = nrm_text_bound ("short", 1024);
   assert_string_equal (q, "short");
   free (q);
+  /* What kubectl nrm prints from the API: no escape reaches the terminal
+   * (ESC, BEL, the C1 CSI as UTF-8, a stray byte), text and newlines stay. */
+  char term[] = "a\x1b[2Jb\x07"
+                "c\xc2\x9b"
+                "31md\xff"
+                "e\n\xc3\xbc\x7f";
+  nrm_text_defang (term, strlen (term));
+  assert_string_equal (term, "a?[2Jb?c??31md?e\n\xc3\xbc?");
   /* Found by fuzz-parsers: a text just under the bound is not cut (it was
    * cut and "..." written past the buffer). */
   char under[99];
