@@ -181,18 +181,29 @@ nrm_edac_read (const struct nrm_fsroot *root, struct nrm_edac_mc **ret, size_t *
   return 0;
 }
 
+/* The size of a memory block (hex in sysfs): 1 where the tree has no
+ * memory blocks. */
+static int
+block_size (const struct nrm_fsroot *root, uint64_t *size, nrm_error_t *err)
+{
+  cleanup_free char *sizep = nrm_fsroot_path (root, "/sys/devices/system/memory/block_size_bytes");
+  if (access (sizep, F_OK) < 0)
+    return 1;
+  if (read_number (sizep, 16, size, err) < 0)
+    return -1;
+  if (*size == 0)
+    return nrm_error_set (err, EINVAL, "`%s`: a block size of 0", sizep);
+  return 0;
+}
+
 int
 nrm_memory_block_node (const struct nrm_fsroot *root, uint64_t address, unsigned *node, nrm_error_t *err)
 {
-  cleanup_free char *sizep = nrm_fsroot_path (root, "/sys/devices/system/memory/block_size_bytes");
   cleanup_free char *nodes = nrm_fsroot_path (root, "/sys/devices/system/node");
   uint64_t size;
-  if (access (sizep, F_OK) < 0)
-    return 1;
-  if (read_number (sizep, 16, &size, err) < 0)
-    return -1;
-  if (size == 0)
-    return nrm_error_set (err, EINVAL, "`%s`: a block size of 0", sizep);
+  int b = block_size (root, &size, err);
+  if (b != 0)
+    return b;
   /* Each node folder links the blocks it holds (memory<N>); the block
    * folder links its node back (node<N>), but a tree may copy the block. */
   DIR *d = opendir (nodes);
@@ -221,16 +232,12 @@ int
 nrm_memory_blocks_read (const struct nrm_fsroot *root, unsigned node, uint64_t *online, uint64_t *offline,
                         nrm_error_t *err)
 {
-  cleanup_free char *sizep = nrm_fsroot_path (root, "/sys/devices/system/memory/block_size_bytes");
   cleanup_free char *nodep = nrm_fsroot_path (root, "/sys/devices/system/node/node%u", node);
   uint64_t size;
   *online = *offline = 0;
-  if (access (sizep, F_OK) < 0)
-    return 1;
-  if (read_number (sizep, 16, &size, err) < 0)
-    return -1;
-  if (size == 0)
-    return nrm_error_set (err, EINVAL, "`%s`: a block size of 0", sizep);
+  int b = block_size (root, &size, err);
+  if (b != 0)
+    return b;
   DIR *d = opendir (nodep);
   if (d == NULL)
     return 1;

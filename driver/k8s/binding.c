@@ -13,6 +13,7 @@
 #include <openssl/evp.h>
 
 #include "driver/k8s/binding.h"
+#include "driver/k8s/devstatus.h"
 #include "driver/claimview.h"
 #include "driver/k8s/informer.h"
 #include "driver/names.h"
@@ -49,46 +50,16 @@ nrm_allocation_node (json_t *claim)
 }
 
 static bool
-same (json_t *a, json_t *b, const char *key)
-{
-  const char *x = json_string_value (json_object_get (a, key)), *y = json_string_value (json_object_get (b, key));
-  return (x == NULL && y == NULL) || (x && y && strcmp (x, y) == 0);
-}
-
-/* The status.devices entry of a result, or NULL. */
-static json_t *
-device_status (json_t *claim, json_t *result)
-{
-  size_t i;
-  json_t *d;
-  json_array_foreach (json_object_get (json_object_get (claim, "status"), "devices"), i, d)
-  {
-    if (same (d, result, "driver") && same (d, result, "pool") && same (d, result, "device")
-        && same (d, result, "shareID"))
-      return d;
-  }
-  return NULL;
-}
-
-static bool
 condition_true (json_t *status, const char *type)
 {
-  size_t i;
-  json_t *c;
-  json_array_foreach (json_object_get (status, "conditions"), i, c)
-  {
-    const char *t = json_string_value (json_object_get (c, "type"));
-    const char *s = json_string_value (json_object_get (c, "status"));
-    if (t && s && strcmp (t, type) == 0 && strcmp (s, "True") == 0)
-      return true;
-  }
-  return false;
+  const char *s = json_string_value (json_object_get (nrm_devstatus_condition (status, type), "status"));
+  return s && strcmp (s, "True") == 0;
 }
 
 bool
 nrm_binding_settled (json_t *claim, json_t *result)
 {
-  json_t *st = device_status (claim, result);
+  json_t *st = nrm_devstatus_entry (claim, result);
   size_t i;
   json_t *c;
   json_array_foreach (json_object_get (result, "bindingFailureConditions"), i, c)
@@ -124,39 +95,15 @@ waiting (json_t *claim, const char *driver, const char *node)
   return n;
 }
 
-static void
-now_rfc3339 (char *buf, size_t len)
-{
-  time_t t = time (NULL);
-  struct tm tm;
-  gmtime_r (&t, &tm);
-  strftime (buf, len, "%Y-%m-%dT%H:%M:%SZ", &tm);
-}
-
 /* The driver's entries, checked: its own devices of this claim only, the
  * API's limits, and a lastTransitionTime on every condition. */
-/* The condition of this type in a device's status, or NULL. */
-static json_t *
-condition (json_t *status, const char *type)
-{
-  size_t i;
-  json_t *c;
-  json_array_foreach (json_object_get (status, "conditions"), i, c)
-  {
-    const char *t = json_string_value (json_object_get (c, "type"));
-    if (t && type && strcmp (t, type) == 0)
-      return c;
-  }
-  return NULL;
-}
-
 static int
 check_entries (const struct nrm_claim_view *v, const char *driver, json_t *devs, nrm_error_t *err)
 {
   size_t i, k;
   json_t *d, *c;
   char now[32];
-  now_rfc3339 (now, sizeof (now));
+  nrm_devstatus_now (now, sizeof (now));
   if (!json_is_array (devs))
     return nrm_error_set (err, EINVAL, "driver %s: bind returned no list of device statuses", driver);
   json_array_foreach (devs, i, d)
@@ -177,13 +124,13 @@ check_entries (const struct nrm_claim_view *v, const char *driver, json_t *devs,
       return nrm_error_set (err, EINVAL, "driver %s: device %s: data over %d bytes", driver, name, MAX_DATA);
     /* As meta.SetStatusCondition: a condition whose status stays keeps
      * the time it last changed, so that writing it again changes nothing. */
-    json_t *was = device_status (v->claim, d);
+    json_t *was = nrm_devstatus_entry (v->claim, d);
     json_array_foreach (json_object_get (d, "conditions"), k, c)
     {
-      json_t *old = condition (was, json_string_value (json_object_get (c, "type")));
+      json_t *old = nrm_devstatus_condition (was, json_string_value (json_object_get (c, "type")));
       if (json_object_get (c, "lastTransitionTime") != NULL)
         continue;
-      if (old && same (old, c, "status") && json_is_string (json_object_get (old, "lastTransitionTime")))
+      if (old && nrm_devstatus_same (old, c, "status") && json_is_string (json_object_get (old, "lastTransitionTime")))
         json_object_set (c, "lastTransitionTime", json_object_get (old, "lastTransitionTime"));
       else
         json_object_set_new (c, "lastTransitionTime", json_string (now));
@@ -221,7 +168,7 @@ bind_claim (struct nrm_binder *b, const struct nrm_driver_slot *s, json_t *claim
   json_t *d;
   json_array_foreach (devs, i, d)
   {
-    json_t *was = device_status (claim, d);
+    json_t *was = nrm_devstatus_entry (claim, d);
     news |= was == NULL || !json_equal (json_object_get (was, "conditions"), json_object_get (d, "conditions"))
             || !json_equal (json_object_get (was, "data"), json_object_get (d, "data"));
   }

@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "driver/k8s/claimstatus.h"
+#include "driver/k8s/devstatus.h"
 #include "driver/names.h"
 #include "nrm/base/cleanup.h"
 #include "nrm/base/xalloc.h"
@@ -27,48 +28,6 @@ char *
 nrm_placement_manager (const char *driver)
 {
   return xasprintf ("%s" NRM_PLACEMENT_MANAGER_SUFFIX, driver);
-}
-
-static bool
-same (json_t *a, json_t *b, const char *key)
-{
-  const char *x = json_string_value (json_object_get (a, key)), *y = json_string_value (json_object_get (b, key));
-  return (x == NULL && y == NULL) || (x && y && strcmp (x, y) == 0);
-}
-
-/* Whether two entries (or an entry and a key of managedFields) are the
- * same item of the list: its keys are driver, device, pool and shareID. */
-static bool
-same_item (json_t *a, json_t *b)
-{
-  return same (a, b, "driver") && same (a, b, "pool") && same (a, b, "device") && same (a, b, "shareID");
-}
-
-static json_t *
-status_entry (json_t *claim, json_t *item)
-{
-  size_t i;
-  json_t *d;
-  json_array_foreach (json_object_get (json_object_get (claim, "status"), "devices"), i, d)
-  {
-    if (same_item (d, item))
-      return d;
-  }
-  return NULL;
-}
-
-static json_t *
-condition (json_t *entry, const char *type)
-{
-  size_t i;
-  json_t *c;
-  json_array_foreach (json_object_get (entry, "conditions"), i, c)
-  {
-    const char *t = json_string_value (json_object_get (c, "type"));
-    if (t && strcmp (t, type) == 0)
-      return c;
-  }
-  return NULL;
 }
 
 json_t *
@@ -104,7 +63,7 @@ nrm_placement_entries (const char *driver, const char *node, json_t *entry, json
     json_object_set_new (e, "data", data);
     /* As meta.SetStatusCondition: a condition whose status stays keeps
      * the time it last changed, so that writing it again changes nothing. */
-    json_t *old = condition (status_entry (claim, e), NRM_PLACEMENT_CONDITION);
+    json_t *old = nrm_devstatus_condition (nrm_devstatus_entry (claim, e), NRM_PLACEMENT_CONDITION);
     const char *since = json_string_value (json_object_get (old, "lastTransitionTime"));
     const char *was = json_string_value (json_object_get (old, "status"));
     cleanup_free char *msg = xasprintf ("prepared on node %s", node);
@@ -159,12 +118,13 @@ nrm_placement_current (json_t *claim, const char *manager, json_t *entries)
   json_array_foreach (entries, i, e)
   {
     bool mine = false;
-    json_array_foreach (owned, k, o) { mine |= same_item (o, e); }
-    json_t *have = status_entry (claim, e);
-    json_t *want = condition (e, NRM_PLACEMENT_CONDITION), *got = condition (have, NRM_PLACEMENT_CONDITION);
+    json_array_foreach (owned, k, o) { mine |= nrm_devstatus_same_item (o, e); }
+    json_t *have = nrm_devstatus_entry (claim, e);
+    json_t *want = nrm_devstatus_condition (e, NRM_PLACEMENT_CONDITION),
+           *got = nrm_devstatus_condition (have, NRM_PLACEMENT_CONDITION);
     if (!mine || have == NULL || !json_equal (json_object_get (have, "data"), json_object_get (e, "data"))
-        || got == NULL || !same (got, want, "status") || !same (got, want, "reason") || !same (got, want, "message")
-        || !same (got, want, "lastTransitionTime"))
+        || got == NULL || !nrm_devstatus_same (got, want, "status") || !nrm_devstatus_same (got, want, "reason")
+        || !nrm_devstatus_same (got, want, "message") || !nrm_devstatus_same (got, want, "lastTransitionTime"))
       return false;
   }
   return true;
@@ -248,15 +208,6 @@ slot_of (struct nrm_claimstatus *w, const char *driver)
   return NULL;
 }
 
-static void
-now_rfc3339 (char *buf, size_t len)
-{
-  time_t t = time (NULL);
-  struct tm tm;
-  gmtime_r (&t, &tm);
-  strftime (buf, len, "%Y-%m-%dT%H:%M:%SZ", &tm);
-}
-
 /* Brings one claim's status in line with the checkpoint: 0 done
  * (written, nothing to write, or nothing it can be written to), -1 to be
  * tried again. */
@@ -291,7 +242,7 @@ sync_claim (struct nrm_claimstatus *w, const struct item *it, nrm_error_t *err)
   if (entry && s->ops->describe)
     described = s->ops->describe (s->self, it->uid, json_object_get (entry, "state"));
   char now[32];
-  now_rfc3339 (now, sizeof (now));
+  nrm_devstatus_now (now, sizeof (now));
   entries = nrm_placement_entries (it->driver, w->cfg.node_name, entry, described, claim, now);
   cleanup_free char *manager = nrm_placement_manager (it->driver);
   if (nrm_placement_current (claim, manager, entries))

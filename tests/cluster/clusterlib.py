@@ -519,6 +519,21 @@ def stop_all(cluster, *plugins):
 _workdirs = []
 
 
+def put_file(root, rel, text):
+    """A file of a fake tree under --fsroot (root), its folders made, text
+    written as given."""
+    path = os.path.join(root, rel)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as fh:
+        fh.write(text)
+
+
+def edac_mc(root, i, name, ce, ue):
+    """EDAC memory controller mc<i> of a fake tree: its name and counts."""
+    for f, v in (("mc_name", name), ("ce_count", ce), ("ue_count", ue)):
+        put_file(root, "sys/devices/system/edac/mc/mc%d/%s" % (i, f), "%s\n" % v)
+
+
 def workdir():
     _workdirs.append(tempfile.mkdtemp(prefix="nrm-cluster-"))
     return _workdirs[-1]

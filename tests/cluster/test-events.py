@@ -18,7 +18,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from clusterlib import (DRA_CLIENT, NRM, TOPOLOGIES, Cluster, NrmPlugin, binaries, check,  # noqa: E402
-                        finish, skip, stop_all, wait_for, workdir)
+                        finish, skip, stop_all, wait_for, workdir, put_file, edac_mc)
 
 if not os.access(NRM, os.X_OK) or not os.access(DRA_CLIENT, os.X_OK):
     skip("build nrm and tests/plugin/dra-client first (make check)")
@@ -31,21 +31,12 @@ root = os.path.join(work, "root")
 
 
 def put(rel, text):
-    path = os.path.join(root, rel)
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "w") as fh:
-        fh.write(text + "\n")
-
-
-def mc(i, name, ce, ue):
-    put("sys/devices/system/edac/mc/mc%d/mc_name" % i, name)
-    put("sys/devices/system/edac/mc/mc%d/ce_count" % i, str(ce))
-    put("sys/devices/system/edac/mc/mc%d/ue_count" % i, str(ue))
+    put_file(root, rel, text + "\n")
 
 
 put("sys/fs/cgroup/cgroup.controllers", "cpuset cpu memory hugetlb")
-mc(0, "Skylake Socket#0 IMC#0", 0, 0)
-mc(1, "Skylake Socket#1 IMC#0", 0, 0)
+edac_mc(root, 0, "Skylake Socket#0 IMC#0", 0, 0)
+edac_mc(root, 1, "Skylake Socket#1 IMC#0", 0, 0)
 config = os.path.join(work, "nrm.json")
 with open(config, "w") as fh:
     json.dump({"memory": {"health": {"pollSeconds": 1}}}, fh)
@@ -115,7 +106,7 @@ try:
     def on_node(reason):
         return events(kind="Node", name=NODE, reason=reason)
     check(not on_node("DeviceUnhealthy") and not on_node("DeviceHealthy"), "no health Event while all is well")
-    mc(1, "Skylake Socket#1 IMC#0", 0, 1)
+    edac_mc(root, 1, "Skylake Socket#1 IMC#0", 0, 1)
     check(wait_for(lambda: on_node("DeviceUnhealthy"), 60),
           "an uncorrected error on socket 1: an Event on the Node: %s" % on_node("DeviceUnhealthy"))
     ev = (on_node("DeviceUnhealthy") or [{}])[0]
@@ -128,7 +119,7 @@ try:
           and DRIVER + "/memory-uncorrected:NoExecute" in ev.get("note", ""),
           "its note names the device, the count and the taint: %s" % ev.get("note"))
     time.sleep(12)  # more than one health pass of each kind while unhealthy
-    mc(1, "Skylake Socket#1 IMC#0", 0, 0)
+    edac_mc(root, 1, "Skylake Socket#1 IMC#0", 0, 0)
     check(wait_for(lambda: on_node("DeviceHealthy"), 60), "the counter cleared: a Normal Event: %s"
           % [e.get("note") for e in on_node("DeviceHealthy")])
     ev = (on_node("DeviceHealthy") or [{}])[0]

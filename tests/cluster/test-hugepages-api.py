@@ -22,7 +22,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from clusterlib import (DRA_CLIENT, NRM, TOPOLOGIES, Cluster, NrmPlugin, binaries, check, failures,  # noqa: E402
-                        finish, skip, wait_for, workdir)
+                        finish, skip, wait_for, workdir, put_file)
 
 if not os.access(NRM, os.X_OK) or not os.access(DRA_CLIENT, os.X_OK):
     skip("build nrm and tests/plugin/dra-client first (make check)")
@@ -37,10 +37,7 @@ NODE_DIR = os.path.join(root, "sys/devices/system/node")
 
 
 def put(rel, text):
-    path = os.path.join(root, rel)
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "w") as fh:
-        fh.write(text)
+    put_file(root, rel, text)
 
 
 def pages(node):

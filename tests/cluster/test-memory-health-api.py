@@ -22,7 +22,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from clusterlib import (DRA_CLIENT, NRM, TOPOLOGIES, Cluster, NrmPlugin, binaries, check,  # noqa: E402
-                        finish, skip, stop_all, wait_for, workdir)
+                        finish, skip, stop_all, wait_for, workdir, put_file, edac_mc)
 
 if not os.access(NRM, os.X_OK) or not os.access(DRA_CLIENT, os.X_OK):
     skip("build nrm and tests/plugin/dra-client first (make check)")
@@ -34,16 +34,7 @@ root = os.path.join(work, "root")
 
 
 def put(rel, text):
-    path = os.path.join(root, rel)
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "w") as fh:
-        fh.write(text + "\n")
-
-
-def mc(i, name, ce, ue):
-    put("sys/devices/system/edac/mc/mc%d/mc_name" % i, name)
-    put("sys/devices/system/edac/mc/mc%d/ce_count" % i, str(ce))
-    put("sys/devices/system/edac/mc/mc%d/ue_count" % i, str(ue))
+    put_file(root, rel, text + "\n")
 
 
 def block(b, node, state):
@@ -58,8 +49,8 @@ put("sys/fs/cgroup/cgroup.controllers", "cpuset cpu memory hugetlb")
 put("sys/devices/system/memory/block_size_bytes", "8000000")  # 128Mi
 for b in range(8):
     block(b, b // 4, "online")
-mc(0, "Skylake Socket#0 IMC#0", 0, 0)
-mc(1, "Skylake Socket#1 IMC#0", 0, 0)
+edac_mc(root, 0, "Skylake Socket#0 IMC#0", 0, 0)
+edac_mc(root, 1, "Skylake Socket#1 IMC#0", 0, 0)
 # tracefs as the plugin finds it: ras:mc_event at the top level and in its
 # instance (the kernel makes an instance's files; a tree cannot), and
 # trace_pipe, a file that lines are added to.
@@ -135,7 +126,7 @@ try:
     check(wait_for(lambda: placed() == want, 120, 1),
           "the scheduler places the four pods, their claims on numa1 (a, b, t) and numa0 (c): %s" % placed())
 
-    mc(1, "Skylake Socket#1 IMC#0", 0, 1)
+    edac_mc(root, 1, "Skylake Socket#1 IMC#0", 0, 1)
     check(wait_for(lambda: taints("numa1") == [(DRIVER + "/memory-uncorrected", "NoExecute")]),
           "an uncorrected error on socket 1 taints numa1 NoExecute: %s" % taints("numa1"))
     check(taints("numa0") == [], "numa0 stays untainted: %s" % taints("numa0"))
@@ -147,14 +138,14 @@ try:
     check(not evicted("c"), "the pod with memory on numa0 stays")
     check(not evicted("t"), "the pod whose request tolerates memory-uncorrected stays")
 
-    mc(0, "Skylake Socket#0 IMC#0", 3, 0)
+    edac_mc(root, 0, "Skylake Socket#0 IMC#0", 3, 0)
     check(wait_for(lambda: taints("numa0") == [(DRIVER + "/memory-corrected", "None")]),
           "corrected errors under the threshold: effect None: %s" % taints("numa0"))
-    mc(0, "Skylake Socket#0 IMC#0", 6, 0)
+    edac_mc(root, 0, "Skylake Socket#0 IMC#0", 6, 0)
     check(wait_for(lambda: taints("numa0") == [(DRIVER + "/memory-corrected", "NoSchedule")]),
           "over the threshold: NoSchedule: %s" % taints("numa0"))
 
-    mc(0, "Skylake Socket#0 IMC#0", 0, 0)
+    edac_mc(root, 0, "Skylake Socket#0 IMC#0", 0, 0)
     block(3, 0, "offline")
     check(wait_for(lambda: taints("numa0") == [(DRIVER + "/memory-offline", "None")]),
           "a block offline: a note on numa0: %s" % taints("numa0"))
@@ -172,7 +163,7 @@ try:
     with open(os.path.join(root, "sys/kernel/tracing/instances/nrm/events/ras/mc_event/enable")) as fh:
         check(fh.read().strip() == "1", "the plugin enabled ras:mc_event in its trace instance")
     shutil.rmtree(os.path.join(root, "sys/devices/system/edac/mc/mc1"))
-    mc(0, "ghes_edac", 0, 0)
+    edac_mc(root, 0, "ghes_edac", 0, 0)
     check(wait_for(lambda: taints("numa0") == [] and taints("numa1") == []),
           "ghes_edac without errors: no taints: %s %s" % (taints("numa0"), taints("numa1")))
     with open(trace_pipe, "a") as fh:
@@ -180,7 +171,7 @@ try:
                  "on CPU0_DIMM_A2 (mc:0 location:1:-1:-1 address:0x08000040 grain:64 syndrome:0x00000000 APEI "
                  "location: node:0 card:0 module:1 rank:0 bank:2 row:1033 col:16 DIMM location:CPU0 DIMM_A2 "
                  "status(0x0000000000000400): Storage error in DRAM memory)\n")
-    mc(0, "ghes_edac", 0, 1)
+    edac_mc(root, 0, "ghes_edac", 0, 1)
     check(wait_for(lambda: taints("numa0") == [(DRIVER + "/memory-uncorrected", "NoExecute")]),
           "a firmware-first uncorrected error at an address of node 0 taints numa0 NoExecute: %s" % taints("numa0"))
     check(taints("numa1") == [], "numa1 stays untainted: %s" % taints("numa1"))

@@ -34,7 +34,7 @@ import uuid
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from clusterlib import (DRA_CLIENT, NRM, TOPOLOGIES, Cluster, NrmPlugin, binaries, check, failures,  # noqa: E402
-                        finish, skip, wait_for, workdir)
+                        finish, skip, wait_for, workdir, put_file)
 from faultproxy import FaultProxy  # noqa: E402
 
 if not os.access(NRM, os.X_OK) or not os.access(DRA_CLIENT, os.X_OK):
@@ -50,10 +50,7 @@ root = os.path.join(work, "root")
 
 
 def put(rel, text):
-    path = os.path.join(root, rel)
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "w") as fh:
-        fh.write(text)
+    put_file(root, rel, text)
 
 
 for n in (0, 1):
