@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "driver/k8s/binding.h"
+#include "driver/k8s/eventcache.h"
 #include "driver/k8s/informer.h"
 #include "driver/names.h"
 #include "nrm/base/cleanup.h"
@@ -32,15 +33,13 @@ struct labeler
   unsigned long labelled, failed;
 };
 
+/* Now as a MicroTime (the Lease's renewTime), as an Event's eventTime. */
 static void
-micro_time (char *buf, size_t len)
+micro_time (char buf[32])
 {
   struct timespec t;
-  struct tm tm;
   clock_gettime (CLOCK_REALTIME, &t);
-  gmtime_r (&t.tv_sec, &tm);
-  size_t n = strftime (buf, len, "%Y-%m-%dT%H:%M:%S", &tm);
-  snprintf (buf + n, len - n, ".%06ldZ", t.tv_nsec / 1000);
+  nrm_event_micro_time ((int64_t) t.tv_sec * 1000000 + t.tv_nsec / 1000, buf);
 }
 
 static bool
@@ -116,8 +115,8 @@ try_lease (struct nrm_kube *k, const char *ns, const char *id, char **seen, doub
   cleanup_free char *coll = xasprintf ("/apis/coordination.k8s.io/v1/namespaces/%s/leases", ns);
   cleanup_free char *path = xasprintf ("%s/" LEASE_NAME, coll);
   cleanup_json json_t *lease = NULL, *answer = NULL;
-  char now[40];
-  micro_time (now, sizeof (now));
+  char now[32];
+  micro_time (now);
   int code = nrm_kube_call (k, "GET", path, NULL, &lease, err);
   if (code < 0)
     return -1;
