@@ -12,7 +12,10 @@
 # tests/node/test-node-smoke.py runs as the DaemonSet; containernetworking-
 # plugins and iptables: that node's pod network and kube-proxy, in the VM.
 # prometheus: promtool and the server for tests/prometheus/ (the alerting
-# rules and the Grafana dashboard's queries).
+# rules and the Grafana dashboard's queries). python3-prometheus-client
+# and python3-matplotlib: make bench-fleet reads the API server's and the
+# scheduler's /metrics and draws docs/scale.md's plots; where python3 is not
+# Debian's (a python3 of its own first on PATH), pip gives it the same two.
 # --image (the container image's tools) is accepted and installs the same.
 set -eu
 PKGS="build-essential autoconf automake pkg-config
@@ -20,7 +23,7 @@ PKGS="build-essential autoconf automake pkg-config
  libprotobuf-c-dev protobuf-c-compiler libgrpc-dev
  libcurl4-openssl-dev libssl-dev libjansson-dev libyaml-dev libmicrohttpd-dev libcmocka-dev
  openssl python3 python3-yaml help2man clang libclang-rt-14-dev clang-format
- procps strace curl prometheus
+ procps strace curl prometheus python3-prometheus-client python3-matplotlib
  valgrind
  qemu-system-x86 busybox-static cpio runc podman
  debootstrap containernetworking-plugins iptables"
@@ -28,9 +31,12 @@ missing=""
 for p in $PKGS; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
 done
-[ -z "$missing" ] && exit 0
 SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO=sudo
-$SUDO apt-get update -q
-# shellcheck disable=SC2086
-DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends $missing
+if [ -n "$missing" ]; then
+  $SUDO apt-get update -q
+  # shellcheck disable=SC2086
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends $missing
+fi
+python3 -c 'import prometheus_client, matplotlib' 2>/dev/null ||
+  python3 -m pip install -q prometheus-client matplotlib
