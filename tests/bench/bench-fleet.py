@@ -50,6 +50,7 @@ sys.path.insert(0, HERE)
 import clusterlib  # noqa: E402
 from clusterlib import NAMESPACE, Cluster, binaries, skip, wait_for  # noqa: E402
 import fleetcost  # noqa: E402
+import fleetplots  # noqa: E402
 import fleetplugins  # noqa: E402
 
 TOPOLOGIES = os.path.join(HERE, "..", "topologies")
@@ -73,6 +74,11 @@ def machines():
 
 def node(i):
     return "node-%04d" % i
+
+
+def minmax(rows, mode):
+    v = [r["bytes"] for r in rows if r["mode"] == mode and not r["pci"]]
+    return min(v), max(v)
 
 
 def verdict(ok):
@@ -175,6 +181,7 @@ def main(argv=None):
     p.add_argument("--rest", type=float, default=600.0, help="seconds at rest at the largest size (default 600)")
     p.add_argument("--quick", action="store_true", help="100 nodes, 60 s at rest, one run (make bench)")
     p.add_argument("--json", help="write every figure here")
+    p.add_argument("--docs", help="write docs/scale.md's plots and tables into this folder")
     args = p.parse_args(argv)
     if args.quick:
         args.nodes, args.rest = "100", min(args.rest, 60.0)
@@ -189,6 +196,12 @@ def main(argv=None):
     fleet = cluster = None
     drivers = ("cpu.nrm.io", "memory.nrm.io")
     try:
+        topos = machines()
+        figures["shapes"] = fleetcost.shapes(clusterlib.NRM, topos, "1.36")
+        big = [r for r in figures["shapes"] if r["machine"] in LARGE or r["pci"] is False]
+        print("bench-fleet: nrm's slices per node for %d recorded machines of 16 CPUs or more (nrm slices): "
+              "numa mode %d-%d bytes, partitioned %d-%d bytes"
+              % (len(topos), *minmax(big, "numa"), *minmax(big, "partitioned")))
         cluster = Cluster(work, "fleet", bindir)
         cluster.install_nrm()
         fleet = Fleet(cluster, work, args.plugins)
@@ -245,6 +258,8 @@ def main(argv=None):
         for what, ok, f in results:
             print("  %-56s %-8s (%s)" % (what, verdict(ok), f))
         print("bench-fleet: done in %.1f min" % ((time.monotonic() - t_bench) / 60))
+        if args.docs:
+            print("bench-fleet: wrote %s" % ", ".join(fleetplots.write(figures, args.docs)))
         if args.json:
             with open(args.json, "w") as fh:
                 json.dump({"figures": figures, "goals": [{"what": w, "met": ok, "figure": f}
