@@ -24,7 +24,6 @@
 #include "nrm/commit.h"
 #include "topology/topology.h"
 
-#define MAX_STATE (1 << 20)
 #define MAX_BUNDLE_CONFIG (16 << 20)
 
 static bool
@@ -259,7 +258,7 @@ hook_read (struct hook *h, const char *state, size_t len, nrm_error_t *err)
 {
   json_error_t jerr;
   h->st = json_loadb (state, len, 0, &jerr);
-  if (h->st == NULL || len > MAX_STATE)
+  if (h->st == NULL || len > NRM_HOOK_STATE_MAX)
     return nrm_error_set (err, EINVAL, "the OCI state on stdin is not JSON: %s", h->st ? "too large" : jerr.text);
   const char *id = json_string_value (json_object_get (h->st, "id"));
   const char *bundle = json_string_value (json_object_get (h->st, "bundle"));

@@ -36,6 +36,11 @@ int nrm_binding_apply (struct nrm_cgroupfs *fs, const char *cgroup, const struct
  * strings stay eb's. */
 void nrm_env_binding_memory (const struct nrm_env_binding *eb, struct nrm_memory_binding *m);
 
+/* The OCI state a runtime writes on a hook's stdin (id, pid, bundle,
+ * annotations) is at most this large: nrm_hook_stdin reads no more, and
+ * nrm_hook_run refuses more from any caller. */
+#define NRM_HOOK_STATE_MAX (1 << 20)
+
 /* The createRuntime hook. state is the OCI state JSON from stdin; the
  * binding comes from the container's environment in <bundle>/config.json
  * (NRM_CPUS, NRM_MEMS or else NRM_CPU_NODES), as the CDI specs set it. The

@@ -26,6 +26,7 @@
 #include "nrm/base/yaml.h"
 #include "nrm/kubectl-view.h"
 #include "nrm/kubectl.h"
+#include "fakefs.h"
 
 static json_t *
 fixture (const char *name)
@@ -242,15 +243,14 @@ test_yaml (void **state)
 
 static char dir[64];
 
+/* fake_put() with a mode (the exec plugins are run, the kubeconfigs read
+ * only by their owner); the file's path, which the caller frees. */
 static char *
 write_file (const char *name, const char *text, mode_t mode)
 {
   char *path = xasprintf ("%s/%s", dir, name);
-  FILE *f = fopen (path, "w");
-  assert_non_null (f);
-  fputs (text, f);
-  fclose (f);
-  chmod (path, mode);
+  fake_put (dir, name, text);
+  assert_int_equal (chmod (path, mode), 0);
   return path;
 }
 

@@ -21,6 +21,7 @@
 #include "driver/kubelet/metadata.h"
 #include "nrm/base/cleanup.h"
 #include "nrm/base/fs.h"
+#include "fakefs.h"
 
 #define DRIVER "cpu.nrm.example.com"
 #define NS "team-a"
@@ -348,15 +349,6 @@ test_invalid (void **state)
 }
 
 static void
-touch (const char *path)
-{
-  FILE *f = fopen (path, "w");
-  assert_non_null (f);
-  fputs ("keep\n", f);
-  fclose (f);
-}
-
-static void
 test_remove (void **state)
 {
   (void) state;
@@ -373,15 +365,15 @@ test_remove (void **state)
       0);
   cleanup_free char *stale = path_of ("%s/" DRIVER "_metadata_" UID "_cpus.json.tmp.1234", cdi_dir);
   cleanup_free char *unrelated = path_of ("%s/" DRIVER "-" UID ".json", cdi_dir);
-  touch (stale);
-  touch (unrelated);
+  fake_put (cdi_dir, DRIVER "_metadata_" UID "_cpus.json.tmp.1234", "keep\n");
+  fake_put (cdi_dir, DRIVER "-" UID ".json", "keep\n");
   assert_int_equal (entries (cdi_dir), 6);
 
   /* Links inside the tree, to a file and to a directory outside it. */
   cleanup_free char *outside = path_of ("%s/outside", root);
   cleanup_free char *outside_file = path_of ("%s/outside/precious", root);
   assert_int_equal (mkdir (outside, 0755), 0);
-  touch (outside_file);
+  fake_put (root, "outside/precious", "keep\n");
   cleanup_free char *link1 = path_of ("%s/dra-device-metadata/" NS "_" NAME "/cpus/evil", plugin_dir);
   cleanup_free char *link2 = path_of ("%s/dra-device-metadata/" NS "_" NAME "/evil-dir", plugin_dir);
   assert_int_equal (symlink (outside_file, link1), 0);
@@ -426,7 +418,7 @@ test_linked_claim_dir (void **state)
   cleanup_free char *top = path_of ("%s/dra-device-metadata", plugin_dir);
   cleanup_free char *link = path_of ("%s/dra-device-metadata/" NS "_" NAME, plugin_dir);
   assert_int_equal (mkdir (outside, 0755), 0);
-  touch (outside_file);
+  fake_put (root, "outside/precious", "keep\n");
   assert_int_equal (mkdir (top, 0755), 0);
   assert_int_equal (symlink (outside, link), 0);
 

@@ -24,6 +24,7 @@
 #include "nrm/base/fs.h"
 #include "nrm/base/text.h"
 #include "topology/topology.h"
+#include "fakefs.h"
 
 static void
 test_cpulist (void **state)
@@ -373,17 +374,6 @@ exists (const char *dir, const char *name)
   return access (path, F_OK) == 0;
 }
 
-static void
-touch (const char *dir, const char *name)
-{
-  char path[512];
-  snprintf (path, sizeof (path), "%s/%s", dir, name);
-  int fd = open (path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-  assert_true (fd >= 0);
-  assert_int_equal (write (fd, "{}", 2), 2);
-  close (fd);
-}
-
 /* Replacing writes leave no temporary file, and the temporary files of
  * interrupted writes are removed unless their writer still holds them. */
 static void
@@ -406,22 +396,22 @@ test_write_atomic (void **state)
   /* Left by killed writers: here, one level down and three levels down
    * (too deep for depth 2); a live writer's; a FIFO and a file that only
    * look alike. */
-  touch (dir, "cp.json.tmp.a1b2c3");
-  touch (dir, "spec.json.tmp.zzzzzz");
+  fake_put (dir, "cp.json.tmp.a1b2c3", "{}");
+  fake_put (dir, "spec.json.tmp.zzzzzz", "{}");
   snprintf (sub, sizeof (sub), "%s/containers", dir);
   mkdir (sub, 0700);
-  touch (sub, "rec.json.tmp.q1w2e3");
+  fake_put (sub, "rec.json.tmp.q1w2e3", "{}");
   snprintf (sub, sizeof (sub), "%s/a/b/c", dir);
   assert_int_equal (nrm_mkdir_p (sub, 0700, &err), 0);
-  touch (sub, "deep.json.tmp.123456");
-  touch (dir, "live.json.tmp.777777");
+  fake_put (sub, "deep.json.tmp.123456", "{}");
+  fake_put (dir, "live.json.tmp.777777", "{}");
   snprintf (path, sizeof (path), "%s/live.json.tmp.777777", dir);
   int live = open (path, O_RDONLY);
   assert_int_equal (flock (live, LOCK_EX), 0);
   snprintf (path, sizeof (path), "%s/fifo.tmp.abcdef", dir);
   assert_int_equal (mkfifo (path, 0600), 0);
-  touch (dir, "notes.tmp.txt");
-  touch (dir, "x.tmp.");
+  fake_put (dir, "notes.tmp.txt", "{}");
+  fake_put (dir, "x.tmp.", "{}");
 
   unsigned removed = 0;
   assert_int_equal (nrm_remove_stale_temps (dir, 2, &removed, &err), 0);

@@ -1,5 +1,5 @@
 #!/bin/bash
-# Runs inside the test VM (tests/vm/commit.sh starts it): a kubepods tree in
+# Runs inside the test VM (tests/vm/commit.vm, through vmtest.sh, starts it): a kubepods tree in
 # real cgroup v2, `nrm plugin` on the VM's real NUMA topology, a claim
 # prepared through its socket, a "container" started through the CDI hook as
 # a runtime would, and every assertion read back from the kernel.

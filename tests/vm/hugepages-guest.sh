@@ -1,5 +1,5 @@
 #!/bin/sh
-# Runs inside the VM that tests/vm/hugepages.sh boots (2 nodes), under
+# Runs inside the VM that tests/vm/hugepages.vm declares (2 nodes), under
 # busybox sh. `nrm plugin` with memory.hugepagesOnDemand on claims from a
 # folder (no API server: prepare raises the pool, as for a claim that did
 # not bind), every assertion read back from the kernel:

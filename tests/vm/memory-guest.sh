@@ -1,5 +1,5 @@
 #!/bin/bash
-# Runs inside the test VM (tests/vm/memory.sh starts it): the memory half in
+# Runs inside the test VM (tests/vm/memory.vm, through vmtest.sh, starts it): the memory half in
 # a real kernel. A container bound by a memory claim allocates only on the
 # claim's node (its /proc/PID/numa_maps), with memory.min and memory.max;
 # nrm run's interleave and preferred policies as numa_maps shows them; the

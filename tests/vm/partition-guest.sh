@@ -1,5 +1,5 @@
 #!/bin/bash
-# Runs inside the test VM (tests/vm/partition.sh starts it): an exclusive
+# Runs inside the test VM (tests/vm/partition.vm, through vmtest.sh, starts it): an exclusive
 # container made a cpuset partition through the CDI hook in real cgroup v2,
 # read back from the kernel. Linux 6.7+ (cpuset.cpus.exclusive): the
 # partition is made, and a process outside kubepods cannot set its affinity

@@ -1,5 +1,5 @@
 #!/bin/sh
-# Runs inside the VM that tests/vm/pci-plugin.sh boots (2 nodes, --pci
+# Runs inside the VM that tests/vm/pci-plugin.vm declares (2 nodes, --pci
 # --iommu), under busybox sh (its applets are forked, not exec'd over 9p).
 # `nrm plugin` with the cpu, memory and pci drivers, claims from a folder,
 # every assertion read back from the kernel:
