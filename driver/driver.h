@@ -12,6 +12,7 @@
 #include <jansson.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "driver/devices.h"
 #include "nrm/base/error.h"
@@ -19,7 +20,7 @@
 #include "nrm/base/log.h"
 #include "topology/topology.h"
 
-#define NRM_DRIVER_ABI 4
+#define NRM_DRIVER_ABI 5
 #define NRM_DRIVER_SYMBOL "nrm_driver_component"
 
 /* What the framework hands every driver; borrowed, valid until free(). */
@@ -75,9 +76,26 @@ struct nrm_claim_view
   bool metadata;  /* the containers get device metadata: fill nrm_prepared.metadata */
 };
 
+/* The cgroup limits the commit hook writes for a claim's containers,
+ * typed: the framework adds them to the containers' environment after the
+ * driver's env (NRM_MEMORY_MAX, NRM_MEMORY_MIN, NRM_HUGETLB_<size>, each
+ * with its per-claim copy), and hands them as they are to a caller in the
+ * same process (nrm run), which so reads no variable back. */
+struct nrm_container_limits
+{
+  uint64_t memory_max, memory_min; /* bytes: memory.max, memory.min; 0: none */
+  size_t n_hugetlb;
+  struct
+  {
+    char size[12]; /* "2MB": the kernel's name of the page size */
+    uint64_t max;  /* bytes: hugetlb.<size>.max */
+  } hugetlb[4];
+};
+
 /* CDI containerEdits of one prepared claim; each member an owned JSON array
  * or NULL. commit_hook asks for the framework's cgroup commit hook
- * (nrm-hook), which binds the container to the claim's CPUs and memory. */
+ * (nrm-hook), which binds the container to the claim's CPUs and memory,
+ * and to limits. */
 struct nrm_container_edits
 {
   json_t *env;          /* ["NAME=value", ...] */
@@ -85,6 +103,7 @@ struct nrm_container_edits
   json_t *mounts;       /* [{hostPath, containerPath, options?}] */
   json_t *hooks;        /* [{hookName, path, args?}] */
   bool commit_hook;
+  struct nrm_container_limits limits;
 };
 
 /* What prepare returns; all owned. */

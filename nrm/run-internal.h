@@ -70,8 +70,8 @@ struct run
   struct nrm_plugin_prepared cpu, mem;
   char *cpus, *mems;
   hwloc_bitmap_t got;
-  int node; /* the node memory is taken from */
-  struct nrm_env_binding mem_eb;
+  int node;                   /* the node memory is taken from */
+  char limit_text[2 + 4][24]; /* the memory limits written out for the commit */
   struct nrm_cgroupfs *fs;
   bool cgroup;
 };

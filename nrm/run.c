@@ -9,6 +9,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -481,7 +482,30 @@ run_take_memory (struct run *r, nrm_error_t *err)
                            rq->hugepages_1gi ? (rq->memory || rq->hugepages_2mi ? ", " : "") : "",
                            rq->hugepages_1gi ? "1Gi huge pages " : "", rq->hugepages_1gi ?: "", r->node);
   r->prepared[1] = true;
-  return nrm_env_binding_parse (json_object_get (r->mem.edits, "env"), r->name, &r->mem_eb, err);
+  return 0;
+}
+
+/* The memory driver's limits, as its prepare typed them, in the words the
+ * commit writes (the text kept in r). */
+static void
+run_memory_limits (struct run *r, struct nrm_memory_binding *m)
+{
+  const struct nrm_container_limits *l = &r->mem.limits;
+  const uint64_t v[2] = { l->memory_max, l->memory_min };
+  const char **to[2] = { &m->memory_max, &m->memory_min };
+  for (int i = 0; i < 2; i++)
+    if (v[i])
+      {
+        snprintf (r->limit_text[i], sizeof (r->limit_text[i]), "%" PRIu64, v[i]);
+        *to[i] = r->limit_text[i];
+      }
+  for (m->n_hugetlb = 0; m->n_hugetlb < l->n_hugetlb; m->n_hugetlb++)
+    {
+      char *t = r->limit_text[2 + m->n_hugetlb];
+      snprintf (t, sizeof (r->limit_text[0]), "%" PRIu64, l->hugetlb[m->n_hugetlb].max);
+      m->hugetlb[m->n_hugetlb].size = l->hugetlb[m->n_hugetlb].size;
+      m->hugetlb[m->n_hugetlb].max = t;
+    }
 }
 
 /* The binding: the run's cgroup nrm.slice/run-<pid> through the cgroup
@@ -496,7 +520,7 @@ run_bind (struct run *r, nrm_error_t *err)
   if (r->cgroup)
     {
       struct nrm_binding b = { .cpus = r->cpus, .memory = { .mems = r->mems } };
-      nrm_env_binding_memory (&r->mem_eb, &b.memory);
+      run_memory_limits (r, &b.memory);
       cleanup_free char *rel = xasprintf ("nrm.slice/%s", r->cgname);
       if (nrm_cgroupfs_open (r->root, &r->fs, err) < 0 || nrm_run_cgroup_make (r->fs, r->cgname, err) < 0
           || nrm_binding_apply (r->fs, rel, &b, err) < 0)
@@ -514,7 +538,7 @@ run_bind (struct run *r, nrm_error_t *err)
              (int) r->att.pid);
   else
     nrm_log (NULL, NRM_LOG_INFO, "no cgroup v2 cpuset here: pinning with sched_setaffinity and set_mempolicy");
-  if (r->mem_eb.memory_max || r->mem_eb.n_hugetlb)
+  if (r->mem.limits.memory_max || r->mem.limits.n_hugetlb)
     nrm_log (NULL, NRM_LOG_INFO,
              "without cgroup v2 the memory and huge pages are held for this run but not "
              "enforced as limits");

@@ -6,9 +6,12 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "cpuset/env.h"
 #include "driver/kubelet/plugin-internal.h"
 #include "nrm/base/cleanup.h"
 #include "nrm/base/fs.h"
@@ -23,6 +26,29 @@ char *
 nrm_plugin_cdi_id (struct nrm_plugin *p, const char *uid)
 {
   return xasprintf ("%s/claim=%s", p->driver, uid);
+}
+
+int
+nrm_cdi_limits_env (struct nrm_container_edits *e, const char *uid, nrm_error_t *err)
+{
+  const struct nrm_container_limits *l = &e->limits;
+  char num[24];
+  if (e->env == NULL && (l->memory_max || l->memory_min || l->n_hugetlb))
+    e->env = json_array ();
+  for (int m = 0; m < 2; m++)
+    {
+      uint64_t v = m == 0 ? l->memory_max : l->memory_min;
+      snprintf (num, sizeof (num), "%" PRIu64, v);
+      if (v && nrm_env_add (e->env, m == 0 ? NRM_ENV_MEMORY_MAX : NRM_ENV_MEMORY_MIN, NULL, uid, num, err) < 0)
+        return -1;
+    }
+  for (size_t h = 0; h < l->n_hugetlb && h < sizeof (l->hugetlb) / sizeof (l->hugetlb[0]); h++)
+    {
+      snprintf (num, sizeof (num), "%" PRIu64, l->hugetlb[h].max);
+      if (nrm_env_add (e->env, NRM_ENV_HUGETLB, l->hugetlb[h].size, uid, num, err) < 0)
+        return -1;
+    }
+  return 0;
 }
 
 json_t *

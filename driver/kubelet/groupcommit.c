@@ -63,8 +63,9 @@ op_prepare (struct nrm_plugin *p, struct nrm_plugin_op *o)
       o->stage = OP_DONE;
       return;
     }
-  o->edits = nrm_cdi_edits (&o->prep.edits);
-  if (nrm_plugin_cdi_write (p, o->uid, o->edits, &o->err) < 0)
+  if (nrm_cdi_limits_env (&o->prep.edits, o->uid, &o->err) == 0)
+    o->edits = nrm_cdi_edits (&o->prep.edits);
+  if (o->edits == NULL || nrm_plugin_cdi_write (p, o->uid, o->edits, &o->err) < 0)
     {
       p->ops->unprepare (p->self, o->uid, o->prep.state);
       json_object_del (claims, o->uid);

@@ -153,6 +153,10 @@ void nrm_plugin_submit (struct nrm_plugin *p, struct nrm_plugin_op *o);
 /* The CDI device id of a claim's spec (malloc'd). */
 char *nrm_plugin_cdi_id (struct nrm_plugin *p, const char *uid);
 
+/* The driver's typed limits added to its env as the NRM_* variables the
+ * commit hook reads (after the driver's own, each with the claim's copy). */
+int nrm_cdi_limits_env (struct nrm_container_edits *e, const char *uid, nrm_error_t *err);
+
 /* A driver's container edits as the checkpoint keeps them, and the edits
  * of a checkpoint entry (new references). */
 json_t *nrm_cdi_edits (const struct nrm_container_edits *e);

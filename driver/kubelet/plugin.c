@@ -779,6 +779,7 @@ nrm_plugin_prepare_local (struct nrm_plugin *p, const char *ns, const char *name
       out->devices = TAKE_PTR (o.devs);
       out->state = json_incref (o.prep.state);
       out->edits = TAKE_PTR (o.edits);
+      out->limits = o.prep.edits.limits;
     }
   nrm_prepared_done (&o.prep);
   nrm_allocation_done (&o.a);

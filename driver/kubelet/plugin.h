@@ -80,10 +80,12 @@ typedef int (*nrm_plugin_choose_fn) (void *ctx, json_t *claims, json_t **ret, nr
 /* What a local prepare hands back to its caller (new references): the
  * devices, the driver's state and its container edits ({env, ...}, as a
  * CDI spec has them), so that nothing reads them back from the
- * checkpoint. */
+ * checkpoint; and the limits of those edits as the driver typed them, so
+ * that nothing parses them back from env either. */
 struct nrm_plugin_prepared
 {
   json_t *devices, *state, *edits;
+  struct nrm_container_limits limits;
 };
 
 int nrm_plugin_prepare_local (struct nrm_plugin *p, const char *ns, const char *name, const char *uid,

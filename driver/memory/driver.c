@@ -412,21 +412,20 @@ mem_prepare (void *self, const struct nrm_claim_view *c, struct nrm_prepared *ou
    * inside the container's cpuset.mems). */
   if (nrm_env_add (env, NRM_ENV_MEMORY_POLICY, NULL, c->uid, policy, err) < 0)
     return -1;
-  /* Limits the hook writes: huge pages always (a claim is what the
-   * container may use), ordinary memory when the claim asks for it. */
-  char num[32];
-  snprintf (num, sizeof (num), "%" JSON_INTEGER_FORMAT, ordinary);
-  if (limit && ordinary > 0 && nrm_env_add (env, NRM_ENV_MEMORY_MAX, NULL, c->uid, num, err) < 0)
-    return -1;
-  if (guarantee && ordinary > 0 && nrm_env_add (env, NRM_ENV_MEMORY_MIN, NULL, c->uid, num, err) < 0)
-    return -1;
+  /* Limits the hook writes (the framework puts them in the environment):
+   * huge pages always (a claim is what the container may use), ordinary
+   * memory when the claim asks for it. */
+  struct nrm_container_limits *lim = &out->edits.limits;
+  lim->memory_max = limit ? (uint64_t) ordinary : 0;
+  lim->memory_min = guarantee ? (uint64_t) ordinary : 0;
   const char *name;
   json_t *v;
+  if (json_object_size (hugetlb) > sizeof (lim->hugetlb) / sizeof (lim->hugetlb[0]))
+    return nrm_error_set (err, EINVAL, "claim %s: more than 4 huge page sizes", c->uid);
   json_object_foreach (hugetlb, name, v)
   {
-    snprintf (num, sizeof (num), "%" JSON_INTEGER_FORMAT, json_integer_value (v));
-    if (nrm_env_add (env, NRM_ENV_HUGETLB, name, c->uid, num, err) < 0)
-      return -1;
+    snprintf (lim->hugetlb[lim->n_hugetlb].size, sizeof (lim->hugetlb[0].size), "%s", name);
+    lim->hugetlb[lim->n_hugetlb++].max = (uint64_t) json_integer_value (v);
   }
   /* On demand: the pools hold the claim's pages before it does (bind()
    * raised them already, unless binding conditions were not used). */
