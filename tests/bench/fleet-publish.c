@@ -472,9 +472,9 @@ main (int argc, char **argv)
   f.nodes = xcalloc (json_array_size (nodes) + 1, sizeof (*f.nodes));
   double t0 = now_s ();
   int rc = 1;
-  /* Two drivers a node is what the manifests hold; the check is redone
+  /* Three drivers a node at most (cpu, memory, pci); the check is redone
    * below with the real count. */
-  if (raise_nofile (json_array_size (nodes) * 2, json_array_size (nodes), &err) < 0)
+  if (raise_nofile (json_array_size (nodes) * 3, json_array_size (nodes), &err) < 0)
     goto out;
   if (o.state_dir && take_instance_lock (&f, o.state_dir, o.instance_uid, &err) < 0)
     goto out;

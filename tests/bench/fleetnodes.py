@@ -146,11 +146,17 @@ class FleetNodes:
         took["tokens"] = time.monotonic() - t
         t = time.monotonic()
         self.slice_files = self.write_slices()
-        with open(self.manifest, "w") as fh:
-            json.dump({"nodes": [{"name": name, "kubeconfig": kc, "slices": files}
-                                 for name, kc, files in zip(self.names, self.kubeconfigs, self.slice_files)]}, fh)
+        self.write_manifest()
         took["slices"] = time.monotonic() - t
         return took
+
+    def write_manifest(self, count=None):
+        """fleet-publish's manifest, of the first count nodes (all by default)."""
+        count = self.n if count is None else count
+        with open(self.manifest, "w") as fh:
+            json.dump({"nodes": [{"name": self.names[i], "kubeconfig": self.kubeconfigs[i],
+                                  "slices": self.slice_files[i]} for i in range(count)]}, fh)
+        return self.manifest
 
     def daemon_pods(self):
         """{node: the DaemonSet's pod on it} of this fleet's nodes, once bound."""
@@ -268,7 +274,9 @@ class FleetNodes:
         old = self.procs[-1]
         secs = self.start(program, *args, timeout=timeout, state_dir=state_dir,
                           instance_uid="gen%d" % (len(self.procs) + 1))
-        return secs, self.stop(old)
+        # The old one reads the handover record before each pass and every second.
+        standby = wait_for(lambda: self.status(old)["standby"] == self.status(old)["publishers"], 30, 0.5)
+        return secs, standby, self.stop(old)
 
     # -- real nrm plugin processes ------------------------------------------
 

@@ -1,0 +1,180 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
+"""What a simulated node costs, with nrm's real ResourceSlice publisher on a
+real control plane (tests/cluster, nrm.yaml applied): one real `nrm plugin`
+(cpu and memory drivers, claims from the API) against fleet-publish, which
+runs the same publisher for many nodes from one process (fleetnodes.py:
+Nodes of recorded machines with >= 16 CPUs, a pod-bound token each). Per
+fleet size: seconds until every publisher holds its slices (from an empty
+server: the slices of the previous size are deleted first), writes against
+the slices published, API errors, and the RSS, PSS and threads of the
+process; then the largest fleet this machine holds with each approach,
+estimated from the per-node figures. With --takeover, a second
+fleet-publish on the same state directory takes every node over as a
+DaemonSet's rolling update does (nrm's handover), with no write.
+
+Exits 77 where the upstream binaries cannot be built (tests/cluster/build.sh).
+
+  bench-fleet-publish.py NRM FLEET_PUBLISH [--nodes 10,100] [--plugins 3] [--takeover]"""
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "cluster"))
+import clusterlib  # noqa: E402
+from clusterlib import Cluster, binaries, skip  # noqa: E402
+import fleetnodes  # noqa: E402
+
+SLICES = "/apis/resource.k8s.io/v1/resourceslices"
+# What a fleet of one process is for: a node far cheaper than a process.
+PER_NODE_SHARE = 0.10
+
+
+def verdict(ok):
+    return "met" if ok else "NOT MET"
+
+
+def mem_available_kib():
+    with open("/proc/meminfo") as fh:
+        for line in fh:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1])
+    return 0
+
+
+def cpu_s(pid):
+    """User and system CPU seconds of pid so far."""
+    with open("/proc/%d/stat" % pid) as fh:
+        f = fh.read().rsplit(")", 1)[1].split()
+    return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def apiserver_pid(cluster):
+    p = subprocess.run(["pgrep", "-f", "kube-apiserver.*%s" % cluster.dir], capture_output=True, text=True)
+    pids = [int(x) for x in p.stdout.split()]
+    return pids[0] if pids else None
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("nrm")
+    ap.add_argument("fleet_publish")
+    ap.add_argument("--nodes", default="10,100", help="fleet sizes, comma-separated (default 10,100)")
+    ap.add_argument("--plugins", type=int, default=3, help="real nrm plugin processes measured (default 3)")
+    ap.add_argument("--takeover", action="store_true", help="a second fleet-publish takes over (the largest size)")
+    ap.add_argument("--idle", type=float, default=10.0, help="seconds at rest measured after each sync")
+    args = ap.parse_args(argv)
+    clusterlib.NRM = os.path.abspath(args.nrm)
+    sizes = [int(x) for x in args.nodes.split(",")]
+    for prog in (clusterlib.NRM, args.fleet_publish):
+        if not os.access(prog, os.X_OK):
+            skip("bench-fleet-publish: no program at %s" % prog)
+    bindir = binaries()
+    work = tempfile.mkdtemp(prefix="nrm-fpub-")
+    results = []
+    cluster = Cluster(work, "fpub", bindir)
+    cluster.install_nrm()
+    total = max(sizes + [args.plugins])
+    fleet = fleetnodes.FleetNodes(cluster, work, total)
+    took = fleet.create()
+    print("bench-fleet-publish: %s, %d Nodes (%s in turn), %d CPUs here; set up in %s"
+          % (cluster.version, total, ", ".join(m.name for m in fleet.machines[:4]) + ", ...", os.cpu_count(),
+             ", ".join("%s %.1f s" % kv for kv in took.items())))
+    api = apiserver_pid(cluster)
+
+    def clear():
+        s, body = cluster.api("DELETE", SLICES)
+        if s != 200:
+            raise RuntimeError("deleting ResourceSlices: %s %s" % (s, body))
+        clusterlib.wait_for(lambda: not cluster.slices(), 60, 0.5)
+
+    # -- real nrm plugin processes
+    plugin_kib = None
+    if args.plugins:
+        clear()
+        t = time.monotonic()
+        plugins = fleet.start_plugins(args.plugins)
+        t_pl = time.monotonic() - t
+        time.sleep(2)
+        rss = [fleetnodes.proc_kib(p.proc.pid) for p in plugins]
+        pss = [fleetnodes.proc_kib(p.proc.pid, "Pss") for p in plugins]
+        plugin_kib = sum(pss) / len(pss)
+        print("  nrm plugin x%d (cpu, memory; every driver published in %.1f s): RSS %s KiB, PSS %s KiB each"
+              % (len(plugins), t_pl, "/".join(map(str, rss)), "/".join(map(str, pss))))
+        rcs = fleetnodes.stop_plugins(plugins)
+        results.append(("nrm plugin stops cleanly", all(rc == 0 for rc in rcs), "exit %s" % rcs))
+
+    # -- fleet-publish
+    per_node = {}
+    for n in sizes:
+        clear()
+        fleet.write_manifest(n)
+        base = mem_available_kib()
+        api0 = cpu_s(api) if api else 0
+        secs = fleet.start(args.fleet_publish, timeout=120 + 2 * n)
+        st = fleet.status()
+        proc = fleet.procs[-1]
+        c0, api1 = cpu_s(proc.pid), cpu_s(api) if api else 0
+        time.sleep(args.idle)
+        idle = fleet.status()
+        c1, api2 = cpu_s(proc.pid), cpu_s(api) if api else 0
+        slices = len(cluster.slices())
+        used = base - mem_available_kib()
+        per_node[n] = idle["pss_kib"] / n
+        print("  fleet-publish %5d nodes: %d publishers synced in %.2f s, %d writes for %d slices, api_errors %d; "
+              "RSS %d KiB, PSS %d KiB (%.0f KiB a node), %d threads; machine's MemAvailable -%d MiB; "
+              "API server CPU %.1f s to sync, at rest %.2f s/s (fleet-publish %.3f s/s)"
+              % (n, st["publishers"], secs, st["writes"], slices, st["api_errors"], idle["rss_kib"],
+                 idle["pss_kib"], per_node[n], idle["threads"], used >> 10, api1 - api0,
+                 (api2 - api1) / args.idle, (c1 - c0) / args.idle))
+        results.append(("%d nodes: every publisher synced" % n, st["synced"] == st["publishers"] == 2 * n,
+                        "%d of %d" % (st["synced"], st["publishers"])))
+        results.append(("%d nodes: one create a slice from an empty server" % n, st["writes"] == slices,
+                        "%d writes, %d slices" % (st["writes"], slices)))
+        results.append(("%d nodes: no API errors" % n, idle["api_errors"] == 0, "%d" % idle["api_errors"]))
+        if plugin_kib:
+            results.append(("%d nodes: a node costs <= %d%% of an nrm plugin" % (n, PER_NODE_SHARE * 100),
+                            per_node[n] <= PER_NODE_SHARE * plugin_kib,
+                            "%.0f KiB vs %.0f KiB" % (per_node[n], plugin_kib)))
+        if args.takeover and n == sizes[-1]:
+            fleet.stop()
+            clear()
+            state = os.path.join(fleet.dir, "state")
+            fleet.start(args.fleet_publish, timeout=120 + 2 * n, state_dir=state, instance_uid="gen1")
+            w0 = fleet.status()["writes"]
+            secs2, standby, rc_old = fleet.restart(args.fleet_publish, state_dir=state, timeout=120 + 2 * n)
+            st2 = fleet.status()
+            print("  takeover of %d nodes by a second fleet-publish: synced in %.2f s, %d writes (first: %d); "
+                  "the first exits %s" % (n, secs2, st2["writes"], w0, rc_old))
+            results.append(("takeover: no write (the slices are in sync)", st2["writes"] == 0, "%d" % st2["writes"]))
+            results.append(("takeover: the old one's publishers all in standby", standby, ""))
+            results.append(("takeover: the old one stops cleanly", rc_old == 0, "exit %s" % rc_old))
+        rc = fleet.stop()
+        results.append(("%d nodes: fleet-publish stops cleanly" % n, rc == 0, "exit %s" % rc))
+
+    # -- the largest fleet, estimated
+    avail = mem_available_kib()
+    if plugin_kib:
+        print("  estimate: %d nrm plugin processes in the %d MiB available now (PSS %.0f KiB each)"
+              % (avail / plugin_kib, avail >> 10, plugin_kib))
+    big = max(per_node)
+    print("  estimate: %d fleet-publish nodes in the %d MiB available now (PSS %.0f KiB a node at %d); "
+          "a thread a publisher, of threads-max %s, open files about 4 a publisher of %s"
+          % (avail / per_node[big], avail >> 10, per_node[big], big,
+             open("/proc/sys/kernel/threads-max").read().strip(), subprocess.run(
+                 ["sh", "-c", "ulimit -Hn"], capture_output=True, text=True).stdout.strip()))
+    cluster.stop()
+    failed = 0
+    for what, ok, detail in results:
+        print("  %-60s %-8s %s" % (what, verdict(ok), detail))
+        failed += not ok
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
