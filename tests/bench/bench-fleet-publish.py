@@ -31,8 +31,8 @@ from clusterlib import Cluster, binaries, skip  # noqa: E402
 import fleetnodes  # noqa: E402
 
 SLICES = "/apis/resource.k8s.io/v1/resourceslices"
-# What a fleet of one process is for: a node far cheaper than a process.
-PER_NODE_SHARE = 0.10
+# Issue #28's largest fleet: what this machine must hold with one of the approaches.
+FLEET_GOAL = 1000
 
 
 def verdict(ok):
@@ -54,10 +54,8 @@ def cpu_s(pid):
     return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def apiserver_pid(cluster):
-    p = subprocess.run(["pgrep", "-f", "kube-apiserver.*%s" % cluster.dir], capture_output=True, text=True)
-    pids = [int(x) for x in p.stdout.split()]
-    return pids[0] if pids else None
+def cp_kib(*pids):
+    return sum(fleetnodes.proc_kib(p) or 0 for p in pids)
 
 
 def main(argv=None):
@@ -79,13 +77,18 @@ def main(argv=None):
     results = []
     cluster = Cluster(work, "fpub", bindir)
     cluster.install_nrm()
+    # apiserver.sh execs kube-apiserver: its pid is the server's.
+    api, etcd = int(cluster.env["APISERVER_PID"]), int(cluster.env["ETCD_PID"])
+    cp0 = cp_kib(api, etcd)
     total = max(sizes + [args.plugins])
     fleet = fleetnodes.FleetNodes(cluster, work, total)
     took = fleet.create()
+    cp1 = cp_kib(api, etcd)
     print("bench-fleet-publish: %s, %d Nodes (%s in turn), %d CPUs here; set up in %s"
           % (cluster.version, total, ", ".join(m.name for m in fleet.machines[:4]) + ", ...", os.cpu_count(),
              ", ".join("%s %.1f s" % kv for kv in took.items())))
-    api = apiserver_pid(cluster)
+    print("  control plane (kube-apiserver + etcd RSS): %d MiB before the Nodes, %d MiB with %d Nodes, their pods "
+          "and tokens (%.0f KiB a node)" % (cp0 >> 10, cp1 >> 10, total, (cp1 - cp0) / total))
 
     def clear():
         s, body = cluster.api("DELETE", SLICES)
@@ -101,46 +104,47 @@ def main(argv=None):
         plugins = fleet.start_plugins(args.plugins)
         t_pl = time.monotonic() - t
         time.sleep(2)
-        rss = [fleetnodes.proc_kib(p.proc.pid) for p in plugins]
-        pss = [fleetnodes.proc_kib(p.proc.pid, "Pss") for p in plugins]
-        plugin_kib = sum(pss) / len(pss)
-        print("  nrm plugin x%d (cpu, memory; every driver published in %.1f s): RSS %s KiB, PSS %s KiB each"
-              % (len(plugins), t_pl, "/".join(map(str, rss)), "/".join(map(str, pss))))
+        pids = [p.proc.pid for p in plugins]
+        rss = [fleetnodes.proc_kib(pid) for pid in pids]
+        priv = [fleetnodes.proc_kib(pid, "Private") for pid in pids]
+        thr = [fleetnodes.proc_kib(pid, "Threads") for pid in pids]
+        plugin_kib = sum(priv) / len(priv)
+        plugin_shared = sum(rss) / len(rss) - plugin_kib
+        plugin_threads = max(thr)
+        print("  nrm plugin x%d (cpu, memory drivers, the API; every driver published in %.1f s): RSS %s KiB, "
+              "private %s KiB (what one more costs), threads %s"
+              % (len(plugins), t_pl, "/".join(map(str, rss)), "/".join(map(str, priv)), "/".join(map(str, thr))))
         rcs = fleetnodes.stop_plugins(plugins)
         results.append(("nrm plugin stops cleanly", all(rc == 0 for rc in rcs), "exit %s" % rcs))
 
     # -- fleet-publish
-    per_node = {}
+    priv = {}
+    cp = {}
     for n in sizes:
         clear()
         fleet.write_manifest(n)
-        base = mem_available_kib()
-        api0 = cpu_s(api) if api else 0
+        api0 = cpu_s(api)
         secs = fleet.start(args.fleet_publish, timeout=120 + 2 * n)
         st = fleet.status()
         proc = fleet.procs[-1]
-        c0, api1 = cpu_s(proc.pid), cpu_s(api) if api else 0
+        c0, api1 = cpu_s(proc.pid), cpu_s(api)
         time.sleep(args.idle)
         idle = fleet.status()
-        c1, api2 = cpu_s(proc.pid), cpu_s(api) if api else 0
+        c1, api2 = cpu_s(proc.pid), cpu_s(api)
         slices = len(cluster.slices())
-        used = base - mem_available_kib()
-        per_node[n] = idle["pss_kib"] / n
+        priv[n] = idle["private_kib"]
+        cp[n] = cp_kib(api, etcd)
         print("  fleet-publish %5d nodes: %d publishers synced in %.2f s, %d writes for %d slices, api_errors %d; "
-              "RSS %d KiB, PSS %d KiB (%.0f KiB a node), %d threads; machine's MemAvailable -%d MiB; "
-              "API server CPU %.1f s to sync, at rest %.2f s/s (fleet-publish %.3f s/s)"
+              "RSS %d KiB, private %d KiB (%.0f KiB a node), %d threads, %d fds; control plane %d MiB; "
+              "kube-apiserver CPU %.1f s to sync, at rest %.3f s/s (fleet-publish %.3f s/s)"
               % (n, st["publishers"], secs, st["writes"], slices, st["api_errors"], idle["rss_kib"],
-                 idle["pss_kib"], per_node[n], idle["threads"], used >> 10, api1 - api0,
+                 priv[n], priv[n] / n, idle["threads"], idle["fds"], cp[n] >> 10, api1 - api0,
                  (api2 - api1) / args.idle, (c1 - c0) / args.idle))
         results.append(("%d nodes: every publisher synced" % n, st["synced"] == st["publishers"] == 2 * n,
                         "%d of %d" % (st["synced"], st["publishers"])))
         results.append(("%d nodes: one create a slice from an empty server" % n, st["writes"] == slices,
                         "%d writes, %d slices" % (st["writes"], slices)))
         results.append(("%d nodes: no API errors" % n, idle["api_errors"] == 0, "%d" % idle["api_errors"]))
-        if plugin_kib:
-            results.append(("%d nodes: a node costs <= %d%% of an nrm plugin" % (n, PER_NODE_SHARE * 100),
-                            per_node[n] <= PER_NODE_SHARE * plugin_kib,
-                            "%.0f KiB vs %.0f KiB" % (per_node[n], plugin_kib)))
         if args.takeover and n == sizes[-1]:
             fleet.stop()
             clear()
@@ -149,23 +153,35 @@ def main(argv=None):
             w0 = fleet.status()["writes"]
             secs2, standby, rc_old = fleet.restart(args.fleet_publish, state_dir=state, timeout=120 + 2 * n)
             st2 = fleet.status()
-            print("  takeover of %d nodes by a second fleet-publish: synced in %.2f s, %d writes (first: %d); "
-                  "the first exits %s" % (n, secs2, st2["writes"], w0, rc_old))
+            print("  takeover of %d nodes by a second fleet-publish (nrm's handover): synced in %.2f s, %d writes "
+                  "(the first: %d); the first in standby %s, exits %s" % (n, secs2, st2["writes"], w0, standby, rc_old))
             results.append(("takeover: no write (the slices are in sync)", st2["writes"] == 0, "%d" % st2["writes"]))
             results.append(("takeover: the old one's publishers all in standby", standby, ""))
             results.append(("takeover: the old one stops cleanly", rc_old == 0, "exit %s" % rc_old))
         rc = fleet.stop()
         results.append(("%d nodes: fleet-publish stops cleanly" % n, rc == 0, "exit %s" % rc))
 
-    # -- the largest fleet, estimated
+    # -- a node's cost, between the sizes (the process's own base left out), and the largest fleet
+    lo, hi = min(sizes), max(sizes)
+    node_kib = (priv[hi] - priv[lo]) / (hi - lo) if hi > lo else priv[hi] / hi
+    cp_node = (cp1 - cp0) / total + ((cp[hi] - cp[lo]) / (hi - lo) if hi > lo else 0)
+    print("  a node: fleet-publish %.0f KiB (between %d and %d nodes), control plane %.0f KiB (its Node, pod and "
+          "token, and its slices and watches)" % (node_kib, lo, hi, cp_node))
+    if plugin_kib:
+        results.append(("a fleet-publish node costs less than an nrm plugin", node_kib < plugin_kib,
+                        "%.0f KiB vs %.0f KiB (%.1fx)" % (node_kib, plugin_kib, plugin_kib / node_kib)))
     avail = mem_available_kib()
     if plugin_kib:
-        print("  estimate: %d nrm plugin processes in the %d MiB available now (PSS %.0f KiB each)"
-              % (avail / plugin_kib, avail >> 10, plugin_kib))
-    big = max(per_node)
-    print("  estimate: %d fleet-publish nodes in the %d MiB available now (PSS %.0f KiB a node at %d); "
-          "a thread a publisher, of threads-max %s, open files about 4 a publisher of %s"
-          % (avail / per_node[big], avail >> 10, per_node[big], big,
+        print("  estimate: %d nrm plugin processes in the %d MiB available now (%.0f KiB each and %.0f KiB of "
+              "control plane; %d threads each: %d threads at that count)"
+              % ((avail - plugin_shared) / (plugin_kib + cp_node), avail >> 10, plugin_kib, cp_node,
+                 plugin_threads, plugin_threads * (avail - plugin_shared) / (plugin_kib + cp_node)))
+    fp_max = avail / (node_kib + cp_node)
+    results.append(("fleet-publish: %d nodes fit in this machine's memory" % FLEET_GOAL, fp_max >= FLEET_GOAL,
+                    "about %d" % fp_max))
+    print("  estimate: %d fleet-publish nodes in the %d MiB available now (%.0f KiB each and %.0f KiB of control "
+          "plane; a thread a publisher, threads-max %s; about 4 open files a publisher, hard limit %s)"
+          % (fp_max, avail >> 10, node_kib, cp_node,
              open("/proc/sys/kernel/threads-max").read().strip(), subprocess.run(
                  ["sh", "-c", "ulimit -Hn"], capture_output=True, text=True).stdout.strip()))
     cluster.stop()

@@ -23,6 +23,7 @@
  * and the first one takes the role back when the second stops. */
 #include "config.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -336,10 +337,16 @@ print_status (struct fleet *f, const char *what, double since)
   if (nrm_read_file ("/proc/self/status", 1 << 16, &text, NULL, &err) == 0 && strstr (text, "Threads:"))
     threads = strtol (strstr (text, "Threads:") + 8, NULL, 10);
   nrm_error_release (&err);
+  long fds = 0;
+  DIR *d = opendir ("/proc/self/fd");
+  for (struct dirent *de; d && (de = readdir (d)) != NULL;)
+    fds += de->d_name[0] != '.';
+  if (d)
+    closedir (d);
   printf ("%s: nodes %zu publishers %zu synced %zu standby %zu connected %zu writes %lld errors %lld api_errors %lld "
-          "rss_kib %ld threads %ld after %.2f s%s%s\n",
+          "rss_kib %ld threads %ld fds %ld after %.2f s%s%s\n",
           what, f->n, t.pubs, t.synced, t.standby, t.connected, t.writes, t.errors, t.api_errors, rss_kib (), threads,
-          now_s () - since, t.last_error ? " last_error " : "", t.last_error ? t.last_error : "");
+          fds, now_s () - since, t.last_error ? " last_error " : "", t.last_error ? t.last_error : "");
   fflush (stdout);
   free (t.last_error);
 }

@@ -89,12 +89,19 @@ def renamed(obj, name):
 
 
 def proc_kib(pid, field="VmRSS"):
-    """A /proc/PID/status field in KiB (VmRSS, VmHWM), or Pss from
-    smaps_rollup (shared libraries counted by share), or None."""
+    """A /proc/PID/status field in KiB (VmRSS, VmHWM, Threads: a count), or
+    from smaps_rollup Pss (shared pages counted by share) or Private (the
+    pages no other process has: what one more process costs), or None."""
     try:
-        if field == "Pss":
+        if field in ("Pss", "Private"):
             with open("/proc/%d/smaps_rollup" % pid) as fh:
-                m = re.search(r"^Pss:\s+(\d+) kB", fh.read(), re.M)
+                text = fh.read()
+            if field == "Private":
+                return sum(int(x) for x in re.findall(r"^Private_(?:Clean|Dirty):\s+(\d+) kB", text, re.M))
+            m = re.search(r"^Pss:\s+(\d+) kB", text, re.M)
+        elif field == "Threads":
+            with open("/proc/%d/status" % pid) as fh:
+                m = re.search(r"^Threads:\s+(\d+)", fh.read(), re.M)
         else:
             with open("/proc/%d/status" % pid) as fh:
                 m = re.search(r"^%s:\s+(\d+) kB" % field, fh.read(), re.M)
@@ -240,11 +247,13 @@ class FleetNodes:
 
     def status(self, proc=None, timeout=30):
         """Its status (SIGUSR1): nodes, publishers, synced, standby, writes,
-        errors, api_errors, rss_kib, threads, after; and pss_kib measured here."""
+        errors, api_errors, rss_kib, threads, after; and pss_kib and
+        private_kib measured here."""
         proc = proc or self.procs[-1]
         proc.send_signal(signal.SIGUSR1)
         st = self.read_line(proc, "status", timeout)
         st["pss_kib"] = proc_kib(proc.pid, "Pss")
+        st["private_kib"] = proc_kib(proc.pid, "Private")
         return st
 
     def stop(self, proc=None, timeout=60):
