@@ -158,8 +158,15 @@ def main(argv=None):
             results.append(("takeover: no write (the slices are in sync)", st2["writes"] == 0, "%d" % st2["writes"]))
             results.append(("takeover: the old one's publishers all in standby", standby, ""))
             results.append(("takeover: the old one stops cleanly", rc_old == 0, "exit %s" % rc_old))
+        proc = fleet.procs[-1]
+        off = os.path.getsize(proc.log)
         rc = fleet.stop()
-        results.append(("%d nodes: fleet-publish stops cleanly" % n, rc == 0, "exit %s" % rc))
+        with open(proc.log) as fh:
+            fh.seek(off)
+            errs = [line for line in fh if line.startswith("error")]
+        first = ": " + errs[0].strip()[:100] if errs else ""
+        results.append(("%d nodes: fleet-publish stops cleanly" % n, rc == 0 and not errs,
+                        "exit %s, %d errors logged while stopping%s" % (rc, len(errs), first)))
 
     # -- a node's cost, between the sizes (the process's own base left out), and the largest fleet
     lo, hi = min(sizes), max(sizes)
@@ -171,19 +178,21 @@ def main(argv=None):
         results.append(("a fleet-publish node costs less than an nrm plugin", node_kib < plugin_kib,
                         "%.0f KiB vs %.0f KiB (%.1fx)" % (node_kib, plugin_kib, plugin_kib / node_kib)))
     avail = mem_available_kib()
+    pid_max = int(open("/proc/sys/kernel/pid_max").read())
+    nofile = subprocess.run(["sh", "-c", "ulimit -Hn"], capture_output=True, text=True).stdout.strip()
     if plugin_kib:
-        print("  estimate: %d nrm plugin processes in the %d MiB available now (%.0f KiB each and %.0f KiB of "
-              "control plane; %d threads each: %d threads at that count)"
-              % ((avail - plugin_shared) / (plugin_kib + cp_node), avail >> 10, plugin_kib, cp_node,
-                 plugin_threads, plugin_threads * (avail - plugin_shared) / (plugin_kib + cp_node)))
+        by_mem = (avail - plugin_shared) / (plugin_kib + cp_node)
+        print("  estimate: nrm plugin processes: %d by memory (%d MiB available now, %.0f KiB each and %.0f KiB of "
+              "control plane), %d by threads (%d each; every thread takes a pid of kernel.pid_max %d)"
+              % (by_mem, avail >> 10, plugin_kib, cp_node, pid_max / plugin_threads, plugin_threads, pid_max))
     fp_max = avail / (node_kib + cp_node)
     results.append(("fleet-publish: %d nodes fit in this machine's memory" % FLEET_GOAL, fp_max >= FLEET_GOAL,
                     "about %d" % fp_max))
-    print("  estimate: %d fleet-publish nodes in the %d MiB available now (%.0f KiB each and %.0f KiB of control "
-          "plane; a thread a publisher, threads-max %s; about 4 open files a publisher, hard limit %s)"
-          % (fp_max, avail >> 10, node_kib, cp_node,
-             open("/proc/sys/kernel/threads-max").read().strip(), subprocess.run(
-                 ["sh", "-c", "ulimit -Hn"], capture_output=True, text=True).stdout.strip()))
+    print("  estimate: fleet-publish nodes: %d by memory (%.0f KiB each and %.0f KiB of control plane), %d by "
+          "threads (one a publisher, two a node, of kernel.pid_max %d), %s by open files (8 a node; hard limit %s, "
+          "which fleet-publish raises as root up to fs.nr_open)"
+          % (fp_max, node_kib, cp_node, pid_max / 2, pid_max, int(nofile) // 8 if nofile.isdigit() else nofile,
+             nofile))
     cluster.stop()
     failed = 0
     for what, ok, detail in results:

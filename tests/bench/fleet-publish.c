@@ -252,19 +252,72 @@ start_node (struct fleet *f, struct node *nd, json_t *spec, const struct opts *o
   return 0;
 }
 
+/* Publishers are stopped by a few threads at once: a stop waits for the
+ * publisher's call in flight, and one after the other that adds up over
+ * thousands. The clients are not cancelled first, which would make every
+ * watch and call end in an error before its publisher knows it stops. */
+#define STOPPERS 16
+#define STOP_GRACE_S 5
+
+struct stopper
+{
+  struct fleet *f;
+  size_t next; /* the next node to stop (atomic) */
+  size_t done; /* nodes stopped (atomic) */
+};
+
+static void *
+stopper_main (void *arg)
+{
+  struct stopper *st = arg;
+  size_t i;
+  while ((i = __atomic_fetch_add (&st->next, 1, __ATOMIC_RELAXED)) < st->f->n)
+    {
+      struct node *nd = &st->f->nodes[i];
+      for (size_t j = 0; j < nd->n; j++)
+        nrm_publisher_stop (TAKE_PTR (nd->pubs[j].p));
+      __atomic_fetch_add (&st->done, 1, __ATOMIC_RELAXED);
+    }
+  return NULL;
+}
+
+static void
+stop_publishers (struct fleet *f)
+{
+  struct stopper st = { .f = f };
+  pthread_t threads[STOPPERS];
+  size_t started = 0;
+  for (; started < STOPPERS && started < f->n; started++)
+    if (pthread_create (&threads[started], NULL, stopper_main, &st) != 0)
+      break;
+  if (started == 0)
+    stopper_main (&st);
+  /* Calls that still run after the grace period (a server that does not
+   * answer, retries with backoff) are cut short. */
+  double deadline = now_s () + STOP_GRACE_S;
+  while (__atomic_load_n (&st.done, __ATOMIC_RELAXED) < f->n && now_s () < deadline)
+    {
+      struct timespec ts = { .tv_sec = 0, .tv_nsec = 20000000L };
+      nanosleep (&ts, NULL);
+    }
+  if (__atomic_load_n (&st.done, __ATOMIC_RELAXED) < f->n)
+    for (size_t i = 0; i < f->n; i++)
+      if (f->nodes[i].kube)
+        nrm_kube_cancel (f->nodes[i].kube);
+  for (size_t i = 0; i < started; i++)
+    pthread_join (threads[i], NULL);
+}
+
 static void
 fleet_stop (struct fleet *f)
 {
-  /* Calls in flight end at once, then every thread is told to stop. */
-  for (size_t i = 0; i < f->n; i++)
-    if (f->nodes[i].kube)
-      nrm_kube_cancel (f->nodes[i].kube);
+  stop_publishers (f);
   for (size_t i = 0; i < f->n; i++)
     {
       struct node *nd = &f->nodes[i];
+      /* Nothing of this process writes any more: another may take over. */
       for (size_t j = 0; j < nd->n; j++)
         {
-          nrm_publisher_stop (nd->pubs[j].p);
           nrm_handover_release (nd->pubs[j].h);
           free (nd->pubs[j].label);
         }
@@ -362,6 +415,11 @@ raise_nofile (size_t pubs, size_t nodes, nrm_error_t *err)
     return nrm_error_errno (err, errno, "getrlimit");
   if (rl.rlim_cur < need)
     {
+      /* Above the hard limit only as root (up to fs.nr_open): tried, and
+       * the soft limit raised as far as the hard one allows otherwise. */
+      struct rlimit up = { .rlim_cur = need, .rlim_max = need };
+      if (rl.rlim_max != RLIM_INFINITY && rl.rlim_max < need && setrlimit (RLIMIT_NOFILE, &up) == 0)
+        rl = up;
       rl.rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max > need ? need : rl.rlim_max;
       if (setrlimit (RLIMIT_NOFILE, &rl) < 0)
         return nrm_error_errno (err, errno, "setrlimit RLIMIT_NOFILE");
