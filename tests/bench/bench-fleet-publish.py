@@ -105,6 +105,10 @@ def main(argv=None):
         t_pl = time.monotonic() - t
         time.sleep(2)
         pids = [p.proc.pid for p in plugins]
+        c0, a0 = sum(cpu_s(pid) for pid in pids), cpu_s(api)
+        time.sleep(args.idle)
+        plugin_cpu = (sum(cpu_s(pid) for pid in pids) - c0) / args.idle / len(pids)
+        api_cpu = (cpu_s(api) - a0) / args.idle
         rss = [fleetnodes.proc_kib(pid) for pid in pids]
         priv = [fleetnodes.proc_kib(pid, "Private") for pid in pids]
         thr = [fleetnodes.proc_kib(pid, "Threads") for pid in pids]
@@ -112,8 +116,9 @@ def main(argv=None):
         plugin_shared = sum(rss) / len(rss) - plugin_kib
         plugin_threads = max(thr)
         print("  nrm plugin x%d (cpu, memory drivers, the API; every driver published in %.1f s): RSS %s KiB, "
-              "private %s KiB (what one more costs), threads %s"
-              % (len(plugins), t_pl, "/".join(map(str, rss)), "/".join(map(str, priv)), "/".join(map(str, thr))))
+              "private %s KiB (what one more costs), threads %s; at rest %.4f CPU s/s each (kube-apiserver %.3f s/s)"
+              % (len(plugins), t_pl, "/".join(map(str, rss)), "/".join(map(str, priv)), "/".join(map(str, thr)),
+                 plugin_cpu, api_cpu))
         rcs = fleetnodes.stop_plugins(plugins)
         results.append(("nrm plugin stops cleanly", all(rc == 0 for rc in rcs), "exit %s" % rcs))
 
@@ -183,16 +188,21 @@ def main(argv=None):
     if plugin_kib:
         by_mem = (avail - plugin_shared) / (plugin_kib + cp_node)
         print("  estimate: nrm plugin processes: %d by memory (%d MiB available now, %.0f KiB each and %.0f KiB of "
-              "control plane), %d by threads (%d each; every thread takes a pid of kernel.pid_max %d)"
-              % (by_mem, avail >> 10, plugin_kib, cp_node, pid_max / plugin_threads, plugin_threads, pid_max))
+              "control plane), %d by threads (%d each; every thread takes a pid of kernel.pid_max %d), %s by "
+              "CPU at rest (%.4f s/s each, of %d CPUs)"
+              % (by_mem, avail >> 10, plugin_kib, cp_node, pid_max / plugin_threads, plugin_threads, pid_max,
+                 "%d" % (os.cpu_count() / plugin_cpu) if plugin_cpu > 0 else "no limit seen", plugin_cpu,
+                 os.cpu_count()))
     fp_max = avail / (node_kib + cp_node)
     results.append(("fleet-publish: %d nodes fit in this machine's memory" % FLEET_GOAL, fp_max >= FLEET_GOAL,
                     "about %d" % fp_max))
+    # fleet-publish raises its hard limit as root, up to fs.nr_open.
+    if os.geteuid() == 0:
+        nofile = open("/proc/sys/fs/nr_open").read().strip()
     print("  estimate: fleet-publish nodes: %d by memory (%.0f KiB each and %.0f KiB of control plane), %d by "
-          "threads (one a publisher, two a node, of kernel.pid_max %d), %s by open files (8 a node; hard limit %s, "
-          "which fleet-publish raises as root up to fs.nr_open)"
+          "threads (one a publisher, two a node, of kernel.pid_max %d), %s by open files (8 a node, of %s)"
           % (fp_max, node_kib, cp_node, pid_max / 2, pid_max, int(nofile) // 8 if nofile.isdigit() else nofile,
-             nofile))
+             "fs.nr_open %s as root" % nofile if os.geteuid() == 0 else "the hard limit %s" % nofile))
     cluster.stop()
     failed = 0
     for what, ok, detail in results:
