@@ -415,8 +415,9 @@ raise_nofile (size_t pubs, size_t nodes, nrm_error_t *err)
     return nrm_error_errno (err, errno, "getrlimit");
   if (rl.rlim_cur < need)
     {
-      /* Above the hard limit only as root (up to fs.nr_open): tried, and
-       * the soft limit raised as far as the hard one allows otherwise. */
+      /* Above the hard limit only with CAP_SYS_RESOURCE (up to
+       * fs.nr_open): tried, and the soft limit raised as far as the hard
+       * one allows otherwise. More nodes: more processes, each a share. */
       struct rlimit up = { .rlim_cur = need, .rlim_max = need };
       if (rl.rlim_max != RLIM_INFINITY && rl.rlim_max < need && setrlimit (RLIMIT_NOFILE, &up) == 0)
         rl = up;

@@ -20,10 +20,12 @@ and count apart in the audit log. Then either
     cluster.install_nrm()
     fleet = fleetnodes.FleetNodes(cluster, work, 100)
     fleet.create()                      # Nodes, pods, tokens, slice files, manifest
-    secs = fleet.start(fleet_publish)   # until every publisher is synced
-    fleet.status()                      # {"synced": ..., "writes": ..., "rss_kib": ...}
-    fleet.restart(fleet_publish)        # a second process takes over, the first stops
+    secs = fleet.start(fleet_publish, state_dir=state)  # until every publisher is synced
+    fleet.status()                      # {"synced": ..., "writes": ..., "rss_kib": ..., "fds": ...}
+    fleet.restart(fleet_publish, state_dir=state)  # a second process takes over, the first stops
     fleet.stop()
+    fleet.start_sharded(fleet_publish, 4)           # the nodes split among 4 processes
+    fleet.stop_all()
     plugins = fleet.start_plugins(10)   # or: real nrm plugin processes
     fleetnodes.stop_plugins(plugins)
 """
@@ -31,11 +33,12 @@ and count apart in the audit log. Then either
 import csv
 import json
 import os
+import queue
 import re
-import select
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -157,13 +160,15 @@ class FleetNodes:
         took["slices"] = time.monotonic() - t
         return took
 
-    def write_manifest(self, count=None):
-        """fleet-publish's manifest, of the first count nodes (all by default)."""
-        count = self.n if count is None else count
-        with open(self.manifest, "w") as fh:
+    def write_manifest(self, count=None, first=0, path=None):
+        """fleet-publish's manifest of count nodes from the first-th (all by
+        default), at path (self.manifest by default)."""
+        count = self.n - first if count is None else count
+        path = path or self.manifest
+        with open(path, "w") as fh:
             json.dump({"nodes": [{"name": self.names[i], "kubeconfig": self.kubeconfigs[i],
-                                  "slices": self.slice_files[i]} for i in range(count)]}, fh)
-        return self.manifest
+                                  "slices": self.slice_files[i]} for i in range(first, first + count)]}, fh)
+        return path
 
     def daemon_pods(self):
         """{node: the DaemonSet's pod on it} of this fleet's nodes, once bound."""
@@ -209,32 +214,53 @@ class FleetNodes:
 
     # -- fleet-publish ----------------------------------------------------
 
-    def start(self, program, *args, timeout=None, state_dir=None, instance_uid=None, log=None):
+    def start(self, program, *args, timeout=None, state_dir=None, instance_uid=None, log=None, manifest=None):
         """Starts fleet-publish on the manifest and waits for its "synced"
         line: its seconds to sync (as it measured them). With state_dir
         (and instance_uid), nrm's handover: a later start on the same
         state_dir takes every node over."""
+        proc = self.spawn(program, *args, state_dir=state_dir, instance_uid=instance_uid, log=log,
+                          manifest=manifest)
+        line = self.read_line(proc, "synced", timeout or 120 + self.n)
+        return line["after"]
+
+    def spawn(self, program, *args, state_dir=None, instance_uid=None, log=None, manifest=None):
         cmd = [program] + list(args)
         if state_dir:
             cmd += ["--state-dir", state_dir] + (["--instance-uid", instance_uid] if instance_uid else [])
         log = log or os.path.join(self.dir, "fleet-publish.%d.log" % len(self.procs))
-        proc = subprocess.Popen(cmd + [self.manifest], stdout=subprocess.PIPE, stderr=open(log, "a"), text=True)
+        proc = subprocess.Popen(cmd + [manifest or self.manifest], stdout=subprocess.PIPE, stderr=open(log, "a"),
+                                text=True)
         proc.log = log
+        # A thread reads its lines: select() on a buffered pipe misses lines already read into the buffer.
+        proc.lines = queue.Queue()
+        threading.Thread(target=lambda: [proc.lines.put(x) for x in iter(proc.stdout.readline, "")] + [
+            proc.lines.put(None)], daemon=True).start()
         self.procs.append(proc)
-        line = self.read_line(proc, "synced", timeout or 120 + self.n)
-        return line["after"]
+        return proc
+
+    def start_sharded(self, program, shards, *args, count=None, timeout=None):
+        """count nodes (all by default) published by shards fleet-publish
+        processes at once, each its share of the nodes (one process holds
+        about hard-limit-of-open-files / 8 nodes: 2,500 at 20,000). Returns
+        the seconds until the last one synced."""
+        count = self.n if count is None else count
+        procs = []
+        for k in range(shards):
+            lo, hi = count * k // shards, count * (k + 1) // shards
+            path = self.write_manifest(hi - lo, lo, os.path.join(self.dir, "manifest.%d.json" % k))
+            procs.append(self.spawn(program, *args, manifest=path))
+        return max(self.read_line(p, "synced", timeout or 120 + count)["after"] for p in procs)
 
     def read_line(self, proc, what, timeout):
         """The next "what: ..." line of proc's output, parsed."""
         end = time.monotonic() + timeout
         while time.monotonic() < end:
-            r, _, _ = select.select([proc.stdout], [], [], max(0.0, min(1.0, end - time.monotonic())))
-            if not r:
-                if proc.poll() is not None:
-                    break
+            try:
+                text = proc.lines.get(timeout=max(0.01, min(1.0, end - time.monotonic())))
+            except queue.Empty:
                 continue
-            text = proc.stdout.readline()
-            if not text:
+            if text is None:
                 break
             if text.startswith(what + ":"):
                 parsed = {k: float(v) for k, v in STATUS_RE.findall(text.split(" last_error ")[0])}
