@@ -30,6 +30,7 @@ and count apart in the audit log. Then either
     fleetnodes.stop_plugins(plugins)
 """
 
+import atexit
 import csv
 import json
 import os
@@ -125,6 +126,8 @@ class FleetNodes:
         self.procs = []  # fleet-publish processes, the newest last
         self.manifest = os.path.join(self.dir, "manifest.json")
         self.pods = {}
+        # A run that dies of an exception still stops its fleet-publish processes.
+        atexit.register(self.stop_all)
 
     def machine(self, i):
         return self.machines[i % len(self.machines)]
