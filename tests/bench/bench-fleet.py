@@ -35,10 +35,8 @@ Exits 77 where the upstream binaries cannot be built (tests/cluster/build.sh).
   bench-fleet.py NRM [--quick] [--nodes 100,1000] [--plugins P] [--rest S] [--runs R] [--json FILE] [--docs DIR]"""
 
 import argparse
-import glob
 import json
 import os
-import re
 import shutil
 import sys
 import tempfile
@@ -48,32 +46,21 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "cluster"))
 sys.path.insert(0, HERE)
 import clusterlib  # noqa: E402
-from clusterlib import NAMESPACE, Cluster, binaries, skip, wait_for  # noqa: E402
+from clusterlib import Cluster, binaries, skip, wait_for  # noqa: E402
 import fleetcost  # noqa: E402
+import fleetnodes  # noqa: E402
 import fleetplots  # noqa: E402
 import fleetplugins  # noqa: E402
 
-TOPOLOGIES = os.path.join(HERE, "..", "topologies")
-# Recorded machines of at least 16 CPUs, the large ones first (a fleet of 3 machines when N is small still has
-# the 192-, 256- and 384-CPU ones).
+# The large recorded machines first: a small fleet has them too.
 LARGE = ("192em64t-24n8c2t", "AMD-19h-Zen4-2xEpyc-9654", "256ppc-8n8s4t")
 
 
-def pus(topo):
-    with open(topo) as fh:
-        return len(re.findall(r'type="PU"', fh.read()))
-
-
 def machines():
-    """The recorded machines of a fleet, in the order nodes take them."""
-    all_ = sorted(glob.glob(os.path.join(TOPOLOGIES, "*.xml")))
-    big = [t for t in all_ if pus(t) >= 16]
-    first = [t for name in LARGE for t in big if os.path.basename(t) == name + ".xml"]
-    return first + [t for t in big if t not in first]
-
-
-def node(i):
-    return "node-%04d" % i
+    """The recorded machines of 16 CPUs or more (fleetnodes), the large ones first, in the order nodes take them."""
+    all_ = fleetnodes.machines()
+    first = [m for name in LARGE for m in all_ if m.name == name]
+    return first + [m for m in all_ if m not in first]
 
 
 def minmax(rows, mode):
@@ -86,75 +73,95 @@ def verdict(ok):
 
 
 class Fleet:
-    """The Nodes, the DaemonSet's pods on them, and their publishers."""
+    """The Nodes (fleetnodes: Ready, the DaemonSet's pod and a pod-bound token each) and their publishers: real
+    plugins for the first plugins_max, fleet-publish for the rest, a process per batch of nodes added."""
 
-    def __init__(self, cluster, work, plugins_max, mode="numa"):
-        self.cluster, self.work, self.plugins_max, self.mode = cluster, work, plugins_max, mode
+    def __init__(self, cluster, work, plugins_max, fleet_publish):
+        self.cluster, self.work, self.plugins_max, self.program = cluster, work, plugins_max, fleet_publish
         self.topos = machines()
-        self.nodes = []
+        self.real = None
+        self.sims = []  # FleetNodes batches, each published by its own fleet-publish
         self.plugins = []
+        self.expected = {}  # node: slices its publisher wants
 
-    def topo(self, i):
-        return self.topos[i % len(self.topos)]
+    def nodes(self):
+        return (self.real.names if self.real else []) + [n for b in self.sims for n in b.names]
 
-    def daemon_pods(self):
-        s, pods = self.cluster.api("GET", "/api/v1/namespaces/%s/pods?labelSelector=app.kubernetes.io%%2Fname%%3Dnrm"
-                                   % NAMESPACE)
-        return {p["spec"]["nodeName"]: p["metadata"]["name"] for p in (pods.get("items", []) if s == 200 else [])
-                if p["spec"].get("nodeName")
-                and any(o.get("kind") == "DaemonSet" for o in p["metadata"].get("ownerReferences", []))}
+    def want(self, batch):
+        for name, files in zip(batch.names, batch.slice_files):
+            self.expected[name] = sum(len(json.load(open(f))["items"]) for f in files)
 
     def grow(self, n):
-        """Nodes up to n, Ready, with their machine's CPUs; the DaemonSet's pods on them; returns seconds taken."""
-        t0 = time.monotonic()
-        new = [(node(i), pus(self.topo(i)), 1 << 40) for i in range(len(self.nodes), n)]
-        for k in range(0, len(new), 200):
-            self.cluster.create_nodes(new[k:k + 200])
-        self.nodes += [x[0] for x in new]
-        if not wait_for(lambda: len(self.daemon_pods()) >= n, 120 + n, 1.0):
-            raise SystemExit("bench-fleet: the DaemonSet controller made %d of %d pods" % (len(self.daemon_pods()), n))
-        return time.monotonic() - t0
-
-    def start_plugins(self, upto):
-        """Real plugins for the nodes without a publisher, up to index upto."""
-        pods = self.daemon_pods()
-        for i in range(len(self.plugins), min(upto, len(self.nodes))):
-            p = fleetplugins.Plugin(self.cluster, self.nodes[i], self.topo(i), self.mode, self.work)
-            os.makedirs(p.dir, exist_ok=True)
-            p.kubeconfig = self.cluster.nrm_kubeconfig(self.nodes[i], os.path.join(p.dir, "kubeconfig"),
-                                                       pod=pods[self.nodes[i]])
-            p.start()
-            self.plugins.append(p)
+        """Nodes up to n and their publishers started; returns ({step: seconds}, the new nodes)."""
+        have = len(self.nodes())
+        took, new = {}, []
+        if self.real is None:
+            self.real = fleetnodes.FleetNodes(self.cluster, self.work, min(n, self.plugins_max), self.topos,
+                                              prefix="node")
+            took = self.real.create()
+            self.want(self.real)
+            for i, name in enumerate(self.real.names):
+                pl = fleetplugins.Plugin(self.cluster, name, self.real.machine(i).path, "numa", self.work)
+                pl.kubeconfig = self.real.kubeconfigs[i]
+                pl.start()
+                self.plugins.append(pl)
+            new += self.real.names
+        if n > len(self.nodes()):
+            k = len(self.sims)
+            shift = len(self.nodes()) % len(self.topos)  # the machines go on in turn
+            batch = fleetnodes.FleetNodes(self.cluster, self.work, n - len(self.nodes()),
+                                          self.topos[shift:] + self.topos[:shift], prefix="sim%d" % k)
+            took = batch.create()
+            self.want(batch)
+            batch.state = os.path.join(self.work, "sim%d-state" % k)
+            t = time.monotonic()
+            took["fleet-publish synced"] = batch.start(self.program, state_dir=batch.state, instance_uid="gen1")
+            took["fleet-publish wall"] = time.monotonic() - t
+            self.sims.append(batch)
+            new += batch.names
+        assert len(self.nodes()) == max(n, have)
+        return took, new
 
     def check_alive(self):
         for p in self.plugins:
             if not p.alive():
                 raise SystemExit("bench-fleet: the plugin of %s exited:\n%s" % (p.node, p.log_tail()))
-
-    def expected_slices(self):
-        """{node: the slices its publisher wants}, from nrm slices per machine (the server does not compare)."""
-        if not hasattr(self, "_per_topo"):
-            self._per_topo = {}
-        out = {}
-        for i, n in enumerate(self.nodes[:len(self.plugins)]):
-            t = self.topo(i)
-            if t not in self._per_topo:
-                self._per_topo[t] = len(fleetcost.slices_of(clusterlib.NRM, t, self.mode, "cpu,memory",
-                                                            "1.%d" % self.cluster.minor))
-            out[n] = self._per_topo[t]
-        return out
+        for b in self.sims:
+            if any(p.poll() is not None for p in b.procs):
+                raise SystemExit("bench-fleet: a fleet-publish exited (log %s)" % b.procs[-1].log)
 
     def published(self):
-        """Every publisher's node holds its slices on the server."""
-        want = self.expected_slices()
+        """Every node holds the slices its publisher wants on the server."""
         have = {}
         for sl in self.cluster.slices():
             have[sl["spec"].get("nodeName")] = have.get(sl["spec"].get("nodeName"), 0) + 1
-        return all(have.get(n, 0) >= w for n, w in want.items())
+        return all(have.get(n, 0) >= w for n, w in self.expected.items())
+
+    def storm(self, spread_s=10.0):
+        """Every nrm restarted within spread_s: the plugins one by one, each fleet-publish (all its nodes at once)
+        halfway through."""
+        half = len(self.plugins) // 2
+        t0 = time.monotonic()
+        fleetplugins.restart_storm(self.plugins[:half], spread_s / 2)
+        for b in self.sims:
+            b.stop()
+            b.start(self.program, state_dir=b.state, instance_uid="gen%d" % time.monotonic_ns())
+        fleetplugins.restart_storm(self.plugins[half:], max(0.0, spread_s - (time.monotonic() - t0)))
+        return time.monotonic() - t0
+
+    def rolling(self, spread_s=10.0):
+        """The DaemonSet's rolling update: a new instance beside each, which takes over; the old one stopped."""
+        t0 = time.monotonic()
+        for b in self.sims:
+            b.restart(self.program, state_dir=b.state)
+        fleetplugins.rolling_update(self.plugins, max(0.0, spread_s - (time.monotonic() - t0)))
+        return time.monotonic() - t0
 
     def stop(self):
         for p in self.plugins:
             p.stop()
+        for b in self.sims:
+            b.stop_all()
 
 
 def phase(name, fleet, audit, mark, t0, nodes, drivers, results, goal_per_driver=None):
@@ -163,7 +170,7 @@ def phase(name, fleet, audit, mark, t0, nodes, drivers, results, goal_per_driver
     counts = fleetcost.per_node(events, nodes)
     t_quiet = fleetcost.last_request(events, set(nodes))
     tab = fleetcost.table(counts, ("all", "list", "watch", "get", "write") + tuple(drivers))
-    print("  %-8s per node, median/max: %s" % (name, "  ".join("%s %g/%g" % (k, v[0], v[1]) for k, v in tab.items())))
+    print("  %-14s per node, median/max: %s" % (name, "  ".join("%s %g/%g" % (k, v[0], v[1]) for k, v in tab.items())))
     out = {"counts": tab, "quiet_s": (t_quiet - t0) if t_quiet else 0.0}
     if goal_per_driver is not None:
         worst = fleetcost.per_driver_max(counts, drivers)
@@ -180,6 +187,7 @@ def main(argv=None):
     p.add_argument("--plugins", type=int, default=100, help="real nrm plugin processes at most (default 100)")
     p.add_argument("--rest", type=float, default=600.0, help="seconds at rest at the largest size (default 600)")
     p.add_argument("--quick", action="store_true", help="100 nodes, 60 s at rest, one run (make bench)")
+    p.add_argument("--fleet-publish", help="tests/bench/fleet-publish (default: beside NRM's build folder)")
     p.add_argument("--json", help="write every figure here")
     p.add_argument("--docs", help="write docs/scale.md's plots and tables into this folder")
     args = p.parse_args(argv)
@@ -187,6 +195,10 @@ def main(argv=None):
         args.nodes, args.rest = "100", min(args.rest, 60.0)
     sizes = [int(x) for x in args.nodes.split(",")]
     clusterlib.NRM = os.path.abspath(args.nrm)
+    args.fleet_publish = os.path.abspath(args.fleet_publish or os.path.join(
+        os.path.dirname(clusterlib.NRM), "..", "tests", "bench", "fleet-publish"))
+    if max(sizes) > args.plugins and not os.access(args.fleet_publish, os.X_OK):
+        skip("bench-fleet: no fleet-publish at %s (make tests/bench/fleet-publish)" % args.fleet_publish)
     if not os.access(clusterlib.NRM, os.X_OK):
         skip("bench-fleet: no nrm program at %s" % args.nrm)
     t_bench = time.monotonic()
@@ -196,7 +208,7 @@ def main(argv=None):
     fleet = cluster = None
     drivers = ("cpu.nrm.io", "memory.nrm.io")
     try:
-        topos = machines()
+        topos = [m.path for m in machines()]
         figures["shapes"] = fleetcost.shapes(clusterlib.NRM, topos, "1.36")
         big = [r for r in figures["shapes"] if r["machine"] in LARGE or r["pci"] is False]
         print("bench-fleet: nrm's slices per node for %d recorded machines of 16 CPUs or more (nrm slices): "
@@ -204,56 +216,59 @@ def main(argv=None):
               % (len(topos), *minmax(big, "numa"), *minmax(big, "partitioned")))
         cluster = Cluster(work, "fleet", bindir)
         cluster.install_nrm()
-        fleet = Fleet(cluster, work, args.plugins)
+        fleet = Fleet(cluster, work, args.plugins, args.fleet_publish)
         audit = fleetcost.Audit(cluster)
         for n in sizes:
             fig = figures["sizes"][n] = {}
-            grown = fleet.grow(n)
-            print("bench-fleet: %d nodes (%s..%s) Ready with the DaemonSet's pods in %.1f s; %s %s, %d CPUs here"
-                  % (n, fleet.nodes[0], fleet.nodes[-1], grown, "kube-apiserver", cluster.version, os.cpu_count()))
-            # -- start
+            # -- start: only nrm's own tokens count per node, so the test's set-up (Nodes, tokens) does not
             m0, before = audit.mark(), fleetcost.Metrics(cluster)
             t0 = time.time()
-            fleet.start_plugins(min(n, args.plugins))
+            took, new = fleet.grow(n)
             if not wait_for(lambda: fleet.check_alive() is None and fleet.published(), 120 + 2 * n, 1.0):
                 raise SystemExit("bench-fleet: the fleet did not publish")
-            fresh = [x.node for x in fleet.plugins if x.node in fleet.nodes[len(fleet.nodes) - n:]]
-            t_q = fleetcost.quiet(audit, fresh, m0, t0)
+            t_q = fleetcost.quiet(audit, new, m0, t0)
             after = fleetcost.Metrics(cluster)
-            fig["start"] = phase("start", fleet, audit, m0, t0, fresh, drivers, results)
+            nodes = fleet.nodes()
+            print("bench-fleet: %d nodes (%d real nrm plugin processes, %d published by fleet-publish), %s; "
+                  "kube-apiserver %s, %d CPUs here"
+                  % (n, len(fleet.plugins), n - len(fleet.plugins),
+                     ", ".join("%s %.1f s" % kv for kv in took.items()), cluster.version, os.cpu_count()))
+            fig["start"] = phase("start", fleet, audit, m0, t0, new, drivers, results)
             fig["start"]["server"] = fleetcost.api_delta(before, after)
             fig["start"]["stored"] = fleetcost.stored(cluster, after)
+            fig["start"]["took"] = took
             print("           quiet %.1f s after the start; the server: %s; holds %s"
-                  % (t_q or -1, fig["start"]["server"], fig["start"]["stored"]))
+                  % (t_q if t_q is not None else -1, fig["start"]["server"], fig["start"]["stored"]))
             # -- rest
             rest = args.rest if n == sizes[-1] else min(args.rest, 60.0)
             m1, before = audit.mark(), fleetcost.Metrics(cluster)
             time.sleep(rest)
             fleet.check_alive()
             events = audit.since(m1)
-            nodes_all = [x.node for x in fleet.plugins]
-            counts = fleetcost.per_node(events, nodes_all)
+            counts = fleetcost.per_node(events, nodes)
             writes = sum(c["write"] for c in counts.values())
-            per_h = writes * 3600.0 / rest / max(1, len(nodes_all))
+            per_h = writes * 3600.0 / rest / max(1, len(nodes))
             fig["rest"] = {"seconds": rest, "writes": writes, "writes_per_node_hour": per_h,
                            "counts": fleetcost.table(counts, ("all", "list", "watch", "get", "write")),
                            "server": fleetcost.api_delta(before, fleetcost.Metrics(cluster))}
             print("  %-8s %.0f s: %d writes by %d nodes (%.2f per node and hour, extrapolated); per node "
-                  "median/max %s" % ("rest", rest, writes, len(nodes_all), per_h, fig["rest"]["counts"]))
+                  "median/max %s" % ("rest", rest, writes, len(nodes), per_h, fig["rest"]["counts"]))
             results.append(("rest at %d nodes: 0 writes while nothing changes" % n, writes == 0,
                             "%d writes in %.0f s" % (writes, rest)))
             # -- restart storm
             m2, t2 = audit.mark(), time.time()
-            fleetplugins.restart_storm(fleet.plugins, 10.0)
+            spent = fleet.storm(10.0)
             wait_for(lambda: fleet.check_alive() is None, 30, 1.0)
-            fleetcost.quiet(audit, nodes_all, m2, t2)
-            fig["storm"] = phase("storm", fleet, audit, m2, t2, nodes_all, drivers, results, 3)
+            fleetcost.quiet(audit, nodes, m2, t2, timeout=300 + n)
+            fig["storm"] = phase("storm at %d" % n, fleet, audit, m2, t2, nodes, drivers, results, 3)
+            fig["storm"]["restarts_s"] = spent
             # -- rolling update
             m3, t3 = audit.mark(), time.time()
-            fleetplugins.rolling_update(fleet.plugins, 10.0)
+            spent = fleet.rolling(10.0)
             fleet.check_alive()
-            fleetcost.quiet(audit, nodes_all, m3, t3)
-            fig["rolling"] = phase("rolling", fleet, audit, m3, t3, nodes_all, drivers, results, 3)
+            fleetcost.quiet(audit, nodes, m3, t3, timeout=300 + n)
+            fig["rolling"] = phase("rolling at %d" % n, fleet, audit, m3, t3, nodes, drivers, results, 3)
+            fig["rolling"]["restarts_s"] = spent
         print("goals:")
         for what, ok, f in results:
             print("  %-56s %-8s (%s)" % (what, verdict(ok), f))
