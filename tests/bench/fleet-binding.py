@@ -658,11 +658,14 @@ def phase(events, node_set, cpu0, cpu1, reads0, reads1, met0, met1, own_events, 
     # beyond that went to the labelled watches, the binders' (bookmarks blur it a little).
     ev, by = met1[0] - met0[0], met1[1] - met0[1]
     f["claim_watch_events_sent"] = ev
+    f["claim_watch_bytes_by_full_watchers"] = full_watchers[1] * own_bytes
     f["claim_watch_bytes_sent"] = by
     f["one_full_watcher_events"] = own_events
     f["full_watchers"] = full_watchers[0]
     f["binders_events_derived"] = ev - full_watchers[0] * own_events
-    f["binders_bytes_derived"] = by - full_watchers[1] * own_bytes
+    # Bytes cannot be split as well (the metadata-only watchers send less per event, by how much depends on
+    # the object): the binders' events at the mean size of an event of a whole watcher, an estimate.
+    f["binders_bytes_derived"] = f["binders_events_derived"] * own_bytes / max(1, own_events)
     # Each plugin's bytes received from the server over the phase: a connection opened in it counts from 0,
     # one closed in it is lost (its watches are long-lived).
     got = {}
@@ -761,7 +764,7 @@ def report(o):
                                   p["binders_max"], p["binders_with_requests"]))
         print("    nrm writes: %s" % (p["write_kinds"] or "none"))
         print("    ResourceClaim watch events sent %.0f (%s); one watcher of all claims got %d; %.1f such watchers; "
-              "binders' share %.0f events, %s"
+              "binders' share %.0f events, about %s"
               % (p["claim_watch_events_sent"], human(p["claim_watch_bytes_sent"]), p["one_full_watcher_events"],
                  p["full_watchers"], p["binders_events_derived"],
                  human(p["binders_bytes_derived"]) if p["binders_bytes_derived"] is not None else "-"))
