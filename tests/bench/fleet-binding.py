@@ -327,9 +327,11 @@ def write_kinds(writes):
     return out
 
 
-def run(cluster=None, nodes=200, claims=2000, binding_fraction=0.06, timeout=None, work=None, log=print):
+def run(cluster=None, nodes=200, claims=2000, binding_fraction=0.06, rest_s=20.0, timeout=None, work=None,
+        log=None):
     """Runs the bench on cluster (a clusterlib.Cluster with nrm.yaml applied), or on a control plane of its own
     when None (stopped at the end). Returns a dict of figures; "goals" lists (what, met, figure)."""
+    log = log or (lambda text: print(text, flush=True))
     own = cluster is None
     work = work or tempfile.mkdtemp(prefix="nrm-fb-")
     plugins, ctl, cw = [], None, None
@@ -453,6 +455,36 @@ def run(cluster=None, nodes=200, claims=2000, binding_fraction=0.06, timeout=Non
         def reads():
             return socket_bytes(cluster.port)
 
+        def begin():
+            """What a phase's figures start from."""
+            return {"cpu": cpu(), "reads": reads(), "met": watch_metrics(cluster), "ev": cw.events,
+                    "bm": cw.bookmarks, "by": cw.bytes, "wall": time.time(),
+                    "logs": [len(p.text()) for p in plugins]}
+
+        def end(b):
+            """A phase's figures, from begin()'s b to now."""
+            wall1 = time.time()
+            audit.poll()
+            f = phase(audit.between(b["wall"], wall1), node_set, b["cpu"], cpu(), b["reads"], reads(), b["met"],
+                      watch_metrics(cluster), (cw.events - b["ev"], cw.bookmarks - b["bm"]), cw.bytes - b["by"],
+                      (full_watchers + 1, full_bytes + 1), bind_nodes, {p.node: p.proc.pid for p in plugins})
+            f["wall_s"] = wall1 - b["wall"]
+            # Why a binder listed again (its informer's lines, docs/kubernetes-api.md#the-informer).
+            why = {}
+            for p, at in zip(plugins, b["logs"]):
+                for line in p.text()[at:].splitlines():
+                    if "ResourceClaims of this node" in line and ("listing again" in line or "again in" in line):
+                        k = re.sub(r".*ResourceClaims of this node( watch)?: ", "", line)
+                        k = re.sub(r"\d+", "N", k)[:100]
+                        why[k] = why.get(k, 0) + 1
+            f["binder_relists_why"] = why
+            return f
+
+        # -- rest: the fleet and the controller with no claim coming, for the cost of being there
+        b = begin()
+        time.sleep(rest_s)
+        out["rest"] = end(b)
+
         # -- create: every pod, its claim from the template, allocated and bound
         want = [(BIND_NS, "b-%05d" % i, True) for i in range(n_bind)]
         want += [(PLAIN_NS[i % len(PLAIN_NS)], "p-%05d" % i, False) for i in range(claims - n_bind)]
@@ -460,9 +492,8 @@ def run(cluster=None, nodes=200, claims=2000, binding_fraction=0.06, timeout=Non
         want.sort(key=lambda w: (int(w[1][2:]) / (n_bind if w[2] else max(1, claims - n_bind)), w[2]))
         created, errors, lock = {}, [], threading.Lock()
         todo = list(want)
-        cpu0, reads0, met0, cw0 = cpu(), reads(), watch_metrics(cluster), cw.events
-        cwb0 = cw.bytes
-        wall0 = time.time()
+        b = begin()
+        wall0 = b["wall"]
         t0 = time.monotonic()
 
         def creator():
@@ -508,13 +539,7 @@ def run(cluster=None, nodes=200, claims=2000, binding_fraction=0.06, timeout=Non
             out["%s_bound_s" % v] = {"n": len(lat[k]), "p50": pct(lat[k], 50), "p99": pct(lat[k], 99),
                                      "max": max(lat[k]) if lat[k] else None}
         time.sleep(3)  # quiet after the last binding: late writes, the audit batch, the watch counters
-        wall1 = time.time()
-        audit.poll()
-        cpu1, reads1, met1 = cpu(), reads(), watch_metrics(cluster)
-        out["create"] = phase(audit.between(wall0, wall1), node_set, cpu0, cpu1, reads0, reads1, met0, met1,
-                              cw.events - cw0, cw.bytes - cwb0, (full_watchers + 1, full_bytes + 1), bind_nodes,
-                              {p.node: p.proc.pid for p in plugins})
-        out["create"]["wall_s"] = wall1 - wall0
+        out["create"] = end(b)
         rss = [rss_kib(p.proc.pid) for p in plugins]
         out["plugin_rss_kib"] = {"mean": statistics.mean(rss), "max": max(rss), "sum": sum(rss)}
         out["controller_rss_kib"] = rss_kib(ctl.pid)
@@ -544,8 +569,7 @@ def run(cluster=None, nodes=200, claims=2000, binding_fraction=0.06, timeout=Non
         out["plain_claims_labelled"] = sum(1 for c in plain if (c["metadata"].get("labels") or {}).get("nrm.io/node"))
 
         # -- delete: the pods (twice, gracePeriodSeconds=0), then the claims go with them
-        cpu0, reads0, met0, cw0, cwb0 = cpu(), reads(), watch_metrics(cluster), cw.events, cw.bytes
-        wall0 = time.time()
+        b = begin()
         t0 = time.monotonic()
         conn = Conn(cluster)
         for _ in range(2):
@@ -565,13 +589,7 @@ def run(cluster=None, nodes=200, claims=2000, binding_fraction=0.06, timeout=Non
         out["deleted"] = wait_for(gone, timeout, 1.0)
         out["delete_s"] = time.monotonic() - t0
         time.sleep(3)
-        wall1 = time.time()
-        audit.poll()
-        cpu1, reads1, met1 = cpu(), reads(), watch_metrics(cluster)
-        out["delete"] = phase(audit.between(wall0, wall1), node_set, cpu0, cpu1, reads0, reads1, met0, met1,
-                              cw.events - cw0, cw.bytes - cwb0, (full_watchers + 1, full_bytes + 1), bind_nodes,
-                              {p.node: p.proc.pid for p in plugins})
-        out["delete"]["wall_s"] = wall1 - wall0
+        out["delete"] = end(b)
 
         # Writes per claim, by kind (the create phase).
         w = out["create"]["writes"]
@@ -654,15 +672,17 @@ def phase(events, node_set, cpu0, cpu1, reads0, reads1, met0, met1, own_events, 
          "binders_with_requests": len(per_node),
          "writes": r["writes"], "write_kinds": write_kinds(r["writes"]),
          "cpu_s": {k: cpu1[k] - cpu0[k] for k in cpu0}}
-    # Every watcher of all claims got the events this bench's own watch got; what the server sent
-    # beyond that went to the labelled watches, the binders' (bookmarks blur it a little).
+    # Every watcher of all claims got the events this bench's own watch got, and every watch about as many
+    # bookmarks (the server counts them as events); what the server sent beyond that went to the labelled
+    # watches, the binders'. The bookmarks make it an estimate, within about one per binder.
     ev, by = met1[0] - met0[0], met1[1] - met0[1]
+    own_events, own_bm = own_events
     f["claim_watch_events_sent"] = ev
-    f["claim_watch_bytes_by_full_watchers"] = full_watchers[1] * own_bytes
     f["claim_watch_bytes_sent"] = by
     f["one_full_watcher_events"] = own_events
+    f["bookmarks_per_watch"] = own_bm
     f["full_watchers"] = full_watchers[0]
-    f["binders_events_derived"] = ev - full_watchers[0] * own_events
+    f["binders_events_derived"] = ev - full_watchers[0] * (own_events + own_bm) - len(plugin_pids) * own_bm
     # Bytes cannot be split as well (the metadata-only watchers send less per event, by how much depends on
     # the object): the binders' events at the mean size of an event of a whole watcher, an estimate.
     f["binders_bytes_derived"] = f["binders_events_derived"] * own_bytes / max(1, own_events)
@@ -679,9 +699,14 @@ def phase(events, node_set, cpu0, cpu1, reads0, reads1, met0, met1, own_events, 
 
 
 def goals(o):
-    c, d = o["create"], o["delete"]
+    c, d, r = o["create"], o["delete"], o["rest"]
     wb = o["writes_per_binding_claim"]
     g = []
+    rw = {k: v for k, v in r["write_kinds"].items() if k != "controller update leases"}
+    rl = r["binders_total"].get("list", 0) + r["controller"].get("list", 0)
+    g.append(("at rest (%.0f s): no nrm writes but the Lease, no lists" % r["wall_s"], not rw and not rl,
+              "%s; %d lists; plugins' CPU %.2f s in all" % (", ".join("%s %d" % kv for kv in rw.items()) or
+                                                            "no writes", rl, r["cpu_s"]["nrm-plugins"])))
     g.append(("every pod bound", o["all_bound"], "%d of %d in %.1f s" % (o["bound"], o["claims"], o["bind_all_s"])))
     g.append(("every binding claim labelled and True", o["binding_claims_labelled"] == o["binding_claims"]
               and o["binding_claims_ready"] == o["binding_claims"],
@@ -697,10 +722,10 @@ def goals(o):
               % (wb["claims_with_one_of_each"], o["binding_claims"], wb["label_patches"], wb["status_writes"],
                  wb["mean"], wb["max"])))
     # The controller renews its Lease every 2 s (client-go's default retry period), claims or not.
-    leases = {name: o[name]["write_kinds"].get("controller update leases", 0) for name in ("create", "delete")}
+    leases = {name: o[name]["write_kinds"].get("controller update leases", 0) for name in ("rest", "create", "delete")}
     g.append(("nrm controller: its Lease renewed every 2 s, nothing more", all(
-        leases[k] <= o[k]["wall_s"] / 2 + 1 for k in leases), "%d renewals in %.0f s, %d in %.0f s" % (
-        leases["create"], c["wall_s"], leases["delete"], d["wall_s"])))
+        leases[k] <= o[k]["wall_s"] / 2 + 1 for k in leases), "; ".join(
+        "%s %d renewals in %.0f s" % (k, v, o[k]["wall_s"]) for k, v in leases.items())))
     # A raised pool shrinks the memory device's capacity: the node's memory slice is published again,
     # at most once per binding claim (the refresher coalesces).
     slices = c["write_kinds"].get("binder update resourceslices", 0)
@@ -728,12 +753,15 @@ def goals(o):
     # What a binder should get: the events of its own labelled claims only. Created: ADDED (the label),
     # MODIFIED (its condition); deleted: MODIFIED (reservedFor emptied), MODIFIED (deletionTimestamp),
     # DELETED; and a bookmark a minute on each watch.
-    for name, per in (("create", 2), ("delete", 3)):
+    # The events of a claim that a binder gets: created, ADDED (the label) and MODIFIED (its condition);
+    # deleted, what every watcher of the claim gets (this bench's own watch: events per claim deleted).
+    per_delete = int(math.ceil(d["one_full_watcher_events"] / float(max(1, o["claims"]))))
+    for name, per in (("create", 2), ("delete", per_delete)):
         p = o[name]
-        bound_ = per * o["binding_claims"] + o["nodes"] * (p["wall_s"] / 60.0 + 1)
-        g.append(("%s: binders' watch events only for their claims (<= %d per binding claim + bookmarks)"
-                  % (name, per), p["binders_events_derived"] <= bound_,
-                  "%.0f events (%s) derived, bound %.0f" % (p["binders_events_derived"], human(
+        bound_ = per * o["binding_claims"] + o["nodes"]
+        g.append(("%s: binders' watch events, their own claims' only (%d each; +1 a binder for the bookmarks' "
+                  "estimate)" % (name, per), p["binders_events_derived"] <= bound_,
+                  "%.0f events (about %s) derived, bound %.0f" % (p["binders_events_derived"], human(
                       p["binders_bytes_derived"] or 0), bound_)))
     return g
 
@@ -757,12 +785,14 @@ def report(o):
     print("  the binding claims' way (audit log): " + "; ".join(
         "%s p50 %.2f s, p99 %.2f s" % (k.replace("_", " "), v["p50"], v["p99"])
         for k, v in o["binding_path_s"].items() if v["n"]))
-    for name in ("create", "delete"):
+    for name in ("rest", "create", "delete"):
         p = o[name]
         print("  %s (%.1f s): %d requests in all; nrm controller %s; binders %s in all (max per node %s, %d nodes "
               "with requests)" % (name, p["wall_s"], p["requests_all"], p["controller"], p["binders_total"],
                                   p["binders_max"], p["binders_with_requests"]))
         print("    nrm writes: %s" % (p["write_kinds"] or "none"))
+        if p["binder_relists_why"]:
+            print("    binders listing again, why (their logs): %s" % p["binder_relists_why"])
         print("    ResourceClaim watch events sent %.0f (%s); one watcher of all claims got %d; %.1f such watchers; "
               "binders' share %.0f events, about %s"
               % (p["claim_watch_events_sent"], human(p["claim_watch_bytes_sent"]), p["one_full_watcher_events"],
@@ -802,7 +832,7 @@ def main(argv=None):
     print("(%.0f s in all)" % o["total_s"])
     if args.json:
         o2 = dict(o)
-        for k in ("create", "delete"):
+        for k in ("rest", "create", "delete"):
             o2[k] = {x: y for x, y in o[k].items() if x != "writes"}
         print(json.dumps(o2, default=str))
     return 0 if all(ok for _, ok, _ in o["goals"]) else 1
