@@ -78,6 +78,7 @@ BIND_NS = "fb-bind"
 PLAIN_NS = ["fb-plain-%d" % i for i in range(4)]
 WRITES = ("create", "update", "patch", "delete", "deletecollection")
 CREATORS = 4  # threads creating the pods, one connection each
+EMPTY_WATCHES = 10
 PAGES_MI = 16  # each binding claim's huge pages
 ON_DEMAND_MI = 512  # per NUMA node of a binding node: room for 32 claims each
 
@@ -199,15 +200,17 @@ class AuditTail:
 
 class ClaimWatch:
     """One cluster-wide ResourceClaim watch of the admin, counted: the events one watcher of every claim
-    receives, which the API server's own counters (all watchers together) are divided by."""
+    receives, which the API server's own counters (all watchers together) are divided by. With a selector
+    that matches no claim: the bookmarks alone that a binder's watch gets."""
 
-    def __init__(self, cluster):
+    def __init__(self, cluster, selector=None):
         self.cluster, self.events, self.bytes, self.bookmarks = cluster, 0, 0, 0
         self.stop_ = False
         s, lst = cluster.api("GET", "/apis/resource.k8s.io/v1/resourceclaims?limit=1")
         self.conn = http.client.HTTPSConnection("127.0.0.1", cluster.port, context=cluster.ssl, timeout=None)
         self.conn.request("GET", "/apis/resource.k8s.io/v1/resourceclaims?watch=1&allowWatchBookmarks=true&"
-                          "timeoutSeconds=3600&resourceVersion=" + lst["metadata"]["resourceVersion"])
+                          "timeoutSeconds=3600&resourceVersion=" + lst["metadata"]["resourceVersion"]
+                          + ("&labelSelector=" + urllib.parse.quote(selector) if selector else ""))
         self.resp = self.conn.getresponse()
         self.thread = threading.Thread(target=self.read, daemon=True)
         self.thread.start()
@@ -334,7 +337,7 @@ def run(cluster=None, nodes=200, claims=2000, binding_fraction=0.06, rest_s=20.0
     log = log or (lambda text: print(text, flush=True))
     own = cluster is None
     work = work or tempfile.mkdtemp(prefix="nrm-fb-")
-    plugins, ctl, cw = [], None, None
+    plugins, ctl, cw, empty = [], None, None, []
     n_bind_nodes = max(1, int(round(nodes * binding_fraction))) if binding_fraction > 0 else 0
     n_bind = int(round(claims * binding_fraction))
     timeout = timeout or 300 + claims * 0.5
@@ -379,6 +382,9 @@ def run(cluster=None, nodes=200, claims=2000, binding_fraction=0.06, rest_s=20.0
         # Calibration: how many watchers of every claim the control plane has (the scheduler, the
         # controller-manager's informers, this bench's own watch), from one claim made and deleted.
         cw = ClaimWatch(cluster)
+        # The server sends each watch a bookmark about once a minute, its own moment: the mean of several
+        # watches that see no claim stands for a binder's bookmarks.
+        empty = [ClaimWatch(cluster, "nrm.io/node=fb-none-%d" % i) for i in range(EMPTY_WATCHES)]
         time.sleep(1)
         m0 = watch_metrics(cluster)
         e0, b0 = cw.events, cw.bytes
@@ -458,7 +464,7 @@ def run(cluster=None, nodes=200, claims=2000, binding_fraction=0.06, rest_s=20.0
         def begin():
             """What a phase's figures start from."""
             return {"cpu": cpu(), "reads": reads(), "met": watch_metrics(cluster), "ev": cw.events,
-                    "bm": cw.bookmarks, "by": cw.bytes, "wall": time.time(),
+                    "bm": cw.bookmarks, "by": cw.bytes, "wall": time.time(), "ebm": [w.bookmarks for w in empty],
                     "logs": [len(p.text()) for p in plugins]}
 
         def end(b):
@@ -466,7 +472,8 @@ def run(cluster=None, nodes=200, claims=2000, binding_fraction=0.06, rest_s=20.0
             wall1 = time.time()
             audit.poll()
             f = phase(audit.between(b["wall"], wall1), node_set, b["cpu"], cpu(), b["reads"], reads(), b["met"],
-                      watch_metrics(cluster), (cw.events - b["ev"], cw.bookmarks - b["bm"]), cw.bytes - b["by"],
+                      watch_metrics(cluster), (cw.events - b["ev"], cw.bookmarks - b["bm"],
+                                               [w.bookmarks - x for w, x in zip(empty, b["ebm"])]), cw.bytes - b["by"],
                       (full_watchers + 1, full_bytes + 1), bind_nodes, {p.node: p.proc.pid for p in plugins})
             f["wall_s"] = wall1 - b["wall"]
             # Why a binder listed again (its informer's lines, docs/kubernetes-api.md#the-informer).
@@ -608,12 +615,21 @@ def run(cluster=None, nodes=200, claims=2000, binding_fraction=0.06, rest_s=20.0
                                            "claims_with_one_of_each": sum(1 for a, b in zip(labels, status)
                                                                           if a == 1 and b == 1)}
         out["writes_per_plain_claim"] = plain_w / max(1, claims - n_bind)
+        # A binding claim written more than twice: its writes and what the binder said of it.
+        out["binding_claims_written_more"] = {}
+        for (ns, name), v in per.items():
+            if ns == BIND_NS and len(v) != 2:
+                said = [line for p in plugins for line in p.text().splitlines() if name in line]
+                out["binding_claims_written_more"][name] = {
+                    "writes": ["%.3f %s %s %s%s %s" % (e["t"] - v[0]["t"], e["user"].rsplit(":", 1)[-1], e["verb"],
+                                                       e["resource"], "/" + e["sub"] if e["sub"] else "", e["code"])
+                               for e in v], "binder": said[-12:]}
         out["binding_path_s"] = binding_path(audit.events, created, bound)
         out["goals"] = goals(out)
         return out
     finally:
-        if cw:
-            cw.close()
+        for w in ([cw] if cw else []) + empty:
+            w.close()
         if ctl and ctl.poll() is None:
             ctl.terminate()
             try:
@@ -676,13 +692,15 @@ def phase(events, node_set, cpu0, cpu1, reads0, reads1, met0, met1, own_events, 
     # bookmarks (the server counts them as events); what the server sent beyond that went to the labelled
     # watches, the binders'. The bookmarks make it an estimate, within about one per binder.
     ev, by = met1[0] - met0[0], met1[1] - met0[1]
-    own_events, own_bm = own_events
+    own_events, own_bm, empty_bm = own_events
+    bm = statistics.mean(empty_bm)
     f["claim_watch_events_sent"] = ev
     f["claim_watch_bytes_sent"] = by
     f["one_full_watcher_events"] = own_events
-    f["bookmarks_per_watch"] = own_bm
+    f["bookmarks_per_watch"] = bm
     f["full_watchers"] = full_watchers[0]
-    f["binders_events_derived"] = ev - full_watchers[0] * (own_events + own_bm) - len(plugin_pids) * own_bm
+    f["binders_events_derived"] = ev - full_watchers[0] * (own_events + own_bm) - sum(empty_bm) \
+        - len(plugin_pids) * bm
     # Bytes cannot be split as well (the metadata-only watchers send less per event, by how much depends on
     # the object): the binders' events at the mean size of an event of a whole watcher, an estimate.
     f["binders_bytes_derived"] = f["binders_events_derived"] * own_bytes / max(1, own_events)
@@ -794,9 +812,9 @@ def report(o):
         if p["binder_relists_why"]:
             print("    binders listing again, why (their logs): %s" % p["binder_relists_why"])
         print("    ResourceClaim watch events sent %.0f (%s); one watcher of all claims got %d; %.1f such watchers; "
-              "binders' share %.0f events, about %s"
+              "bookmarks a watch %.1f; binders' share %.0f events, about %s"
               % (p["claim_watch_events_sent"], human(p["claim_watch_bytes_sent"]), p["one_full_watcher_events"],
-                 p["full_watchers"], p["binders_events_derived"],
+                 p["full_watchers"], p["bookmarks_per_watch"], p["binders_events_derived"],
                  human(p["binders_bytes_derived"]) if p["binders_bytes_derived"] is not None else "-"))
         for k, what in (("binding_nodes", "on-demand nodes"), ("other_nodes", "other nodes")):
             r = p["plugin_read_bytes_" + k]
@@ -808,6 +826,10 @@ def report(o):
     print("  RSS: plugins mean %.1f MiB, max %.1f MiB, all %.0f MiB; nrm controller %.1f MiB; kube-apiserver %.0f MiB, "
           "etcd %.0f MiB" % (r["mean"] / 1024, r["max"] / 1024, r["sum"] / 1024, o["controller_rss_kib"] / 1024,
                              o["apiserver_rss_kib"] / 1024, o["etcd_rss_kib"] / 1024))
+    for name, v in o.get("binding_claims_written_more", {}).items():
+        print("  claim %s written %d times: %s" % (name, len(v["writes"]), "; ".join(v["writes"])))
+        for line in v["binder"]:
+            print("    " + line[:300])
     print("goals:")
     for what, ok, fig in o["goals"]:
         print("  %-72s %-8s (%s)" % (what, "met" if ok else "NOT MET", fig))
