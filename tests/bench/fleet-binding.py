@@ -683,6 +683,10 @@ def phase(events, node_set, cpu0, cpu1, reads0, reads1, met0, met1, own_events, 
     per_node = r["binders"]
     kinds = sorted({k for v in per_node.values() for k in v})
     f = {"requests_all": len(events), "controller": r["controller"],
+         # A resumed watch the server answers 410 (its watch cache is past the binder's resourceVersion):
+         # the informer lists again, which it does not log.
+         "binder_watches_410": sum(1 for e in events if e["user"] == BINDER_USER and e["verb"] == "watch"
+                                   and e["code"] == 410),
          "binders_total": {k: sum(v.get(k, 0) for v in per_node.values()) for k in kinds},
          "binders_max": {k: max(v.get(k, 0) for v in per_node.values()) for k in kinds},
          "binders_with_requests": len(per_node),
@@ -809,6 +813,8 @@ def report(o):
               "with requests)" % (name, p["wall_s"], p["requests_all"], p["controller"], p["binders_total"],
                                   p["binders_max"], p["binders_with_requests"]))
         print("    nrm writes: %s" % (p["write_kinds"] or "none"))
+        if p["binder_watches_410"]:
+            print("    binders' watches answered 410 Gone (each lists again): %d" % p["binder_watches_410"])
         if p["binder_relists_why"]:
             print("    binders listing again, why (their logs): %s" % p["binder_relists_why"])
         print("    ResourceClaim watch events sent %.0f (%s); one watcher of all claims got %d; %.1f such watchers; "
