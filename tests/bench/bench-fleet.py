@@ -35,6 +35,7 @@ Exits 77 where the upstream binaries cannot be built (tests/cluster/build.sh).
   bench-fleet.py NRM [--quick] [--nodes 100,1000] [--plugins P] [--rest S] [--runs R] [--json FILE] [--docs DIR]"""
 
 import argparse
+import importlib
 import json
 import os
 import shutil
@@ -50,6 +51,7 @@ from clusterlib import Cluster, binaries, skip, wait_for  # noqa: E402
 import fleetcost  # noqa: E402
 import fleetnodes  # noqa: E402
 import fleetplots  # noqa: E402
+fleet_binding = importlib.import_module("fleet-binding")
 import fleetplugins  # noqa: E402
 
 # The large recorded machines first: a small fleet has them too.
@@ -188,12 +190,15 @@ def main(argv=None):
     p.add_argument("--rest", type=float, default=600.0, help="seconds at rest at the largest size (default 600)")
     p.add_argument("--quick", action="store_true", help="100 nodes, 60 s at rest, one run (make bench)")
     p.add_argument("--fleet-publish", help="tests/bench/fleet-publish (default: beside NRM's build folder)")
+    p.add_argument("--binding", default="200,2000", help="binders (nodes) and claims for nrm controller and the "
+                   "binders; 0 leaves them out (default 200,2000)")
     p.add_argument("--json", help="write every figure here")
     p.add_argument("--docs", help="write docs/scale.md's plots and tables into this folder")
     args = p.parse_args(argv)
     if args.quick:
         args.nodes, args.rest = "100", min(args.rest, 60.0)
     sizes = [int(x) for x in args.nodes.split(",")]
+    args.binding = None if args.binding in ("0", "") or args.quick else tuple(int(x) for x in args.binding.split(","))
     clusterlib.NRM = os.path.abspath(args.nrm)
     args.fleet_publish = os.path.abspath(args.fleet_publish or os.path.join(
         os.path.dirname(clusterlib.NRM), "..", "tests", "bench", "fleet-publish"))
@@ -269,6 +274,18 @@ def main(argv=None):
             fleetcost.quiet(audit, nodes, m3, t3, timeout=300 + n)
             fig["rolling"] = phase("rolling at %d" % n, fleet, audit, m3, t3, nodes, drivers, results, 3)
             fig["rolling"]["restarts_s"] = spent
+        if fleet:
+            fleet.stop()
+        cluster.stop()
+        fleet = None
+        # -- nrm controller and the binders, on a control plane of their own (the fleet's is stopped first)
+        if args.binding:
+            nb, mb = args.binding
+            print("bench-fleet: nrm controller and %d binders, %d claims, 6%% waiting on binding conditions" % (nb, mb))
+            fb = fleet_binding.run(None, nodes=nb, claims=mb, binding_fraction=0.06,
+                                   log=lambda text: print("  " + text, flush=True))
+            figures["binding"] = {k: v for k, v in fb.items() if k != "goals"}
+            results += [("binding: %s" % w, ok, f) for w, ok, f in fb["goals"]]
         print("goals:")
         for what, ok, f in results:
             print("  %-56s %-8s (%s)" % (what, verdict(ok), f))
