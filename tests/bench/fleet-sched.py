@@ -599,6 +599,7 @@ def main():
         skip("build nrm first")
     bindir = binaries()
     work = workdir()
+    t_start = time.time()
     qps = (["--kube-api-qps=%d" % a.api_qps, "--kube-api-burst=%d" % (2 * a.api_qps)] if a.api_qps else [])
     t = time.time()
     cluster = Cluster(work, "sched", bindir, scheduler_args=qps, controller_manager_args=qps)
@@ -648,6 +649,9 @@ def main():
         rel = "%.2fx" % (s["pods_per_s"]["median"] / base["median"]) if base and s["pods_per_s"] else "-"
         print("%-13s %-22s %-26s %-26s %-9s %.0f" % (
             c, fmt(s["pods_per_s"]), fmt(s["sli_p50_s"], 1e3), fmt(s["sli_p99_s"], 1e3), rel, durations[c]))
+    print("# whole bench %.0f s; load average %s (the control plane, the client and whatever else runs share "
+          "this machine's %d CPUs)" % (time.time() - t_start, " ".join(open("/proc/loadavg").read().split()[:3]),
+                                       os.cpu_count()))
     gl = goals(summary)
     unbound = [c for c, rs in results.items() if any(not r["all_bound"] or r["create_errors"] for r in rs)]
     for text, met in gl:
