@@ -50,6 +50,7 @@ missing case and prints its top functions.
                  [--cases a,a1,b,c,d-individual,d-grouped,e] [--rate R] [--json OUT]"""
 
 import argparse
+import datetime
 import http.client
 import json
 import os
@@ -461,6 +462,64 @@ def clean(cluster, timeout=300):
                        % (timeout, count(cluster, pods), count(cluster, claims)))
 
 
+def audit_ts(text):
+    return datetime.datetime.strptime(text, "%Y-%m-%dT%H:%M:%S.%fZ").replace(
+        tzinfo=datetime.timezone.utc).timestamp()
+
+
+def audit_stages(cluster, offset, t0, case):
+    """Where the pods' time went, from the API server's audit log (written
+    from offset on): per stage its count, its span's rate and the median
+    per pod from the pod's create, for the case's pods: the admin creates
+    the pod, the resourceclaim controller creates its claim and writes the
+    pod's resourceClaimStatuses (the scheduler waits for both), the
+    scheduler writes the claim's allocation and binds the pod."""
+    stages = {"pod create": [], "claim create": [], "pod claim status": {}, "claim allocation": {}, "bind": {}}
+    prefix = "p-%s-" % case
+    with open(os.path.join(cluster.dir, "audit.log")) as fh:
+        fh.seek(offset)
+        for line in fh:
+            try:
+                e = json.loads(line)
+            except ValueError:
+                continue
+            o = e.get("objectRef", {})
+            if e.get("stage") != "ResponseComplete" or o.get("namespace") != NS or e["responseStatus"]["code"] >= 300:
+                continue
+            res, sub, name, verb = o.get("resource"), o.get("subresource"), o.get("name", ""), e["verb"]
+            t = audit_ts(e["stageTimestamp"])
+            if res == "pods" and verb == "create" and not sub:
+                stages["pod create"].append(t)
+            elif res == "resourceclaims" and verb == "create":
+                stages["claim create"].append(t)
+            elif not name.startswith(prefix):
+                continue
+            elif res == "pods" and sub == "status" and "resource-claim" in e["user"]["username"]:
+                stages["pod claim status"].setdefault(name, t)
+            elif res == "resourceclaims" and sub == "status" and e["user"]["username"] == "system:kube-scheduler":
+                stages["claim allocation"].setdefault(name[:len(prefix) + 5], t)
+            elif res == "pods" and sub == "binding":
+                stages["bind"].setdefault(name, t)
+    # A pod's create names it in the body only: the n-th create is taken
+    # for pod n (4 threads create them in turn: near enough).
+    created = sorted(stages["pod create"])
+    stages["pod create"] = {prefix + "%05d" % i: t for i, t in enumerate(created)}
+    out = {}
+    for k, v in stages.items():
+        ts = sorted(v if isinstance(v, list) else v.values())
+        if not ts:
+            continue
+        st = {"count": len(ts), "first_s": ts[0] - t0, "last_s": ts[-1] - t0,
+              "rate": (len(ts) - 1) / (ts[-1] - ts[0]) if ts[-1] > ts[0] else None}
+        if isinstance(v, dict) and k != "pod create":
+            lag = sorted(t - stages["pod create"][n] for n, t in v.items() if n in stages["pod create"])
+            if lag:
+                st["from_create_p50_s"] = lag[len(lag) // 2]
+                st["from_create_p99_s"] = lag[min(len(lag) - 1, int(len(lag) * 0.99))]
+        out[k] = st
+    return out
+
+
 def run_case(cluster, case, nodes, rate, pods_per_node=10, timeout=600, stall=30, profile=None, profile_s=10):
     """One case: its template, P pods created at rate (0: as fast as the
     client can), until every pod is bound, or none was for stall seconds
@@ -481,6 +540,7 @@ def run_case(cluster, case, nodes, rate, pods_per_node=10, timeout=600, stall=30
     watch = Watch(cluster, case, lst["metadata"]["resourceVersion"])
     watch.start()
     hist0, att0 = sched.metrics()
+    audit_at = os.path.getsize(os.path.join(cluster.dir, "audit.log"))
     prof = None
     if profile:
         secs = max(5, int(profile_s))
@@ -519,6 +579,9 @@ def run_case(cluster, case, nodes, rate, pods_per_node=10, timeout=600, stall=30
            "attempts": {k: att1.get(k, 0) - att0.get(k, 0) for k in att1},
            "case_s": t_end - t0}
     out["sli_p99_bucket"] = bucket_of(hist1.get(sli, {}), out["sli_p99_s"])
+    # The audit log is written in batches at least every second.
+    time.sleep(2)
+    out["stages"] = audit_stages(cluster, audit_at, t0, case)
     if not done:
         s, lst = cluster.api("GET", "/api/v1/namespaces/%s/pods?labelSelector=bench%%3D%s&limit=1&fieldSelector=%s"
                              % (NS, case, urllib.parse.quote("spec.nodeName=")))
@@ -638,6 +701,11 @@ def main():
                       ",".join("%s=%d" % kv for kv in sorted(r["attempts"].items())), r["case_s"], r["clean_s"],
                       ", %d create errors: %s" % (r["create_errors"], r["first_error"]) if r["create_errors"] else "",
                       ", pending: %s" % r.get("pending_reason") if not r["all_bound"] else ""), flush=True)
+            print("              " + "; ".join(
+                "%s %d, %s/s%s" % (k, st["count"], "%.0f" % st["rate"] if st["rate"] else "-",
+                                   ", %s after create (p50)" % ms(st["from_create_p50_s"])
+                                   if "from_create_p50_s" in st else "")
+                for k, st in r["stages"].items()), flush=True)
         durations[case] = time.time() - t
     summary = {c: {k: spread([r[k] for r in rs]) for k in ("pods_per_s", "sli_p50_s", "sli_p99_s")}
                for c, rs in results.items() if rs}
@@ -676,7 +744,7 @@ def main():
                        "summary": summary, "durations_s": durations,
                        "goals": [{"goal": t, "met": m} for t, m in gl], "profiles": prof}, fh, indent=1)
     cluster.stop()
-    if not a.profile_dir:
+    if a.profile_dir or not prof:
         shutil.rmtree(work, ignore_errors=True)
     return 1 if unbound or not all(m for _, m in gl) else 0
 
