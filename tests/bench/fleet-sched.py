@@ -636,8 +636,14 @@ def goals(summary):
 
 
 def pprof_top(path, count=20):
-    p = subprocess.run(["go", "tool", "pprof", "-top", "-nodecount=%d" % count, path], capture_output=True, text=True)
-    return p.stdout if p.returncode == 0 else p.stderr
+    """go tool pprof -top: by own time, then by cumulative time (which
+    names the plugin and the allocator's step that the time is spent in)."""
+    out = ""
+    for more in ([], ["-cum"]):
+        p = subprocess.run(["go", "tool", "pprof", "-top", "-nodecount=%d" % count] + more + [path],
+                           capture_output=True, text=True)
+        out += (p.stdout if p.returncode == 0 else p.stderr) + "\n"
+    return out
 
 
 def main():
