@@ -47,7 +47,8 @@ takes a CPU profile of the scheduler (pprof) during a rerun of the
 missing case and prints its top functions.
 
   fleet-sched.py NRM --nodes N [--pods-per-node 10] [--runs 3]
-                 [--cases a,a1,b,c,d-individual,d-grouped,e] [--rate R] [--json OUT]"""
+                 [--cases a,a1,b,c,d-individual,d-grouped,e] [--rate R] [--json OUT]
+                 [--api-qps Q] [--case-timeout S] [--profile-dir DIR]"""
 
 import argparse
 import datetime
@@ -646,7 +647,12 @@ def pprof_top(path, count=20):
     return out
 
 
-def main():
+def main(argv=None, publish=None):
+    """The bench. publish(cluster, nodes, shape, nrm, work, gpus) puts
+    shape's slices (SHAPE's values) on nodes ([(name, machine, topology)])
+    and returns how many it made; admin_publish unless given (a publisher
+    that runs nrm's own plugins plugs in here)."""
+    publish = publish or admin_publish
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("nrm")
     ap.add_argument("--nodes", type=int, default=10)
@@ -657,8 +663,10 @@ def main():
     ap.add_argument("--api-qps", type=int, default=500,
                     help="the scheduler's and controller-manager's client QPS (0: their defaults)")
     ap.add_argument("--json")
+    ap.add_argument("--case-timeout", type=float, default=600,
+                    help="seconds a run of a case may take before its unbound pods count as failed")
     ap.add_argument("--profile-dir", help="where the pprof profiles go (default: the work folder)")
-    a = ap.parse_args()
+    a = ap.parse_args(argv)
     cases = [c for c in a.cases.split(",") if c]
     for c in cases:
         if c not in CASES:
@@ -683,7 +691,7 @@ def main():
     def prepare(case):
         if published[0] != SHAPE[case]:
             t = time.time()
-            n = admin_publish(cluster, nodes, SHAPE[case], a.nrm, work, a.pods_per_node)
+            n = publish(cluster, nodes, SHAPE[case], a.nrm, work, a.pods_per_node)
             published[0] = SHAPE[case]
             print("# slices for %s: %d, posted in %.1f s" % (SHAPE[case], n, time.time() - t), flush=True)
 
@@ -698,7 +706,7 @@ def main():
         t = time.time()
         prepare(case)
         for run in range(a.runs):
-            r = run_case(cluster, case, nodes, rate, a.pods_per_node)
+            r = run_case(cluster, case, nodes, rate, a.pods_per_node, timeout=a.case_timeout)
             results[case].append(r)
             print("%-13s run %d: %4d/%d bound, %6.1f pods/s, SLI p50 %s p99 %s (p99 in %s), attempt p50 %s, "
                   "attempts %s, %.1f s + clean %.1f s%s%s" % (
