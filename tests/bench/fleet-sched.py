@@ -708,10 +708,10 @@ def main(argv=None, publish=None):
         for run in range(a.runs):
             r = run_case(cluster, case, nodes, rate, a.pods_per_node, timeout=a.case_timeout)
             results[case].append(r)
-            print("%-13s run %d: %4d/%d bound, %6.1f pods/s, SLI p50 %s p99 %s (p99 in %s), attempt p50 %s, "
-                  "attempts %s, %.1f s + clean %.1f s%s%s" % (
-                      case, run + 1, r["bound"], r["pods"], r["pods_per_s"], ms(r["sli_p50_s"]), ms(r["sli_p99_s"]),
-                      r["sli_p99_bucket"], ms(r["attempt_p50_s"]),
+            print("%-13s run %d: %4d/%d bound, created at %.0f/s, %6.1f pods/s, SLI p50 %s p99 %s (p99 in %s), "
+                  "attempt p50 %s, attempts %s, %.1f s + clean %.1f s%s%s" % (
+                      case, run + 1, r["bound"], r["pods"], r["pods"] / max(r["create_s"], 1e-3), r["pods_per_s"],
+                      ms(r["sli_p50_s"]), ms(r["sli_p99_s"]), r["sli_p99_bucket"], ms(r["attempt_p50_s"]),
                       ",".join("%s=%d" % kv for kv in sorted(r["attempts"].items())), r["case_s"], r["clean_s"],
                       ", %d create errors: %s" % (r["create_errors"], r["first_error"]) if r["create_errors"] else "",
                       ", pending: %s" % r.get("pending_reason") if not r["all_bound"] else ""), flush=True)
