@@ -245,6 +245,10 @@ def install_classes(cluster):
             "apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": name},
             "spec": {"selectors": [{"cel": {"expression": 'device.driver == "%s"' % driver}}]}})
     cluster.api("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
+    # The ServiceAccount admission plugin refuses pods until the controller
+    # has made the namespace's default ServiceAccount.
+    if not wait_for(lambda: cluster.api("GET", "/api/v1/namespaces/%s/serviceaccounts/default" % NS)[0] == 200, 60):
+        raise RuntimeError("no default ServiceAccount in namespace %s" % NS)
 
 
 # --- the claims ------------------------------------------------------------------------------
