@@ -122,7 +122,7 @@ class Cluster:
     kube-controller-manager, on free loopback ports, in DIR."""
 
     def __init__(self, work, name, bindir, gates="", runtime_config="", apiserver_args=(), sans=(),
-                 controllers=None, controller_manager_args=()):
+                 controllers=None, controller_manager_args=(), scheduler_args=()):
         self.dir = os.path.join(work, name)
         self.bin = bindir
         args = [os.path.join(HERE, "control-plane.sh"), "start", self.dir, bindir]
@@ -138,6 +138,8 @@ class Cluster:
             args += ["--controllers", controllers]
         for a in controller_manager_args:
             args += ["--controller-manager-arg", a]
+        for a in scheduler_args:
+            args += ["--scheduler-arg", a]
         t0 = time.time()
         # A test that dies of an exception still stops what it started.
         atexit.register(self.stop)

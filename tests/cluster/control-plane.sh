@@ -7,6 +7,7 @@
 #   control-plane.sh start DIR BINDIR [--feature-gates G] [--runtime-config R]
 #                                     [--san IP] [--controllers LIST]
 #                                     [--apiserver-arg ARG]... [--controller-manager-arg ARG]...
+#                                     [--scheduler-arg ARG]...
 #   control-plane.sh restart-apiserver DIR   (the same command again)
 #   control-plane.sh stop DIR
 #
@@ -20,7 +21,7 @@
 # constraint decision of the allocator, in scheduler.log).
 set -euo pipefail
 
-usage () { sed -n '7,11s/^# \{0,3\}//p' "$0" >&2; exit 2; }
+usage () { sed -n '7,12s/^# \{0,3\}//p' "$0" >&2; exit 2; }
 cmd=${1:-}; dir=${2:-}
 [ -n "$cmd" ] && [ -n "$dir" ] || usage
 
@@ -68,7 +69,7 @@ esac
 bin=${3:-}
 [ -x "$bin/kube-apiserver" ] || { echo "control-plane.sh: no kube-apiserver in '$bin'" >&2; exit 2; }
 shift 3
-gates="" runtime="" controllers="*,-node-lifecycle-controller" extra=() cm_extra=()
+gates="" runtime="" controllers="*,-node-lifecycle-controller" extra=() cm_extra=() sched_extra=()
 sans="IP:127.0.0.1"
 while [ $# -gt 0 ]; do
   case $1 in
@@ -78,6 +79,7 @@ while [ $# -gt 0 ]; do
   --controllers) controllers=$2; shift 2 ;;
   --apiserver-arg) extra+=("$2"); shift 2 ;;
   --controller-manager-arg) cm_extra+=("$2"); shift 2 ;;
+  --scheduler-arg) sched_extra+=("$2"); shift 2 ;;
   *) usage ;;
   esac
 done
@@ -178,6 +180,8 @@ ETCD_PID=$etcd_pid
 APISERVER_PID=$api_pid
 SCHEDULER_PID=
 CONTROLLER_MANAGER_PID=
+SCHEDULER_PORT=$sched_port
+CONTROLLER_MANAGER_PORT=$cm_port
 KUBECONFIG=$dir/admin.kubeconfig
 BIN=$bin
 EOF
@@ -188,7 +192,8 @@ api_ready "$bin/kubectl" $api_pid || fail "kube-apiserver not ready within 120 s
 "$bin/kube-scheduler" --kubeconfig "$dir/scheduler.kubeconfig" \
   --authentication-kubeconfig "$dir/scheduler.kubeconfig" --authorization-kubeconfig "$dir/scheduler.kubeconfig" \
   --bind-address 127.0.0.1 --secure-port "$sched_port" --leader-elect=false \
-  ${gates:+--feature-gates "$gates"} ${NRM_SCHED_V:+-v=$NRM_SCHED_V} >"$dir/scheduler.log" 2>&1 &
+  ${gates:+--feature-gates "$gates"} ${NRM_SCHED_V:+-v=$NRM_SCHED_V} ${sched_extra[@]+"${sched_extra[@]}"} \
+  >"$dir/scheduler.log" 2>&1 &
 sched_pid=$!
 "$bin/kube-controller-manager" --kubeconfig "$dir/controller-manager.kubeconfig" \
   --authentication-kubeconfig "$dir/controller-manager.kubeconfig" \
