@@ -52,6 +52,7 @@ import fleetcost  # noqa: E402
 import fleetnodes  # noqa: E402
 import fleetplots  # noqa: E402
 fleet_binding = importlib.import_module("fleet-binding")
+fleet_sched = importlib.import_module("fleet-sched")
 import fleetplugins  # noqa: E402
 
 # The large recorded machines first: a small fleet has them too.
@@ -192,12 +193,21 @@ def main(argv=None):
     p.add_argument("--fleet-publish", help="tests/bench/fleet-publish (default: beside NRM's build folder)")
     p.add_argument("--binding", default="200,2000", help="binders (nodes) and claims for nrm controller and the "
                    "binders; 0 leaves them out (default 200,2000)")
+    p.add_argument("--sched", default="100:10:all,1000:2:a+a1+b+d-individual+d-grouped+e",
+                   help="the scheduler's cases: N:pods-per-node:cases (+ between cases, all for every one), "
+                   "comma-separated; none leaves them out")
+    p.add_argument("--runs", type=int, default=1, help="runs of each scheduler case (default 1)")
     p.add_argument("--json", help="write every figure here")
     p.add_argument("--docs", help="write docs/scale.md's plots and tables into this folder")
     args = p.parse_args(argv)
     if args.quick:
         args.nodes, args.rest = "100", min(args.rest, 60.0)
     sizes = [int(x) for x in args.nodes.split(",")]
+    if args.quick:
+        args.sched = "100:10:a+a1+b+d-individual+d-grouped"
+    args.sched = [] if args.sched == "none" else [
+        (int(n), int(ppn), fleet_sched.CASES if cs == "all" else cs.split("+"))
+        for n, ppn, cs in (x.split(":") for x in args.sched.split(","))]
     args.binding = None if args.binding in ("0", "") or args.quick else tuple(int(x) for x in args.binding.split(","))
     clusterlib.NRM = os.path.abspath(args.nrm)
     args.fleet_publish = os.path.abspath(args.fleet_publish or os.path.join(
@@ -278,6 +288,23 @@ def main(argv=None):
             fleet.stop()
         cluster.stop()
         fleet = None
+        # -- the scheduler's speed, on a control plane of its own per size (fleet-sched.py)
+        for n, ppn, cases in args.sched:
+            print("bench-fleet: the scheduler with %d nodes, %d pods a case (%d a node), cases %s, %d run(s)"
+                  % (n, n * ppn, ppn, ",".join(cases), args.runs), flush=True)
+            out = os.path.join(work, "sched-%d.json" % n)
+            argv = [clusterlib.NRM, "--nodes", str(n), "--pods-per-node", str(ppn), "--runs", str(args.runs),
+                    "--cases", ",".join(cases), "--json", out, "--case-timeout", "600" if n > 100 else "300",
+                    "--profile-max", "30" if n <= 100 else "0"]
+            if args.docs:
+                argv += ["--profile-dir", os.path.join(args.docs, "profiles-%d" % n)]
+            fleet_sched.main(argv)
+            with open(out) as fh:
+                sch = json.load(fh)
+            keep = ("nodes", "pods_per_node", "rate", "summary", "durations_s", "machines", "profiles")
+            figures.setdefault("sched", {})[n] = {k: sch[k] for k in keep}
+            figures["sched"][n]["bound"] = {c: [r["bound"] for r in rs] for c, rs in sch["runs"].items()}
+            results += [("scheduler at %d nodes: %s" % (n, g["goal"]), g["met"], "see its table") for g in sch["goals"]]
         # -- nrm controller and the binders, on a control plane of their own (the fleet's is stopped first)
         if args.binding:
             nb, mb = args.binding

@@ -670,6 +670,8 @@ def main(argv=None, publish=None):
     ap.add_argument("--case-timeout", type=float, default=600,
                     help="seconds a run of a case may take before its unbound pods count as failed")
     ap.add_argument("--profile-dir", help="where the pprof profiles go (default: the work folder)")
+    ap.add_argument("--profile-max", type=float, default=30,
+                    help="seconds of the scheduler's profile at most, the case stopped after it (0: no profiles)")
     a = ap.parse_args(argv)
     cases = [c for c in a.cases.split(",") if c]
     for c in cases:
@@ -748,11 +750,11 @@ def main(argv=None, publish=None):
     missed = {re.match(r"\((\S+)\)", text).group(1) for text, met in gl if not met}
     if a.profile_dir:
         os.makedirs(a.profile_dir, exist_ok=True)
-    for case in sorted(missed & set(cases)):
+    for case in sorted(missed & set(cases)) if a.profile_max > 0 else ():
         prepare(case)
         path = os.path.join(a.profile_dir or work, "sched-%s.pprof" % case)
-        secs = a.nodes * a.pods_per_node / max(summary[case]["pods_per_s"]["median"], 1.0) + 2
-        run_case(cluster, case, nodes, rate, a.pods_per_node, profile=path, profile_s=secs)
+        secs = min(a.profile_max, a.nodes * a.pods_per_node / max(summary[case]["pods_per_s"]["median"], 1.0) + 2)
+        run_case(cluster, case, nodes, rate, a.pods_per_node, timeout=secs + 30, profile=path, profile_s=secs)
         prof[case] = pprof_top(path)
         print("\n# scheduler CPU profile during case (%s) (%s):\n%s" % (case, path, prof[case]))
     if a.json:

@@ -12,8 +12,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 def shapes_table(rows):
     out = ["| machine | CPU mode | PCI driver | slices | devices | bytes (JSON) |", "|---|---|---|---:|---:|---:|"]
     for r in rows:
-        out.append("| %s | %s | %s | %d | %d | %d |" % (r["machine"], r["mode"], "yes" if r["pci"] else "no",
-                                                       r["objects"], r["devices"], r["bytes"]))
+        out.append("| %s | %s | %s | %d | %d | %d |"
+                   % (r["machine"], r["mode"], "yes" if r["pci"] else "no", r["objects"], r["devices"], r["bytes"]))
     return "\n".join(out)
 
 
@@ -80,6 +80,47 @@ def storage_plot(sizes, path, extrapolate_to=5000):
     plt.close(fig)
 
 
+def sched_plot(sched, path):
+    """pods/s and SLI p99 per case, one group of bars per fleet size, the runs' spread as error bars."""
+    ns = sorted(sched, key=int)
+    cases = [c for c in ("a", "a1", "b", "c", "d-individual", "d-grouped", "e")
+             if any(c in sched[n]["summary"] for n in ns)]
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
+    for ax, key, label, log in ((axes[0], "pods_per_s", "pods/s (create to bound)", False),
+                                (axes[1], "sli_p99_s", "SLI p99 (s)", True)):
+        w = 0.8 / len(ns)
+        for k, n in enumerate(ns):
+            summ = sched[n]["summary"]
+            med = [((summ.get(c) or {}).get(key) or {}).get("median", 0) for c in cases]
+            lo = [m - ((summ.get(c) or {}).get(key) or {}).get("min", m) for c, m in zip(cases, med)]
+            hi = [((summ.get(c) or {}).get(key) or {}).get("max", m) - m for c, m in zip(cases, med)]
+            ax.bar([i + k * w - 0.4 for i in range(len(cases))], med, width=w, yerr=[lo, hi], align="edge",
+                   label="%s nodes" % n, capsize=2)
+        ax.set_xticks(range(len(cases)))
+        ax.set_xticklabels(cases, fontsize=8)
+        ax.set_ylabel(label)
+        if log:
+            ax.set_yscale("log")
+        ax.legend(fontsize=7)
+    fig.suptitle("The real kube-scheduler with nrm's slices (b, c, e) and others' (a, a1, d)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def sched_table(sched):
+    out = ["| nodes | pods | case | pods/s | SLI p50 (s) | SLI p99 (s) | bound |", "|---:|---:|---|---:|---:|---:|---|"]
+    for n in sorted(sched, key=int):
+        s = sched[n]
+        for c, summ in s["summary"].items():
+            def med(k):
+                return "%.3g" % summ[k]["median"] if summ.get(k) else "-"
+            out.append("| %s | %d | %s | %s | %s | %s | %s |" % (
+                n, int(n) * s["pods_per_node"], c, med("pods_per_s"), med("sli_p50_s"), med("sli_p99_s"),
+                "/".join(str(b) for b in s.get("bound", {}).get(c, []))))
+    return "\n".join(out)
+
+
 def write(figures, outdir):
     """Every plot and table bench-fleet can draw from figures, into outdir; returns the files written."""
     os.makedirs(outdir, exist_ok=True)
@@ -94,4 +135,9 @@ def write(figures, outdir):
         requests_plot(sizes, os.path.join(outdir, "requests-per-node.png"))
         storage_plot(sizes, os.path.join(outdir, "storage.png"))
         done += ["requests-per-node.png", "storage.png"]
+    if figures.get("sched"):
+        sched_plot(figures["sched"], os.path.join(outdir, "scheduler.png"))
+        with open(os.path.join(outdir, "scheduler.md"), "w") as fh:
+            fh.write(sched_table(figures["sched"]) + "\n")
+        done += ["scheduler.png", "scheduler.md"]
     return done
