@@ -172,7 +172,7 @@ def phase(name, fleet, audit, mark, t0, nodes, drivers, results, goal_per_driver
     events = audit.since(mark)
     counts = fleetcost.per_node(events, nodes)
     t_quiet = fleetcost.last_request(events, set(nodes))
-    tab = fleetcost.table(counts, ("all", "list", "watch", "get", "write") + tuple(drivers))
+    tab = fleetcost.table(counts, ("all", "list", "watch", "get", "write", "refused") + tuple(drivers))
     print("  %-14s per node, median/max: %s" % (name, "  ".join("%s %g/%g" % (k, v[0], v[1]) for k, v in tab.items())))
     out = {"counts": tab, "quiet_s": (t_quiet - t0) if t_quiet else 0.0}
     if goal_per_driver is not None:

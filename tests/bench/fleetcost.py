@@ -109,7 +109,7 @@ def kind_of(e):
 def per_node(events, nodes, resource=None):
     """{node: {"all": n, "write": n, "list": n, "watch": n, "get": n, driver: n}} of the requests made with the
     nodes' tokens, every node present (0 where it made none); resource: only those on that resource."""
-    out = {n: {"all": 0, "write": 0, "list": 0, "watch": 0, "get": 0, "other": 0} for n in nodes}
+    out = {n: {"all": 0, "write": 0, "list": 0, "watch": 0, "get": 0, "other": 0, "refused": 0} for n in nodes}
     for e in events:
         n = node_of(e)
         if n not in out:
@@ -119,6 +119,9 @@ def per_node(events, nodes, resource=None):
         c = out[n]
         c["all"] += 1
         c[kind_of(e)] += 1
+        # The server's priority and fairness turning a request away (it asks the client to wait and retry).
+        if e.get("responseStatus", {}).get("code") == 429:
+            c["refused"] += 1
         d = driver_of(e)
         if d:
             c[d] = c.get(d, 0) + 1
