@@ -56,6 +56,7 @@ import urllib.parse
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "cluster"))
+from clusterlib import human  # noqa: E402
 
 DRIVER = "cpu.nrm.io"
 CONDITION = "nrm.io/ready"
@@ -441,13 +442,6 @@ def child():
 
 
 # -- the report -----------------------------------------------------------------------
-
-def human(n):
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(n) < 1024 or unit == "GiB":
-            return ("%.0f %s" if unit == "B" else "%.1f %s") % (n, unit)
-        n /= 1024.0
-
 
 def report(results):
     rows = []

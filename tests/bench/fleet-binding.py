@@ -63,7 +63,7 @@ import urllib.parse
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "cluster"))
 import clusterlib  # noqa: E402
-from clusterlib import NAMESPACE, Cluster, NrmPlugin, binaries, skip, wait_for  # noqa: E402
+from clusterlib import NAMESPACE, Cluster, NrmPlugin, binaries, human, on_demand_tree, skip, wait_for  # noqa: E402
 
 TOPOLOGIES = os.path.join(HERE, "..", "topologies")
 # The binding nodes' machine: two NUMA nodes, which the fake tree gives huge page pools and meminfo.
@@ -254,18 +254,6 @@ def watch_metrics(cluster):
         elif name.startswith("apiserver_watch_events_sizes_sum{"):
             by += float(val)
     return ev, by
-
-
-def on_demand_tree(root):
-    """The fake sysfs of a binding node, as tests/cluster/test-binding.py builds it: an empty 2 MiB pool and
-    1 GiB free on each of the two NUMA nodes."""
-    for n in (0, 1):
-        d = os.path.join(root, "sys/devices/system/node/node%d" % n)
-        os.makedirs(os.path.join(d, "hugepages/hugepages-2048kB"), exist_ok=True)
-        with open(os.path.join(d, "hugepages/hugepages-2048kB/nr_hugepages"), "w") as fh:
-            fh.write("0\n")
-        with open(os.path.join(d, "meminfo"), "w") as fh:
-            fh.write("Node %d MemTotal: 18874368 kB\nNode %d MemFree: 1048576 kB\n" % (n, n))
 
 
 def templates(ns, binding):
@@ -786,13 +774,6 @@ def goals(o):
                   "%.0f events (about %s) derived, bound %.0f" % (p["binders_events_derived"], human(
                       p["binders_bytes_derived"] or 0), bound_)))
     return g
-
-
-def human(n):
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(n) < 1024 or unit == "GiB":
-            return ("%.0f %s" if unit == "B" else "%.1f %s") % (n, unit)
-        n /= 1024.0
 
 
 def report(o):

@@ -530,6 +530,23 @@ def put_file(root, rel, text):
         fh.write(text)
 
 
+def on_demand_tree(root):
+    """A fake sysfs for huge pages on demand (--fsroot root): an empty 2 MiB
+    pool and 1 GiB free on each of two NUMA nodes."""
+    for n in (0, 1):
+        put_file(root, "sys/devices/system/node/node%d/hugepages/hugepages-2048kB/nr_hugepages" % n, "0\n")
+        put_file(root, "sys/devices/system/node/node%d/meminfo" % n,
+                 "Node %d MemTotal: 18874368 kB\nNode %d MemFree: 1048576 kB\n" % (n, n))
+
+
+def human(n):
+    """A byte count with its binary unit."""
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return ("%.0f %s" if unit == "B" else "%.1f %s") % (n, unit)
+        n /= 1024.0
+
+
 def edac_mc(root, i, name, ce, ue):
     """EDAC memory controller mc<i> of a fake tree: its name and counts."""
     for f, v in (("mc_name", name), ("ce_count", ce), ("ue_count", ue)):

@@ -23,7 +23,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from clusterlib import (DRA_CLIENT, NAMESPACE, NRM, TOPOLOGIES, Cluster, NrmPlugin, binaries, check,  # noqa: E402
-                        finish, skip, wait_for, workdir)
+                        finish, on_demand_tree, skip, wait_for, workdir)
 
 if not os.access(NRM, os.X_OK) or not os.access(DRA_CLIENT, os.X_OK):
     skip("build nrm and tests/plugin/dra-client first (make check)")
@@ -47,13 +47,7 @@ def label_value(node):
 plugins = []
 for i, node in enumerate(NODES):
     root = os.path.join(work, "root%d" % i)
-    for n in (0, 1):
-        d = os.path.join(root, "sys/devices/system/node/node%d" % n)
-        os.makedirs(os.path.join(d, "hugepages/hugepages-2048kB"), exist_ok=True)
-        with open(os.path.join(d, "hugepages/hugepages-2048kB/nr_hugepages"), "w") as fh:
-            fh.write("0\n")
-        with open(os.path.join(d, "meminfo"), "w") as fh:
-            fh.write("Node %d MemTotal: 18874368 kB\nNode %d MemFree: 1048576 kB\n" % (n, n))
+    on_demand_tree(root)
     config = os.path.join(work, "nrm%d.yaml" % i)
     with open(config, "w") as fh:
         fh.write("memory:\n  hugepagesOnDemand:\n    2Mi: 64Mi\n")
