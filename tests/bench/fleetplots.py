@@ -109,14 +109,16 @@ def sched_plot(sched, path):
 
 
 def sched_table(sched):
-    out = ["| nodes | pods | case | pods/s | SLI p50 (s) | SLI p99 (s) | bound |", "|---:|---:|---|---:|---:|---:|---|"]
+    out = ["| nodes | pods | case | pods/s | SLI p50 (s) | SLI p99 (s) | scheduler CPU a pod (ms) | bound |",
+           "|---:|---:|---|---:|---:|---:|---:|---|"]
     for n in sorted(sched, key=int):
         s = sched[n]
         for c, summ in s["summary"].items():
             def med(k):
                 return "%.3g" % summ[k]["median"] if summ.get(k) else "-"
-            out.append("| %s | %d | %s | %s | %s | %s | %s |" % (
+            out.append("| %s | %d | %s | %s | %s | %s | %s | %s |" % (
                 n, int(n) * s["pods_per_node"], c, med("pods_per_s"), med("sli_p50_s"), med("sli_p99_s"),
+                med("sched_cpu_ms_per_pod"),
                 "/".join(str(b) for b in s.get("bound", {}).get(c, []))))
     return "\n".join(out)
 
