@@ -38,5 +38,7 @@ if [ -n "$missing" ]; then
   # shellcheck disable=SC2086
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends $missing
 fi
+# Only the benchmarks need them: a failed pip leaves the build and the tests whole.
 python3 -c 'import prometheus_client, matplotlib' 2>/dev/null ||
-  python3 -m pip install -q prometheus-client matplotlib
+  python3 -m pip install -q prometheus-client matplotlib ||
+  echo "deps.sh: no prometheus-client or matplotlib for $(command -v python3): make bench-fleet needs them" >&2
