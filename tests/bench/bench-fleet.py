@@ -48,9 +48,12 @@ sys.path.insert(0, os.path.join(HERE, "..", "cluster"))
 sys.path.insert(0, HERE)
 import clusterlib  # noqa: E402
 from clusterlib import Cluster, binaries, skip, wait_for  # noqa: E402
-import fleetcost  # noqa: E402
+try:
+    import fleetcost  # noqa: E402
+    import fleetplots  # noqa: E402
+except ImportError as e:  # prometheus_client or matplotlib: scripts/deps.sh installs both
+    skip("bench-fleet: %s (scripts/deps.sh installs it)" % e)
 import fleetnodes  # noqa: E402
-import fleetplots  # noqa: E402
 fleet_binding = importlib.import_module("fleet-binding")
 fleet_sched = importlib.import_module("fleet-sched")
 import fleetplugins  # noqa: E402
