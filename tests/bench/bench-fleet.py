@@ -227,7 +227,7 @@ def main(argv=None):
     drivers = ("cpu.nrm.io", "memory.nrm.io")
     try:
         topos = [m.path for m in machines()]
-        figures["shapes"] = fleetcost.shapes(clusterlib.NRM, topos, "1.36")
+        figures["shapes"] = fleetcost.shapes(clusterlib.NRM, topos, os.environ.get("NRM_K8S_LINE", "v1.36").lstrip("v"))
         big = [r for r in figures["shapes"] if r["machine"] in LARGE or r["pci"] is False]
         print("bench-fleet: nrm's slices per node for %d recorded machines of 16 CPUs or more (nrm slices): "
               "numa mode %d-%d bytes, partitioned %d-%d bytes"
