@@ -34,6 +34,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "nrm/base/clock.h"
 #include "nrm/base/xalloc.h"
 #include "tests/bench/jitter-stats.h"
 
@@ -64,14 +65,6 @@ static struct series series[N_SCENARIOS];
 static char tmp[64] = "/tmp/nrm-bench-jitter-XXXXXX";
 static char self[PATH_MAX];
 static char nrm_said[4096]; /* nrm run's log of the first run measured */
-
-static double
-now_s (void)
-{
-  struct timespec t;
-  clock_gettime (CLOCK_MONOTONIC, &t);
-  return (double) t.tv_sec + (double) t.tv_nsec / 1e9;
-}
 
 /* The steal time of all CPUs so far (/proc/stat), in ms; 0 on bare metal. */
 static double
@@ -491,14 +484,14 @@ measure (const struct opts *o, enum scenario s, int *cpu, const cpu_set_t *all, 
   char line[1100];
   int status = 0;
   bool exited = false;
-  for (double t0 = now_s (); read_file (ready, line, sizeof (line)) < 0;)
+  for (double t0 = nrm_mono_s (); read_file (ready, line, sizeof (line)) < 0;)
     {
       if (waitpid (child, &status, WNOHANG) == child)
         {
           exited = true;
           break;
         }
-      if (now_s () - t0 > 30)
+      if (nrm_mono_s () - t0 > 30)
         {
           kill (child, SIGKILL);
           waitpid (child, &status, 0);

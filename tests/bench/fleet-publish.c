@@ -42,6 +42,7 @@
 #include "driver/k8s/handover.h"
 #include "driver/k8s/kube.h"
 #include "driver/k8s/publish.h"
+#include "nrm/base/clock.h"
 #include "nrm/base/cleanup.h"
 #include "nrm/base/error.h"
 #include "nrm/base/fs.h"
@@ -92,14 +93,6 @@ fleet_log (void *ctx, enum nrm_log_level level, const char *fmt, ...)
   cleanup_free char *msg = xvasprintf (fmt, ap);
   va_end (ap);
   fprintf (stderr, "%-7s %s: %s\n", names[level], (const char *) ctx, msg);
-}
-
-static double
-now_s (void)
-{
-  struct timespec ts;
-  clock_gettime (CLOCK_MONOTONIC, &ts);
-  return (double) ts.tv_sec + (double) ts.tv_nsec / 1e9;
 }
 
 static bool
@@ -294,8 +287,8 @@ stop_publishers (struct fleet *f)
     stopper_main (&st);
   /* Calls that still run after the grace period (a server that does not
    * answer, retries with backoff) are cut short. */
-  double deadline = now_s () + STOP_GRACE_S;
-  while (__atomic_load_n (&st.done, __ATOMIC_RELAXED) < f->n && now_s () < deadline)
+  double deadline = nrm_mono_s () + STOP_GRACE_S;
+  while (__atomic_load_n (&st.done, __ATOMIC_RELAXED) < f->n && nrm_mono_s () < deadline)
     {
       struct timespec ts = { .tv_sec = 0, .tv_nsec = 20000000L };
       nanosleep (&ts, NULL);
@@ -399,7 +392,7 @@ print_status (struct fleet *f, const char *what, double since)
   printf ("%s: nodes %zu publishers %zu synced %zu standby %zu connected %zu writes %lld errors %lld api_errors %lld "
           "rss_kib %ld threads %ld fds %ld after %.2f s%s%s\n",
           what, f->n, t.pubs, t.synced, t.standby, t.connected, t.writes, t.errors, t.api_errors, rss_kib (), threads,
-          fds, now_s () - since, t.last_error ? " last_error " : "", t.last_error ? t.last_error : "");
+          fds, nrm_mono_s () - since, t.last_error ? " last_error " : "", t.last_error ? t.last_error : "");
   fflush (stdout);
   free (t.last_error);
 }
@@ -536,7 +529,7 @@ main (int argc, char **argv)
 
   struct fleet f = { .lock_fd = -1 };
   f.nodes = xcalloc (json_array_size (nodes) + 1, sizeof (*f.nodes));
-  double t0 = now_s ();
+  double t0 = nrm_mono_s ();
   int rc = 1;
   /* Three drivers a node at most (cpu, memory, pci); the check is redone
    * below with the real count. */
@@ -555,11 +548,12 @@ main (int argc, char **argv)
   }
   if (raise_nofile (pubs, f.n, &err) < 0)
     goto out;
-  printf ("started: nodes %zu publishers %zu in %.2f s (thread stacks %ld KiB)\n", f.n, pubs, now_s () - t0, stack_kib);
+  printf ("started: nodes %zu publishers %zu in %.2f s (thread stacks %ld KiB)\n", f.n, pubs, nrm_mono_s () - t0,
+          stack_kib);
   fflush (stdout);
 
   bool synced = false;
-  double next_status = o.status_every_s > 0 ? now_s () + o.status_every_s : 0;
+  double next_status = o.status_every_s > 0 ? nrm_mono_s () + o.status_every_s : 0;
   for (;;)
     {
       struct timespec ts = { .tv_sec = 0, .tv_nsec = 200000000L };
@@ -579,7 +573,7 @@ main (int argc, char **argv)
               print_status (&f, "synced", t0);
             }
         }
-      if (next_status && now_s () >= next_status)
+      if (next_status && nrm_mono_s () >= next_status)
         {
           print_status (&f, "status", t0);
           next_status += o.status_every_s;
@@ -592,9 +586,9 @@ out:
       fprintf (stderr, "fleet-publish: %s\n", nrm_error_msg (err));
       nrm_error_release (&err);
     }
-  double t_stop = now_s ();
+  double t_stop = nrm_mono_s ();
   fleet_stop (&f);
   if (rc == 0)
-    printf ("stopped: in %.2f s\n", now_s () - t_stop);
+    printf ("stopped: in %.2f s\n", nrm_mono_s () - t_stop);
   return rc;
 }
