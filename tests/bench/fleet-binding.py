@@ -618,12 +618,8 @@ def run(cluster=None, nodes=200, claims=2000, binding_fraction=0.06, rest_s=20.0
     finally:
         for w in ([cw] if cw else []) + empty:
             w.close()
-        if ctl and ctl.poll() is None:
-            ctl.terminate()
-            try:
-                ctl.wait(20)
-            except subprocess.TimeoutExpired:
-                ctl.kill()
+        if ctl:
+            clusterlib.terminate(ctl)
         for p in plugins:
             if p.proc and p.proc.poll() is None:
                 p.proc.terminate()

@@ -290,16 +290,10 @@ class FleetNodes:
         proc = proc or (self.procs[-1] if self.procs else None)
         if proc is None:
             return None
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        rc = clusterlib.terminate(proc, timeout)
         if proc in self.procs:
             self.procs.remove(proc)
-        return proc.returncode
+        return rc
 
     def stop_all(self):
         return [self.stop(p) for p in list(self.procs)]

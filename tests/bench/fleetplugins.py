@@ -42,7 +42,7 @@ class Plugin:
 
     def stop_oldest(self):
         uid, p = self.procs.pop(0)
-        stop(p)
+        clusterlib.terminate(p)
 
     def stop(self):
         while self.procs:
@@ -69,16 +69,6 @@ class Plugin:
                 return fh.read()[-2000:]
         except OSError:
             return ""
-
-
-def stop(p):
-    if p.poll() is None:
-        p.terminate()
-        try:
-            p.wait(20)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
 
 
 def restart_storm(plugins, spread_s=10.0):

@@ -481,14 +481,7 @@ class NrmPlugin:
         return p.returncode == 0
 
     def stop(self):
-        if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        return self.proc.returncode if self.proc else None
+        return terminate(self.proc) if self.proc else None
 
 
 def claim_docs():
@@ -528,6 +521,18 @@ def put_file(root, rel, text):
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path, "w") as fh:
         fh.write(text)
+
+
+def terminate(proc, timeout=20):
+    """SIGTERM, and SIGKILL after timeout seconds; the exit status."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    return proc.returncode
 
 
 def on_demand_tree(root):
