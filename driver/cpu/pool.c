@@ -277,6 +277,12 @@ partitioned_devices (const struct nrm_topology *t, const struct nrm_publish_opti
   struct cell cells[32];
   bool *merged = xcalloc (t->n_numa, sizeof (bool));
   hwloc_bitmap_t *allocs = xcalloc (t->n_numa, sizeof (hwloc_bitmap_t));
+  /* Devices go smallest first (cores, L3 groups, whole nodes), so that the
+   * scheduler's first fit is a best fit, and a request for a core, the
+   * commonest, stops at the first free one instead of evaluating its
+   * selectors on every larger device of each node it filters. */
+  cleanup_json json_t *l3s = json_array ();
+  cleanup_json json_t *whole = json_array ();
 
   for (size_t i = 0; i < t->n_numa; i++)
     {
@@ -320,8 +326,8 @@ partitioned_devices (const struct nrm_topology *t, const struct nrm_publish_opti
       jattr_int (attrs, "reservedCPUs", (int64_t) st.reserved);
       nrm_numa_name (name, sizeof (name), t->numa[i].os_index, NRM_NUMA_NAME_NODE, NULL);
       json_array_append_new (
-          devices, partitioned_device (t, &i, 1, name, "numa", attrs, st.cpus,
-                                       json_pack ("[{s:s, s:o}]", "counterSet", setname, "counters", use), o));
+          whole, partitioned_device (t, &i, 1, name, "numa", attrs, st.cpus,
+                                     json_pack ("[{s:s, s:o}]", "counterSet", setname, "counters", use), o));
     }
 
   /* Whole L3 groups, in the order of their first node; an L3 group split
@@ -365,8 +371,7 @@ partitioned_devices (const struct nrm_topology *t, const struct nrm_publish_opti
           cpu_attributes (t, o, attrs, nodes, n_nodes, &st);
           jattr_int (attrs, "l3CacheID", t->l3[l].os_index);
           snprintf (name, sizeof (name), "l3-%u", t->l3[l].os_index);
-          json_array_append_new (devices,
-                                 partitioned_device (t, nodes, n_nodes, name, "l3", attrs, st.cpus, consumes, o));
+          json_array_append_new (l3s, partitioned_device (t, nodes, n_nodes, name, "l3", attrs, st.cpus, consumes, o));
         }
     }
 
@@ -396,6 +401,8 @@ partitioned_devices (const struct nrm_topology *t, const struct nrm_publish_opti
                                                      json_pack ("[o]", consumption (setname, cname, st.cpus)), o));
         }
     }
+  json_array_extend (devices, l3s);
+  json_array_extend (devices, whole);
   for (size_t i = 0; i < t->n_numa; i++)
     hwloc_bitmap_free (allocs[i]);
   free (allocs);

@@ -48,7 +48,7 @@ missing case and prints its top functions.
 
   fleet-sched.py NRM --nodes N [--pods-per-node 10] [--runs 3]
                  [--cases a,a1,b,c,d-individual,d-grouped,e] [--rate R] [--json OUT]
-                 [--api-qps Q] [--case-timeout S] [--profile-dir DIR]"""
+                 [--api-qps Q] [--case-timeout S] [--profile-dir DIR] [--profile CASES]"""
 
 import argparse
 import datetime
@@ -686,6 +686,7 @@ def main(argv=None, publish=None):
     ap.add_argument("--profile-dir", help="where the pprof profiles go (default: the work folder)")
     ap.add_argument("--profile-max", type=float, default=30,
                     help="seconds of the scheduler's profile at most, the case stopped after it (0: no profiles)")
+    ap.add_argument("--profile", default="", help="cases to profile even where no goal is missed (comma-separated)")
     a = ap.parse_args(argv)
     cases = [c for c in a.cases.split(",") if c]
     for c in cases:
@@ -769,6 +770,7 @@ def main(argv=None, publish=None):
         print("cases with pods left unbound or refused: %s NOT MET" % ",".join(unbound))
     prof = {}
     missed = {re.match(r"\((\S+)\)", text).group(1) for text, met in gl if not met}
+    missed |= {c for c in a.profile.split(",") if c}
     if a.profile_dir:
         os.makedirs(a.profile_dir, exist_ok=True)
     for case in sorted(missed & set(cases)) if a.profile_max > 0 else ():

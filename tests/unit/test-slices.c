@@ -233,8 +233,11 @@ check_partitioned (const struct corpus_entry *c, bool reserve)
     }
 
   /* Whole-node devices consume their whole set; every device consumes
-   * exactly its own CPU count; core devices never split a core. */
+   * exactly its own CPU count; core devices never split a core; devices
+   * go smallest first (cores, L3 groups, nodes), the scheduler's first fit
+   * then being a best fit. */
   json_t *dev;
+  int last_rank = 0;
   FOREACH_DEVICE (a, CPU_DRIVER, dev, {
     uint64_t value = qvalue (json_object_get (json_object_get (json_object_get (dev, "capacity"), "cpus"), "value"));
     uint64_t used = 0;
@@ -250,6 +253,10 @@ check_partitioned (const struct corpus_entry *c, bool reserve)
     const char *g = json_string_value (
         json_object_get (json_object_get (json_object_get (dev, "attributes"), "granularity"), "string"));
     assert_non_null (g);
+    int rank = strcmp (g, "core") == 0 ? 0 : strcmp (g, "l3") == 0 ? 1 : 2;
+    if (rank < last_rank)
+      fail_msg ("%s: %s device %s after a larger one", t->source, g, json_string_value (json_object_get (dev, "name")));
+    last_rank = rank;
     if (strcmp (g, "numa") == 0)
       {
         const char *set = json_string_value (
