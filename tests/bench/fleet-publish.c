@@ -20,7 +20,11 @@
  * nrm's handover (driver/k8s/handover.h) in STATE/NODE, as a DaemonSet
  * pod does on its node: a second fleet-publish on the same state
  * directory, started later, takes over every node (the rolling update),
- * and the first one takes the role back when the second stops. */
+ * and the first one takes the role back when the second stops.
+ *
+ * With --spread S the nodes start one after another over S seconds, as
+ * the pods of a fleet restarted "within S seconds" do, instead of at
+ * once. */
 #include "config.h"
 
 #include <dirent.h>
@@ -194,7 +198,7 @@ struct opts
 {
   const char *manifest, *state_dir, *instance_uid;
   int resync_s, status_every_s;
-  double qps;
+  double qps, spread_s;
   int burst;
 };
 
@@ -428,7 +432,7 @@ static void
 usage (FILE *out)
 {
   fprintf (out, "usage: fleet-publish [--resync S] [--status-every S] [--qps Q] [--burst B] [--stack-kib K]\n"
-                "                     [--state-dir DIR [--instance-uid UID]] [--log-level L] MANIFEST\n");
+                "                     [--spread S] [--state-dir DIR [--instance-uid UID]] [--log-level L] MANIFEST\n");
 }
 
 int
@@ -445,6 +449,7 @@ main (int argc, char **argv)
     { "state-dir", required_argument, NULL, 'd' },
     { "instance-uid", required_argument, NULL, 'u' },
     { "log-level", required_argument, NULL, 'l' },
+    { "spread", required_argument, NULL, 'p' },
     { "help", no_argument, NULL, 'h' },
     { NULL, 0, NULL, 0 },
   };
@@ -467,6 +472,9 @@ main (int argc, char **argv)
       case 'k':
         stack_kib = atol (optarg);
         break;
+      case 'p':
+        o.spread_s = atof (optarg);
+        break;
       case 'd':
         o.state_dir = optarg;
         break;
@@ -486,7 +494,7 @@ main (int argc, char **argv)
         usage (stderr);
         return 2;
       }
-  if (optind + 1 != argc || o.resync_s <= 0 || stack_kib < 64)
+  if (optind + 1 != argc || o.resync_s <= 0 || stack_kib < 64 || !(o.spread_s >= 0 && o.spread_s <= 3600))
     {
       usage (stderr);
       return 2;
@@ -541,6 +549,13 @@ main (int argc, char **argv)
   json_t *spec;
   json_array_foreach (nodes, i, spec)
   {
+    double at = t0 + o.spread_s * (double) i / (double) json_array_size (nodes);
+    while (nrm_mono_s () < at)
+      {
+        double left = at - nrm_mono_s ();
+        struct timespec ts = { .tv_sec = (time_t) left, .tv_nsec = (long) ((left - (double) (time_t) left) * 1e9) };
+        nanosleep (&ts, NULL);
+      }
     f.n = i + 1;
     if (start_node (&f, &f.nodes[i], spec, &o, &err) < 0)
       goto out;

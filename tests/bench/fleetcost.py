@@ -125,6 +125,8 @@ def per_node(events, nodes, resource=None):
         d = driver_of(e)
         if d:
             c[d] = c.get(d, 0) + 1
+            if e.get("responseStatus", {}).get("code") == 429:
+                c[d + " refused"] = c.get(d + " refused", 0) + 1
     return out
 
 
@@ -196,9 +198,10 @@ def quiet(audit, nodes, since_mark, t_from, quiet_s=5.0, timeout=600.0, ready=la
     return None
 
 
-def per_driver_max(counts, drivers):
-    """The most requests any node made for any one driver."""
-    return max((c.get(d, 0) for c in counts.values() for d in drivers), default=0)
+def per_driver_max(counts, drivers, served=False):
+    """The most requests any node made for any one driver (served: those the server did not turn away with 429)."""
+    return max((c.get(d, 0) - (c.get(d + " refused", 0) if served else 0) for c in counts.values() for d in drivers),
+               default=0)
 
 
 def table(counts, keys):

@@ -299,13 +299,20 @@ class FleetNodes:
         return [self.stop(p) for p in list(self.procs)]
 
     def restart(self, program, *args, state_dir, timeout=None):
-        """The DaemonSet's rolling update, for every node at once: a second
-        fleet-publish on the same state_dir takes the role, the first is
-        stopped. Returns (seconds until the new one synced, exit status of
-        the old one)."""
+        """The DaemonSet's rolling update, for every node (at once, or over
+        --spread S in args): a second fleet-publish on the same state_dir
+        takes the role, the first is stopped. Returns (seconds until the
+        new one synced, whether the old one stood by, exit status of the
+        old one)."""
+        return self.restart_end(*self.restart_begin(program, *args, state_dir=state_dir), timeout=timeout)
+
+    def restart_begin(self, program, *args, state_dir):
+        """restart()'s first half: the new fleet-publish started; returns (old, new) for restart_end."""
         old = self.procs[-1]
-        secs = self.start(program, *args, timeout=timeout, state_dir=state_dir,
-                          instance_uid="gen%d" % (len(self.procs) + 1))
+        return old, self.spawn(program, *args, state_dir=state_dir, instance_uid="gen%d" % (len(self.procs) + 1))
+
+    def restart_end(self, old, new, timeout=None):
+        secs = self.read_line(new, "synced", timeout or 120 + self.n)["after"]
         # The old one reads the handover record before each pass and every second.
         standby = wait_for(lambda: self.status(old)["standby"] == self.status(old)["publishers"], 30, 0.5)
         return secs, standby, self.stop(old)

@@ -6,6 +6,7 @@ take over as the DaemonSet's rolling update does. The kubelet is not there:
 nothing prepares, and the plugins publish, watch and hand over."""
 
 import os
+import re
 import subprocess
 import time
 import uuid
@@ -61,6 +62,18 @@ class Plugin:
         except OSError:
             pass
         return 0
+
+    def synced(self):
+        """The newest instance logged each of its drivers' slices in sync on the server (the publisher checks them
+        against what it reads back), so that no one need list them to know."""
+        uid = self.procs[-1][0] if self.procs else ""
+        try:
+            with open(os.path.join(self.dir, "plugin-%s.log" % uid[:8])) as fh:
+                text = fh.read()
+        except OSError:
+            return False
+        return all(re.search(r"ResourceSlices of %s\.nrm\.io pool %s (are in sync|published without)"
+                             % (re.escape(d), re.escape(self.node)), text) for d in self.drivers.split(","))
 
     def log_tail(self):
         uid = self.procs[-1][0] if self.procs else ""
