@@ -111,8 +111,8 @@ nrm_env_binding_parse (json_t *env, const char *what, struct nrm_env_binding *eb
           continue;
         if (sl == 0 || sl > 8 || strspn (kv + pl, "0123456789KMGB") != sl || !digits_only (eq + 1))
           return nrm_error_set (err, EINVAL, "%s: malformed `%.40s`", what, kv);
-        if (eb->n_hugetlb == 4)
-          return nrm_error_set (err, EINVAL, "%s: more than 4 huge page sizes", what);
+        if (eb->n_hugetlb == NRM_HUGETLB_SIZES_MAX)
+          return nrm_error_set (err, EINVAL, "%s: more than %d huge page sizes", what, NRM_HUGETLB_SIZES_MAX);
         snprintf (eb->hugetlb[eb->n_hugetlb].size, sizeof (eb->hugetlb[0].size), "%.*s", (int) sl, kv + pl);
         eb->hugetlb[eb->n_hugetlb].max = eq + 1;
         eb->n_hugetlb++;

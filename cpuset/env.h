@@ -8,6 +8,7 @@
 #include <jansson.h>
 
 #include "nrm/base/error.h"
+#include "nrm/base/hugetlb.h"
 
 /* The contract between the drivers that bind containers (they write these
  * variables into a claim's CDI edits) and the cgroup commit (the hook and
@@ -48,7 +49,7 @@ struct nrm_env_binding
   {
     char size[12]; /* "2MB": the kernel's name */
     const char *max;
-  } hugetlb[4];
+  } hugetlb[NRM_HUGETLB_SIZES_MAX];
 };
 
 /* what names the environment's owner in errors. */

@@ -17,6 +17,7 @@
 #include "driver/devices.h"
 #include "nrm/base/error.h"
 #include "nrm/base/fsroot.h"
+#include "nrm/base/hugetlb.h"
 #include "nrm/base/log.h"
 #include "topology/topology.h"
 
@@ -89,7 +90,7 @@ struct nrm_container_limits
   {
     char size[12]; /* "2MB": the kernel's name of the page size */
     uint64_t max;  /* bytes: hugetlb.<size>.max */
-  } hugetlb[4];
+  } hugetlb[NRM_HUGETLB_SIZES_MAX];
 };
 
 /* CDI containerEdits of one prepared claim; each member an owned JSON array

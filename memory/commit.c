@@ -18,7 +18,8 @@
 #include "topology/topology.h"
 
 size_t
-nrm_memory_files (const struct nrm_memory_binding *m, struct nrm_cgroup_file *out, char names[2 * 4][32])
+nrm_memory_files (const struct nrm_memory_binding *m, struct nrm_cgroup_file *out,
+                  char names[2 * NRM_HUGETLB_SIZES_MAX][32])
 {
   size_t n = 0;
   if (m->mems)
@@ -30,7 +31,7 @@ nrm_memory_files (const struct nrm_memory_binding *m, struct nrm_cgroup_file *ou
   if (m->memory_max)
     out[n++] = (struct nrm_cgroup_file){ "memory.max", m->memory_max };
   /* Reservations too (.rsvd): a mapping's pages are counted when reserved. */
-  for (size_t i = 0; i < m->n_hugetlb && i < 4; i++)
+  for (size_t i = 0; i < m->n_hugetlb && i < NRM_HUGETLB_SIZES_MAX; i++)
     {
       snprintf (names[2 * i], 32, "hugetlb.%s.max", m->hugetlb[i].size);
       snprintf (names[2 * i + 1], 32, "hugetlb.%s.rsvd.max", m->hugetlb[i].size);
@@ -131,7 +132,7 @@ nrm_memory_binding_check (const struct nrm_fsroot *root, const struct nrm_memory
                               "%s of %" PRIu64 " bytes is more than the %" PRIu64 " bytes of memory nodes %s", files[i],
                               v, total, m->mems ? m->mems : "(all)");
     }
-  for (size_t h = 0; h < m->n_hugetlb && h < 4; h++)
+  for (size_t h = 0; h < m->n_hugetlb && h < NRM_HUGETLB_SIZES_MAX; h++)
     {
       uint64_t v, size = hugetlb_bytes (m->hugetlb[h].size), pages = 0;
       bool have = !hwloc_bitmap_iszero (nodes);

@@ -6,6 +6,7 @@
 
 #include "nrm/base/error.h"
 #include "nrm/base/fsroot.h"
+#include "nrm/base/hugetlb.h"
 
 /* The memory commit: what a memory binding writes into a container's
  * cgroup v2 (cpuset.mems, memory.min, memory.max, hugetlb.<size>.max and
@@ -23,7 +24,7 @@ struct nrm_memory_binding
   {
     const char *size; /* "2MB", "1GB": the kernel's names */
     const char *max;  /* bytes */
-  } hugetlb[4];
+  } hugetlb[NRM_HUGETLB_SIZES_MAX];
 };
 
 /* One control file and the value written to it. */
@@ -36,7 +37,8 @@ struct nrm_cgroup_file
 
 /* The files of a binding in the order they are written (out has room for
  * NRM_MEMORY_FILES_MAX; huge page file names are made in names). */
-size_t nrm_memory_files (const struct nrm_memory_binding *m, struct nrm_cgroup_file *out, char names[2 * 4][32]);
+size_t nrm_memory_files (const struct nrm_memory_binding *m, struct nrm_cgroup_file *out,
+                         char names[2 * NRM_HUGETLB_SIZES_MAX][32]);
 
 /* The least memory.max or memory.min a binding may set: below it a
  * container is killed at its first pages (nrm publishes memory in steps of

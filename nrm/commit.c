@@ -20,6 +20,7 @@
 #include "memory/hugetlb-pod.h"
 #include "nrm/base/cleanup.h"
 #include "nrm/base/fs.h"
+#include "nrm/base/hugetlb.h"
 #include "nrm/base/xalloc.h"
 #include "nrm/commit.h"
 #include "topology/topology.h"
@@ -181,7 +182,7 @@ nrm_binding_apply (struct nrm_cgroupfs *fs, const char *cgroup, const struct nrm
     char *old;
   } w[1 + NRM_MEMORY_FILES_MAX];
   struct nrm_cgroup_file mf[NRM_MEMORY_FILES_MAX];
-  char names[2 * 4][32];
+  char names[2 * NRM_HUGETLB_SIZES_MAX][32];
   size_t n = 0;
 
   if (!nrm_cgroup_path_valid (cgroup))

@@ -420,8 +420,8 @@ mem_prepare (void *self, const struct nrm_claim_view *c, struct nrm_prepared *ou
   lim->memory_min = guarantee ? (uint64_t) ordinary : 0;
   const char *name;
   json_t *v;
-  if (json_object_size (hugetlb) > sizeof (lim->hugetlb) / sizeof (lim->hugetlb[0]))
-    return nrm_error_set (err, EINVAL, "claim %s: more than 4 huge page sizes", c->uid);
+  if (json_object_size (hugetlb) > NRM_HUGETLB_SIZES_MAX)
+    return nrm_error_set (err, EINVAL, "claim %s: more than %d huge page sizes", c->uid, NRM_HUGETLB_SIZES_MAX);
   json_object_foreach (hugetlb, name, v)
   {
     snprintf (lim->hugetlb[lim->n_hugetlb].size, sizeof (lim->hugetlb[0].size), "%s", name);
