@@ -64,15 +64,35 @@ warn_list_attributes (const struct nrm_config *c)
              c->publish.api_minor);
 }
 
+/* 1.36's allocator takes every slice with shared counters as relevant to
+ * every node (fixed in 1.37 by kubernetes/kubernetes#138917): each node it
+ * filters reads every partitioned pool of the cluster, and its cost grows
+ * with the square of such nodes (docs/scale.md). */
+static void
+warn_partitioned (const struct nrm_config *c)
+{
+  if (c->cpu.mode == NRM_CPU_MODE_PARTITIONED && c->publish.api_minor <= 36)
+    nrm_log (NULL, NRM_LOG_WARNING,
+             "cpu.mode partitioned and the API server is 1.%u: its scheduler reads every node's partitioned CPU pool "
+             "for each node it filters, so it slows with the square of the nodes in partitioned mode (100 such "
+             "nodes: about 3 pods a second); on 1.36 use numa mode beyond a few dozen nodes, or 1.37 "
+             "(docs/scale.md)",
+             c->publish.api_minor);
+}
+
 /* The node-allocatable mappings changed shape in 1.37: without
  * --kubernetes-version, the plugin writes them as the API server's release
- * reads them (GET /version, which every authenticated client may read). */
+ * reads them (GET /version, which every authenticated client may read).
+ * The same answer says whether partitioned mode meets 1.36's scheduler. */
 static void
 ask_api_minor (struct nrm_config *c, struct nrm_kube *kube)
 {
-  if (kube == NULL || c->api_minor_set || (!c->publish.node_allocatable && !c->publish.list_attributes))
+  if (kube == NULL || c->api_minor_set
+      || (!c->publish.node_allocatable && !c->publish.list_attributes && c->cpu.mode != NRM_CPU_MODE_PARTITIONED))
     {
       warn_list_attributes (c);
+      if (c->api_minor_set)
+        warn_partitioned (c);
       return;
     }
   cleanup_json json_t *v = NULL;
@@ -85,6 +105,7 @@ ask_api_minor (struct nrm_config *c, struct nrm_kube *kube)
       c->publish.api_minor = m;
       nrm_log (NULL, NRM_LOG_INFO, "Kubernetes API server %s: fields as 1.%u reads them",
                json_string_value (json_object_get (v, "gitVersion")) ?: "?", m);
+      warn_partitioned (c);
     }
   else
     nrm_log (NULL, NRM_LOG_WARNING,

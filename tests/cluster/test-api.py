@@ -184,6 +184,9 @@ stop(p)
 mem_before = [(s["metadata"]["name"], s["metadata"]["resourceVersion"]) for s in published(MEM)]
 p = plugin("--cpu-mode", "partitioned")
 check(wait_for(lambda: matches(p, CPU), 60), "--cpu-mode partitioned republishes the CPU pool")
+warned = "cpu.mode partitioned and the API server is 1.36" in p.text()
+check(warned == (cluster.minor <= 36), "partitioned mode on a 1.%d server: %s its scheduler's cost with nodes (%s)"
+      % (cluster.minor, "warns of" if cluster.minor <= 36 else "no warning of", "warned" if warned else "no warning"))
 check(generation(CPU) > gen0, "the change bumped the pool generation (%s -> %s)" % (gen0, generation(CPU)))
 check([(s["metadata"]["name"], s["metadata"]["resourceVersion"]) for s in published(MEM)] == mem_before,
       "the memory pool was left alone (same names and resourceVersions)")
