@@ -198,6 +198,16 @@ def phase(name, fleet, audit, mark, t0, nodes, drivers, results, goal_per_driver
                         % (worst, served, out["quiet_s"])))
         out["max_per_driver"] = worst
         out["max_per_driver_served"] = served
+        over = sorted((c.get(d, 0), n, d) for n, c in counts.items() for d in drivers if c.get(d, 0) > goal_per_driver)
+        out["over_goal"] = len(over)
+        if over:
+            # The worst node's requests for that driver, to say why.
+            _, n, d = over[-1]
+            mine = [e for e in events if fleetcost.node_of(e) == n and fleetcost.driver_of(e) == d]
+            print("  %-14s %d node-drivers over %d; %s %s: %s" % (
+                "", len(over), goal_per_driver, n, d, ", ".join(
+                    "%s %s %s" % (e["requestReceivedTimestamp"][14:23], e["verb"],
+                                  e.get("responseStatus", {}).get("code")) for e in mine)))
     return out
 
 
