@@ -30,6 +30,7 @@ struct nrm_informer
   json_t *store;    /* "namespace/name" -> the object as the watch last had it */
   int wake;
   long backoff_ms;
+  unsigned refused; /* watches turned away with 429 in a row */
   pthread_t thread;
 };
 
@@ -203,6 +204,7 @@ thread_main (void *arg)
       if (r == 1)
         {
           i->backoff_ms = BACKOFF_MIN_MS;
+          i->refused = 0;
           continue;
         }
       nrm_kube_watch_close (w);
@@ -223,6 +225,17 @@ thread_main (void *arg)
         {
           i->need_list = true;
           wait_wake (i, nrm_kube_relist_wait_ms ());
+        }
+      else if (status == 429)
+        {
+          /* Turned away, not behind: the same watch again, later. */
+          LOG (i, NRM_LOG_DEBUG, "%s watch: %s; watching again from resourceVersion %s", i->what,
+               nrm_kube_status_message (body, (int) status), i->rv ? i->rv : "(none)");
+          long ms = nrm_kube_retry_after_ms (body) << (i->refused < 5 ? i->refused : 5);
+          i->refused++;
+          json_decref (body);
+          wait_wake (i, ms);
+          continue;
         }
       else if (status != 200)
         {

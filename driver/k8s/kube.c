@@ -109,6 +109,14 @@ nrm_kube_relist_wait_ms (void)
   return 250 + (long) nrm_random_below (500);
 }
 
+long
+nrm_kube_retry_after_ms (json_t *status)
+{
+  json_int_t s = json_integer_value (json_object_get (json_object_get (status, "details"), "retryAfterSeconds"));
+  s = s < 1 ? 1 : s > 10 ? 10 : s;
+  return (long) ((double) s * 1000.0 * jitter ());
+}
+
 void
 nrm_kube_options_init (struct nrm_kube_options *o)
 {

@@ -33,6 +33,14 @@ void nrm_kube_options_init (struct nrm_kube_options *o);
  * waits 0.8-1.6 s). */
 long nrm_kube_relist_wait_ms (void);
 
+/* How long a watcher waits before it opens its watch again after the
+ * server turned it away with 429 (its priority and fairness): the
+ * Status's details.retryAfterSeconds (1 to 10, 1 where absent), times a
+ * random 0.5-1.5; the watcher doubles it for each refusal in a row, up
+ * to 32x. The history is not gone, so the watch resumes from its
+ * resourceVersion with no list (client-go's reflector does the same). */
+long nrm_kube_retry_after_ms (json_t *status);
+
 struct nrm_kube;
 
 /* In-cluster settings come from $KUBERNETES_SERVICE_HOST and _PORT and the

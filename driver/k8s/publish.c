@@ -51,6 +51,7 @@ struct nrm_publisher
   char *rv;         /* resourceVersion to watch from */
   bool need_list, dirty;
   int backoff_ms;
+  unsigned refused; /* watches turned away with 429 in a row */
 };
 
 #define LOG(p, level, ...) NRM_LOG_TO ((p)->log, (p)->log_ctx, level, __VA_ARGS__)
@@ -753,7 +754,10 @@ thread_main (void *arg)
       json_t *body = NULL;
       int r = nrm_kube_watch_poll (w, 1000, p->wake, &status, &body, &err);
       if (r == 1)
-        continue;
+        {
+          p->refused = 0;
+          continue;
+        }
       nrm_kube_watch_close (w);
       w = NULL;
       if (r < 0)
@@ -774,6 +778,18 @@ thread_main (void *arg)
         {
           p->need_list = true;
           wait_wake (p, (int) nrm_kube_relist_wait_ms ());
+        }
+      else if (status == 429)
+        {
+          /* Turned away, not behind: the same watch again, later. */
+          count_api_error (p, status);
+          LOG (p, NRM_LOG_DEBUG, "ResourceSlice watch of %s: %s; watching again from resourceVersion %s", p->driver,
+               nrm_kube_status_message (body, (int) status), p->rv ? p->rv : "(none)");
+          long ms = nrm_kube_retry_after_ms (body) << (p->refused < 5 ? p->refused : 5);
+          p->refused++;
+          json_decref (body);
+          wait_wake (p, (int) ms);
+          continue;
         }
       else if (status != 200)
         {

@@ -179,6 +179,36 @@ w = writes(mark)
 check(not w and generation(CPU) == gen0, "a restart adopts the slices: no write in the audit log (%d), same "
       "generation" % len(w))
 
+# --- a watch turned away (429, injected) is opened again, with no list --------------------------
+# The server's priority and fairness answers part of a fleet's restart
+# with 429: the history is not gone, so the watch resumes where it was.
+stop(p)
+n_req = len(proxy.requests)
+proxy.fail_next(2, code=429, method="GET", path_contains="&watch=true")
+
+
+def after_refused():
+    """For each watch answered 429: whether the next request of its stream was a watch from the same
+    resourceVersion (None while there is none)."""
+    reqs = proxy.requests[n_req:]
+    out = []
+    for k, r in enumerate(reqs):
+        if r["watch"] and r["status"] == 429:
+            key = (r["path"], r["query"].get("fieldSelector"), r["query"].get("labelSelector"))
+            nxt = [x for x in reqs[k + 1:]
+                   if (x["path"], x["query"].get("fieldSelector"), x["query"].get("labelSelector")) == key]
+            out.append(nxt[0]["watch"] and nxt[0]["query"].get("resourceVersion") == r["query"].get("resourceVersion")
+                       if nxt else None)
+    return out
+
+
+p = plugin()
+check(wait_for(lambda: synced(p), 30) and wait_for(lambda: len(after_refused()) == 2 and None not in after_refused(),
+                                                   30),
+      "two watches answered 429 at start")
+check(all(after_refused()), "each is opened again from its resourceVersion, with no list in between (%s)"
+      % after_refused())
+
 # --- a configuration change ---------------------------------------------------------
 stop(p)
 mem_before = [(s["metadata"]["name"], s["metadata"]["resourceVersion"]) for s in published(MEM)]
