@@ -191,7 +191,8 @@ thread_main (void *arg)
           /* The server ends the watch after timeoutSeconds; spread them. */
           cleanup_free char *path
               = xasprintf ("%s?watch=true&allowWatchBookmarks=true&resourceVersion=%s&timeoutSeconds=%u%s%s", i->path,
-                           i->rv, 300 + nrm_random_below (300), i->query ? "&" : "", i->query ? i->query : "");
+                           i->rv, 300 + nrm_random_below (NRM_KUBE_WATCH_TIMEOUT_MAX_S - 300 + 1), i->query ? "&" : "",
+                           i->query ? i->query : "");
           if (nrm_kube_watch_open (i->cfg.kube, path, on_event, i, &w, &err) < 0)
             {
               failed (i, &err);

@@ -33,6 +33,12 @@ void nrm_kube_options_init (struct nrm_kube_options *o);
  * waits 0.8-1.6 s). */
 long nrm_kube_relist_wait_ms (void);
 
+/* The longest timeoutSeconds a watcher asks for (each draws 300 to this,
+ * so that a fleet's watches do not end together), and how long a watch may
+ * send nothing before it is taken for dead: past that and a minute. */
+#define NRM_KUBE_WATCH_TIMEOUT_MAX_S 599
+#define NRM_KUBE_WATCH_SILENT_S (NRM_KUBE_WATCH_TIMEOUT_MAX_S + 60)
+
 /* How long a watcher waits before it opens its watch again after the
  * server turned it away with 429 (its priority and fairness): the
  * Status's details.retryAfterSeconds (1 to 10, 1 where absent), times a

@@ -742,7 +742,7 @@ thread_main (void *arg)
           cleanup_free char *sel = selector_query (p), *path = NULL;
           /* The server ends the watch after timeoutSeconds; spread them. */
           path = xasprintf (SLICES_PATH "?%s&watch=true&allowWatchBookmarks=true&resourceVersion=%s&timeoutSeconds=%u",
-                            sel, p->rv, 300 + nrm_random_below (300));
+                            sel, p->rv, 300 + nrm_random_below (NRM_KUBE_WATCH_TIMEOUT_MAX_S - 300 + 1));
           if (nrm_kube_watch_open (p->kube, path, on_event, p, &w, &err) < 0)
             {
               count_api_error (p, -1);

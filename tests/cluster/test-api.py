@@ -179,6 +179,18 @@ w = writes(mark)
 check(not w and generation(CPU) == gen0, "a restart adopts the slices: no write in the audit log (%d), same "
       "generation" % len(w))
 
+# --- a quiet watch stays open ------------------------------------------------------------------
+# Where nothing changes the server's bookmarks stop, and a watch sends
+# nothing until its timeoutSeconds (300 s or more): it must not be taken
+# for dead before that (nrm once cut such watches after 120 s, logged an
+# error and listed again).
+n_req = len(proxy.requests)
+quiet_from = len(p.text())
+time.sleep(135)
+check(not lists(proxy.requests[n_req:], "resourceslices") and "Operation too slow" not in p.text()[quiet_from:],
+      "135 s with nothing changing: no watch ended as dead, no new list (%d lists)"
+      % len(lists(proxy.requests[n_req:], "resourceslices")))
+
 # --- a watch turned away (429, injected) is opened again, with no list --------------------------
 # The server's priority and fairness answers part of a fleet's restart
 # with 429: the history is not gone, so the watch resumes where it was.
