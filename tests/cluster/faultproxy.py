@@ -2,7 +2,8 @@
 """A loopback TLS proxy in front of a real kube-apiserver, for the faults a
 real server cannot be made to give at a chosen moment: the next N matching
 requests answered with an HTTP error, or held past the client's timeout,
-and every open watch ended at once with a 410 Expired event. Everything
+every open watch ended at once with a 410 Expired event, and the watches'
+bookmarks held back (quiet: a resource where nothing changes). Everything
 else passes through unchanged: nrm talks to the real server, with its own
 token, and the server's answers are the real ones. The proxy serves the
 API server's own certificate, so nrm's kubeconfig keeps the cluster's CA;
@@ -41,6 +42,11 @@ class FaultProxy:
         self.lock = threading.Lock()
         self.faults = []  # [kind, remaining, code_or_seconds, method, path_contains]
         self.watches = set()  # the handlers streaming a watch now
+        # Bookmarks held back while set: a stand-in for a resource where
+        # nothing changes, on which the server sends none (its bookmarks
+        # carry the last change's resourceVersion); the test cluster's own
+        # clients keep that moving, so its watches are never that quiet.
+        self.quiet = False
         proxy = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -192,7 +198,8 @@ class FaultProxy:
                     cond.wait_for(lambda: lines or done.is_set() or h.expire, 0.1)
                     batch, lines[:] = lines[:], []
                 for line in batch:
-                    self._chunk(h, line)
+                    if not (self.quiet and line.startswith(b'{"type":"BOOKMARK"')):
+                        self._chunk(h, line)
                 if h.expire:
                     self._chunk(h, json.dumps(EXPIRED).encode() + b"\n")
                     rec["expired"] = True
