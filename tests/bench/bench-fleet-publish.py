@@ -15,7 +15,7 @@ DaemonSet's rolling update does (nrm's handover), with no write.
 
 Exits 77 where the upstream binaries cannot be built (tests/cluster/build.sh).
 
-  bench-fleet-publish.py NRM FLEET_PUBLISH [--nodes 10,100] [--plugins 3] [--takeover]"""
+  bench-fleet-publish.py NRM FLEET_PUBLISH [--nodes 10,100] [--plugins 3] [--takeover] [--shards K]"""
 
 import argparse
 import os
@@ -54,6 +54,12 @@ def cpu_s(pid):
     return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def status_sum(fleet, procs):
+    """The status of each fleet-publish process (fleetnodes.status), summed over them."""
+    sts = [fleet.status(x) for x in procs]
+    return {k: sum(x.get(k, 0) for x in sts) for k, v in sts[0].items() if isinstance(v, (int, float))} if sts else {}
+
+
 def cp_kib(*pids):
     return sum(fleetnodes.proc_kib(p) or 0 for p in pids)
 
@@ -66,6 +72,8 @@ def main(argv=None):
     ap.add_argument("--plugins", type=int, default=3, help="real nrm plugin processes measured (default 3)")
     ap.add_argument("--takeover", action="store_true", help="a second fleet-publish takes over (the largest size)")
     ap.add_argument("--idle", type=float, default=10.0, help="seconds at rest measured after each sync")
+    ap.add_argument("--shards", type=int, default=1,
+                    help="fleet-publish processes sharing each size's nodes (one holds about open-files-limit / 8)")
     args = ap.parse_args(argv)
     clusterlib.NRM = os.path.abspath(args.nrm)
     sizes = [int(x) for x in args.nodes.split(",")]
@@ -129,13 +137,16 @@ def main(argv=None):
         clear()
         fleet.write_manifest(n)
         api0 = cpu_s(api)
-        secs = fleet.start(args.fleet_publish, timeout=120 + 2 * n)
-        st = fleet.status()
-        proc = fleet.procs[-1]
-        c0, api1 = cpu_s(proc.pid), cpu_s(api)
+        if args.shards > 1:
+            secs = fleet.start_sharded(args.fleet_publish, args.shards, count=n, timeout=120 + 2 * n)
+        else:
+            secs = fleet.start(args.fleet_publish, timeout=120 + 2 * n)
+        procs = list(fleet.procs)
+        st = status_sum(fleet, procs)
+        c0, api1 = sum(cpu_s(x.pid) for x in procs), cpu_s(api)
         time.sleep(args.idle)
-        idle = fleet.status()
-        c1, api2 = cpu_s(proc.pid), cpu_s(api)
+        idle = status_sum(fleet, procs)
+        c1, api2 = sum(cpu_s(x.pid) for x in procs), cpu_s(api)
         slices = len(cluster.slices())
         priv[n] = idle["private_kib"]
         cp[n] = cp_kib(api, etcd)
@@ -150,7 +161,7 @@ def main(argv=None):
         results.append(("%d nodes: one create a slice from an empty server" % n, st["writes"] == slices,
                         "%d writes, %d slices" % (st["writes"], slices)))
         results.append(("%d nodes: no API errors" % n, idle["api_errors"] == 0, "%d" % idle["api_errors"]))
-        if args.takeover and n == sizes[-1]:
+        if args.takeover and n == sizes[-1] and args.shards == 1:
             fleet.stop()
             clear()
             state = os.path.join(fleet.dir, "state")
@@ -163,12 +174,14 @@ def main(argv=None):
             results.append(("takeover: no write (the slices are in sync)", st2["writes"] == 0, "%d" % st2["writes"]))
             results.append(("takeover: the old one's publishers all in standby", standby, ""))
             results.append(("takeover: the old one stops cleanly", rc_old == 0, "exit %s" % rc_old))
-        proc = fleet.procs[-1]
-        off = os.path.getsize(proc.log)
-        rc = fleet.stop()
-        with open(proc.log) as fh:
-            fh.seek(off)
-            errs = [line for line in fh if line.startswith("error")]
+        offs = [(x.log, os.path.getsize(x.log)) for x in fleet.procs]
+        rcs = fleet.stop_all()
+        rc = next((r for r in rcs if r != 0), 0)
+        errs = []
+        for log, off in offs:
+            with open(log) as fh:
+                fh.seek(off)
+                errs += [line for line in fh if line.startswith("error")]
         first = ": " + errs[0].strip()[:100] if errs else ""
         results.append(("%d nodes: fleet-publish stops cleanly" % n, rc == 0 and not errs,
                         "exit %s, %d errors logged while stopping%s" % (rc, len(errs), first)))
