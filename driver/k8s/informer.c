@@ -232,8 +232,7 @@ thread_main (void *arg)
           /* Turned away, not behind: the same watch again, later. */
           LOG (i, NRM_LOG_DEBUG, "%s watch: %s; watching again from resourceVersion %s", i->what,
                nrm_kube_status_message (body, (int) status), i->rv ? i->rv : "(none)");
-          long ms = nrm_kube_retry_after_ms (body) << (i->refused < 5 ? i->refused : 5);
-          i->refused++;
+          long ms = nrm_kube_retry_after_ms (body, &i->refused);
           json_decref (body);
           wait_wake (i, ms);
           continue;

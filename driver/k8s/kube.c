@@ -110,11 +110,13 @@ nrm_kube_relist_wait_ms (void)
 }
 
 long
-nrm_kube_retry_after_ms (json_t *status)
+nrm_kube_retry_after_ms (json_t *status, unsigned *refused)
 {
   json_int_t s = json_integer_value (json_object_get (json_object_get (status, "details"), "retryAfterSeconds"));
   s = s < 1 ? 1 : s > 10 ? 10 : s;
-  return (long) ((double) s * 1000.0 * jitter ());
+  unsigned doublings = *refused < 5 ? *refused : 5;
+  (*refused)++;
+  return (long) ((double) (s << doublings) * 1000.0 * jitter ());
 }
 
 void

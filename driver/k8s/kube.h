@@ -42,10 +42,11 @@ long nrm_kube_relist_wait_ms (void);
 /* How long a watcher waits before it opens its watch again after the
  * server turned it away with 429 (its priority and fairness): the
  * Status's details.retryAfterSeconds (1 to 10, 1 where absent), times a
- * random 0.5-1.5; the watcher doubles it for each refusal in a row, up
- * to 32x. The history is not gone, so the watch resumes from its
+ * random 0.5-1.5, doubled for each refusal in a row, up to 32x. *refused
+ * counts them: incremented here, reset by the watcher once a watch stays
+ * open. The history is not gone, so the watch resumes from its
  * resourceVersion with no list (client-go's reflector does the same). */
-long nrm_kube_retry_after_ms (json_t *status);
+long nrm_kube_retry_after_ms (json_t *status, unsigned *refused);
 
 struct nrm_kube;
 

@@ -785,8 +785,7 @@ thread_main (void *arg)
           count_api_error (p, status);
           LOG (p, NRM_LOG_DEBUG, "ResourceSlice watch of %s: %s; watching again from resourceVersion %s", p->driver,
                nrm_kube_status_message (body, (int) status), p->rv ? p->rv : "(none)");
-          long ms = nrm_kube_retry_after_ms (body) << (p->refused < 5 ? p->refused : 5);
-          p->refused++;
+          long ms = nrm_kube_retry_after_ms (body, &p->refused);
           json_decref (body);
           wait_wake (p, (int) ms);
           continue;
